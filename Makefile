@@ -1,0 +1,38 @@
+# Two commands: `make demo` and `make test`. Both set up what is missing first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EMU := $(VENV)/bin/emu
+APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool
+
+.PHONY: setup demo test lint clean p4
+
+setup: $(VENV)/.done
+
+$(VENV)/.done: pyproject.toml
+	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null \
+	  && command -v ping >/dev/null && command -v brctl >/dev/null && /usr/bin/python3 -c 'import venv, mininet' 2>/dev/null \
+	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS); }
+	test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+demo: setup
+	$(EMU) clean --quiet
+	$(EMU) up fpf --gpus 8 --planes 8 --test pingall
+	$(EMU) scenario incast
+
+test: setup
+	$(EMU) clean --quiet
+	$(PY) -m pytest -q tests
+	$(EMU) clean --quiet
+
+lint: setup
+	$(VENV)/bin/ruff check emu tests topologies
+
+p4:
+	@command -v p4c-bm2-ss >/dev/null || { echo "p4c-bm2-ss not found: install p4c (p4lang's packages or a source build) to compile p4/fabric.p4"; exit 2; }
+	p4c-bm2-ss --std p4-16 -o p4/build/fabric.json p4/fabric.p4
+
+clean:
+	-$(EMU) clean

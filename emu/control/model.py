@@ -1,0 +1,131 @@
+"""Backend-independent table entries: what the control plane decides for a switch.
+
+One list of these drives every backend: the native engine loads them from
+JSON, and the BMv2 backend turns the same entries into simple_switch_CLI
+commands. Names follow the P4 program's tables (ipv4_lpm, ipv6_lpm,
+nexthop groups, my_sid, srv6_encap).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GROUP_MODES = ("hash", "spray")
+SID_ACTIONS = ("End", "End.X", "End.DT6")
+
+
+class TableError(ValueError):
+    """A table entry is inconsistent; the message names the entry."""
+
+
+@dataclass(frozen=True)
+class NextHop:
+    port: int
+    mac: str
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.port < 0:
+            raise TableError(f"next hop port must be >= 0, got {self.port}")
+        if not self.weight > 0:
+            raise TableError(f"next hop weight must be > 0, got {self.weight}")
+
+
+@dataclass(frozen=True)
+class Group:
+    """A next-hop group: ECMP by flow hash, or per-packet spraying; weighted either way."""
+
+    id: int
+    members: tuple[NextHop, ...]
+    mode: str = "hash"
+
+    def __post_init__(self) -> None:
+        if self.mode not in GROUP_MODES:
+            raise TableError(f"group {self.id}: mode must be one of {GROUP_MODES}, got {self.mode!r}")
+        if not self.members:
+            raise TableError(f"group {self.id} has no members")
+
+
+@dataclass(frozen=True)
+class Route:
+    prefix: str
+    group: int
+
+    def __post_init__(self) -> None:
+        try:
+            ipaddress.ip_network(self.prefix)
+        except ValueError as exc:
+            raise TableError(f"route prefix {self.prefix!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class MySid:
+    """A local SRv6 segment: End, End.X (to group) or End.DT6 (decapsulate, look up)."""
+
+    sid: str
+    action: str
+    group: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.action not in SID_ACTIONS:
+            raise TableError(f"SID {self.sid}: action must be one of {SID_ACTIONS}")
+        if self.action == "End.X" and self.group is None:
+            raise TableError(f"SID {self.sid}: End.X needs an adjacency group")
+        ipaddress.IPv6Address(self.sid)
+
+
+@dataclass(frozen=True)
+class EncapPolicy:
+    """H.Encaps: IPv6 packets to `prefix` get an outer header and SRH with `segments`."""
+
+    prefix: str
+    segments: tuple[str, ...]
+    source: str
+
+    def __post_init__(self) -> None:
+        if not self.segments:
+            raise TableError(f"policy for {self.prefix}: empty segment list")
+        ipaddress.IPv6Network(self.prefix)
+        for s in (*self.segments, self.source):
+            ipaddress.IPv6Address(s)
+
+
+@dataclass
+class SwitchTables:
+    groups: list[Group] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    my_sids: list[MySid] = field(default_factory=list)
+    encaps: list[EncapPolicy] = field(default_factory=list)
+
+    def validate(self) -> None:
+        ids = {g.id for g in self.groups}
+        if len(ids) != len(self.groups):
+            raise TableError("duplicate group ids")
+        for r in self.routes:
+            if r.group not in ids:
+                raise TableError(f"route {r.prefix} points at unknown group {r.group}")
+        for s in self.my_sids:
+            if s.group is not None and s.group not in ids:
+                raise TableError(f"SID {s.sid} points at unknown group {s.group}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SwitchTables:
+        t = cls(
+            groups=[
+                Group(id=g["id"], mode=g["mode"], members=tuple(NextHop(**m) for m in g["members"]))
+                for g in d.get("groups", [])
+            ],
+            routes=[Route(**r) for r in d.get("routes", [])],
+            my_sids=[MySid(**s) for s in d.get("my_sids", [])],
+            encaps=[
+                EncapPolicy(prefix=e["prefix"], segments=tuple(e["segments"]), source=e["source"])
+                for e in d.get("encaps", [])
+            ],
+        )
+        t.validate()
+        return t

@@ -1,0 +1,204 @@
+"""The link model: one directed link's sender-side queues, serialisation and flight.
+
+A Transmitter owns eight priority queues and a wire of a given rate and
+propagation delay. It serialises one frame at a time (frame + FCS, preamble
+and inter-frame gap at the wall rate), hands the frame to `deliver` one
+propagation delay after the last bit left, and honours PFC pause per
+priority. Switch egress ports are Transmitters; so is the model of a host
+NIC, which the engine runs at the switch port's ingress so that kernel
+traffic from a host is shaped, delayed and paused like any other.
+
+Times are the loop's schedule (wall seconds in a worker, virtual seconds in
+tests). The next transmission starts at the previous one's scheduled end,
+not at the moment the loop got round to it, so a late loop does not lose
+rate: it only adds jitter, which the fidelity monitor reports.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from emu.units import WIRE_OVERHEAD_BYTES
+
+NQ = 8
+MIN_FRAME = 60  # without FCS
+
+Deliver = Callable[[float, Any], None]
+OnDequeue = Callable[[float, int, Any, Any], Any]
+
+
+class Transmitter:
+    __slots__ = (
+        "loop", "name", "s_per_byte", "rate_bps", "delay", "deliver", "on_dequeue",
+        "queues", "qbytes", "qhwm", "busy", "pause_until", "pause_since", "paused_time",
+        "strict", "quantum", "deficit", "rr", "visiting", "wake_at", "up",
+        "tx_packets", "tx_bytes", "q_tx_packets", "limit_bytes", "drops",
+    )
+
+    def __init__(
+        self,
+        loop: Any,
+        *,
+        name: str,
+        rate_bps: float,
+        delay: float,
+        deliver: Deliver,
+        on_dequeue: OnDequeue | None = None,
+        strict: tuple[int, ...] = (7, 6),
+        weights: tuple[int, ...] = (1,) * NQ,
+        limit_bytes: int = 0,
+    ) -> None:
+        if rate_bps <= 0:
+            raise ValueError(f"{name}: link rate must be positive, got {rate_bps}")
+        if delay < 0:
+            raise ValueError(f"{name}: propagation delay must be >= 0, got {delay}")
+        self.loop = loop
+        self.name = name
+        self.rate_bps = rate_bps
+        self.s_per_byte = 8.0 / rate_bps
+        self.delay = delay
+        self.deliver = deliver
+        self.on_dequeue = on_dequeue
+        self.queues: list[deque] = [deque() for _ in range(NQ)]
+        self.qbytes = [0] * NQ
+        self.qhwm = [0] * NQ
+        self.busy = False
+        self.pause_until = [0.0] * NQ
+        self.pause_since = [-1.0] * NQ
+        self.paused_time = [0.0] * NQ
+        # Strict queues are served highest first, before the DWRR queues.
+        self.strict = sorted(strict, reverse=True)
+        self.quantum = [max(1, w) * 1600 for w in weights]
+        self.deficit = [0] * NQ
+        self.rr = 0
+        self.visiting = False
+        self.wake_at = -1.0
+        self.up = True
+        self.tx_packets = 0
+        self.tx_bytes = 0
+        self.q_tx_packets = [0] * NQ
+        self.limit_bytes = limit_bytes  # 0: no limit of its own (the switch MMU decides)
+        self.drops = 0
+
+    # -- queueing -----------------------------------------------------------
+
+    def enqueue(self, t: float, prio: int, frame: Any, meta: Any = None) -> bool:
+        n = len(frame)
+        if self.limit_bytes and self.qbytes[prio] + n > self.limit_bytes:
+            self.drops += 1
+            return False
+        self.queues[prio].append((frame, meta))
+        b = self.qbytes[prio] + n
+        self.qbytes[prio] = b
+        if b > self.qhwm[prio]:
+            self.qhwm[prio] = b
+        if not self.busy:
+            self._start(t)
+        return True
+
+    def _eligible(self, q: int, t: float) -> bool:
+        return bool(self.queues[q]) and self.pause_until[q] <= t
+
+    def _pick(self, t: float) -> int:
+        queues = self.queues
+        pause = self.pause_until
+        for q in self.strict:
+            if queues[q] and pause[q] <= t:
+                return q
+        # Deficit-weighted round robin over the other queues.
+        strict = self.strict
+        for _ in range(2 * NQ):
+            q = self.rr
+            dq = queues[q]
+            if dq and pause[q] <= t and q not in strict:
+                if not self.visiting:
+                    self.deficit[q] += self.quantum[q]
+                    self.visiting = True
+                size = len(dq[0][0])
+                if self.deficit[q] >= size:
+                    self.deficit[q] -= size
+                    return q
+            elif not dq:
+                self.deficit[q] = 0
+            self.rr = (q + 1) % NQ
+            self.visiting = False
+        return -1
+
+    def _start(self, t: float) -> None:
+        q = self._pick(t)
+        if q < 0:
+            self.busy = False
+            self._arm_wake(t)
+            return
+        frame, meta = self.queues[q].popleft()
+        n = len(frame)
+        self.qbytes[q] -= n
+        if self.on_dequeue is not None:
+            frame = self.on_dequeue(t, q, frame, meta)
+        self.busy = True
+        end = t + (max(n, MIN_FRAME) + WIRE_OVERHEAD_BYTES) * self.s_per_byte
+        self.tx_packets += 1
+        self.tx_bytes += n
+        self.q_tx_packets[q] += 1
+        loop = self.loop
+        loop.at(end, self._done, None)
+        if self.up:
+            loop.at(end + self.delay, self.deliver, frame)
+
+    def _done(self, t: float, _: Any) -> None:
+        self.busy = False
+        self._start(t)
+
+    def _arm_wake(self, t: float) -> None:
+        """Queues held by a pause need a wake-up when the pause runs out."""
+        wake = min(
+            (self.pause_until[q] for q in range(NQ) if self.queues[q] and self.pause_until[q] > t),
+            default=-1.0,
+        )
+        if wake > 0 and (self.wake_at <= t or wake < self.wake_at):
+            self.wake_at = wake
+            self.loop.at(wake, self._wake, None)
+
+    def _wake(self, t: float, _: Any) -> None:
+        if t >= self.wake_at:
+            self.wake_at = -1.0
+        if not self.busy:
+            self._start(t)
+
+    # -- PFC on receipt -----------------------------------------------------
+
+    def pause(self, t: float, times: dict[int, int]) -> None:
+        """Apply a received PFC frame: quanta of 512 bit times at this link's rate."""
+        for prio, quanta in times.items():
+            since = self.pause_since[prio]
+            if since >= 0 and self.pause_until[prio] <= t:  # ran out on its own
+                self.paused_time[prio] += self.pause_until[prio] - since
+                since = -1.0
+            if quanta:
+                if since < 0:
+                    since = t
+                self.pause_until[prio] = t + quanta * 512 / self.rate_bps
+            else:
+                if since >= 0:
+                    self.paused_time[prio] += t - since
+                    since = -1.0
+                self.pause_until[prio] = 0.0
+            self.pause_since[prio] = since
+        if not self.busy:
+            self._start(t)
+
+    def paused_seconds(self, t: float) -> list[float]:
+        out = list(self.paused_time)
+        for q in range(NQ):
+            if self.pause_since[q] >= 0:
+                out[q] += min(t, self.pause_until[q]) - self.pause_since[q]
+        return out
+
+    def set_up(self, up: bool) -> None:
+        """A down link still drains its queues (as a laser does) but delivers nothing."""
+        self.up = up
+
+    def queued(self) -> int:
+        return sum(self.qbytes)

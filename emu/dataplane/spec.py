@@ -1,0 +1,207 @@
+"""What the engine is asked to run: switches, ports, QoS and tables, in fabric units.
+
+The control plane (or a test) builds an EngineSpec; the engine writes it as
+JSON for its worker processes. Everything is validated here, before a
+single process or socket exists.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from emu.control.model import SwitchTables
+from emu.units import Dilation
+
+PEER_KINDS = ("host", "switch")
+
+
+class SpecError(ValueError):
+    """The engine was asked for something impossible; the message says what."""
+
+
+@dataclass(frozen=True)
+class EcnSpec:
+    """RED marking on one egress queue, in bytes of queue depth."""
+
+    kmin: int = 100_000
+    kmax: int = 400_000
+    pmax: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.kmin <= self.kmax:
+            raise SpecError(f"ECN needs 0 <= kmin <= kmax, got {self.kmin}, {self.kmax}")
+        if not 0 <= self.pmax <= 1:
+            raise SpecError(f"ECN pmax must be in [0, 1], got {self.pmax}")
+
+
+def _default_dscp() -> list[int]:
+    # DSCP 26 (AF31) carries RoCE in the lossless class 3; 48 (CS6) CNPs in 6;
+    # 56 (CS7) network control in 7; everything else best effort 0.
+    m = [0] * 64
+    m[26] = 3
+    m[24] = 3
+    m[48] = 6
+    m[56] = 7
+    return m
+
+
+@dataclass(frozen=True)
+class QosSpec:
+    dscp_to_tc: tuple[int, ...] = field(default_factory=lambda: tuple(_default_dscp()))
+    lossless: tuple[int, ...] = (3,)
+    pfc: bool = True
+    ecn: dict[int, EcnSpec] = field(default_factory=lambda: {3: EcnSpec(), 0: EcnSpec()})
+    buffer_per_port: int = 1 << 20
+    reserve: int = 1024
+    alpha_shift: int = 3
+    strict: tuple[int, ...] = (7, 6)
+    weights: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 1, 1)
+    host_nic_limit: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        if len(self.dscp_to_tc) != 64 or any(not 0 <= t < 8 for t in self.dscp_to_tc):
+            raise SpecError("dscp_to_tc needs 64 traffic classes in 0..7")
+        if any(not 0 <= t < 8 for t in self.lossless):
+            raise SpecError(f"lossless classes must be in 0..7, got {self.lossless}")
+        if self.buffer_per_port <= 0:
+            raise SpecError(f"buffer_per_port must be > 0, got {self.buffer_per_port}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ecn"] = {str(k): asdict(v) for k, v in self.ecn.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> QosSpec:
+        d = dict(d)
+        d["ecn"] = {int(k): EcnSpec(**v) for k, v in d.get("ecn", {}).items()}
+        for key in ("dscp_to_tc", "lossless", "strict", "weights"):
+            if key in d:
+                d[key] = tuple(d[key])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """One switch port and the directed link leaving it (fabric units)."""
+
+    index: int
+    ifname: str
+    mac: str
+    rate_bps: float
+    delay_s: float
+    peer_kind: str
+    peer_mac: str = ""
+    peer_switch: str = ""
+    peer_port: int = -1
+    ipv4: tuple[str, ...] = ()
+    ipv6: tuple[str, ...] = ()
+    headroom: int = 0
+
+    def __post_init__(self) -> None:
+        if self.peer_kind not in PEER_KINDS:
+            raise SpecError(f"{self.ifname}: peer_kind must be one of {PEER_KINDS}")
+        if not self.rate_bps > 0:
+            raise SpecError(f"{self.ifname}: rate must be > 0, got {self.rate_bps}")
+        if self.delay_s < 0:
+            raise SpecError(f"{self.ifname}: delay must be >= 0, got {self.delay_s}")
+        if self.peer_kind == "switch" and (not self.peer_switch or self.peer_port < 0):
+            raise SpecError(f"{self.ifname}: a switch peer needs peer_switch and peer_port")
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    name: str
+    ports: tuple[PortSpec, ...]
+    tables: SwitchTables = field(default_factory=SwitchTables)
+    qos: QosSpec = field(default_factory=QosSpec)
+    loopback4: str = ""
+    loopback6: str = ""
+    worker: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for i, p in enumerate(self.ports):
+            if p.index != i:
+                raise SpecError(f"{self.name}: port {p.ifname} has index {p.index}, expected {i}")
+        self.tables.validate()
+        for g in self.tables.groups:
+            for m in g.members:
+                if m.port >= len(self.ports):
+                    raise SpecError(f"{self.name}: group {g.id} uses port {m.port} it does not have")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    switches: tuple[SwitchSpec, ...]
+    dilation: float = 1000.0
+    run_dir: str = "/run/emu"
+    pcap_dir: str = ""
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        Dilation(self.dilation)
+        names = [s.name for s in self.switches]
+        if len(set(names)) != len(names):
+            raise SpecError("switch names must be unique")
+        by_name = {s.name: s for s in self.switches}
+        for s in self.switches:
+            if not 0 <= s.worker < self.workers:
+                raise SpecError(f"{s.name}: worker {s.worker} outside 0..{self.workers - 1}")
+            for p in s.ports:
+                if p.peer_kind == "switch":
+                    peer = by_name.get(p.peer_switch)
+                    if peer is None or p.peer_port >= len(peer.ports):
+                        raise SpecError(f"{s.name}/{p.ifname}: peer {p.peer_switch}:{p.peer_port} does not exist")
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "dilation": self.dilation,
+                "run_dir": self.run_dir,
+                "pcap_dir": self.pcap_dir,
+                "workers": self.workers,
+                "switches": [
+                    {
+                        "name": s.name,
+                        "worker": s.worker,
+                        "seed": s.seed,
+                        "loopback4": s.loopback4,
+                        "loopback6": s.loopback6,
+                        "ports": [asdict(p) for p in s.ports],
+                        "tables": s.tables.to_dict(),
+                        "qos": s.qos.to_dict(),
+                    }
+                    for s in self.switches
+                ],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> EngineSpec:
+        d = json.loads(text)
+        switches = tuple(
+            SwitchSpec(
+                name=s["name"],
+                worker=s["worker"],
+                seed=s["seed"],
+                loopback4=s["loopback4"],
+                loopback6=s["loopback6"],
+                ports=tuple(
+                    PortSpec(**{**p, "ipv4": tuple(p["ipv4"]), "ipv6": tuple(p["ipv6"])})
+                    for p in s["ports"]
+                ),
+                tables=SwitchTables.from_dict(s["tables"]),
+                qos=QosSpec.from_dict(s["qos"]),
+            )
+            for s in d["switches"]
+        )
+        return cls(
+            switches=switches,
+            dilation=d["dilation"],
+            run_dir=d["run_dir"],
+            pcap_dir=d["pcap_dir"],
+            workers=d["workers"],
+        )

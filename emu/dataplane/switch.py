@@ -1,0 +1,566 @@
+"""The native switch pipeline: parse, classify, route, SRv6, traffic manager, egress.
+
+One Switch object per fabric switch, driven by a loop (virtual in tests,
+wall clock in a worker). Frames come in through `ingress` (off a wire) or
+`from_host` (a kernel host's frame, which first crosses the model of the
+host NIC and its link). Frames leave through each port's Transmitter, whose
+`deliver` the worker wires to a peer switch or to a socket.
+
+Parsing works on the received bytes with fixed offsets; the frame is copied
+once into a bytearray when it is rewritten for forwarding. A malformed frame
+is dropped and counted on its ingress port; nothing here raises on input.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import zlib
+from functools import partial
+from typing import Any
+
+from emu import packet as pk
+from emu.dataplane.buffer import SharedBuffer
+from emu.dataplane.link import NQ, Transmitter
+from emu.dataplane.spec import SwitchSpec
+from emu.dataplane.tables import GroupState, Lpm
+
+CONTROL_TC = 7
+PFC_XOFF_QUANTA = 0xFFFF
+SOLICITED_NODE = int(ipaddress.IPv6Address("ff02::1:ff00:0"))
+IPV4 = pk.ETH_P_IPV4
+IPV6 = pk.ETH_P_IPV6
+
+
+def _csum_replace(hc: int, old: int, new: int) -> int:
+    """RFC 1624 incremental update of a 16-bit ones'-complement checksum."""
+    s = (~hc & 0xFFFF) + (~old & 0xFFFF) + new
+    s = (s & 0xFFFF) + (s >> 16)
+    s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+class Port:
+    """A switch port: its egress link, its addresses, and its counters."""
+
+    __slots__ = (
+        "index", "name", "mac", "peer_kind", "peer_mac", "tx", "nic", "ip4", "ip6",
+        "rx_packets", "rx_bytes", "drops", "drops_tc", "ecn_marked", "pfc_tx", "pfc_rx",
+        "send_raw", "up", "rate_bps", "delay",
+    )
+
+    def __init__(self, index: int, name: str, mac: bytes, peer_kind: str) -> None:
+        self.index = index
+        self.name = name
+        self.mac = mac
+        self.peer_kind = peer_kind
+        self.peer_mac = b""
+        self.tx: Transmitter = None  # type: ignore[assignment]
+        self.nic: Transmitter | None = None
+        self.ip4: dict[int, bytes] = {}
+        self.ip6: dict[int, bytes] = {}
+        self.rx_packets = 0
+        self.rx_bytes = 0
+        self.drops: dict[str, int] = {}
+        self.drops_tc = [0] * NQ
+        self.ecn_marked = 0
+        self.pfc_tx = 0
+        self.pfc_rx = 0
+        self.up = True
+        self.rate_bps = 0.0
+        self.delay = 0.0
+
+    def drop(self, reason: str, tc: int = -1) -> None:
+        self.drops[reason] = self.drops.get(reason, 0) + 1
+        if tc >= 0:
+            self.drops_tc[tc] += 1
+
+
+class Switch:
+    def __init__(self, spec: SwitchSpec, loop: Any, *, dilation: float) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.loop = loop
+        self.dilation = dilation
+        qos = spec.qos
+        self.dscp_tc = list(qos.dscp_to_tc)
+        self.lossless = [q in qos.lossless for q in range(NQ)]
+        self.pfc = qos.pfc
+        self.ecn: list[tuple[int, int, float] | None] = [None] * NQ
+        for tc, e in qos.ecn.items():
+            self.ecn[tc] = (e.kmin, e.kmax, e.pmax)
+        self.seed = spec.seed & 0xFFFFFFFF
+        self.rng = random.Random(spec.seed)
+        nports = len(spec.ports)
+        self.cpu = nports  # index of the switch's own (CPU) port in buffer accounting
+        self.ports: list[Port] = []
+        self.local4: dict[int, bytes] = {}
+        self.local6: dict[int, bytes] = {}
+        for ps in spec.ports:
+            p = Port(ps.index, ps.ifname, pk.mac_bytes(ps.mac), ps.peer_kind)
+            if ps.peer_mac:
+                p.peer_mac = pk.mac_bytes(ps.peer_mac)
+            p.rate_bps = ps.rate_bps / dilation
+            p.delay = ps.delay_s * dilation
+            for a in ps.ipv4:
+                ip = ipaddress.IPv4Interface(a).ip
+                p.ip4[int(ip)] = ip.packed
+            for a in ps.ipv6:
+                ip = ipaddress.IPv6Interface(a).ip
+                p.ip6[int(ip)] = ip.packed
+            self.local4.update(p.ip4)
+            self.local6.update(p.ip6)
+            p.tx = Transmitter(
+                loop,
+                name=f"{self.name}:{ps.ifname}",
+                rate_bps=p.rate_bps,
+                delay=p.delay,
+                deliver=_unwired,
+                on_dequeue=partial(self._dequeued, ps.index),
+                strict=qos.strict,
+                weights=qos.weights,
+            )
+            if ps.peer_kind == "host":
+                p.nic = Transmitter(
+                    loop,
+                    name=f"{self.name}:{ps.ifname}:host-nic",
+                    rate_bps=p.rate_bps,
+                    delay=p.delay,
+                    deliver=partial(self.ingress, ps.index),
+                    strict=qos.strict,
+                    weights=qos.weights,
+                    limit_bytes=qos.host_nic_limit,
+                )
+            self.ports.append(p)
+        self.loopback4 = ipaddress.IPv4Address(spec.loopback4).packed if spec.loopback4 else b""
+        self.loopback6 = ipaddress.IPv6Address(spec.loopback6).packed if spec.loopback6 else b""
+        if self.loopback4:
+            self.local4[int.from_bytes(self.loopback4, "big")] = self.loopback4
+        if self.loopback6:
+            self.local6[int.from_bytes(self.loopback6, "big")] = self.loopback6
+        headroom = [ps.headroom or self.default_headroom(ps.index) for ps in spec.ports] + [0]
+        self.mmu = SharedBuffer(
+            nports=nports + 1,
+            size=qos.buffer_per_port * max(1, nports),
+            headroom=headroom,
+            reserve=qos.reserve,
+            shift=qos.alpha_shift,
+        )
+        self.load_tables()
+
+    # -- tables ---------------------------------------------------------------
+
+    def load_tables(self) -> None:
+        t = self.spec.tables
+        self.groups = {g.id: GroupState(g) for g in t.groups}
+        self.lpm4 = Lpm(32)
+        self.lpm6 = Lpm(128)
+        for r in t.routes:
+            g = self.groups[r.group]
+            (self.lpm6 if ":" in r.prefix else self.lpm4).add(r.prefix, g)
+        self.sids: dict[int, tuple[str, GroupState | None]] = {
+            int(ipaddress.IPv6Address(s.sid)): (s.action, self.groups.get(s.group) if s.group is not None else None)
+            for s in t.my_sids
+        }
+        self.encap = Lpm(128)
+        for e in t.encaps:
+            segs = [ipaddress.IPv6Address(s).packed for s in e.segments]
+            self.encap.add(e.prefix, (ipaddress.IPv6Address(e.source).packed, segs))
+        self.has_encap = len(self.encap) > 0
+        for p in self.ports:
+            if not p.up:
+                for g in self.groups.values():
+                    g.set_port_state(p.index, False)
+
+    def default_headroom(self, port: int) -> int:
+        """What is in flight after XOFF: 2 x (rate x delay) + an MTU each way + a PFC frame."""
+        ps = self.spec.ports[port]
+        bdp = ps.rate_bps * ps.delay_s / 8
+        return int(2 * bdp + 2 * 1600 + 2 * 1600 + 84)
+
+    # -- ports ------------------------------------------------------------------
+
+    def set_port_up(self, port: int, up: bool) -> None:
+        p = self.ports[port]
+        p.up = up
+        p.tx.set_up(up)
+        if p.nic is not None:
+            p.nic.set_up(up)
+        for g in self.groups.values():
+            g.set_port_state(port, up)
+
+    def from_host(self, port: int, t: float, frame: bytes) -> None:
+        """A frame the host's kernel sent: it first crosses the host NIC and the link."""
+        p = self.ports[port]
+        nic = p.nic
+        if nic is None or not p.up:
+            p.drop("link_down")
+            return
+        tc = self.classify(frame)
+        if not nic.enqueue(t, tc, frame):
+            p.drop("host_nic_overflow", tc)
+
+    def classify(self, frame: bytes) -> int:
+        n = len(frame)
+        if n < 15:
+            return 0
+        et = frame[12] << 8 | frame[13]
+        l3 = 14
+        if et == pk.ETH_P_VLAN and n >= 19:
+            et = frame[16] << 8 | frame[17]
+            l3 = 18
+        if et == IPV4 and n > l3 + 1:
+            return self.dscp_tc[frame[l3 + 1] >> 2]
+        if et == IPV6 and n > l3 + 1:
+            return self.dscp_tc[((frame[l3] & 0x0F) << 2) | (frame[l3 + 1] >> 6)]
+        if et == pk.ETH_P_ARP:
+            return CONTROL_TC
+        return 0
+
+    # -- ingress pipeline -------------------------------------------------------------
+
+    def ingress(self, port: int, t: float, frame: bytes) -> None:
+        p = self.ports[port]
+        n = len(frame)
+        p.rx_packets += 1
+        p.rx_bytes += n
+        if not p.up:
+            p.drop("link_down")
+            return
+        if n < 14:
+            p.drop("malformed")
+            return
+        et = frame[12] << 8 | frame[13]
+        l3 = 14
+        if et == pk.ETH_P_VLAN:
+            if n < 18:
+                p.drop("malformed")
+                return
+            et = frame[16] << 8 | frame[17]
+            l3 = 18
+        if et == pk.ETH_P_MAC_CONTROL:
+            times = pk.parse_pfc(frame, l3)
+            if times is None:
+                p.drop("malformed")
+                return
+            p.pfc_rx += 1
+            p.tx.pause(t, times)
+            return
+        dst = frame[0:6]
+        if dst != p.mac and not frame[0] & 1:
+            p.drop("not_for_us")
+            return
+        if et == IPV4:
+            self._ipv4(p, t, frame, l3)
+        elif et == IPV6:
+            self._ipv6(p, t, frame, l3, 0)
+        elif et == pk.ETH_P_ARP:
+            self._arp(p, t, frame, l3)
+        else:
+            p.drop("unknown_ethertype")
+
+    def _arp(self, p: Port, t: float, frame: bytes, l3: int) -> None:
+        if len(frame) < l3 + 28:
+            p.drop("malformed")
+            return
+        op = frame[l3 + 6] << 8 | frame[l3 + 7]
+        target = frame[l3 + 24 : l3 + 28]
+        if op != 1 or int.from_bytes(target, "big") not in p.ip4:
+            return
+        reply = pk.arp_reply(p.mac, target, frame[l3 + 8 : l3 + 14], frame[l3 + 14 : l3 + 18])
+        self._enqueue(t, p.index, CONTROL_TC, reply, self.cpu)
+
+    def _flow_hash(self, frame: bytes, src_off: int, l4: int, proto: int, src_len: int) -> int:
+        h = zlib.crc32(frame[src_off : src_off + src_len], self.seed ^ proto)
+        if proto == 17 or proto == 6:
+            h = zlib.crc32(frame[l4 : l4 + 4], h)
+        return h
+
+    def _ipv4(self, p: Port, t: float, frame: bytes, l3: int) -> None:
+        n = len(frame)
+        if n < l3 + 20:
+            p.drop("malformed")
+            return
+        vihl = frame[l3]
+        ihl = (vihl & 0x0F) * 4
+        tot = frame[l3 + 2] << 8 | frame[l3 + 3]
+        if vihl >> 4 != 4 or ihl < 20 or tot < ihl or n < l3 + tot:
+            p.drop("malformed")
+            return
+        dst = int.from_bytes(frame[l3 + 16 : l3 + 20], "big")
+        if dst in self.local4:
+            self._local4(p, t, frame, l3, ihl, tot)
+            return
+        ttl = frame[l3 + 8]
+        if ttl <= 1:
+            p.drop("ttl_expired")
+            src = next(iter(p.ip4.values()), self.loopback4)
+            if src:
+                body = b"\x00" * 4 + bytes(frame[l3 : l3 + ihl + 8])
+                self._originate(t, pk.icmp4(src, frame[l3 + 12 : l3 + 16], 11, 0, body), False)
+            return
+        g = self.lpm4.lookup(dst)
+        if g is None:
+            p.drop("no_route")
+            return
+        proto = frame[l3 + 9]
+        hop = g.pick(0 if g.spray else self._flow_hash(frame, l3 + 12, l3 + ihl, proto, 8))
+        if hop is None:
+            p.drop("no_live_nexthop")
+            return
+        out_port, nh_mac = hop
+        out = bytearray(frame[: l3 + tot])
+        out[0:6] = nh_mac
+        out[6:12] = self.ports[out_port].mac
+        out[l3 + 8] = ttl - 1
+        c = (out[l3 + 10] << 8 | out[l3 + 11]) + 0x100
+        c = (c & 0xFFFF) + (c >> 16)
+        out[l3 + 10] = c >> 8
+        out[l3 + 11] = c & 0xFF
+        self._enqueue(t, out_port, self.dscp_tc[frame[l3 + 1] >> 2], out, p.index, l3, 4)
+
+    def _local4(self, p: Port, t: float, frame: bytes, l3: int, ihl: int, tot: int) -> None:
+        if frame[l3 + 9] == pk.IPPROTO_ICMP and tot >= ihl + 8 and frame[l3 + ihl] == 8:
+            body = bytes(frame[l3 + ihl + 4 : l3 + tot])
+            self._originate(t, pk.icmp4(frame[l3 + 16 : l3 + 20], frame[l3 + 12 : l3 + 16], 0, 0, body), False)
+        else:
+            p.drop("to_switch")
+
+    def _ipv6(self, p: Port, t: float, frame: bytes, l3: int, depth: int) -> None:
+        n = len(frame)
+        if n < l3 + 40 or frame[l3] >> 4 != 6:
+            p.drop("malformed")
+            return
+        plen = frame[l3 + 4] << 8 | frame[l3 + 5]
+        if n < l3 + 40 + plen:
+            p.drop("malformed")
+            return
+        dst = int.from_bytes(frame[l3 + 24 : l3 + 40], "big")
+        sid = self.sids.get(dst)
+        out: bytearray | None = None
+        via = None
+        if sid is not None:
+            r = self._srv6_sid(p, t, frame, l3, plen, sid, depth)
+            if r is None:
+                return
+            out, dst, via = r
+        elif dst in self.local6 or (dst >> 24) == (SOLICITED_NODE >> 24):
+            self._local6(p, t, frame, l3, plen, dst)
+            return
+        elif frame[0] & 1:
+            p.drop("multicast")
+            return
+        hlim = frame[l3 + 7]
+        if hlim <= 1:
+            p.drop("ttl_expired")
+            src = next(iter(p.ip6.values()), self.loopback6)
+            if src:
+                body = b"\x00" * 4 + bytes(frame[l3 : l3 + min(40 + plen, 1184)])
+                self._originate(t, pk.icmp6(src, frame[l3 + 8 : l3 + 24], 3, 0, body), True)
+            return
+        if out is None:
+            if self.has_encap:
+                pol = self.encap.lookup(dst)
+                if pol is not None:
+                    out, dst = self._h_encaps(frame, l3, plen, pol)
+            if out is None:
+                out = bytearray(frame[: l3 + 40 + plen])
+        g = via or self.lpm6.lookup(dst)
+        if g is None:
+            p.drop("no_route")
+            return
+        nh = frame[l3 + 6]
+        hop = g.pick(0 if g.spray else self._flow_hash(out, l3 + 8, l3 + 40, nh, 32))
+        if hop is None:
+            p.drop("no_live_nexthop")
+            return
+        out_port, nh_mac = hop
+        out[0:6] = nh_mac
+        out[6:12] = self.ports[out_port].mac
+        out[l3 + 7] -= 1
+        tc = self.dscp_tc[((out[l3] & 0x0F) << 2) | (out[l3 + 1] >> 6)]
+        self._enqueue(t, out_port, tc, out, p.index, l3, 6)
+
+    def _srv6_sid(
+        self, p: Port, t: float, frame: bytes, l3: int, plen: int, sid: tuple[str, GroupState | None], depth: int
+    ) -> tuple[bytearray, int, GroupState | None] | None:
+        """End / End.X update the SRH and go on; End.DT6 strips the outer header and looks up the inner."""
+        action, group = sid
+        nh = frame[l3 + 6]
+        srh = l3 + 40
+        if action == "End.DT6":
+            if nh == pk.IPPROTO_ROUTING:
+                if plen < 8 or frame[srh + 3] != 0:
+                    p.drop("srv6_dt6_segments_left")
+                    return None
+                inner_nh = frame[srh]
+                inner = srh + (frame[srh + 1] + 1) * 8
+            else:
+                inner_nh, inner = nh, srh
+            if inner_nh != pk.IPPROTO_IPV6 or depth > 2:
+                p.drop("srv6_no_inner_ipv6")
+                return None
+            decap = bytes(frame[0:12]) + b"\x86\xdd" + bytes(frame[inner : l3 + 40 + plen])
+            self._ipv6(p, t, decap, 14, depth + 1)
+            return None
+        if nh != pk.IPPROTO_ROUTING or plen < 8 or frame[srh + 2] != 4:
+            p.drop("srv6_no_srh")
+            return None
+        sl = frame[srh + 3]
+        if sl == 0 or frame[srh + 4] < sl - 1 or plen < 8 + 16 * (frame[srh + 4] + 1):
+            p.drop("srv6_segments_left")
+            return None
+        sl -= 1
+        out = bytearray(frame[: l3 + 40 + plen])
+        out[srh + 3] = sl
+        seg = out[srh + 8 + 16 * sl : srh + 24 + 16 * sl]
+        out[l3 + 24 : l3 + 40] = seg
+        return out, int.from_bytes(seg, "big"), group if action == "End.X" else None
+
+    def _h_encaps(self, frame: bytes, l3: int, plen: int, pol: tuple[bytes, list[bytes]]) -> tuple[bytearray, int]:
+        source, segs = pol
+        inner = bytes(frame[l3 : l3 + 40 + plen])
+        tc = ((frame[l3] & 0x0F) << 4) | (frame[l3 + 1] >> 4)
+        srh = pk.srh(segs, pk.IPPROTO_IPV6)
+        outer = pk.ipv6_header(source, segs[0], pk.IPPROTO_ROUTING, len(srh) + len(inner), hlim=64, tc=tc)
+        out = bytearray(frame[0:12]) + b"\x86\xdd" + outer + srh + inner
+        return out, int.from_bytes(segs[0], "big")
+
+    def _local6(self, p: Port, t: float, frame: bytes, l3: int, plen: int, dst: int) -> None:
+        if frame[l3 + 6] != pk.IPPROTO_ICMPV6 or plen < 8:
+            p.drop("to_switch")
+            return
+        icmp = l3 + 40
+        typ = frame[icmp]
+        src = frame[l3 + 8 : l3 + 24]
+        if typ == 135 and plen >= 24:  # neighbour solicitation
+            target = frame[icmp + 8 : icmp + 24]
+            if int.from_bytes(target, "big") in p.ip6:
+                self._enqueue(t, p.index, CONTROL_TC, pk.neighbor_advert(p.mac, target, frame[6:12], src), self.cpu)
+            return
+        if typ == 128 and dst in self.local6:  # echo request
+            body = bytes(frame[icmp + 4 : l3 + 40 + plen])
+            self._originate(t, pk.icmp6(frame[l3 + 24 : l3 + 40], src, 129, 0, body), True)
+            return
+        if typ not in (133, 134, 136, 143):
+            p.drop("to_switch")
+
+    def _originate(self, t: float, l3pkt: bytes, v6: bool) -> None:
+        """Route a packet the switch itself made (echo replies, ICMP errors)."""
+        dst = int.from_bytes(l3pkt[24:40] if v6 else l3pkt[16:20], "big")
+        g = (self.lpm6 if v6 else self.lpm4).lookup(dst)
+        hop = g.pick(dst) if g is not None else None
+        if hop is None:
+            return
+        out_port, nh_mac = hop
+        frame = bytearray(nh_mac + self.ports[out_port].mac + (b"\x86\xdd" if v6 else b"\x08\x00") + l3pkt)
+        self._enqueue(t, out_port, CONTROL_TC, frame, self.cpu)
+
+    # -- traffic manager ------------------------------------------------------------------
+
+    def _enqueue(self, t: float, out_port: int, tc: int, frame: Any, in_port: int, l3: int = 0, ipv: int = 0) -> None:
+        port = self.ports[out_port]
+        n = len(frame)
+        lossless = self.pfc and self.lossless[tc]
+        mmu = self.mmu
+        reason = mmu.admit(in_port, tc, out_port, n, lossless)
+        if reason is not None:
+            port.drop(reason, tc)
+            return
+        ecn = self.ecn[tc]
+        if ecn is not None and ipv:
+            q = port.tx.qbytes[tc]
+            kmin, kmax, pmax = ecn
+            if q > kmin and (q >= kmax or self.rng.random() < pmax * (q - kmin) / (kmax - kmin)):
+                if self._mark_ce(frame, l3, ipv):
+                    port.ecn_marked += 1
+        mmu.charge(in_port, tc, out_port, n, lossless)
+        if lossless and in_port != self.cpu and mmu.should_pause(in_port, tc):
+            mmu.xoff[in_port][tc] = True
+            self.send_pfc(t, in_port, {tc: PFC_XOFF_QUANTA})
+        port.tx.enqueue(t, tc, frame, in_port)
+
+    @staticmethod
+    def _mark_ce(frame: bytearray, l3: int, ipv: int) -> bool:
+        if ipv == 4:
+            tos = frame[l3 + 1]
+            if tos & 3 not in (1, 2):
+                return False
+            old = frame[l3] << 8 | tos
+            frame[l3 + 1] = tos | 3
+            c = _csum_replace(frame[l3 + 10] << 8 | frame[l3 + 11], old, old | 3)
+            frame[l3 + 10] = c >> 8
+            frame[l3 + 11] = c & 0xFF
+            return True
+        b = frame[l3 + 1]
+        if (b >> 4) & 3 not in (1, 2):
+            return False
+        frame[l3 + 1] = b | 0x30
+        return True
+
+    def _dequeued(self, out_port: int, t: float, tc: int, frame: Any, in_port: int) -> Any:
+        mmu = self.mmu
+        mmu.release(in_port, tc, out_port, len(frame))
+        if in_port != self.cpu and mmu.should_resume(in_port, tc):
+            mmu.xoff[in_port][tc] = False
+            self.send_pfc(t, in_port, {tc: 0})
+        return frame
+
+    def send_pfc(self, t: float, port: int, times: dict[int, int]) -> None:
+        """Send a real 802.1Qbb frame to the peer, ahead of the data queues."""
+        p = self.ports[port]
+        p.pfc_tx += 1
+        frame = pk.pfc_frame(p.mac, times)
+        arrive = t + (64 + 20) * p.tx.s_per_byte + p.delay
+        self.loop.at(arrive, p.tx.deliver, frame)
+        if p.nic is not None:
+            self.loop.at(arrive, self._host_paused, (port, times))
+        if any(times.values()):
+            self.loop.at(t + PFC_XOFF_QUANTA * 512 / p.rate_bps / 2, self._pfc_refresh, (port, list(times)))
+
+    def _host_paused(self, t: float, arg: tuple[int, dict[int, int]]) -> None:
+        port, times = arg
+        nic = self.ports[port].nic
+        if nic is not None:
+            nic.pause(t, times)
+
+    def _pfc_refresh(self, t: float, arg: tuple[int, list[int]]) -> None:
+        port, tcs = arg
+        still = {tc: PFC_XOFF_QUANTA for tc in tcs if self.mmu.xoff[port][tc]}
+        if still:
+            self.send_pfc(t, port, still)
+
+    # -- observability --------------------------------------------------------------------
+
+    def stats(self, t: float) -> dict[str, Any]:
+        ports = {}
+        for p in self.ports:
+            d: dict[str, Any] = {
+                "rx_packets": p.rx_packets,
+                "rx_bytes": p.rx_bytes,
+                "tx_packets": p.tx.tx_packets,
+                "tx_bytes": p.tx.tx_bytes,
+                "drops": dict(p.drops),
+                "drops_tc": list(p.drops_tc),
+                "ecn_marked": p.ecn_marked,
+                "pfc_tx": p.pfc_tx,
+                "pfc_rx": p.pfc_rx,
+                "paused_s": [x / self.dilation for x in p.tx.paused_seconds(t)],
+                "queue_hwm": list(p.tx.qhwm),
+                "queue_bytes": list(p.tx.qbytes),
+                "q_tx_packets": list(p.tx.q_tx_packets),
+                "up": p.up,
+            }
+            if p.nic is not None:
+                d["host_nic"] = {
+                    "tx_packets": p.nic.tx_packets,
+                    "tx_bytes": p.nic.tx_bytes,
+                    "paused_s": [x / self.dilation for x in p.nic.paused_seconds(t)],
+                    "queue_hwm": list(p.nic.qhwm),
+                }
+            ports[p.name] = d
+        return {"ports": ports, "buffer_used": self.mmu.used, "buffer_size": self.mmu.size}
+
+
+def _unwired(t: float, frame: Any) -> None:
+    raise RuntimeError("port delivery is not wired")

@@ -1,0 +1,109 @@
+"""Lookup structures for the hot path: LPM by prefix length, weighted next-hop groups."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from emu.control.model import Group, NextHop
+
+
+class Lpm:
+    """Longest-prefix match over integer addresses: one dict per prefix length, longest first."""
+
+    __slots__ = ("bits", "tables", "order")
+
+    def __init__(self, bits: int) -> None:
+        self.bits = bits
+        self.tables: dict[int, dict[int, Any]] = {}
+        self.order: list[tuple[int, dict[int, Any]]] = []
+
+    def add(self, prefix: str, value: Any) -> None:
+        net = ipaddress.ip_network(prefix, strict=False)
+        if net.max_prefixlen != self.bits:
+            raise ValueError(f"{prefix} is not an IPv{4 if self.bits == 32 else 6} prefix")
+        plen = net.prefixlen
+        shift = self.bits - plen
+        self.tables.setdefault(plen, {})[int(net.network_address) >> shift] = value
+        self.order = [(self.bits - p, self.tables[p]) for p in sorted(self.tables, reverse=True)]
+
+    def remove(self, prefix: str) -> None:
+        net = ipaddress.ip_network(prefix, strict=False)
+        t = self.tables.get(net.prefixlen)
+        if t is not None:
+            t.pop(int(net.network_address) >> (self.bits - net.prefixlen), None)
+
+    def lookup(self, addr: int) -> Any:
+        for shift, table in self.order:
+            v = table.get(addr >> shift)
+            if v is not None:
+                return v
+        return None
+
+    def __len__(self) -> int:
+        return sum(len(t) for t in self.tables.values())
+
+
+def smooth_wrr(weights: list[float], slots: int) -> list[int]:
+    """An interleaved schedule of member indices with shares proportional to weights."""
+    total = sum(weights)
+    current = [0.0] * len(weights)
+    out = []
+    for _ in range(slots):
+        for i, w in enumerate(weights):
+            current[i] += w
+        best = max(range(len(weights)), key=lambda i: current[i])
+        current[best] -= total
+        out.append(best)
+    return out
+
+
+class GroupState:
+    """A next-hop group as the hot path sees it: a slot table, rebuilt when members go down."""
+
+    __slots__ = ("id", "spray", "members", "slots", "n", "rr", "live")
+
+    SLOTS = 64
+
+    def __init__(self, group: Group, mac_of: Any = None) -> None:
+        self.id = group.id
+        self.spray = group.mode == "spray"
+        self.members: list[NextHop] = list(group.members)
+        self.live: list[bool] = [True] * len(self.members)
+        self.rr = 0
+        self.slots: list[tuple[int, bytes]] = []
+        self.n = 0
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        live = [m for m, ok in zip(self.members, self.live, strict=True) if ok]
+        if not live:
+            self.slots, self.n = [], 0
+            return
+        order = smooth_wrr([m.weight for m in live], self.SLOTS)
+        self.slots = [(live[i].port, bytes.fromhex(live[i].mac.replace(":", ""))) for i in order]
+        self.n = len(self.slots)
+
+    def set_port_state(self, port: int, up: bool) -> bool:
+        changed = False
+        for i, m in enumerate(self.members):
+            if m.port == port and self.live[i] != up:
+                self.live[i] = up
+                changed = True
+        if changed:
+            self.rebuild()
+        return changed
+
+    def set_weights(self, weights: dict[int, float]) -> None:
+        """New weights by port (weighted ECMP from available capacity)."""
+        self.members = [NextHop(m.port, m.mac, weights.get(m.port, m.weight)) for m in self.members]
+        self.rebuild()
+
+    def pick(self, flow_hash: int) -> tuple[int, bytes] | None:
+        n = self.n
+        if not n:
+            return None
+        if self.spray:
+            self.rr = r = (self.rr + 1) % n
+            return self.slots[r]
+        return self.slots[flow_hash % n]
