@@ -16,7 +16,6 @@ import heapq
 import itertools
 import os
 import select
-import struct
 import time
 from array import array
 from collections.abc import Callable
@@ -191,7 +190,3 @@ class WallLoop(Loop):
                 else:
                     handlers[fd]()
 
-
-def pcap_header(linktype: int = 1, snaplen: int = 65535) -> bytes:
-    """A nanosecond-resolution pcap file header."""
-    return struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, snaplen, linktype)

@@ -1,0 +1,153 @@
+"""The engine as its user sees it: start workers, talk to them, stop them.
+
+Each worker is a separate process (so the fabric uses every core) with its
+own log file and control socket under the run directory. A worker that dies
+is reported by name with the last lines of its log; stop() leaves no
+process, socket or directory behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from emu.dataplane.spec import EngineSpec
+from emu.dataplane.worker import control_path
+
+RUN_ROOT = "/run/emu"
+WORKER_MODULE = "emu.dataplane.worker"
+
+
+class EngineError(RuntimeError):
+    """The engine could not start or a worker died; the message says which and why."""
+
+
+def new_run_dir() -> str:
+    os.makedirs(RUN_ROOT, exist_ok=True)
+    path = os.path.join(RUN_ROOT, f"run-{os.getpid()}-{int(time.time() * 1000) % 10**8}")
+    os.makedirs(path)
+    return path
+
+
+class Engine:
+    def __init__(self, spec: EngineSpec) -> None:
+        self.spec = spec
+        self.run_dir = spec.run_dir
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[str] = []
+
+    def log_path(self, index: int) -> str:
+        return os.path.join(self.run_dir, f"worker-{index}.log")
+
+    def start(self, timeout: float = 20.0) -> None:
+        os.makedirs(self.run_dir, exist_ok=True)
+        if self.spec.pcap_dir:
+            os.makedirs(self.spec.pcap_dir, exist_ok=True)
+        spec_path = os.path.join(self.run_dir, "engine.json")
+        with open(spec_path, "w") as f:
+            f.write(self.spec.to_json())
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        try:
+            for i in range(self.spec.workers):
+                log = open(self.log_path(i), "w")  # noqa: SIM115 (the child owns it)
+                self.logs.append(self.log_path(i))
+                self.procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", WORKER_MODULE, spec_path, str(i)],
+                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        env=env, start_new_session=True,
+                    )
+                )
+                log.close()
+            deadline = time.monotonic() + timeout
+            for i in range(self.spec.workers):
+                while True:
+                    self._check_alive(i)
+                    try:
+                        if self.request(i, {"cmd": "ping"}, timeout=1.0).get("ok"):
+                            break
+                    except OSError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s; log: {self.log_path(i)}")
+                    time.sleep(0.02)
+        except BaseException:
+            self.stop(keep_logs=True)
+            raise
+
+    def _tail(self, i: int, lines: int = 6) -> str:
+        try:
+            with open(self.log_path(i)) as f:
+                return "".join(f.readlines()[-lines:]).strip()
+        except OSError:
+            return "(no log)"
+
+    def _check_alive(self, i: int) -> None:
+        rc = self.procs[i].poll()
+        if rc is not None:
+            raise EngineError(
+                f"engine worker {i} exited with code {rc}: {self._tail(i)}\n(full log: {self.log_path(i)})"
+            )
+
+    def check(self) -> None:
+        """Raise if any worker has died, naming it and its last error."""
+        for i in range(len(self.procs)):
+            self._check_alive(i)
+
+    def request(self, index: int, msg: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(control_path(self.run_dir, index))
+            s.sendall(json.dumps(msg).encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        return json.loads(data)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of every switch, and each worker's fidelity, in one dict."""
+        self.check()
+        out: dict[str, Any] = {"dilation": self.spec.dilation, "switches": {}, "workers": []}
+        for i in range(len(self.procs)):
+            r = self.request(i, {"cmd": "stats"})
+            out["switches"].update(r["switches"])
+            out["workers"].append({"worker": i, "fidelity": r["fidelity"], "uptime_s": r["uptime_s"]})
+        return out
+
+    def worker_of(self, switch: str) -> int:
+        for s in self.spec.switches:
+            if s.name == switch:
+                return s.worker
+        raise EngineError(f"no switch named {switch!r}")
+
+    def set_port(self, switch: str, port: str, up: bool) -> None:
+        r = self.request(self.worker_of(switch), {"cmd": "port", "switch": switch, "port": port, "up": up})
+        if not r.get("ok"):
+            raise EngineError(r.get("error", "port change refused"))
+
+    def stop(self, keep_logs: bool = False) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.procs = []
+        if not keep_logs:
+            shutil.rmtree(self.run_dir, ignore_errors=True)

@@ -1,0 +1,217 @@
+"""One engine worker: a process running the event loop for its share of the switches.
+
+Started by emu.dataplane.engine as `python -m emu.dataplane.worker SPEC INDEX`.
+It opens an AF_PACKET socket on the root-namespace end of every veth it
+must carry (host links, and switch links whose far end another worker owns),
+answers JSON requests on a unix control socket, and exits on SIGTERM or a
+`stop` request. Anything fatal is printed with its traceback to the log the
+engine named, so the engine can report it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from emu.dataplane.fabric import build_switches
+from emu.dataplane.loop import WallLoop
+from emu.dataplane.pcap import PcapWriter
+from emu.dataplane.spec import EngineSpec, PortSpec
+from emu.dataplane.switch import Switch
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23
+RX_BURST = 256
+
+
+def control_path(run_dir: str, index: int) -> str:
+    return os.path.join(run_dir, f"worker-{index}.sock")
+
+
+class Worker:
+    def __init__(self, spec: EngineSpec, index: int) -> None:
+        self.spec = spec
+        self.index = index
+        self.loop = WallLoop()
+        self.sockets: list[socket.socket] = []
+        self.pcaps: list[PcapWriter] = []
+        self.t0 = time.monotonic()
+        self.switches = build_switches(spec, self.loop, index, self._external)
+        self.control = self._open_control()
+
+    # -- data sockets ----------------------------------------------------------------
+
+    def _open_packet_socket(self, ifname: str) -> socket.socket:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        try:
+            s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            s.setsockopt(socket.SOL_SOCKET, 33, 4 << 20)  # SO_RCVBUFFORCE
+            s.setsockopt(socket.SOL_SOCKET, 32, 4 << 20)  # SO_SNDBUFFORCE
+            s.bind((ifname, ETH_P_ALL))
+        except OSError as exc:
+            s.close()
+            raise OSError(exc.errno, f"cannot open a packet socket on {ifname}: {exc.strerror}") from None
+        s.setblocking(False)
+        self.sockets.append(s)
+        return s
+
+    def _pcap(self, sw: Switch, ps: PortSpec) -> PcapWriter | None:
+        if not self.spec.pcap_dir:
+            return None
+        w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{sw.name}-{ps.ifname}.pcap"), self.t0, self.spec.dilation)
+        self.pcaps.append(w)
+        return w
+
+    def _external(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
+        sock = self._open_packet_socket(ps.ifname)
+        port = sw.ports[ps.index]
+        send = sock.send
+        pcap = self._pcap(sw, ps)
+        from_host = ps.peer_kind == "host"
+        entry = sw.from_host if from_host else sw.ingress
+        idx = ps.index
+        monotonic = time.monotonic
+        recv = sock.recv
+
+        def on_readable() -> None:
+            now = monotonic()
+            for _ in range(RX_BURST):
+                try:
+                    frame = recv(65535)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    port.drop("rx_error")
+                    return
+                if pcap is not None:
+                    pcap.write(now, frame)
+                entry(idx, now, frame)
+
+        self.loop.add_reader(sock.fileno(), on_readable)
+
+        def deliver(t: float, frame: Any) -> None:
+            try:
+                send(frame)
+            except OSError:
+                port.drop("tx_error")
+                return
+            if pcap is not None:
+                pcap.write(t, frame)
+
+        return deliver
+
+    # -- control socket ---------------------------------------------------------------
+
+    def _open_control(self) -> socket.socket:
+        path = control_path(self.spec.run_dir, self.index)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(path)
+        s.listen(8)
+        s.setblocking(False)
+        self.loop.add_reader(s.fileno(), self._on_control)
+        return s
+
+    def _on_control(self) -> None:
+        try:
+            conn, _ = self.control.accept()
+        except BlockingIOError:
+            return
+        with conn:
+            conn.settimeout(2.0)
+            try:
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                reply = self.handle(json.loads(data or b"{}"))
+            except Exception as exc:  # a bad request must not take the worker down
+                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            try:
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            except OSError:
+                pass
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        cmd = req.get("cmd")
+        now = time.monotonic()
+        if cmd == "ping":
+            return {"ok": True, "worker": self.index, "switches": sorted(self.switches)}
+        if cmd == "stats":
+            return {
+                "ok": True,
+                "worker": self.index,
+                "dilation": self.spec.dilation,
+                "uptime_s": now - self.t0,
+                "fidelity": self.loop.lateness.summary(),
+                "switches": {n: sw.stats(now) for n, sw in self.switches.items()},
+            }
+        if cmd == "port":
+            sw = self.switches[req["switch"]]
+            idx = next((p.index for p in sw.ports if p.name == req["port"]), None)
+            if idx is None:
+                return {"ok": False, "error": f"{sw.name} has no port {req['port']}"}
+            sw.set_port_up(idx, bool(req["up"]))
+            return {"ok": True}
+        if cmd == "stop":
+            self.loop.running = False
+            return {"ok": True}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    def close(self) -> None:
+        for s in self.sockets:
+            s.close()
+        for p in self.pcaps:
+            p.close()
+        self.control.close()
+        try:
+            os.unlink(control_path(self.spec.run_dir, self.index))
+        except FileNotFoundError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m emu.dataplane.worker SPEC.json INDEX", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        spec = EngineSpec.from_json(f.read())
+    index = int(argv[1])
+    try:
+        worker = Worker(spec, index)
+    except Exception:
+        traceback.print_exc()
+        return 1
+
+    def stop(*_: Any) -> None:
+        worker.loop.running = False
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(f"worker {index} ready: {', '.join(sorted(worker.switches))}", flush=True)
+    try:
+        worker.loop.run_forever()
+    except Exception:
+        traceback.print_exc()
+        return 1
+    finally:
+        worker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
