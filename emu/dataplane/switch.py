@@ -265,10 +265,22 @@ class Switch:
             return
         op = frame[l3 + 6] << 8 | frame[l3 + 7]
         target = frame[l3 + 24 : l3 + 28]
-        if op != 1 or int.from_bytes(target, "big") not in p.ip4:
+        if op != 1 or not self._answers_for(p, int.from_bytes(target, "big"), p.ip4, self.lpm4):
             return
         reply = pk.arp_reply(p.mac, target, frame[l3 + 8 : l3 + 14], frame[l3 + 14 : l3 + 18])
         self._enqueue(t, p.index, CONTROL_TC, reply, self.cpu)
+
+    @staticmethod
+    def _answers_for(p: Port, target: int, own: dict[int, bytes], lpm: Lpm) -> bool:
+        """Our own address, or (proxy ARP / NDP) one routed out of another port.
+
+        Hosts on one leaf share a subnet but the fabric is routed: the leaf
+        answers for a neighbour so that their traffic crosses it too.
+        """
+        if target in own:
+            return True
+        g = lpm.lookup(target)
+        return g is not None and g.n > 0 and all(port != p.index for port, _ in g.slots)
 
     def _flow_hash(self, frame: bytes, src_off: int, l4: int, proto: int, src_len: int) -> int:
         h = zlib.crc32(frame[src_off : src_off + src_len], self.seed ^ proto)
@@ -435,7 +447,7 @@ class Switch:
         src = frame[l3 + 8 : l3 + 24]
         if typ == 135 and plen >= 24:  # neighbour solicitation
             target = frame[icmp + 8 : icmp + 24]
-            if int.from_bytes(target, "big") in p.ip6:
+            if self._answers_for(p, int.from_bytes(target, "big"), p.ip6, self.lpm6):
                 self._enqueue(t, p.index, CONTROL_TC, pk.neighbor_advert(p.mac, target, frame[6:12], src), self.cpu)
             return
         if typ == 128 and dst in self.local6:  # echo request

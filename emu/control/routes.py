@@ -1,0 +1,94 @@
+"""Routes and next-hop groups computed from the fabric graph.
+
+Every destination (a host address, or a switch's loopback) is attached to
+one switch. For each other switch, the next hops toward it are the
+neighbours one hop closer on a shortest path: equal-cost multipath, with
+each member weighted by its link's capacity (the eBGP link-bandwidth idea,
+so unequal parallel paths share traffic by capacity). Identical member sets
+share one group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from emu.control.model import Group, NextHop, Route, SwitchTables
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A destination prefix reachable through `port` of `switch` (port -1: the switch itself)."""
+
+    prefix: str
+    switch: str
+    port: int = -1
+    mac: str = ""
+
+
+@dataclass
+class FabricGraph:
+    """Switches and the switch-to-switch links between them, with port numbers and rates."""
+
+    graph: nx.MultiGraph = field(default_factory=nx.MultiGraph)
+
+    def add_switch(self, name: str) -> None:
+        self.graph.add_node(name)
+
+    def add_link(self, a: str, a_port: int, a_mac: str, b: str, b_port: int, b_mac: str, rate_bps: float) -> None:
+        self.graph.add_edge(a, b, ports={a: (a_port, a_mac), b: (b_port, b_mac)}, rate=rate_bps, up=True)
+
+    def set_link_up(self, a: str, a_port: int, up: bool) -> bool:
+        for u, v, d in self.graph.edges(a, data=True):
+            if d["ports"][u if u == a else v][0] == a_port:
+                d["up"] = up
+                return True
+        return False
+
+    def live(self) -> nx.MultiGraph:
+        g = nx.MultiGraph()
+        g.add_nodes_from(self.graph.nodes)
+        g.add_edges_from((u, v, d) for u, v, d in self.graph.edges(data=True) if d["up"])
+        return g
+
+
+def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray: bool = False) -> dict[str, SwitchTables]:
+    g = fabric.live()
+    tables = {n: SwitchTables() for n in g.nodes}
+    group_ids: dict[str, dict[tuple, int]] = {n: {} for n in g.nodes}
+    mode = "spray" if spray else "hash"
+
+    def group_for(sw: str, members: tuple[NextHop, ...], gmode: str) -> int:
+        key = (gmode, members)
+        ids = group_ids[sw]
+        if key not in ids:
+            ids[key] = len(ids)
+            tables[sw].groups.append(Group(id=ids[key], members=members, mode=gmode))
+        return ids[key]
+
+    by_switch: dict[str, list[Attachment]] = {}
+    for a in attachments:
+        by_switch.setdefault(a.switch, []).append(a)
+    for target, atts in by_switch.items():
+        if target not in g:
+            continue
+        dist = nx.single_source_shortest_path_length(g, target)
+        for sw, d in dist.items():
+            if sw == target:
+                for a in atts:
+                    if a.port >= 0:
+                        gid = group_for(sw, (NextHop(a.port, a.mac),), "hash")
+                        tables[sw].routes.append(Route(a.prefix, gid))
+                continue
+            members = []
+            for _, nbr, data in g.edges(sw, data=True):
+                if dist.get(nbr) == d - 1:
+                    port, _ = data["ports"][sw]
+                    _, peer_mac = data["ports"][nbr]
+                    members.append(NextHop(port, peer_mac, data["rate"] / 1e9))
+            members.sort(key=lambda m: m.port)
+            gid = group_for(sw, tuple(members), mode)
+            for a in atts:
+                tables[sw].routes.append(Route(a.prefix, gid))
+    return tables

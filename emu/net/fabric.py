@@ -1,0 +1,97 @@
+"""FabricNet: Mininet with the native engine as the switches' data plane."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from mininet.net import Mininet
+
+from emu.dataplane.engine import Engine
+from emu.net.link import FabricLink
+from emu.net.switch import FabricSwitch, RunSettings, default_settings
+
+
+@dataclass(frozen=True)
+class PingResult:
+    sent: int
+    received: int
+    failed: tuple[tuple[str, str], ...]
+
+    @property
+    def loss(self) -> float:
+        return 0.0 if not self.sent else 100.0 * (self.sent - self.received) / self.sent
+
+
+class FabricNet(Mininet):
+    def __init__(self, topo: Any = None, *, settings: RunSettings | None = None, **kw: Any) -> None:
+        kw.setdefault("switch", FabricSwitch)
+        kw.setdefault("link", FabricLink)
+        kw.setdefault("controller", None)
+        self.settings = settings or default_settings()
+        super().__init__(topo=topo, **kw)
+
+    def start(self) -> None:
+        if not self.built:
+            self.build()
+        for sw in self.switches:
+            sw.settings = self.settings
+        super().start()
+
+    @property
+    def engine(self) -> Engine:
+        for sw in self.switches:
+            if getattr(sw, "engine", None) is not None:
+                return sw.engine
+        raise RuntimeError("the fabric is not started")
+
+    def host_addresses(self, family: int = 4) -> dict[str, list[str]]:
+        """Every address of every host (one per plane interface), read from the hosts."""
+        out = {}
+        for h in self.hosts:
+            if family == 4:
+                text = h.cmd("ip -4 -o addr show scope global")
+                out[h.name] = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", text)
+            else:
+                text = h.cmd("ip -6 -o addr show scope global")
+                out[h.name] = re.findall(r"inet6 ([0-9a-f:]+)/", text)
+        return out
+
+    def pingall_planes(self, family: int = 4, timeout: int = 2) -> PingResult:
+        """Ping every address of every other host from every host, all planes, in parallel per host."""
+        addrs = self.host_addresses(family)
+        flag = "-6" if family == 6 else "-4"
+        jobs = {}
+        for h in self.hosts:
+            targets = [a for other, lst in addrs.items() if other != h.name for a in lst]
+            script = " ".join(
+                f"(ping {flag} -c1 -W{timeout} {a} >/dev/null 2>&1 && echo OK {a} || echo FAIL {a}) &" for a in targets
+            )
+            h.sendCmd(f"{script} wait")
+            jobs[h] = len(targets)
+        sent = received = 0
+        failed = []
+        for h, n in jobs.items():
+            text = h.waitOutput()
+            ok = re.findall(r"^OK (\S+)", text, re.M)
+            bad = re.findall(r"^FAIL (\S+)", text, re.M)
+            sent += n
+            received += len(ok)
+            failed += [(h.name, a) for a in bad]
+        return PingResult(sent, received, tuple(failed))
+
+    def fail(self, a: str, b: str) -> None:
+        self._set_link(a, b, up=False)
+
+    def restore(self, a: str, b: str) -> None:
+        self._set_link(a, b, up=True)
+
+    def _set_link(self, a: str, b: str, *, up: bool) -> None:
+        links = self.linksBetween(self.get(a), self.get(b))
+        if not links:
+            raise ValueError(f"no link between {a} and {b}")
+        for link in links:
+            for intf in (link.intf1, link.intf2):
+                if isinstance(intf.node, FabricSwitch):
+                    self.engine.set_port(intf.node.name, intf.name, up)

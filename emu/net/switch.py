@@ -1,0 +1,208 @@
+"""FabricSwitch: a Mininet switch whose data plane is the native engine.
+
+Mininet makes the node and its veth ends in the root namespace. When the
+network starts, `batchStartup` sees every FabricSwitch at once: it reads the
+wiring back from Mininet's links, computes routes, configures the hosts'
+plane addresses and routes, and starts one engine for the whole fabric. This
+works under FabricNet, a plain Mininet() and `mn --custom`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mininet.node import Switch
+
+from emu.control.routes import Attachment, FabricGraph, compute_tables
+from emu.dataplane.engine import Engine, new_run_dir
+from emu.dataplane.spec import EngineSpec, PortSpec, QosSpec, SwitchSpec
+from emu.net.link import FabricLink, LinkParams
+from emu.net.netns import ip_batch, offload_off, run
+from emu.units import Dilation, UnitError
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How the engine runs a fabric; the same for every switch of it."""
+
+    dilation: float = 1000.0
+    pfc: bool = True
+    spray: bool = False
+    workers: int = 0  # 0: one per core, at most one per shard
+    pcap_dir: str = ""
+    buffer_per_port: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        try:
+            Dilation(self.dilation)
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0, got {self.workers}")
+
+
+def default_settings() -> RunSettings:
+    return RunSettings(dilation=float(os.environ.get("EMU_DILATION", "1000")))
+
+
+class FabricSwitch(Switch):
+    """A switch of the emulated fabric. `shard` groups switches onto one engine worker (FPF: the plane)."""
+
+    settings: RunSettings = default_settings()
+
+    def __init__(self, name: str, shard: int | None = None, loopback4: str = "", loopback6: str = "", **params: Any):
+        params.pop("batch", None)
+        params["inNamespace"] = False
+        super().__init__(name, **params)
+        self.shard = shard
+        self.loopback4 = loopback4
+        self.loopback6 = loopback6
+        self.engine: Engine | None = None
+
+    def start(self, controllers: list) -> None:  # the engine starts in batchStartup
+        pass
+
+    def stop(self, deleteIntfs: bool = True) -> None:
+        super().stop(deleteIntfs)
+
+    def connected(self) -> bool:
+        return self.engine is not None
+
+    @classmethod
+    def batchStartup(cls, switches: tuple[FabricSwitch, ...], settings: RunSettings | None = None) -> tuple:
+        settings = settings or cls.settings
+        spec = build_spec(switches, settings)
+        engine = Engine(spec)
+        engine.start()
+        for sw in switches:
+            sw.engine = engine
+        return switches
+
+    @classmethod
+    def batchShutdown(cls, switches: tuple[FabricSwitch, ...]) -> tuple:
+        engines = {id(sw.engine): sw.engine for sw in switches if sw.engine is not None}
+        for e in engines.values():
+            e.stop()
+        for sw in switches:
+            sw.engine = None
+        return ()
+
+
+def _ports(sw: FabricSwitch) -> list:
+    return [sw.intfs[k] for k in sorted(sw.intfs) if sw.intfs[k].name != "lo" and sw.intfs[k].link is not None]
+
+
+def _other(intf):
+    link = intf.link
+    return link.intf2 if link.intf1 is intf else link.intf1
+
+
+def _params(intf) -> LinkParams:
+    link = intf.link
+    return link.fabric if isinstance(link, FabricLink) else LinkParams()
+
+
+def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> EngineSpec:
+    """Read Mininet's wiring, compute tables, configure hosts, and describe the engine's job."""
+    names = {sw.name for sw in switches}
+    index: dict[tuple[str, str], int] = {}
+    for sw in switches:
+        for i, intf in enumerate(_ports(sw)):
+            index[(sw.name, intf.name)] = i
+    graph = FabricGraph()
+    attachments: list[Attachment] = []
+    host_cmds: dict[Any, list[str]] = {}
+    root_ifs: list[str] = []
+    port_specs: dict[str, list[PortSpec]] = {}
+    for sw in switches:
+        graph.add_switch(sw.name)
+        if sw.loopback4:
+            attachments.append(Attachment(f"{sw.loopback4}/32", sw.name))
+        if sw.loopback6:
+            attachments.append(Attachment(f"{sw.loopback6}/128", sw.name))
+        specs = []
+        for i, intf in enumerate(_ports(sw)):
+            peer = _other(intf)
+            lp = _params(intf)
+            root_ifs.append(intf.name)
+            mac = intf.mac or intf.MAC()
+            if peer.node.name in names:
+                j = index[(peer.node.name, peer.name)]
+                specs.append(PortSpec(index=i, ifname=intf.name, mac=mac, rate_bps=lp.rate_bps, delay_s=lp.delay_s,
+                                      peer_kind="switch", peer_switch=peer.node.name, peer_port=j,
+                                      headroom=lp.headroom))
+                if sw.name < peer.node.name:
+                    graph.add_link(sw.name, i, mac, peer.node.name, j, peer.mac or peer.MAC(), lp.rate_bps)
+                continue
+            host_mac = peer.mac or peer.MAC()
+            ip4 = lp.host_ip4 or (f"{peer.IP()}/{peer.prefixLen}" if peer.IP() else "")
+            specs.append(PortSpec(index=i, ifname=intf.name, mac=mac, rate_bps=lp.rate_bps, delay_s=lp.delay_s,
+                                  peer_kind="host", peer_mac=host_mac,
+                                  ipv4=(lp.gw4,) if lp.gw4 else (), ipv6=(lp.gw6,) if lp.gw6 else (),
+                                  headroom=lp.headroom))
+            if ip4:
+                attachments.append(Attachment(ip4.split("/")[0] + "/32", sw.name, i, host_mac))
+            if lp.host_ip6:
+                attachments.append(Attachment(lp.host_ip6.split("/")[0] + "/128", sw.name, i, host_mac))
+            host_cmds.setdefault(peer.node, []).extend(_host_config(peer.name, ip4, lp))
+        port_specs[sw.name] = specs
+    tables = compute_tables(graph, attachments, spray=settings.spray)
+    shards = sorted({sw.shard if sw.shard is not None else 0 for sw in switches})
+    workers = settings.workers or min(os.cpu_count() or 1, len(shards))
+    workers = min(workers, len(shards)) if settings.workers == 0 else workers
+    qos = replace(QosSpec(), pfc=settings.pfc, buffer_per_port=settings.buffer_per_port)
+    spec = EngineSpec(
+        switches=tuple(
+            SwitchSpec(
+                name=sw.name,
+                ports=tuple(port_specs[sw.name]),
+                tables=tables[sw.name],
+                qos=qos,
+                loopback4=sw.loopback4,
+                loopback6=sw.loopback6,
+                worker=shards.index(sw.shard if sw.shard is not None else 0) % workers,
+                seed=n,
+            )
+            for n, sw in enumerate(switches)
+        ),
+        dilation=settings.dilation,
+        run_dir=new_run_dir(),
+        pcap_dir=settings.pcap_dir,
+        workers=workers,
+    )
+    _configure_root_side(root_ifs)
+    for host, cmds in host_cmds.items():
+        pre = ["sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 "
+               "net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.all.disable_ipv6=0"]
+        host.cmd("; ".join(pre + cmds))
+    return spec
+
+
+def _host_config(ifname: str, ip4: str, lp: LinkParams) -> list[str]:
+    cmds = [f"ethtool -K {ifname} tx off tso off gso off gro off >/dev/null 2>&1",
+            f"sysctl -qw net.ipv6.conf.{ifname}.accept_dad=0 net.ipv6.conf.{ifname}.accept_ra=0",
+            f"ip link set {ifname} up"]
+    if lp.host_ip4:
+        cmds.append(f"ip addr replace {lp.host_ip4} dev {ifname}")
+    if lp.host_ip6:
+        cmds.append(f"ip -6 addr replace {lp.host_ip6} dev {ifname} nodad")
+    if lp.gw4:
+        gw = lp.gw4.split("/")[0]
+        for r in lp.host_routes4:
+            cmds.append(f"ip route replace {r} via {gw} dev {ifname}")
+    if lp.gw6:
+        gw = lp.gw6.split("/")[0]
+        for r in lp.host_routes6:
+            cmds.append(f"ip -6 route replace {r} via {gw} dev {ifname}")
+    return cmds
+
+
+def _configure_root_side(ifnames: list[str]) -> None:
+    """The engine's ends: up, jumbo (room for SRv6 encapsulation), no IPv6 chatter, no offloads."""
+    ip_batch([f"link set {n} up mtu 9500" for n in ifnames])
+    if ifnames:
+        run(["sysctl", "-qw", *[f"net.ipv6.conf.{n}.disable_ipv6=1" for n in ifnames]], check=False)
+    for n in ifnames:
+        offload_off(n)
