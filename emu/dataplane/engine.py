@@ -53,7 +53,8 @@ class Engine:
         spec_path = os.path.join(self.run_dir, "engine.json")
         with open(spec_path, "w") as f:
             f.write(self.spec.to_json())
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The workers import exactly what this process can (mn --custom runs outside the venv).
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         try:
             for i in range(self.spec.workers):
                 log = open(self.log_path(i), "w")  # noqa: SIM115 (the child owns it)
@@ -118,7 +119,7 @@ class Engine:
         """Counters of every switch, and each worker's fidelity, in one dict."""
         self.check()
         out: dict[str, Any] = {"dilation": self.spec.dilation, "switches": {}, "workers": []}
-        for i in range(len(self.procs)):
+        for i in range(self.spec.workers):
             r = self.request(i, {"cmd": "stats"})
             out["switches"].update(r["switches"])
             out["workers"].append({"worker": i, "fidelity": r["fidelity"], "uptime_s": r["uptime_s"]})

@@ -18,6 +18,7 @@ from mininet.node import Switch
 from emu.control.routes import Attachment, FabricGraph, compute_tables
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.dataplane.spec import EngineSpec, PortSpec, QosSpec, SwitchSpec
+from emu.net.cleanup import record
 from emu.net.link import FabricLink, LinkParams
 from emu.net.netns import ip_batch, offload_off, run
 from emu.units import Dilation, UnitError
@@ -74,6 +75,12 @@ class FabricSwitch(Switch):
     def batchStartup(cls, switches: tuple[FabricSwitch, ...], settings: RunSettings | None = None) -> tuple:
         settings = settings or cls.settings
         spec = build_spec(switches, settings)
+        nodes = {id(n): n for sw in switches for n in (sw, *(_other(i).node for i in _ports(sw)))}
+        record(
+            spec.run_dir,
+            interfaces=[i.name for sw in switches for i in _ports(sw)],
+            pids=[n.pid for n in nodes.values() if getattr(n, "pid", None)],
+        )
         engine = Engine(spec)
         engine.start()
         for sw in switches:

@@ -50,10 +50,11 @@ class FPFParams:
             raise TopologyError(f"fpf: spines must be in 0..64, got {self.spines}")
         if self.leaves > 200:
             raise TopologyError(f"fpf: at most 200 leaves per plane, got {self.leaves}")
-        ports = self.gpus_per_leaf + (self.spines if self.leaves > 1 else 0)
+        uplinks = self.spines if self.leaves > 1 else 0
+        ports = self.gpus_per_leaf + uplinks
         if ports > self.radix:
             raise TopologyError(
-                f"fpf: a leaf needs {ports} ports ({self.gpus_per_leaf} GPUs + {self.spines} spines) "
+                f"fpf: a leaf needs {ports} ports ({self.gpus_per_leaf} GPUs + {uplinks} spines) "
                 f"but has radix {self.radix}"
             )
         if self.leaves > self.radix:

@@ -1,0 +1,62 @@
+"""`emu doctor`: what this machine offers, probed for real rather than guessed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+
+
+def _try(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _netem() -> bool:
+    """Add a netem qdisc on a throwaway dummy device; only that answers whether the kernel has it."""
+    dev = f"emuq{uuid.uuid4().hex[:8]}"
+    if not _try(["ip", "link", "add", dev, "type", "dummy"]):
+        return False
+    try:
+        return _try(["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"])
+    finally:
+        _try(["ip", "link", "del", dev])
+
+
+def _veth() -> bool:
+    a = f"emud{uuid.uuid4().hex[:8]}"
+    ok = _try(["ip", "link", "add", a, "type", "veth", "peer", "name", a + "p"])
+    if ok:
+        _try(["ip", "link", "del", a])
+    return ok
+
+
+def _netns() -> bool:
+    ns = f"emu-doctor-{uuid.uuid4().hex[:6]}"
+    ok = _try(["ip", "netns", "add", ns])
+    if ok:
+        _try(["ip", "netns", "del", ns])
+    return ok
+
+
+def doctor() -> dict[str, bool]:
+    root = os.geteuid() == 0
+    try:
+        import mininet.net  # noqa: F401
+
+        mininet = shutil.which("mnexec") is not None
+    except ImportError:
+        mininet = False
+    return {
+        "root": root,
+        "netns": root and _netns(),
+        "veth": root and _veth(),
+        "netem": root and _netem(),
+        "mininet": mininet,
+        "bmv2": shutil.which("simple_switch") is not None,
+        "p4c": shutil.which("p4c-bm2-ss") is not None or shutil.which("p4c") is not None,
+        "tshark": shutil.which("tshark") is not None,
+    }

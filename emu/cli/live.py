@@ -1,0 +1,30 @@
+"""Reach a fabric that another process is running, through its workers' control sockets."""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+from emu.dataplane.engine import RUN_ROOT, Engine
+from emu.dataplane.spec import EngineSpec
+
+
+def running_engines() -> list[Engine]:
+    engines = []
+    for spec_path in sorted(glob.glob(os.path.join(RUN_ROOT, "run-*", "engine.json"))):
+        if not glob.glob(os.path.join(os.path.dirname(spec_path), "worker-*.sock")):
+            continue
+        with open(spec_path) as f:
+            engines.append(Engine(EngineSpec.from_json(f.read())))
+    return engines
+
+
+def running_stats() -> dict[str, Any] | None:
+    """Stats of the newest running fabric, or None."""
+    for engine in reversed(running_engines()):
+        try:
+            return engine.stats()
+        except OSError:
+            continue
+    return None

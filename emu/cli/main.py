@@ -1,0 +1,173 @@
+"""`emu`: bring fabrics up, run scenarios and benchmarks, inspect, clean up."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+
+err = Console(stderr=True)
+
+
+def _topo_params(extra: list[str]) -> dict[str, str]:
+    """`--gpus 8 --planes 2` (or --gpus=8) after the topology name become topology parameters."""
+    params: dict[str, str] = {}
+    it = iter(extra)
+    for tok in it:
+        if not tok.startswith("--"):
+            raise SystemExit(f"emu: unexpected argument {tok!r}; topology parameters look like --gpus 8")
+        key, eq, value = tok[2:].partition("=")
+        if not eq:
+            value = next(it, None)
+            if value is None:
+                raise SystemExit(f"emu: --{key} needs a value")
+        params[key] = value
+    return params
+
+
+def _settings(args: argparse.Namespace):
+    from emu.net.switch import RunSettings
+
+    return RunSettings(dilation=args.dilation, pfc=not args.no_pfc, spray=args.spray,
+                       workers=args.workers, pcap_dir=args.pcap or "")
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        raise SystemExit("emu: this command builds namespaces and veth pairs: run it as root (sudo)")
+
+
+def cmd_up(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu.cli.up import up
+
+    _need_root()
+    return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json)
+
+
+def cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu.cli.doctor import doctor
+
+    report = doctor()
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for k, v in report.items():
+            print(f"{k:8s} {'yes' if v else 'NO'}")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu.net.cleanup import clean
+
+    _need_root()
+    r = clean()
+    if not args.quiet:
+        if r.empty():
+            print("emu clean: nothing to remove")
+        else:
+            print(f"emu clean: removed {len(r.processes)} processes, {len(r.interfaces)} interfaces, "
+                  f"{len(r.namespaces)} namespaces, {len(r.run_dirs)} run directories")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu.cli.live import running_stats
+    from emu.cli.render import print_stats
+
+    stats = running_stats()
+    if stats is None:
+        err.print("emu stats: no running fabric found under /run/emu")
+        return 1
+    if args.json:
+        print(json.dumps(stats))
+    else:
+        print_stats(stats)
+    return 0
+
+
+def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu.scenarios import run_scenario
+
+    _need_root()
+    result = run_scenario(args.name, _topo_params(extra), _settings(args), out_dir=args.out)
+    _emit(result, args.json)
+    return 0 if result.get("passed", True) else 1
+
+
+def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu.bench import run_bench
+
+    _need_root()
+    result = run_bench(args.name, _topo_params(extra), dilation=args.dilation)
+    _emit(result, args.json)
+    return 0
+
+
+def _emit(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result))
+        return
+    c = Console()
+    for k, v in result.items():
+        c.print(f"[bold]{k}[/bold]: {v}")
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dilation", type=float, default=float(os.environ.get("EMU_DILATION", "1000")),
+                   help="wall time = fabric time x D (default 1000: a 100G link runs at 100 Mb/s)")
+    p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
+    p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
+    p.add_argument("--workers", type=int, default=0, help="engine worker processes (default: one per core)")
+    p.add_argument("--pcap", metavar="DIR", help="write a pcap per engine-carried port into DIR")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="emu", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("up", help="build a fabric and open the Mininet CLI (or run --test headless)")
+    p.add_argument("topology")
+    p.add_argument("--test", choices=("none", "pingall"), help="headless: build, test, tear down")
+    _run_options(p)
+    p.set_defaults(fn=cmd_up)
+    p = sub.add_parser("doctor", help="what this machine offers the emulator")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_doctor)
+    p = sub.add_parser("clean", help="remove every namespace, interface and process a run left")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_clean)
+    p = sub.add_parser("stats", help="counters of the running fabric")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_stats)
+    p = sub.add_parser("scenario", help="run one experiment; JSON result and a PNG plot")
+    p.add_argument("name")
+    p.add_argument("--out", default="results", help="folder for the JSON and plot (default results/)")
+    _run_options(p)
+    p.set_defaults(fn=cmd_scenario)
+    p = sub.add_parser("bench", help="measure the engine against the kernel")
+    p.add_argument("name", choices=("engine", "link"))
+    p.add_argument("--dilation", type=float, default=float(os.environ.get("EMU_DILATION", "1000")))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_bench)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = parser().parse_known_args(argv)
+    if extra and args.command not in ("up", "scenario", "bench"):
+        parser().error(f"unrecognised arguments: {' '.join(extra)}")
+    try:
+        return args.fn(args, extra)
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, RuntimeError, OSError) as exc:
+        err.print(f"[red]emu {args.command}: {exc}[/red]")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""Mininet's CLI with the fabric's own commands: stats, fail, restore, pingplanes."""
+
+from __future__ import annotations
+
+from mininet.cli import CLI
+
+from emu.cli.render import print_stats
+
+
+class FabricCLI(CLI):
+    prompt = "emu> "
+
+    def do_stats(self, line: str) -> None:
+        """stats: counters of every active port, in fabric units."""
+        print_stats(self.mn.engine.stats())
+
+    def do_fail(self, line: str) -> None:
+        """fail NODE1 NODE2: take the link between two nodes down."""
+        self._link(line, up=False)
+
+    def do_restore(self, line: str) -> None:
+        """restore NODE1 NODE2: bring the link between two nodes back up."""
+        self._link(line, up=True)
+
+    def do_pingplanes(self, line: str) -> None:
+        """pingplanes [6]: ping every address of every other host, on every plane."""
+        r = self.mn.pingall_planes(6 if line.strip() == "6" else 4)
+        print(f"*** pingplanes: {r.received}/{r.sent} received, {r.loss:.1f}% loss")
+        for src, dst in r.failed[:20]:
+            print(f"    {src} -> {dst} failed")
+
+    def _link(self, line: str, *, up: bool) -> None:
+        args = line.split()
+        if len(args) != 2:
+            print("usage: fail|restore NODE1 NODE2")
+            return
+        try:
+            (self.mn.restore if up else self.mn.fail)(*args)
+        except (KeyError, ValueError) as exc:
+            print(f"*** {exc}")

@@ -1,0 +1,79 @@
+"""`emu up`: one fabric, interactive or headless, and proof that nothing was left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from mininet.log import setLogLevel
+from rich.console import Console
+
+from emu.cli.mncli import FabricCLI
+from emu.net.cleanup import _root_interfaces, _worker_pids
+from emu.net.fabric import FabricNet
+from emu.net.fidelity import fidelity_warnings
+from emu.net.switch import RunSettings
+from emu.topo import make_topo
+
+
+def leftovers(interfaces: set[str], pids: list[int]) -> list[str]:
+    """What a stopped fabric still holds: its interfaces, its node shells, engine workers."""
+    out = sorted(interfaces & set(_root_interfaces()))
+    out += [f"pid {p}" for p in pids if os.path.exists(f"/proc/{p}")]
+    out += [f"worker pid {p}" for p in _worker_pids()]
+    return out
+
+
+def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | None, as_json: bool) -> int:
+    console = Console(stderr=as_json)
+    topo = make_topo(name, params)  # validated: nothing exists yet if this fails
+    setLogLevel("info" if test is None else "warning")
+    t0 = time.monotonic()
+    net = None
+    result: dict = {"topology": name, "params": params, "dilation": settings.dilation}
+    passed = True
+    try:
+        with console.status(f"building {name} ({len(topo.switches())} switches, {len(topo.hosts())} hosts)"):
+            net = FabricNet(topo, settings=settings)
+            net.start()
+        result["up_s"] = round(time.monotonic() - t0, 3)
+        if test is None:
+            console.print(f"[green]{name} is up[/green] in {result['up_s']} s at D={settings.dilation:g}; "
+                          "extra commands: stats, fail, restore, pingplanes")
+            FabricCLI(net)
+        elif test == "pingall":
+            with console.status("pinging every host on every plane (IPv4 and IPv6)"):
+                r4 = net.pingall_planes(4)
+                r6 = net.pingall_planes(6)
+            result["pingall"] = {"ipv4_loss_pct": r4.loss, "ipv6_loss_pct": r6.loss,
+                                 "sent": r4.sent + r6.sent, "received": r4.received + r6.received,
+                                 "failed": [f"{a}->{b}" for a, b in (r4.failed + r6.failed)[:20]]}
+            passed = r4.loss == 0 and r6.loss == 0
+            stats = net.engine.stats()
+            result["fidelity_warnings"] = fidelity_warnings(stats)
+    finally:
+        if net is not None:
+            ifs = {i.name for n in net.hosts + net.switches for i in n.intfList() if i.name != "lo"}
+            pids = [n.pid for n in net.hosts + net.switches]
+            t1 = time.monotonic()
+            net.stop()
+            result["down_s"] = round(time.monotonic() - t1, 3)
+            left = leftovers(ifs, pids)
+            result["left_behind"] = left
+            passed = passed and not left
+    result["passed"] = passed
+    if test is not None:
+        if as_json:
+            print(json.dumps(result))
+        else:
+            ping = result.get("pingall")
+            if ping:
+                console.print(f"pingall: IPv4 {ping['ipv4_loss_pct']:.1f}% loss, IPv6 {ping['ipv6_loss_pct']:.1f}% "
+                              f"loss ({ping['received']}/{ping['sent']} replies)")
+            for w in result.get("fidelity_warnings", []):
+                console.print(f"[yellow]warning: {w}[/yellow]")
+            console.print(f"up {result['up_s']} s, down {result['down_s']} s, left behind: "
+                          f"{', '.join(result['left_behind']) or 'nothing'}")
+            console.print("[green]PASSED[/green]" if passed else "[red]FAILED[/red]")
+    return 0 if passed else 1
