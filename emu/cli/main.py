@@ -32,7 +32,7 @@ def _topo_params(extra: list[str]) -> dict[str, str]:
 def _settings(args: argparse.Namespace):
     from emu.net.switch import RunSettings
 
-    return RunSettings(dilation=args.dilation, pfc=not args.no_pfc, spray=args.spray,
+    return RunSettings(dilation=args.dilation or 1000.0, pfc=not args.no_pfc, spray=args.spray,
                        workers=args.workers, pcap_dir=args.pcap or "")
 
 
@@ -93,7 +93,8 @@ def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.scenarios import run_scenario
 
     _need_root()
-    result = run_scenario(args.name, _topo_params(extra), _settings(args), out_dir=args.out)
+    result = run_scenario(args.name, _topo_params(extra), _settings(args), out_dir=args.out,
+                          dilation_given=args.dilation is not None)
     _emit(result, args.json)
     return 0 if result.get("passed", True) else 1
 
@@ -117,8 +118,8 @@ def _emit(result: dict[str, Any], as_json: bool) -> None:
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dilation", type=float, default=float(os.environ.get("EMU_DILATION", "1000")),
-                   help="wall time = fabric time x D (default 1000: a 100G link runs at 100 Mb/s)")
+    p.add_argument("--dilation", type=float, default=float(os.environ["EMU_DILATION"]) if "EMU_DILATION" in os.environ else None,
+                   help="wall time = fabric time x D (default 1000, a 100G link at 100 Mb/s; scenarios pick their own)")
     p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
     p.add_argument("--workers", type=int, default=0, help="engine worker processes (default: one per core)")

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -29,6 +30,7 @@ from emu.dataplane.switch import Switch
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
+PACKET_STATISTICS = 6
 RX_BURST = 256
 
 
@@ -43,6 +45,7 @@ class Worker:
         self.loop = WallLoop()
         self.sockets: list[socket.socket] = []
         self.pcaps: list[PcapWriter] = []
+        self.rx_sockets: list[tuple[socket.socket, Any]] = []
         self.t0 = time.monotonic()
         self.switches = build_switches(spec, self.loop, index, self._external)
         self.control = self._open_control()
@@ -96,6 +99,7 @@ class Worker:
                 entry(idx, now, frame)
 
         self.loop.add_reader(sock.fileno(), on_readable)
+        self.rx_sockets.append((sock, port))
 
         def deliver(t: float, frame: Any) -> None:
             try:
@@ -151,6 +155,7 @@ class Worker:
         if cmd == "ping":
             return {"ok": True, "worker": self.index, "switches": sorted(self.switches)}
         if cmd == "stats":
+            self._collect_socket_drops()
             return {
                 "ok": True,
                 "worker": self.index,
@@ -170,6 +175,16 @@ class Worker:
             self.loop.running = False
             return {"ok": True}
         return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    def _collect_socket_drops(self) -> None:
+        """Frames the kernel dropped because this worker did not read them in time."""
+        for sock, port in self.rx_sockets:
+            try:
+                _, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+            except OSError:
+                continue
+            if drops:
+                port.drops["rx_socket_overflow"] = port.drops.get("rx_socket_overflow", 0) + drops
 
     def close(self) -> None:
         for s in self.sockets:

@@ -73,7 +73,7 @@ class FabricSwitch(Switch):
 
     @classmethod
     def batchStartup(cls, switches: tuple[FabricSwitch, ...], settings: RunSettings | None = None) -> tuple:
-        settings = settings or cls.settings
+        settings = settings or switches[0].settings
         spec = build_spec(switches, settings)
         nodes = {id(n): n for sw in switches for n in (sw, *(_other(i).node for i in _ports(sw)))}
         record(

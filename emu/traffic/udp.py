@@ -1,0 +1,114 @@
+"""Paced UDP senders and a counting receiver, run inside host namespaces.
+
+    python -m emu.traffic.udp send DST PORT --bytes N --size S --rate BPS --tos T
+    python -m emu.traffic.udp recv PORT --expect N --idle S
+
+The sender paces at a wall rate (a NIC does not outrun its link); the
+receiver counts bytes per source and per time bin. Each prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import time
+
+HEADER = 42  # Ethernet + IPv4 + UDP in front of each datagram
+
+
+def send(dst: str, port: int, *, nbytes: int, size: int, rate_bps: float, tos: int, sport: int = 0) -> dict:
+    fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    if fam == socket.AF_INET:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    else:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tos)
+    if sport:
+        s.bind(("", sport))
+    s.connect((dst, port))
+    payload = bytearray(size)
+    count = (nbytes + size - 1) // size
+    per_pkt = (size + HEADER + 24) * 8 / rate_bps
+    sent = errors = 0
+    t0 = time.monotonic()
+    for i in range(count):
+        due = t0 + i * per_pkt
+        now = time.monotonic()
+        if due > now + 0.0005:
+            time.sleep(due - now)
+        payload[0:4] = i.to_bytes(4, "big")
+        try:
+            s.send(payload)
+            sent += size
+        except OSError:
+            errors += 1
+    return {"sent_bytes": sent, "packets": count - errors, "errors": errors, "wall_s": time.monotonic() - t0}
+
+
+def recv(port: int, *, expect: int, idle: float, timeout: float, bin_s: float, v6: bool) -> dict:
+    s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE: never the bottleneck
+    s.bind(("::" if v6 else "0.0.0.0", port))
+    s.settimeout(0.05)
+    print(json.dumps({"ready": True}), flush=True)
+    got = 0
+    by_src: dict[str, int] = {}
+    bins: dict[str, dict[int, int]] = {}
+    start = time.monotonic()
+    first = last = None
+    while True:
+        now = time.monotonic()
+        if expect and got >= expect:
+            break
+        if last is not None and now - last > idle:
+            break
+        if now - start > timeout:
+            break
+        try:
+            data, addr = s.recvfrom(65535)
+        except TimeoutError:
+            continue
+        now = time.monotonic()
+        first = first if first is not None else now
+        last = now
+        n = len(data)
+        got += n
+        by_src[addr[0]] = by_src.get(addr[0], 0) + n
+        b = bins.setdefault(addr[0], {})
+        k = int((now - first) / bin_s)
+        b[k] = b.get(k, 0) + n
+    return {"received_bytes": got, "by_source": by_src, "bins": bins, "bin_s": bin_s,
+            "wall_s": (last - first) if first is not None and last is not None else 0.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m emu.traffic.udp")
+    sub = ap.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("send")
+    p.add_argument("dst")
+    p.add_argument("port", type=int)
+    p.add_argument("--bytes", type=int, required=True)
+    p.add_argument("--size", type=int, default=1400)
+    p.add_argument("--rate", type=float, required=True, help="wall bits per second")
+    p.add_argument("--tos", type=int, default=0)
+    p.add_argument("--sport", type=int, default=0)
+    p = sub.add_parser("recv")
+    p.add_argument("port", type=int)
+    p.add_argument("--expect", type=int, default=0)
+    p.add_argument("--idle", type=float, default=2.0)
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--bin", type=float, default=0.01)
+    p.add_argument("-6", dest="v6", action="store_true")
+    a = ap.parse_args(argv)
+    if a.mode == "send":
+        out = send(a.dst, a.port, nbytes=a.bytes, size=a.size, rate_bps=a.rate, tos=a.tos, sport=a.sport)
+    else:
+        out = recv(a.port, expect=a.expect, idle=a.idle, timeout=a.timeout, bin_s=a.bin, v6=a.v6)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
