@@ -1,0 +1,17 @@
+"""Benchmarks: measured against the kernel in the same run, reported with how they were measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def run_bench(name: str, params: dict[str, str], *, dilation: float | None = None) -> dict[str, Any]:
+    if name == "engine":
+        from emu.bench import engine
+
+        return engine.run(params)
+    if name == "link":
+        from emu.bench import link
+
+        return link.run(params, dilation=dilation or 1000.0)
+    raise ValueError(f"unknown benchmark {name!r}; known: engine, link")

@@ -34,7 +34,7 @@ class Transmitter:
         "loop", "name", "s_per_byte", "rate_bps", "delay", "deliver", "on_dequeue",
         "queues", "qbytes", "qhwm", "busy", "pause_until", "pause_since", "paused_time",
         "strict", "quantum", "deficit", "rr", "visiting", "wake_at", "up",
-        "tx_packets", "tx_bytes", "q_tx_packets", "limit_bytes", "drops",
+        "tx_packets", "tx_bytes", "q_tx_packets", "limit_bytes", "drops", "mask", "dwrr_mask",
     )
 
     def __init__(
@@ -70,6 +70,8 @@ class Transmitter:
         self.paused_time = [0.0] * NQ
         # Strict queues are served highest first, before the DWRR queues.
         self.strict = sorted(strict, reverse=True)
+        self.mask = 0  # bit q set while queue q holds frames
+        self.dwrr_mask = 0xFF & ~sum(1 << q for q in strict)
         self.quantum = [max(1, w) * 1600 for w in weights]
         self.deficit = [0] * NQ
         self.rr = 0
@@ -89,7 +91,13 @@ class Transmitter:
         if self.limit_bytes and self.qbytes[prio] + n > self.limit_bytes:
             self.drops += 1
             return False
+        if not self.busy and not self.mask and self.pause_until[prio] <= t:
+            end = self._send(t, prio, frame, meta)  # idle wire: no queueing at all
+            if end >= 0:  # delivered at once, and something was queued meanwhile
+                self._start(end)
+            return True
         self.queues[prio].append((frame, meta))
+        self.mask |= 1 << prio
         b = self.qbytes[prio] + n
         self.qbytes[prio] = b
         if b > self.qhwm[prio]:
@@ -98,54 +106,77 @@ class Transmitter:
             self._start(t)
         return True
 
-    def _eligible(self, q: int, t: float) -> bool:
-        return bool(self.queues[q]) and self.pause_until[q] <= t
-
     def _pick(self, t: float) -> int:
-        queues = self.queues
+        mask = self.mask
         pause = self.pause_until
         for q in self.strict:
-            if queues[q] and pause[q] <= t:
+            if mask >> q & 1 and pause[q] <= t:
                 return q
-        # Deficit-weighted round robin over the other queues.
-        strict = self.strict
+        m = mask & self.dwrr_mask
+        if not m:
+            return -1
+        if not m & (m - 1):  # one backlogged queue: no round to run
+            q = m.bit_length() - 1
+            return q if pause[q] <= t else -1
+        # Deficit-weighted round robin over the backlogged queues.
+        queues = self.queues
         for _ in range(2 * NQ):
             q = self.rr
-            dq = queues[q]
-            if dq and pause[q] <= t and q not in strict:
+            if m >> q & 1 and pause[q] <= t:
                 if not self.visiting:
                     self.deficit[q] += self.quantum[q]
                     self.visiting = True
-                size = len(dq[0][0])
+                size = len(queues[q][0][0])
                 if self.deficit[q] >= size:
                     self.deficit[q] -= size
                     return q
-            elif not dq:
+            elif not m >> q & 1:
                 self.deficit[q] = 0
             self.rr = (q + 1) % NQ
             self.visiting = False
         return -1
 
     def _start(self, t: float) -> None:
-        q = self._pick(t)
-        if q < 0:
-            self.busy = False
-            self._arm_wake(t)
-            return
-        frame, meta = self.queues[q].popleft()
-        n = len(frame)
-        self.qbytes[q] -= n
+        while self.mask:
+            q = self._pick(t)
+            if q < 0:
+                self.busy = False
+                self._arm_wake(t)
+                return
+            dq = self.queues[q]
+            frame, meta = dq.popleft()
+            if not dq:
+                self.mask &= ~(1 << q)
+            self.qbytes[q] -= len(frame)
+            t = self._send(t, q, frame, meta)
+            if t < 0:
+                return
+        self.busy = False
+
+    def _send(self, t: float, q: int, frame: Any, meta: Any) -> float:
+        """Put one frame on the wire at t. A frame already due by the clock is delivered
+        at once, off the schedule, and the end of its serialisation is returned so the
+        caller can go on; otherwise the wire's end is scheduled and -1 returned."""
         if self.on_dequeue is not None:
             frame = self.on_dequeue(t, q, frame, meta)
+        n = len(frame)
         self.busy = True
-        end = t + (max(n, MIN_FRAME) + WIRE_OVERHEAD_BYTES) * self.s_per_byte
+        end = t + ((n if n > MIN_FRAME else MIN_FRAME) + WIRE_OVERHEAD_BYTES) * self.s_per_byte
         self.tx_packets += 1
         self.tx_bytes += n
         self.q_tx_packets[q] += 1
-        loop = self.loop
-        loop.at(end, self._done, None)
+        arrive = end + self.delay
+        if arrive <= self.loop.clock():
+            if self.up:
+                self.deliver(arrive, frame)
+            if not self.mask:
+                self.busy = False
+                return -1.0
+            return end
+        self.loop.at(end, self._done, None)
         if self.up:
-            loop.at(end + self.delay, self.deliver, frame)
+            self.loop.at(arrive, self.deliver, frame)
+        return -1.0
 
     def _done(self, t: float, _: Any) -> None:
         self.busy = False
@@ -154,7 +185,7 @@ class Transmitter:
     def _arm_wake(self, t: float) -> None:
         """Queues held by a pause need a wake-up when the pause runs out."""
         wake = min(
-            (self.pause_until[q] for q in range(NQ) if self.queues[q] and self.pause_until[q] > t),
+            (self.pause_until[q] for q in range(NQ) if self.mask >> q & 1 and self.pause_until[q] > t),
             default=-1.0,
         )
         if wake > 0 and (self.wake_at <= t or wake < self.wake_at):

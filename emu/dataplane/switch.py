@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
+import struct
 import zlib
 from functools import partial
 from typing import Any
@@ -30,6 +31,7 @@ PFC_XOFF_QUANTA = 0xFFFF
 SOLICITED_NODE = int(ipaddress.IPv6Address("ff02::1:ff00:0"))
 IPV4 = pk.ETH_P_IPV4
 IPV6 = pk.ETH_P_IPV6
+_U32 = struct.Struct("!I")
 
 
 def _csum_replace(hc: int, old: int, new: int) -> int:
@@ -152,7 +154,8 @@ class Switch:
 
     def load_tables(self) -> None:
         t = self.spec.tables
-        self.groups = {g.id: GroupState(g) for g in t.groups}
+        macs = [p.mac for p in self.ports]
+        self.groups = {g.id: GroupState(g, macs) for g in t.groups}
         self.lpm4 = Lpm(32)
         self.lpm6 = Lpm(128)
         for r in t.routes:
@@ -196,7 +199,10 @@ class Switch:
         if nic is None or not p.up:
             p.drop("link_down")
             return
-        tc = self.classify(frame)
+        if frame[12] == 8 and frame[13] == 0 and len(frame) > 15:  # IPv4, the common case
+            tc = self.dscp_tc[frame[15] >> 2]
+        else:
+            tc = self.classify(frame)
         if not nic.enqueue(t, tc, frame):
             p.drop("host_nic_overflow", tc)
 
@@ -299,7 +305,7 @@ class Switch:
         if vihl >> 4 != 4 or ihl < 20 or tot < ihl or n < l3 + tot:
             p.drop("malformed")
             return
-        dst = int.from_bytes(frame[l3 + 16 : l3 + 20], "big")
+        dst = _U32.unpack_from(frame, l3 + 16)[0]
         if dst in self.local4:
             self._local4(p, t, frame, l3, ihl, tot)
             return
@@ -315,15 +321,16 @@ class Switch:
         if g is None:
             p.drop("no_route")
             return
-        proto = frame[l3 + 9]
-        hop = g.pick(0 if g.spray else self._flow_hash(frame, l3 + 12, l3 + ihl, proto, 8))
+        if g.n == 1:
+            hop = g.slots[0]
+        else:
+            hop = g.pick(0 if g.spray else self._flow_hash(frame, l3 + 12, l3 + ihl, frame[l3 + 9], 8))
         if hop is None:
             p.drop("no_live_nexthop")
             return
-        out_port, nh_mac = hop
-        out = bytearray(frame[: l3 + tot])
-        out[0:6] = nh_mac
-        out[6:12] = self.ports[out_port].mac
+        out_port, l2 = hop
+        out = bytearray(frame) if n == l3 + tot else bytearray(frame[: l3 + tot])
+        out[0:12] = l2
         out[l3 + 8] = ttl - 1
         c = (out[l3 + 10] << 8 | out[l3 + 11]) + 0x100
         c = (c & 0xFFFF) + (c >> 16)
@@ -381,14 +388,15 @@ class Switch:
         if g is None:
             p.drop("no_route")
             return
-        nh = frame[l3 + 6]
-        hop = g.pick(0 if g.spray else self._flow_hash(out, l3 + 8, l3 + 40, nh, 32))
+        if g.n == 1:
+            hop = g.slots[0]
+        else:
+            hop = g.pick(0 if g.spray else self._flow_hash(out, l3 + 8, l3 + 40, out[l3 + 6], 32))
         if hop is None:
             p.drop("no_live_nexthop")
             return
-        out_port, nh_mac = hop
-        out[0:6] = nh_mac
-        out[6:12] = self.ports[out_port].mac
+        out_port, l2 = hop
+        out[0:12] = l2
         out[l3 + 7] -= 1
         tc = self.dscp_tc[((out[l3] & 0x0F) << 2) | (out[l3 + 1] >> 6)]
         self._enqueue(t, out_port, tc, out, p.index, l3, 6)
@@ -464,8 +472,8 @@ class Switch:
         hop = g.pick(dst) if g is not None else None
         if hop is None:
             return
-        out_port, nh_mac = hop
-        frame = bytearray(nh_mac + self.ports[out_port].mac + (b"\x86\xdd" if v6 else b"\x08\x00") + l3pkt)
+        out_port, l2 = hop
+        frame = bytearray(l2 + (b"\x86\xdd" if v6 else b"\x08\x00") + l3pkt)
         self._enqueue(t, out_port, CONTROL_TC, frame, self.cpu)
 
     # -- traffic manager ------------------------------------------------------------------
@@ -513,7 +521,7 @@ class Switch:
     def _dequeued(self, out_port: int, t: float, tc: int, frame: Any, in_port: int) -> Any:
         mmu = self.mmu
         mmu.release(in_port, tc, out_port, len(frame))
-        if in_port != self.cpu and mmu.should_resume(in_port, tc):
+        if mmu.xoff[in_port][tc] and mmu.should_resume(in_port, tc):
             mmu.xoff[in_port][tc] = False
             self.send_pfc(t, in_port, {tc: 0})
         return frame

@@ -59,13 +59,18 @@ def smooth_wrr(weights: list[float], slots: int) -> list[int]:
 
 
 class GroupState:
-    """A next-hop group as the hot path sees it: a slot table, rebuilt when members go down."""
+    """A next-hop group as the hot path sees it: a slot table, rebuilt when members go down.
 
-    __slots__ = ("id", "spray", "members", "slots", "n", "rr", "live")
+    `port_macs` are the switch's own port addresses, so a slot carries the whole
+    rewritten MAC pair and forwarding writes it with one slice assignment.
+    """
+
+    __slots__ = ("id", "spray", "members", "slots", "n", "rr", "live", "port_macs")
 
     SLOTS = 64
 
-    def __init__(self, group: Group, mac_of: Any = None) -> None:
+    def __init__(self, group: Group, port_macs: list[bytes]) -> None:
+        self.port_macs = port_macs
         self.id = group.id
         self.spray = group.mode == "spray"
         self.members: list[NextHop] = list(group.members)
@@ -80,8 +85,13 @@ class GroupState:
         if not live:
             self.slots, self.n = [], 0
             return
-        order = smooth_wrr([m.weight for m in live], self.SLOTS)
-        self.slots = [(live[i].port, bytes.fromhex(live[i].mac.replace(":", ""))) for i in order]
+        weights = [m.weight for m in live]
+        # Equal weights need one slot per member; unequal ones a table fine enough to share by weight.
+        order = list(range(len(live))) if len(set(weights)) == 1 else smooth_wrr(weights, self.SLOTS)
+        # Each slot: (egress port, the 12 bytes of Ethernet addresses a frame leaves it with).
+        self.slots = [
+            (live[i].port, bytes.fromhex(live[i].mac.replace(":", "")) + self.port_macs[live[i].port]) for i in order
+        ]
         self.n = len(self.slots)
 
     def set_port_state(self, port: int, up: bool) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 from emu.dataplane.fabric import build_switches
 from emu.dataplane.loop import WallLoop
 from emu.dataplane.pcap import PcapWriter
+from emu.dataplane.ring import RxRing
 from emu.dataplane.spec import EngineSpec, PortSpec
 from emu.dataplane.switch import Switch
 
@@ -46,6 +47,7 @@ class Worker:
         self.sockets: list[socket.socket] = []
         self.pcaps: list[PcapWriter] = []
         self.rx_sockets: list[tuple[socket.socket, Any]] = []
+        self.rings: list[RxRing] = []
         self.t0 = time.monotonic()
         self.switches = build_switches(spec, self.loop, index, self._external)
         self.control = self._open_control()
@@ -82,21 +84,20 @@ class Worker:
         entry = sw.from_host if from_host else sw.ingress
         idx = ps.index
         monotonic = time.monotonic
-        recv = sock.recv
+
+        ring = RxRing(sock, frame_size=2048 if from_host else 16384, ring_bytes=(1 << 19) if from_host else (1 << 21))
+        self.rings.append(ring)
+        frames_ready = ring.frames_ready
 
         def on_readable() -> None:
             now = monotonic()
-            for _ in range(RX_BURST):
-                try:
-                    frame = recv(65535)
-                except BlockingIOError:
-                    return
-                except OSError:
-                    port.drop("rx_error")
-                    return
+            for frame in frames_ready(RX_BURST):
                 if pcap is not None:
                     pcap.write(now, frame)
                 entry(idx, now, frame)
+            if ring.truncated:
+                port.drops["rx_truncated"] = port.drops.get("rx_truncated", 0) + ring.truncated
+                ring.truncated = 0
 
         self.loop.add_reader(sock.fileno(), on_readable)
         self.rx_sockets.append((sock, port))
@@ -187,6 +188,8 @@ class Worker:
                 port.drops["rx_socket_overflow"] = port.drops.get("rx_socket_overflow", 0) + drops
 
     def close(self) -> None:
+        for r in self.rings:
+            r.close()
         for s in self.sockets:
             s.close()
         for p in self.pcaps:

@@ -1,0 +1,63 @@
+"""Two hosts joined by one engine switch: the smallest fabric a benchmark can measure."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from emu.control.model import Group, NextHop, Route, SwitchTables
+from emu.dataplane.engine import Engine, new_run_dir
+from emu.dataplane.spec import EngineSpec, PortSpec, QosSpec, SwitchSpec
+from emu.net.netns import Lab
+
+
+def host_mac(i: int) -> str:
+    return f"02:e0:00:00:01:{i:02x}"
+
+
+def switch_mac(i: int) -> str:
+    return f"02:e0:00:00:02:{i:02x}"
+
+
+def pair_spec(lab: Lab, *, rate_bps: float, delay_s: float, dilation: float, qos: QosSpec | None = None) -> EngineSpec:
+    tables = SwitchTables()
+    ports = []
+    for i in range(2):
+        tables.groups.append(Group(id=i, members=(NextHop(i, host_mac(i)),)))
+        tables.routes.append(Route(f"10.9.{i}.2/32", i))
+        ports.append(PortSpec(index=i, ifname=lab.root_if(i), mac=switch_mac(i), rate_bps=rate_bps,
+                              delay_s=delay_s, peer_kind="host", peer_mac=host_mac(i),
+                              ipv4=(f"10.9.{i}.1/24",)))
+    sw = SwitchSpec(name="bench", ports=tuple(ports), tables=tables, qos=qos or QosSpec())
+    return EngineSpec(switches=(sw,), dilation=dilation, run_dir=new_run_dir(), workers=1)
+
+
+@contextmanager
+def engine_pair(tag: str, *, rate_bps: float, delay_s: float, dilation: float) -> Iterator[tuple[Lab, Engine]]:
+    """h0 (10.9.0.2) -- engine switch -- h1 (10.9.1.2); everything removed on exit."""
+    with Lab(f"{tag}{os.getpid() % 10000}") as lab:
+        for i in range(2):
+            lab.add_host(i, mac=host_mac(i), ip4=f"10.9.{i}.2/24", gw4=f"10.9.{i}.1", route4="10.9.0.0/16")
+        engine = Engine(pair_spec(lab, rate_bps=rate_bps, delay_s=delay_s, dilation=dilation))
+        engine.start()
+        try:
+            yield lab, engine
+        finally:
+            engine.stop()
+
+
+@contextmanager
+def bridge_pair(tag: str) -> Iterator[Lab]:
+    """The same two hosts on one Linux bridge (10.9.0.2 and 10.9.0.3, one subnet)."""
+    from emu.net.netns import ip_batch
+
+    with Lab(f"{tag}{os.getpid() % 10000}") as lab:
+        br = f"emu{lab.tag}br"[:15]
+        lab.root_ifs.append(br)
+        ip_batch([f"link add {br} type bridge", f"link set {br} up"])
+        for i in range(2):
+            lab.add_host(i, mac=host_mac(i), ip4=f"10.9.0.{2 + i}/24")
+            ip_batch([f"link set {lab.root_if(i)} master {br}"])
+        yield lab
+
