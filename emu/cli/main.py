@@ -151,7 +151,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_scenario)
     p = sub.add_parser("bench", help="measure the engine against the kernel")
     p.add_argument("name", choices=("engine", "link"))
-    p.add_argument("--dilation", type=float, default=float(os.environ.get("EMU_DILATION", "1000")))
+    p.add_argument("--dilation", type=float, default=None, help="for `link` (default 1000)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_bench)
     return ap
