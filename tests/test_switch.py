@@ -195,7 +195,7 @@ def test_ecn_marks_ect_packets_above_kmax_only():
     for s in (1, 2):
         for i in range(20):
             tb.send("s0", f"s0-eth{s}", udp4(s, 0, size=1000, tos=0x02, sport=i), t=0.0)
-    for i in range(5):
+    for _ in range(5):
         tb.send("s0", "s0-eth1", udp4(1, 0, size=1000, tos=0x00, sport=99), t=0.0)
     tb.run()
     frames = [Ether(f) for f in tb.frames("s0", "s0-eth0")]

@@ -22,6 +22,7 @@ from emu.dataplane.spec import EngineSpec
 from emu.dataplane.worker import control_path
 
 RUN_ROOT = "/run/emu"
+FAILED_LOGS = "/tmp/emu-logs"
 WORKER_MODULE = "emu.dataplane.worker"
 
 
@@ -77,11 +78,22 @@ class Engine:
                     except OSError:
                         pass
                     if time.monotonic() > deadline:
-                        raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s; log: {self.log_path(i)}")
+                        raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s; "
+                                          f"log: {os.path.join(FAILED_LOGS, os.path.basename(self.run_dir))}")
                     time.sleep(0.02)
         except BaseException:
             self.stop(keep_logs=True)
+            self._keep_logs_elsewhere()
             raise
+
+    def _keep_logs_elsewhere(self) -> None:
+        """A failed start leaves no run directory; its worker logs move to FAILED_LOGS for reading."""
+        dest = os.path.join(FAILED_LOGS, os.path.basename(self.run_dir))
+        os.makedirs(dest, exist_ok=True)
+        for path in self.logs:
+            if os.path.exists(path):
+                shutil.move(path, os.path.join(dest, os.path.basename(path)))
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _tail(self, i: int, lines: int = 6) -> str:
         try:
@@ -93,9 +105,8 @@ class Engine:
     def _check_alive(self, i: int) -> None:
         rc = self.procs[i].poll()
         if rc is not None:
-            raise EngineError(
-                f"engine worker {i} exited with code {rc}: {self._tail(i)}\n(full log: {self.log_path(i)})"
-            )
+            where = os.path.join(FAILED_LOGS, os.path.basename(self.run_dir), os.path.basename(self.log_path(i)))
+            raise EngineError(f"engine worker {i} exited with code {rc}: {self._tail(i)}\n(full log: {where})")
 
     def check(self) -> None:
         """Raise if any worker has died, naming it and its last error."""

@@ -78,7 +78,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         net.start()
         receiver = net.get("gpu0")
         dst = receiver.IP()
-        total = p.senders * p.bytes_per_sender
+        total = p.senders * -(-p.bytes_per_sender // p.size) * p.size  # whole datagrams, as sent
         py = [sys.executable, "-m", "emu.traffic.udp"]
         rx = receiver.popen(py + ["recv", str(PORT), "--expect", str(total), "--idle", "3", "--bin",
                                   str(max(0.005, 10e-6 * settings.dilation))],
@@ -104,8 +104,11 @@ def summarise(p: IncastParams, settings: RunSettings, sent: list[dict], got: dic
     drops_lossless = pfc = ecn = nic_overflow = socket_drops = 0
     paused = 0.0
     hwm = 0
+    drops_by_reason: dict[str, int] = {}
     for sw in stats["switches"].values():
         for port in sw["ports"].values():
+            for reason, n in port["drops"].items():
+                drops_by_reason[reason] = drops_by_reason.get(reason, 0) + n
             drops_lossless += sum(port["drops_tc"][tc] for tc in lossless)
             nic_overflow += port["drops"].get("host_nic_overflow", 0)
             socket_drops += port["drops"].get("rx_socket_overflow", 0)
@@ -127,6 +130,7 @@ def summarise(p: IncastParams, settings: RunSettings, sent: list[dict], got: dic
         "drops_lossless": drops_lossless,
         "drops_host_nic": nic_overflow,
         "drops_socket": socket_drops,
+        "drops_by_reason": drops_by_reason,
         "pfc_frames": pfc,
         "ecn_marked": ecn,
         "paused_fabric_s": paused,

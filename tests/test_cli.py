@@ -1,0 +1,64 @@
+"""The `emu` command as users run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+EMU = [sys.executable, "-m", "emu.cli.main"]
+
+
+def emu(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*EMU, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_doctor_reports_every_capability():
+    r = emu("doctor", "--json")
+    d = json.loads(r.stdout)
+    assert set(d) >= {"root", "netns", "veth", "netem", "mininet", "bmv2", "p4c", "tshark"}
+    assert all(isinstance(v, bool) for v in d.values())
+
+
+@pytest.mark.root
+def test_bad_topology_parameter_is_one_line_and_creates_nothing(no_leftovers):
+    r = emu("up", "fpf", "--planes", "0", "--test", "pingall")
+    assert r.returncode != 0
+    assert "planes must be at least 1" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.root
+def test_clean_twice_is_harmless():
+    assert emu("clean").returncode == 0
+    r = emu("clean")
+    assert r.returncode == 0 and "nothing to remove" in r.stdout
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_up_fpf_pingall_all_planes_zero_loss(no_leftovers):
+    r = emu("up", "fpf", "--gpus", "4", "--planes", "2", "--test", "pingall", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["pingall"]["ipv4_loss_pct"] == 0 and out["pingall"]["ipv6_loss_pct"] == 0
+    assert out["pingall"]["sent"] == 2 * 4 * 3 * 2  # both families, every pair, both planes
+    assert out["left_behind"] == []
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_mn_custom_runs_the_same_topology(no_leftovers):
+    r = subprocess.run(["mn", "--custom", "topologies/fpf.py", "--topo", "fpf,gpus=3,planes=1,leaves=1",
+                        "--test", "pingall"], capture_output=True, text=True, timeout=300)
+    assert "0% dropped" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_topology_script_runs_as_a_plain_script(no_leftovers):
+    r = subprocess.run([sys.executable, "topologies/fpf.py", "--gpus", "2", "--planes", "2", "--leaves", "1",
+                        "--test", "pingall"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr

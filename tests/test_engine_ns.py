@@ -1,0 +1,55 @@
+"""The engine in real namespaces: kernel traffic through it, errors reported, nothing left."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from emu.bench.lab import engine_pair, host_mac, pair_spec
+from emu.dataplane.engine import Engine, EngineError
+from emu.net.netns import Lab
+
+pytestmark = pytest.mark.root
+
+
+def test_kernel_ping_crosses_the_engine_with_the_configured_delay(no_leftovers):
+    # 100 m of fibre = 500 ns; at D = 1000 that is 0.5 ms per link, 2 ms per round trip.
+    with engine_pair("p", rate_bps=100e9, delay_s=500e-9, dilation=1000.0) as (lab, engine):
+        out = lab.exec(0, ["ping", "-c", "5", "-i", "0.05", "10.9.1.2"]).stdout
+        rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
+        assert len(rtts) == 5
+        assert min(rtts) >= 2.0  # never faster than the fibre
+        stats = engine.stats()
+        port = stats["switches"]["bench"]["ports"][lab.root_if(1)]
+        assert port["tx_packets"] >= 5
+
+
+def test_engine_answers_for_its_gateway_address(no_leftovers):
+    with engine_pair("g", rate_bps=100e9, delay_s=0.0, dilation=1000.0) as (lab, _):
+        assert lab.exec(0, ["ping", "-c", "2", "-i", "0.05", "10.9.0.1"], check=False).returncode == 0
+
+
+def test_missing_interface_is_one_clear_error_and_nothing_is_left(no_leftovers):
+    with Lab(f"m{os.getpid() % 1000}") as lab:
+        lab.add_host(0, mac=host_mac(0), ip4="10.9.0.2/24")
+        lab.add_host(1, mac=host_mac(1), ip4="10.9.1.2/24")
+        spec = pair_spec(lab, rate_bps=1e9, delay_s=0, dilation=1.0)
+        sw = spec.switches[0]
+        bad = dataclasses.replace(sw, ports=(dataclasses.replace(sw.ports[0], ifname="emu-nosuch0"), sw.ports[1]))
+        engine = Engine(dataclasses.replace(spec, switches=(bad,)))
+        with pytest.raises(EngineError, match="emu-nosuch0"):
+            engine.start(timeout=10)
+        assert engine.procs == []
+
+
+def test_a_dead_worker_is_reported_by_name(no_leftovers):
+    with engine_pair("d", rate_bps=1e9, delay_s=0.0, dilation=1.0) as (_, engine):
+        os.kill(engine.procs[0].pid, signal.SIGKILL)
+        time.sleep(0.2)
+        with pytest.raises(EngineError, match="worker 0 exited"):
+            engine.stats()
