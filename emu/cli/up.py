@@ -25,6 +25,15 @@ def leftovers(interfaces: set[str], pids: list[int]) -> list[str]:
     return out
 
 
+def drops_by_reason(stats: dict) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for sw in stats["switches"].values():
+        for port in sw["ports"].values():
+            for reason, n in port["drops"].items():
+                out[reason] = out.get(reason, 0) + n
+    return out
+
+
 def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | None, as_json: bool) -> int:
     console = Console(stderr=as_json)
     topo = make_topo(name, params)  # validated: nothing exists yet if this fails
@@ -48,10 +57,12 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
                 r6 = net.pingall_planes(6)
             result["pingall"] = {"ipv4_loss_pct": r4.loss, "ipv6_loss_pct": r6.loss,
                                  "sent": r4.sent + r6.sent, "received": r4.received + r6.received,
+                                 "retried": r4.retried + r6.retried,
                                  "failed": [f"{a}->{b}" for a, b in (r4.failed + r6.failed)[:20]]}
             passed = r4.loss == 0 and r6.loss == 0
             stats = net.engine.stats()
             result["fidelity_warnings"] = fidelity_warnings(stats)
+            result["drops"] = drops_by_reason(stats)
     finally:
         if net is not None:
             ifs = {i.name for n in net.hosts + net.switches for i in n.intfList() if i.name != "lo"}
@@ -70,7 +81,7 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
             ping = result.get("pingall")
             if ping:
                 console.print(f"pingall: IPv4 {ping['ipv4_loss_pct']:.1f}% loss, IPv6 {ping['ipv6_loss_pct']:.1f}% "
-                              f"loss ({ping['received']}/{ping['sent']} replies)")
+                              f"loss ({ping['received']}/{ping['sent']} replies, {ping['retried']} needed a second try)")
             for w in result.get("fidelity_warnings", []):
                 console.print(f"[yellow]warning: {w}[/yellow]")
             console.print(f"up {result['up_s']} s, down {result['down_s']} s, left behind: "

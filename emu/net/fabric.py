@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +20,7 @@ class PingResult:
     sent: int
     received: int
     failed: tuple[tuple[str, str], ...]
+    retried: int = 0
 
     @property
     def loss(self) -> float:
@@ -63,23 +66,30 @@ class FabricNet(Mininet):
         addrs = self.host_addresses(family)
         flag = "-6" if family == 6 else "-4"
         jobs = {}
-        for h in self.hosts:
-            targets = [a for other, lst in addrs.items() if other != h.name for a in lst]
-            script = " ".join(
-                f"(ping {flag} -c1 -W{timeout} {a} >/dev/null 2>&1 && echo OK {a} || echo FAIL {a}) &" for a in targets
-            )
-            h.sendCmd(f"{script} wait")
-            jobs[h] = len(targets)
-        sent = received = 0
-        failed = []
-        for h, n in jobs.items():
-            text = h.waitOutput()
-            ok = re.findall(r"^OK (\S+)", text, re.M)
-            bad = re.findall(r"^FAIL (\S+)", text, re.M)
-            sent += n
-            received += len(ok)
-            failed += [(h.name, a) for a in bad]
-        return PingResult(sent, received, tuple(failed))
+        # Targets go through a file: a command line longer than the shell's pty line (4 KiB) would hang.
+        with tempfile.TemporaryDirectory(prefix="emu-ping-") as tmp:
+            for h in self.hosts:
+                targets = [a for other, lst in addrs.items() if other != h.name for a in lst]
+                path = os.path.join(tmp, h.name)
+                with open(path, "w") as f:
+                    f.write("\n".join(targets) + "\n")
+                # One retry, as a first packet can wait on neighbour discovery in a storm of
+                # thousands of simultaneous pings; first-try failures are reported as `retried`.
+                once = f"ping {flag} -c1 -W{timeout} $a >/dev/null 2>&1"
+                h.sendCmd(f"for a in $(cat {path}); do ({once} && echo OK $a || {{ echo RETRY $a; {once} "
+                          f"&& echo OK $a || echo FAIL $a; }}) & done; wait")
+                jobs[h] = len(targets)
+            sent = received = retried = 0
+            failed = []
+            for h, n in jobs.items():
+                text = h.waitOutput()
+                ok = re.findall(r"^OK (\S+)", text, re.M)
+                bad = re.findall(r"^FAIL (\S+)", text, re.M)
+                sent += n
+                received += len(ok)
+                retried += len(re.findall(r"^RETRY ", text, re.M))
+                failed += [(h.name, a) for a in bad]
+        return PingResult(sent, received, tuple(failed), retried)
 
     def fail(self, a: str, b: str) -> None:
         self._set_link(a, b, up=False)

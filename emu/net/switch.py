@@ -179,6 +179,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Eng
         pcap_dir=settings.pcap_dir,
         workers=workers,
     )
+    _raise_neighbour_limits(sum(len(c) for c in host_cmds.values()) * len(host_cmds))
     _configure_root_side(root_ifs)
     for host, cmds in host_cmds.items():
         pre = ["sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 "
@@ -204,6 +205,23 @@ def _host_config(ifname: str, ip4: str, lp: LinkParams) -> list[str]:
         for r in lp.host_routes6:
             cmds.append(f"ip -6 route replace {r} via {gw} dev {ifname}")
     return cmds
+
+
+def _raise_neighbour_limits(entries: int) -> None:
+    """Neighbour tables are one kernel-wide pool for all namespaces (gc_thresh3 defaults to 1024):
+    16 GPUs x 8 planes already hold 2048 IPv6 neighbours. Raise the limits, never lower them."""
+    want = max(4096, 4 * entries)
+    for fam in ("ipv4", "ipv6"):
+        for i, scale in ((1, 1), (2, 2), (3, 4)):
+            key = f"/proc/sys/net/{fam}/neigh/default/gc_thresh{i}"
+            try:
+                with open(key) as f:
+                    if int(f.read()) >= want * scale:
+                        continue
+                with open(key, "w") as f:
+                    f.write(str(want * scale))
+            except OSError:
+                pass
 
 
 def _configure_root_side(ifnames: list[str]) -> None:
