@@ -24,6 +24,7 @@ demo: setup
 
 test: setup
 	$(EMU) clean --quiet
+	$(VENV)/bin/ruff check emu tests topologies
 	$(PY) -m pytest -q tests
 	$(EMU) clean --quiet
 

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from emu.bench.lab import engine_pair
+from emu.net.fidelity import fidelity_warnings
 from emu.units import WIRE_OVERHEAD_BYTES, parse_distance, parse_rate, parse_size, propagation_delay
 
 PORT = 9100
@@ -47,7 +48,8 @@ def run(params: dict[str, str], *, dilation: float) -> dict[str, Any]:
         lab.exec(0, py + ["send", "10.9.1.2", str(PORT), "--bytes", str(nbytes), "--size", str(size),
                           "--rate", str(1.1 * rate / dilation)], timeout=600)
         got = json.loads(rx.communicate(timeout=120)[0])
-        fidelity = engine.stats()["workers"][0]["fidelity"]
+        stats = engine.stats()
+        fidelity = stats["workers"][0]["fidelity"]
     frames = got["received_bytes"] // size
     wire = (size + UDP_HEADERS + WIRE_OVERHEAD_BYTES) * 8
     achieved = (frames - 1) * wire / got["wall_s"] * dilation if got["wall_s"] else 0.0
@@ -67,6 +69,7 @@ def run(params: dict[str, str], *, dilation: float) -> dict[str, Any]:
         "frames": frames,
         "pings": len(rtts),
         "fidelity": fidelity,
+        "fidelity_warnings": fidelity_warnings(stats),
         "how": f"UDP {size} B at 1.1 x line rate, {nbytes} B, wire rate from first to last arrival; "
                f"median of {len(rtts)} pings vs 4 x (propagation + serialisation); fabric units at D={dilation:g}",
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from typing import Any
 
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args, extra)
     except KeyboardInterrupt:
         return 130
-    except (ValueError, RuntimeError, OSError) as exc:
+    except (ValueError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
         err.print(f"[red]emu {args.command}: {exc}[/red]")
         return 1
 
