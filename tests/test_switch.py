@@ -207,3 +207,21 @@ def test_ecn_marks_ect_packets_above_kmax_only():
         c = f[IP].chksum
         del f[IP].chksum
         assert IP(bytes(f[IP])).chksum == c
+
+
+def test_dwrr_shares_by_weight_and_strict_goes_first():
+    from emu.dataplane.link import Transmitter
+    from emu.dataplane.loop import Loop
+
+    loop = Loop()
+    out = []
+    tx = Transmitter(loop, name="t", rate_bps=1e9, delay=0.0, deliver=lambda t, f: out.append(f[0]),
+                     strict=(7,), weights=(3, 1, 1, 1, 1, 1, 1, 1))
+    for _ in range(40):
+        tx.enqueue(0.0, 0, bytes([0]) * 1000)
+        tx.enqueue(0.0, 1, bytes([1]) * 1000)
+    tx.enqueue(0.0, 7, bytes([7]) * 1000)
+    loop.run()
+    first = out[1:41]  # the frame already on the wire went first; then strict, then 3:1
+    assert out[1] == 7
+    assert first.count(0) == pytest.approx(3 * first.count(1), abs=3)

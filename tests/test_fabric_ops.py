@@ -1,0 +1,54 @@
+"""Operating a running fabric: fail/restore, counters, captures, link fidelity."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+
+import pytest
+from rich.console import Console
+
+from emu.bench import run_bench
+from emu.cli.render import print_stats
+from emu.net.fabric import FabricNet
+from emu.net.switch import RunSettings
+from emu.topo.fpf import FPFTopo
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet]
+
+
+def ping(net: FabricNet, src: str, dst_ip: str) -> bool:
+    return " 0% packet loss" in net.get(src).cmd(f"ping -c2 -i0.1 -W1 {dst_ip}")
+
+
+def test_fail_and_restore_a_host_link_with_counters_and_pcap(tmp_path, no_leftovers):
+    pcap = tmp_path / "pcap"
+    net = FabricNet(FPFTopo(gpus=2, planes=2, leaves=1), settings=RunSettings(pcap_dir=str(pcap)))
+    try:
+        net.start()
+        plane1 = "10.1.0.3"  # gpu1 on plane 1
+        assert ping(net, "gpu0", plane1)
+        net.fail("gpu1", "p1l0")
+        assert not ping(net, "gpu0", plane1)
+        assert ping(net, "gpu0", "10.0.0.3")  # plane 0 unaffected
+        net.restore("gpu1", "p1l0")
+        assert ping(net, "gpu0", plane1)
+        stats = net.engine.stats()
+        port = stats["switches"]["p1l0"]["ports"]["p1l0-eth2"]
+        assert port["drops"].get("link_down", 0) > 0
+        out = io.StringIO()
+        print_stats(stats, Console(file=out, width=200))
+        assert "p1l0-eth2" in out.getvalue() and "D=1000" in out.getvalue()
+    finally:
+        net.stop()
+    cap = pcap / "p1l0-p1l0-eth1.pcap"
+    r = subprocess.run(["tshark", "-r", str(cap), "-Y", "icmp", "-T", "fields", "-e", "ip.dst"],
+                       capture_output=True, text=True, timeout=60)
+    assert plane1 in r.stdout.split()
+
+
+def test_link_delivers_its_rate_and_round_trip(no_leftovers):
+    r = run_bench("link", {"bytes": "2MiB", "pings": "10"}, dilation=1000.0)
+    # docs/performance.md records the tight figures; this guards against regressions.
+    assert r["rate_error"] < 0.05
+    assert r["rtt_error"] < 0.10
