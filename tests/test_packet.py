@@ -27,3 +27,17 @@ def test_srh_segment_list_is_reversed_on_the_wire():
     h = pkt[IPv6ExtHdrSegmentRouting]
     assert h.segleft == 2 and h.lastentry == 2 and h.len == 6 and h.nh == 41
     assert h.addresses == ["fc00::3", "fc00::2", "fc00::1"]
+
+
+def test_bth_reth_aeth_agree_with_scapy():
+    import struct
+
+    from scapy.contrib.roce import AETH, BTH
+
+    raw = pk.bth(0x0A, 0x11, 0xABCDE, ack_req=True, becn=True) + pk.reth(0x1000, 7, 4096) + pk.aeth(0x1F, 5)
+    b = BTH(raw)
+    assert (b.opcode, b.dqpn, b.psn, b.ackreq, b.becn, b.pkey) == (0x0A, 0x11, 0xABCDE, 1, 1, 0xFFFF)
+    assert struct.unpack("!QII", raw[12:28]) == (0x1000, 7, 4096)  # scapy has no RETH
+    a = AETH(raw[28:32])
+    assert (a.syndrome, a.msn) == (0x1F, 5)
+    assert pk.parse_bth(raw) == (0x0A, 0x11, 0xABCDE, True, True)

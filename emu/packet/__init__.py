@@ -140,3 +140,25 @@ def srh(segments: list[bytes], next_header: int, segments_left: int | None = Non
     n = len(segments)
     sl = n - 1 if segments_left is None else segments_left
     return SRH.pack(next_header, 2 * n, 4, sl, n - 1, 0, 0) + b"".join(reversed(segments))
+
+
+def bth(opcode: int, dest_qp: int, psn: int, *, pkey: int = 0xFFFF, ack_req: bool = False,
+        becn: bool = False, fecn: bool = False, pad: int = 0, se: bool = False) -> bytes:
+    """An InfiniBand Base Transport Header (12 bytes) as RoCEv2 carries it."""
+    flags = (0x80 if se else 0) | (pad & 3) << 4
+    qp = (fecn << 31) | (becn << 30) | (dest_qp & 0xFFFFFF)
+    return BTH.pack(opcode, flags, pkey, qp, (ack_req << 31) | (psn & 0xFFFFFF))
+
+
+def parse_bth(buf: bytes | memoryview, offset: int = 0) -> tuple[int, int, int, bool, bool]:
+    """(opcode, dest QP, PSN, ack requested, BECN) from a BTH at `offset`."""
+    opcode, _, _, qp, psn = BTH.unpack_from(buf, offset)
+    return opcode, qp & 0xFFFFFF, psn & 0xFFFFFF, bool(psn >> 31), bool(qp >> 30 & 1)
+
+
+def reth(vaddr: int, rkey: int, length: int) -> bytes:
+    return RETH.pack(vaddr, rkey, length)
+
+
+def aeth(syndrome: int, msn: int) -> bytes:
+    return AETH.pack((syndrome & 0xFF) << 24 | (msn & 0xFFFFFF))
