@@ -201,6 +201,27 @@ class Worker:
             pass
 
 
+class _Stopped(Exception):
+    pass
+
+
+def _raise_priority() -> None:
+    """A switch owns its cores: weigh the worker's scheduling group above the hosts' processes.
+
+    Each worker runs in its own session, hence its own autogroup (plain nice does
+    not reach across autogroups). Best effort: without root it stays as it is.
+    """
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("-10")
+    except OSError:
+        pass
+    try:
+        os.nice(-10)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
@@ -209,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0]) as f:
         spec = EngineSpec.from_json(f.read())
     index = int(argv[1])
+    _raise_priority()
     try:
         worker = Worker(spec, index)
     except Exception:
@@ -216,13 +238,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     def stop(*_: Any) -> None:
-        worker.loop.running = False
+        raise _Stopped  # out of epoll at once, rather than after its timeout
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     print(f"worker {index} ready: {', '.join(sorted(worker.switches))}", flush=True)
     try:
         worker.loop.run_forever()
+    except _Stopped:
+        pass
     except Exception:
         traceback.print_exc()
         return 1

@@ -88,3 +88,17 @@ class FabricLink(Link):
         params.setdefault("addr1", mac_for(intfName1))
         params.setdefault("addr2", mac_for(intfName2))
         super().__init__(node1, node2, port1=port1, port2=port2, intfName1=intfName1, intfName2=intfName2, **params)
+
+    deleted = False  # set when FabricNet removed the veth pair in one batch
+
+    def delete(self) -> None:
+        """Mininet deletes links before it stops switches: stop the engine first, so no worker
+        holds a packet socket and ring on an interface the kernel is tearing down."""
+        for intf in (self.intf1, self.intf2):
+            engine = getattr(intf.node, "engine", None)
+            if engine is not None:
+                engine.stop()
+        if self.deleted:
+            self.intf1 = self.intf2 = None
+            return
+        super().delete()
