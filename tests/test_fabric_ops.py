@@ -52,3 +52,27 @@ def test_link_delivers_its_rate_and_round_trip(no_leftovers):
     # docs/performance.md records the tight figures; this guards against regressions.
     assert r["rate_error"] < 0.05
     assert r["rtt_error"] < 0.10
+
+
+def test_fabric_routes_around_a_failed_spine_and_a_plane_can_go_down(no_leftovers):
+    net = FabricNet(FPFTopo(gpus=4, planes=2, leaves=2, spines=2))
+    try:
+        net.start()
+        across = ("gpu0", "10.0.1.3")  # leaf 0 to leaf 1 on plane 0
+        net.fail("p0s0")
+        net.control.settle()
+        assert all(ping(net, "gpu0", f"10.0.1.{h}") for h in (2, 3))  # every flow now via p0s1
+        assert net.control.updates > 0
+        net.restore("p0s0")
+        net.fail("p0l0", "p0s1")
+        net.control.settle()
+        assert ping(net, *across)
+        net.restore("p0l0", "p0s1")
+        net.fail("plane", "1")
+        assert not ping(net, "gpu0", "10.1.1.3")
+        assert ping(net, *across)  # plane 0 carries on
+        net.restore("plane", "1")
+        net.control.settle()
+        assert ping(net, "gpu0", "10.1.1.3")
+    finally:
+        net.stop()

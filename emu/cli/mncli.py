@@ -15,11 +15,11 @@ class FabricCLI(CLI):
         print_stats(self.mn.engine.stats())
 
     def do_fail(self, line: str) -> None:
-        """fail NODE1 NODE2: take the link between two nodes down."""
+        """fail NODE1 NODE2 | fail SWITCH | fail plane N: take a link, a switch or a plane down."""
         self._link(line, up=False)
 
     def do_restore(self, line: str) -> None:
-        """restore NODE1 NODE2: bring the link between two nodes back up."""
+        """restore NODE1 NODE2 | restore SWITCH | restore plane N: bring it back."""
         self._link(line, up=True)
 
     def do_pingplanes(self, line: str) -> None:
@@ -31,10 +31,10 @@ class FabricCLI(CLI):
 
     def _link(self, line: str, *, up: bool) -> None:
         args = line.split()
-        if len(args) != 2:
-            print("usage: fail|restore NODE1 NODE2")
+        if len(args) not in (1, 2):
+            print("usage: fail|restore NODE1 NODE2 | SWITCH | plane N")
             return
         try:
             (self.mn.restore if up else self.mn.fail)(*args)
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, RuntimeError) as exc:
             print(f"*** {exc}")

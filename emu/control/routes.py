@@ -2,10 +2,12 @@
 
 Every destination (a host address, or a switch's loopback) is attached to
 one switch. For each other switch, the next hops toward it are the
-neighbours one hop closer on a shortest path: equal-cost multipath, with
-each member weighted by its link's capacity (the eBGP link-bandwidth idea,
-so unequal parallel paths share traffic by capacity). Identical member sets
-share one group.
+neighbours one hop closer on a shortest path (equal-cost multipath), each
+weighted by the capacity it can actually carry toward the destination: its
+link's rate, capped by what the neighbour itself can pass on. That is the
+eBGP link-bandwidth community with cumulative bandwidth: a path through a
+thin long-haul link gets a thin share even where its first hop is fat.
+Identical member sets share one group.
 """
 
 from __future__ import annotations
@@ -74,19 +76,28 @@ def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray:
         if target not in g:
             continue
         dist = nx.single_source_shortest_path_length(g, target)
-        for sw, d in dist.items():
+        cap: dict[str, float] = {target: float("inf")}
+        for sw, d in sorted(dist.items(), key=lambda kv: kv[1]):
             if sw == target:
                 for a in atts:
                     if a.port >= 0:
                         gid = group_for(sw, (NextHop(a.port, a.mac),), "hash")
                         tables[sw].routes.append(Route(a.prefix, gid))
                 continue
-            members = []
+            by_nbr: dict[str, list[tuple[int, str, float]]] = {}
             for _, nbr, data in g.edges(sw, data=True):
                 if dist.get(nbr) == d - 1:
                     port, _ = data["ports"][sw]
                     _, peer_mac = data["ports"][nbr]
-                    members.append(NextHop(port, peer_mac, data["rate"] / 1e9))
+                    by_nbr.setdefault(nbr, []).append((port, peer_mac, data["rate"]))
+            members = []
+            total = 0.0
+            for nbr, links in by_nbr.items():
+                rate = sum(r for _, _, r in links)
+                usable = min(rate, cap[nbr])
+                total += usable
+                members += [NextHop(port, mac, round(r * usable / rate / 1e9, 3)) for port, mac, r in links]
+            cap[sw] = total
             members.sort(key=lambda m: m.port)
             gid = group_for(sw, tuple(members), mode)
             for a in atts:

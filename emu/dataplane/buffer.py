@@ -57,7 +57,10 @@ class SharedBuffer:
             )
 
     def set_headroom(self, port: int, nbytes: int) -> None:
-        self.total_headroom += nbytes - self.headroom[port]
+        total = self.total_headroom + nbytes - self.headroom[port]
+        if nbytes < 0 or total + self.total_reserve >= self.size:
+            raise ValueError(f"headroom {nbytes} B on port {port} does not fit a {self.size} B buffer")
+        self.total_headroom = total
         self.headroom[port] = nbytes
 
     def threshold(self) -> int:

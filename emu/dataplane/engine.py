@@ -143,9 +143,31 @@ class Engine:
         raise EngineError(f"no switch named {switch!r}")
 
     def set_port(self, switch: str, port: str, up: bool) -> None:
-        r = self.request(self.worker_of(switch), {"cmd": "port", "switch": switch, "port": port, "up": up})
+        self._ask(switch, {"cmd": "port", "port": port, "up": up})
+
+    def _ask(self, switch: str, msg: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        r = self.request(self.worker_of(switch), {**msg, "switch": switch}, timeout=timeout)
         if not r.get("ok"):
-            raise EngineError(r.get("error", "port change refused"))
+            raise EngineError(f"{switch}: {r.get('error', 'request refused')}")
+        return r
+
+    def set_tables(self, switch: str, tables: dict[str, Any]) -> None:
+        self._ask(switch, {"cmd": "tables", "tables": tables})
+
+    def set_headroom(self, switch: str, port: str, nbytes: int) -> None:
+        self._ask(switch, {"cmd": "headroom", "port": port, "bytes": nbytes})
+
+    def probe_rtts(self, switch: str, port: str, count: int = 5, timeout: float = 10.0) -> list[float]:
+        """Round trips of `count` probes across one link, in fabric seconds."""
+        pid = self._ask(switch, {"cmd": "probe", "port": port, "count": count,
+                                 "spacing_s": max(0.001, 1e-6 * self.spec.dilation)})["probe"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            rtts = self._ask(switch, {"cmd": "probe_result", "probe": pid})["rtts_s"]
+            if len(rtts) >= count:
+                return [r / self.spec.dilation for r in rtts]
+            time.sleep(0.01)
+        raise EngineError(f"{switch}/{port}: probes did not come back within {timeout:.0f}s (is the peer a switch?)")
 
     def stop(self, keep_logs: bool = False) -> None:
         for p in self.procs:

@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any
 
 from emu import packet as pk
+from emu.control.model import SwitchTables
 from emu.dataplane.buffer import SharedBuffer
 from emu.dataplane.link import NQ, Transmitter
 from emu.dataplane.spec import SwitchSpec
@@ -32,6 +33,10 @@ SOLICITED_NODE = int(ipaddress.IPv6Address("ff02::1:ff00:0"))
 IPV4 = pk.ETH_P_IPV4
 IPV6 = pk.ETH_P_IPV6
 _U32 = struct.Struct("!I")
+PROBE_ETHERTYPE = 0x88B5  # IEEE 802 local experimental
+PROBE_DST = bytes.fromhex("0180c200000e")  # link-local: never forwarded
+PROBE_MAGIC = b"EMUP"
+_PROBE = struct.Struct("!4sIIBd")  # magic, probe id, sequence, reply flag, send time (engine clock)
 
 
 def _csum_replace(hc: int, old: int, new: int) -> int:
@@ -148,12 +153,20 @@ class Switch:
             reserve=qos.reserve,
             shift=qos.alpha_shift,
         )
+        self.probe_rtts: dict[int, list[float]] = {}
         self.load_tables()
 
     # -- tables ---------------------------------------------------------------
 
-    def load_tables(self) -> None:
-        t = self.spec.tables
+    def load_tables(self, tables: SwitchTables | None = None) -> None:
+        """(Re)build the lookup structures; a running switch takes new tables between two packets."""
+        t = tables if tables is not None else self.spec.tables
+        t.validate()
+        for g in t.groups:
+            for m in g.members:
+                if m.port >= len(self.ports):
+                    raise ValueError(f"{self.name}: group {g.id} uses port {m.port} it does not have")
+        self.tables = t
         macs = [p.mac for p in self.ports]
         self.groups = {g.id: GroupState(g, macs) for g in t.groups}
         self.lpm4 = Lpm(32)
@@ -244,6 +257,9 @@ class Switch:
                 return
             et = frame[16] << 8 | frame[17]
             l3 = 18
+        if et == PROBE_ETHERTYPE:
+            self._probe(p, t, frame, l3)
+            return
         if et == pk.ETH_P_MAC_CONTROL:
             times = pk.parse_pfc(frame, l3)
             if times is None:
@@ -264,6 +280,30 @@ class Switch:
             self._arp(p, t, frame, l3)
         else:
             p.drop("unknown_ethertype")
+
+    # -- link probes: the control plane's cable measurement ---------------------------------
+
+    def send_probe(self, t: float, port: int, probe_id: int, seq: int) -> None:
+        """A timestamped probe on the uncongested top queue; the peer switch reflects it."""
+        p = self.ports[port]
+        body = _PROBE.pack(PROBE_MAGIC, probe_id, seq, 0, t)
+        frame = PROBE_DST + p.mac + PROBE_ETHERTYPE.to_bytes(2, "big") + body
+        self._enqueue(t, port, CONTROL_TC, frame + bytes(60 - len(frame)), self.cpu)
+
+    def _probe(self, p: Port, t: float, frame: bytes, l3: int) -> None:
+        if len(frame) < l3 + _PROBE.size:
+            p.drop("malformed")
+            return
+        magic, probe_id, seq, reply, sent = _PROBE.unpack_from(frame, l3)
+        if magic != PROBE_MAGIC:
+            p.drop("malformed")
+            return
+        if not reply:
+            body = _PROBE.pack(PROBE_MAGIC, probe_id, seq, 1, sent)
+            out = PROBE_DST + p.mac + PROBE_ETHERTYPE.to_bytes(2, "big") + body
+            self._enqueue(t, p.index, CONTROL_TC, out + bytes(60 - len(out)), self.cpu)
+            return
+        self.probe_rtts.setdefault(probe_id, []).append(t - sent)
 
     def _arp(self, p: Port, t: float, frame: bytes, l3: int) -> None:
         if len(frame) < l3 + 28:

@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from emu.control.model import SwitchTables
 from emu.dataplane.fabric import build_switches
 from emu.dataplane.loop import WallLoop
 from emu.dataplane.pcap import PcapWriter
@@ -49,6 +50,7 @@ class Worker:
         self.rx_sockets: list[tuple[socket.socket, Any]] = []
         self.rings: list[RxRing] = []
         self.t0 = time.monotonic()
+        self._probes = 0
         self.switches = build_switches(spec, self.loop, index, self._external)
         self.control = self._open_control()
 
@@ -166,12 +168,27 @@ class Worker:
                 "switches": {n: sw.stats(now) for n, sw in self.switches.items()},
             }
         if cmd == "port":
-            sw = self.switches[req["switch"]]
-            idx = next((p.index for p in sw.ports if p.name == req["port"]), None)
-            if idx is None:
-                return {"ok": False, "error": f"{sw.name} has no port {req['port']}"}
+            sw, idx = self._port(req)
             sw.set_port_up(idx, bool(req["up"]))
             return {"ok": True}
+        if cmd == "tables":
+            sw = self.switches[req["switch"]]
+            sw.load_tables(SwitchTables.from_dict(req["tables"]))
+            return {"ok": True}
+        if cmd == "headroom":
+            sw, idx = self._port(req)
+            sw.mmu.set_headroom(idx, int(req["bytes"]))
+            return {"ok": True}
+        if cmd == "probe":
+            sw, idx = self._port(req)
+            self._probes += 1
+            pid = self._probes
+            for seq in range(int(req.get("count", 5))):
+                self.loop.at(now + seq * float(req.get("spacing_s", 0.002)), self._probe_one, (sw, idx, pid, seq))
+            return {"ok": True, "probe": pid}
+        if cmd == "probe_result":
+            sw = self.switches[req["switch"]]
+            return {"ok": True, "rtts_s": sw.probe_rtts.get(int(req["probe"]), [])}
         if cmd == "stop":
             self.loop.running = False
             return {"ok": True}
@@ -186,6 +203,20 @@ class Worker:
                 continue
             if drops:
                 port.drops["rx_socket_overflow"] = port.drops.get("rx_socket_overflow", 0) + drops
+
+    def _port(self, req: dict[str, Any]) -> tuple[Switch, int]:
+        sw = self.switches.get(req.get("switch", ""))
+        if sw is None:
+            raise KeyError(f"worker {self.index} has no switch {req.get('switch')!r}")
+        idx = next((p.index for p in sw.ports if p.name == req.get("port")), None)
+        if idx is None:
+            raise KeyError(f"{sw.name} has no port {req.get('port')!r}")
+        return sw, idx
+
+    @staticmethod
+    def _probe_one(t: float, arg: tuple[Switch, int, int, int]) -> None:
+        sw, idx, pid, seq = arg
+        sw.send_probe(t, idx, pid, seq)
 
     def close(self) -> None:
         for r in self.rings:

@@ -10,6 +10,7 @@ from typing import Any
 
 from mininet.net import Mininet
 
+from emu.control.runtime import FabricController
 from emu.dataplane.engine import Engine
 from emu.net.link import FabricLink
 from emu.net.netns import ip_batch
@@ -110,17 +111,56 @@ class FabricNet(Mininet):
                 failed += [(h.name, a) for a in bad]
         return PingResult(sent, received, tuple(failed), retried)
 
-    def fail(self, a: str, b: str) -> None:
-        self._set_link(a, b, up=False)
+    @property
+    def control(self) -> FabricController:
+        for sw in self.switches:
+            if getattr(sw, "control", None) is not None:
+                return sw.control
+        raise RuntimeError("the fabric is not started")
 
-    def restore(self, a: str, b: str) -> None:
-        self._set_link(a, b, up=True)
+    def fail(self, a: str, b: str | None = None) -> None:
+        """Fail a link (two node names), a switch (one name), or a plane ('plane', N)."""
+        self._set(a, b, up=False)
 
-    def _set_link(self, a: str, b: str, *, up: bool) -> None:
-        links = self.linksBetween(self.get(a), self.get(b))
+    def restore(self, a: str, b: str | None = None) -> None:
+        self._set(a, b, up=True)
+
+    def _set(self, a: str, b: str | None, *, up: bool) -> None:
+        if a == "plane":
+            if b is None or not b.isdigit():
+                raise ValueError("usage: fail plane N")
+            switches = [s for s in self.switches if isinstance(s, FabricSwitch) and s.shard == int(b)]
+            if not switches:
+                raise ValueError(f"no plane {b}")
+            for sw in switches:
+                self._set(sw.name, None, up=up)
+            return
+        node = self.nameToNode.get(a)
+        if node is None:
+            raise ValueError(f"no node named {a!r}")
+        if b is None:
+            if not isinstance(node, FabricSwitch):
+                raise ValueError(f"{a} is not a fabric switch; to cut a host off, fail its link: fail {a} SWITCH")
+            self.control.set_switch(a, up)
+            for intf in node.intfList():
+                if intf.link is not None and not isinstance(_peer(intf).node, FabricSwitch):
+                    self.engine.set_port(a, intf.name, up)  # its host links too
+            return
+        other = self.nameToNode.get(b)
+        if other is None:
+            raise ValueError(f"no node named {b!r}")
+        if isinstance(node, FabricSwitch) and isinstance(other, FabricSwitch):
+            self.control.set_link(a, b, up)
+            return
+        links = self.linksBetween(node, other)
         if not links:
             raise ValueError(f"no link between {a} and {b}")
         for link in links:
             for intf in (link.intf1, link.intf2):
                 if isinstance(intf.node, FabricSwitch):
                     self.engine.set_port(intf.node.name, intf.name, up)
+
+
+def _peer(intf):
+    link = intf.link
+    return link.intf2 if link.intf1 is intf else link.intf1

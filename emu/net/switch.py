@@ -16,6 +16,7 @@ from typing import Any
 from mininet.node import Switch
 
 from emu.control.routes import Attachment, FabricGraph, compute_tables
+from emu.control.runtime import ControlTiming, FabricController
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.dataplane.spec import EngineSpec, PortSpec, QosSpec, SwitchSpec
 from emu.net.cleanup import record
@@ -34,6 +35,7 @@ class RunSettings:
     workers: int = 0  # 0: one per core, at most one per shard
     pcap_dir: str = ""
     buffer_per_port: int = 1 << 20
+    control: ControlTiming = ControlTiming()
 
     def __post_init__(self) -> None:
         try:
@@ -61,6 +63,7 @@ class FabricSwitch(Switch):
         self.loopback4 = loopback4
         self.loopback6 = loopback6
         self.engine: Engine | None = None
+        self.control: FabricController | None = None
 
     def start(self, controllers: list) -> None:  # the engine starts in batchStartup
         pass
@@ -74,7 +77,8 @@ class FabricSwitch(Switch):
     @classmethod
     def batchStartup(cls, switches: tuple[FabricSwitch, ...], settings: RunSettings | None = None) -> tuple:
         settings = settings or switches[0].settings
-        spec = build_spec(switches, settings)
+        built = build_spec(switches, settings)
+        spec = built.spec
         nodes = {id(n): n for sw in switches for n in (sw, *(_other(i).node for i in _ports(sw)))}
         record(
             spec.run_dir,
@@ -83,17 +87,24 @@ class FabricSwitch(Switch):
         )
         engine = Engine(spec)
         engine.start()
+        control = FabricController(engine, built.graph, built.attachments, port_names=built.port_names,
+                                   dilation=settings.dilation, spray=settings.spray, timing=settings.control)
         for sw in switches:
             sw.engine = engine
+            sw.control = control
         return switches
 
     @classmethod
     def batchShutdown(cls, switches: tuple[FabricSwitch, ...]) -> tuple:
         engines = {id(sw.engine): sw.engine for sw in switches if sw.engine is not None}
+        controls = {id(sw.control): sw.control for sw in switches if sw.control is not None}
+        for c in controls.values():
+            c.close()
         for e in engines.values():
             e.stop()
         for sw in switches:
             sw.engine = None
+            sw.control = None
         return ()
 
 
@@ -111,7 +122,15 @@ def _params(intf) -> LinkParams:
     return link.fabric if isinstance(link, FabricLink) else LinkParams()
 
 
-def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> EngineSpec:
+@dataclass(frozen=True)
+class BuiltFabric:
+    spec: EngineSpec
+    graph: FabricGraph
+    attachments: list[Attachment]
+    port_names: dict[tuple[str, int], str]
+
+
+def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> BuiltFabric:
     """Read Mininet's wiring, compute tables, configure hosts, and describe the engine's job."""
     names = {sw.name for sw in switches}
     index: dict[tuple[str, str], int] = {}
@@ -185,7 +204,8 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Eng
         pre = ["sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 "
                "net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.all.disable_ipv6=0"]
         host.cmd("; ".join(pre + cmds))
-    return spec
+    port_names = {(sw, p.index): p.ifname for sw, ports in port_specs.items() for p in ports}
+    return BuiltFabric(spec, graph, attachments, port_names)
 
 
 def _host_config(ifname: str, ip4: str, lp: LinkParams) -> list[str]:

@@ -1,0 +1,146 @@
+"""The running control plane: failures, capacity changes, damping, live table pushes.
+
+A failed link is dropped by the data plane at once (a group stops using a
+member whose port is down: local fast failover). The control plane learns
+of it after a detection delay, recomputes routes and capacity weights over
+the live graph, and pushes to each switch only the tables that changed;
+each such push is one route update. With a damping hold-down, an update is
+never applied sooner than `hold_down` after the previous one, and all that
+happened meanwhile is folded into it, so a flapping link does not ripple
+churn through the fabric. Delays are in fabric seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from emu.control.routes import Attachment, FabricGraph, compute_tables
+
+
+class TablePusher(Protocol):
+    def set_tables(self, switch: str, tables: dict[str, Any]) -> None: ...
+
+    def set_port(self, switch: str, port: str, up: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class ControlTiming:
+    detection_s: float = 50e-6
+    hold_down_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.detection_s < 0 or self.hold_down_s < 0:
+            raise ValueError("detection delay and hold-down must be >= 0")
+
+
+class FabricController:
+    def __init__(self, engine: TablePusher, graph: FabricGraph, attachments: list[Attachment], *,
+                 port_names: dict[tuple[str, int], str], dilation: float, spray: bool = False,
+                 timing: ControlTiming | None = None) -> None:
+        self.engine = engine
+        self.graph = graph
+        self.attachments = attachments
+        self.port_names = port_names
+        self.dilation = dilation
+        self.spray = spray
+        self.timing = timing or ControlTiming()
+        self.pushed = {sw: t.to_dict() for sw, t in compute_tables(graph, attachments, spray=spray).items()}
+        self.updates = 0
+        self.recomputes = 0
+        self._lock = threading.Condition()
+        self._due: float | None = None
+        self._busy = False
+        self._last = -1e18
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="fabric-control", daemon=True)
+        self._thread.start()
+
+    # -- events ---------------------------------------------------------------
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        """Fail or restore every link between switches a and b."""
+        found = False
+        for u, v, d in self.graph.graph.edges(a, data=True):
+            if v != b:
+                continue
+            found = True
+            d["up"] = up
+            for node in (u, v):
+                self.engine.set_port(node, self.port_names[(node, d["ports"][node][0])], up)
+        if not found:
+            raise ValueError(f"no switch-to-switch link between {a} and {b}")
+        self._changed()
+
+    def set_switch(self, name: str, up: bool) -> None:
+        """Fail or restore a whole switch: every one of its fabric links."""
+        if name not in self.graph.graph:
+            raise ValueError(f"no switch named {name!r}")
+        for nbr in set(self.graph.graph.neighbors(name)):
+            self.set_link(name, nbr, up)
+
+    def set_capacity(self, a: str, b: str, rate_bps: float) -> None:
+        """The capacity a link offers changed (a member of a bundle lost, a degraded optic)."""
+        if not rate_bps > 0:
+            raise ValueError(f"capacity must be > 0, got {rate_bps}")
+        for _, v, d in self.graph.graph.edges(a, data=True):
+            if v == b:
+                d["rate"] = rate_bps
+        self._changed()
+
+    def _changed(self) -> None:
+        now = time.monotonic()
+        due = now + self.timing.detection_s * self.dilation
+        due = max(due, self._last + self.timing.hold_down_s * self.dilation)
+        with self._lock:
+            if self._due is None or due < self._due:
+                self._due = due
+            self._lock.notify()
+
+    # -- the update loop --------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stop and (self._due is None or self._due > time.monotonic()):
+                    wait = None if self._due is None else max(0.0, self._due - time.monotonic())
+                    self._lock.wait(wait)
+                if self._stop:
+                    return
+                self._due = None
+                self._busy = True
+            try:
+                self._apply()
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._lock.notify_all()
+
+    def _apply(self) -> None:
+        tables = compute_tables(self.graph, self.attachments, spray=self.spray)
+        self.recomputes += 1
+        self._last = time.monotonic()
+        for sw, t in tables.items():
+            d = t.to_dict()
+            if d != self.pushed.get(sw):
+                self.engine.set_tables(sw, d)
+                self.pushed[sw] = d
+                self.updates += 1
+
+    def settle(self, timeout: float = 30.0) -> None:
+        """Wait until no update is pending."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._due is not None or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the control plane did not settle")
+                self._lock.wait(min(left, 0.05))
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop = True
+            self._lock.notify_all()
+        self._thread.join(timeout=5)
