@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Flattened Planar Fabric on the native engine.
+"""Flattened Planar Fabric: every GPU on P planes, a 2-tier Clos per plane.
 
     sudo python topologies/fpf.py --gpus 8 --planes 8
     sudo mn --custom topologies/fpf.py --topo fpf,gpus=8,planes=2
@@ -10,22 +10,13 @@ import inspect
 import os
 import sys
 
-# `mn --custom` execs this file without __file__ and with Debian's python3:
-# find the checkout from the code object, and the project's venv beside it.
-_here = os.path.dirname(os.path.abspath(inspect.currentframe().f_code.co_filename))
-_root = os.path.dirname(_here)
+# mn --custom execs this file with Debian's python3 and no __file__: find the checkout and its venv.
+_root = os.path.dirname(os.path.dirname(os.path.abspath(inspect.currentframe().f_code.co_filename)))
 sys.path[:0] = [_root, *glob.glob(os.path.join(_root, ".venv/lib/python3*/site-packages"))]
 
-from emu.net.link import FabricLink  # noqa: E402
-from emu.net.switch import FabricSwitch  # noqa: E402
-from emu.topo.fpf import FPFTopo  # noqa: E402
+from emu.topo.script import mn_custom, run  # noqa: E402
 
-# What `mn --custom` picks up: the topology, and the engine-backed classes by name.
-topos = {"fpf": FPFTopo}
-switches = {"fabric": FabricSwitch}
-links = {"fabric": FabricLink}
+topos, switches, links = mn_custom("fpf")
 
 if __name__ == "__main__":
-    from emu.cli.main import main
-
-    sys.exit(main(["up", "fpf", *sys.argv[1:]]))
+    sys.exit(run("fpf"))

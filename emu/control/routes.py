@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from emu.control.model import Group, NextHop, Route, SwitchTables
+from emu.control.model import EncapPolicy, Group, MySid, NextHop, Route, SwitchTables
 
 
 @dataclass(frozen=True)
@@ -102,4 +102,20 @@ def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray:
             gid = group_for(sw, tuple(members), mode)
             for a in atts:
                 tables[sw].routes.append(Route(a.prefix, gid))
+    return tables
+
+
+@dataclass
+class LocalEntries:
+    """A switch's own SRv6 entries, kept across route recomputations."""
+
+    my_sids: list[MySid] = field(default_factory=list)
+    encaps: list[EncapPolicy] = field(default_factory=list)
+
+
+def with_local(tables: dict[str, SwitchTables], local: dict[str, LocalEntries]) -> dict[str, SwitchTables]:
+    for sw, extra in local.items():
+        if sw in tables:
+            tables[sw].my_sids = list(extra.my_sids)
+            tables[sw].encaps = list(extra.encaps)
     return tables

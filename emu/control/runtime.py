@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from emu.control.routes import Attachment, FabricGraph, compute_tables
+from emu.control.model import EncapPolicy
+from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 
 
 class TablePusher(Protocol):
@@ -39,7 +40,7 @@ class ControlTiming:
 class FabricController:
     def __init__(self, engine: TablePusher, graph: FabricGraph, attachments: list[Attachment], *,
                  port_names: dict[tuple[str, int], str], dilation: float, spray: bool = False,
-                 timing: ControlTiming | None = None) -> None:
+                 timing: ControlTiming | None = None, local: dict[str, LocalEntries] | None = None) -> None:
         self.engine = engine
         self.graph = graph
         self.attachments = attachments
@@ -47,7 +48,8 @@ class FabricController:
         self.dilation = dilation
         self.spray = spray
         self.timing = timing or ControlTiming()
-        self.pushed = {sw: t.to_dict() for sw, t in compute_tables(graph, attachments, spray=spray).items()}
+        self.local = local or {}
+        self.pushed = {sw: t.to_dict() for sw, t in self.tables().items()}
         self.updates = 0
         self.recomputes = 0
         self._lock = threading.Condition()
@@ -90,6 +92,20 @@ class FabricController:
                 d["rate"] = rate_bps
         self._changed()
 
+    def set_policy(self, switch: str, prefix: str, segments: list[str], source: str) -> None:
+        """Steer IPv6 traffic to `prefix` entering at `switch` over `segments` (H.Encaps), live."""
+        policy = EncapPolicy(prefix, tuple(segments), source)
+        entries = self.local.setdefault(switch, LocalEntries())
+        entries.encaps = [e for e in entries.encaps if e.prefix != prefix] + [policy]
+        self._apply()
+
+    def clear_policy(self, switch: str, prefix: str) -> None:
+        entries = self.local.get(switch)
+        if entries is None or not any(e.prefix == prefix for e in entries.encaps):
+            raise ValueError(f"{switch} has no policy for {prefix}")
+        entries.encaps = [e for e in entries.encaps if e.prefix != prefix]
+        self._apply()
+
     def _changed(self) -> None:
         now = time.monotonic()
         due = now + self.timing.detection_s * self.dilation
@@ -118,8 +134,11 @@ class FabricController:
                     self._busy = False
                     self._lock.notify_all()
 
+    def tables(self) -> dict[str, Any]:
+        return with_local(compute_tables(self.graph, self.attachments, spray=self.spray), self.local)
+
     def _apply(self) -> None:
-        tables = compute_tables(self.graph, self.attachments, spray=self.spray)
+        tables = self.tables()
         self.recomputes += 1
         self._last = time.monotonic()
         for sw, t in tables.items():

@@ -146,9 +146,12 @@ class Switch:
         if self.loopback6:
             self.local6[int.from_bytes(self.loopback6, "big")] = self.loopback6
         headroom = [ps.headroom or self.default_headroom(ps.index) for ps in spec.ports] + [0]
+        # The shared pool is buffer_per_port x ports; PFC headroom for the links as cabled and the
+        # reserves come on top, so a switch with long-haul links is a deep-buffer switch, as BAG's are.
+        carve = sum(self.default_headroom(i) for i in range(nports)) + qos.reserve * (nports + 1) * NQ
         self.mmu = SharedBuffer(
             nports=nports + 1,
-            size=qos.buffer_per_port * max(1, nports),
+            size=qos.buffer_per_port * max(1, nports) + carve,
             headroom=headroom,
             reserve=qos.reserve,
             shift=qos.alpha_shift,

@@ -15,7 +15,8 @@ from typing import Any
 
 from mininet.node import Switch
 
-from emu.control.routes import Attachment, FabricGraph, compute_tables
+from emu.control.model import MySid
+from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.control.runtime import ControlTiming, FabricController
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.dataplane.spec import EngineSpec, PortSpec, QosSpec, SwitchSpec
@@ -55,13 +56,15 @@ class FabricSwitch(Switch):
 
     settings: RunSettings = default_settings()
 
-    def __init__(self, name: str, shard: int | None = None, loopback4: str = "", loopback6: str = "", **params: Any):
+    def __init__(self, name: str, shard: int | None = None, loopback4: str = "", loopback6: str = "",
+                 sids: dict[str, str] | None = None, **params: Any):
         params.pop("batch", None)
         params["inNamespace"] = False
         super().__init__(name, **params)
         self.shard = shard
         self.loopback4 = loopback4
         self.loopback6 = loopback6
+        self.sids = dict(sids or {})  # SRv6 SID -> End | End.DT6
         self.engine: Engine | None = None
         self.control: FabricController | None = None
 
@@ -88,7 +91,8 @@ class FabricSwitch(Switch):
         engine = Engine(spec)
         engine.start()
         control = FabricController(engine, built.graph, built.attachments, port_names=built.port_names,
-                                   dilation=settings.dilation, spray=settings.spray, timing=settings.control)
+                                   dilation=settings.dilation, spray=settings.spray, timing=settings.control,
+                                   local=built.local)
         for sw in switches:
             sw.engine = engine
             sw.control = control
@@ -128,6 +132,7 @@ class BuiltFabric:
     graph: FabricGraph
     attachments: list[Attachment]
     port_names: dict[tuple[str, int], str]
+    local: dict[str, LocalEntries]
 
 
 def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> BuiltFabric:
@@ -148,6 +153,8 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
             attachments.append(Attachment(f"{sw.loopback4}/32", sw.name))
         if sw.loopback6:
             attachments.append(Attachment(f"{sw.loopback6}/128", sw.name))
+        for sid in sw.sids:
+            attachments.append(Attachment(f"{sid}/128", sw.name))
         specs = []
         for i, intf in enumerate(_ports(sw)):
             peer = _other(intf)
@@ -174,7 +181,9 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
                 attachments.append(Attachment(lp.host_ip6.split("/")[0] + "/128", sw.name, i, host_mac))
             host_cmds.setdefault(peer.node, []).extend(_host_config(peer.name, ip4, lp))
         port_specs[sw.name] = specs
-    tables = compute_tables(graph, attachments, spray=settings.spray)
+    local = {sw.name: LocalEntries(my_sids=[MySid(sid, action) for sid, action in sw.sids.items()])
+             for sw in switches if sw.sids}
+    tables = with_local(compute_tables(graph, attachments, spray=settings.spray), local)
     shards = sorted({sw.shard if sw.shard is not None else 0 for sw in switches})
     workers = settings.workers or min(os.cpu_count() or 1, len(shards))
     workers = min(workers, len(shards)) if settings.workers == 0 else workers
@@ -205,7 +214,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
                "net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.all.disable_ipv6=0"]
         host.cmd("; ".join(pre + cmds))
     port_names = {(sw, p.index): p.ifname for sw, ports in port_specs.items() for p in ports}
-    return BuiltFabric(spec, graph, attachments, port_names)
+    return BuiltFabric(spec, graph, attachments, port_names, local)
 
 
 def _host_config(ifname: str, ip4: str, lp: LinkParams) -> list[str]:

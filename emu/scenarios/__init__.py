@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from emu.net.switch import RunSettings
-from emu.topo.fpf import TopologyError
+from emu.topo.common import TopologyError
 
 
 def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, out_dir: str,

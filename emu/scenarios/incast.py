@@ -19,7 +19,8 @@ from typing import Any
 from emu.net.fabric import FabricNet
 from emu.net.fidelity import fidelity_warnings
 from emu.net.switch import RunSettings
-from emu.topo.fpf import FPFTopo, TopologyError
+from emu.topo.common import TopologyError
+from emu.topo.fpf import FPFTopo
 from emu.units import UnitError, parse_rate, parse_size
 
 DEFAULT_DILATION = 10000.0  # keeps 7 line-rate senders within one Python worker's budget

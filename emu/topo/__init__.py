@@ -5,10 +5,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from emu.topo.fpf import FPFParams, FPFTopo, TopologyError
+from emu.topo.bag import BAGParams, BAGTopo
+from emu.topo.common import TopologyError
+from emu.topo.fpf import FPFParams, FPFTopo
+from emu.topo.nsf import NSFParams, NSFTopo
+from emu.topo.rbb import RBBParams, RBBTopo
+from emu.topo.tahan import TahanParams, TahanTopo
 
 TOPOLOGIES: dict[str, tuple[type, type]] = {
     "fpf": (FPFTopo, FPFParams),
+    "nsf": (NSFTopo, NSFParams),
+    "bag": (BAGTopo, BAGParams),
+    "tahan": (TahanTopo, TahanParams),
+    "rbb": (RBBTopo, RBBParams),
 }
 
 
@@ -28,7 +37,7 @@ def make_topo(name: str, params: dict[str, str]) -> Any:
             typed[key] = int(value) if kind in (int, "int") else value
         except ValueError:
             raise TopologyError(f"{name}: {key} must be an integer, got {value!r}") from None
-    params_cls(**typed)  # one clear error before anything is created
+    getattr(params_cls, "make", params_cls)(**typed)  # one clear error before anything is created
     return topo_cls(**typed)
 
 

@@ -13,13 +13,8 @@ from dataclasses import dataclass
 
 from mininet.topo import Topo
 
-from emu.net.link import FabricLink
-from emu.net.switch import FabricSwitch
-from emu.units import UnitError, format_rate, parse_rate
-
-
-class TopologyError(ValueError):
-    """A topology parameter is impossible; raised before anything is created."""
+from emu.topo.common import TopologyError, add_switch, check_units, fabric_link, host_link
+from emu.units import format_rate, parse_rate
 
 
 @dataclass(frozen=True)
@@ -59,12 +54,8 @@ class FPFParams:
             )
         if self.leaves > self.radix:
             raise TopologyError(f"fpf: a spine needs {self.leaves} ports but has radix {self.radix}")
-        try:
-            parse_rate(self.rate)
-            if self.uplink:
-                parse_rate(self.uplink)
-        except UnitError as exc:
-            raise TopologyError(f"fpf: {exc}") from None
+        check_units("fpf", rates=(self.rate, *((self.uplink,) if self.uplink else ())),
+                    distances=(self.host_cable, self.fabric_cable))
 
     @property
     def gpus_per_leaf(self) -> int:
@@ -91,23 +82,16 @@ class FPFTopo(Topo):
             self.addHost(f"gpu{g}", ip=f"{host_ip4(0, leaf, slot)}/24")
         for plane in range(p.planes):
             for leaf in range(p.leaves):
-                self.addSwitch(f"p{plane}l{leaf}", cls=FabricSwitch, shard=plane,
-                               loopback4=f"10.{plane}.255.{leaf + 1}", loopback6=f"fdfa:{plane}:ff::{leaf + 1}")
+                add_switch(self, f"p{plane}l{leaf}", shard=plane,
+                           loopback4=f"10.{plane}.255.{leaf + 1}", loopback6=f"fdfa:{plane}:ff::{leaf + 1}")
             for s in range(p.spines if p.leaves > 1 else 0):
-                self.addSwitch(f"p{plane}s{s}", cls=FabricSwitch, shard=plane,
-                               loopback4=f"10.{plane}.255.{128 + s}", loopback6=f"fdfa:{plane}:ff::{128 + s:x}")
+                add_switch(self, f"p{plane}s{s}", shard=plane,
+                           loopback4=f"10.{plane}.255.{128 + s}", loopback6=f"fdfa:{plane}:ff::{128 + s:x}")
                 for leaf in range(p.leaves):
-                    self.addLink(f"p{plane}l{leaf}", f"p{plane}s{s}", cls=FabricLink,
-                                 rate=uplink, distance=p.fabric_cable)
+                    fabric_link(self, f"p{plane}l{leaf}", f"p{plane}s{s}", rate=uplink, distance=p.fabric_cable)
         for g in range(p.gpus):
             leaf, slot = divmod(g, p.gpus_per_leaf)
             for plane in range(p.planes):
-                self.addLink(
-                    f"gpu{g}", f"p{plane}l{leaf}", port1=plane, cls=FabricLink,
-                    rate=p.rate, distance=p.host_cable,
-                    gw4=f"10.{plane}.{leaf}.1/24", gw6=f"fdfa:{plane}:{leaf}::1/64",
-                    host_ip4=f"{host_ip4(plane, leaf, slot)}/24",
-                    host_ip6=f"fdfa:{plane}:{leaf}::{slot + 2}/64",
-                    host_routes4=(f"10.{plane}.0.0/16",),
-                    host_routes6=(f"fdfa:{plane}::/32",),
-                )
+                host_link(self, f"gpu{g}", f"p{plane}l{leaf}", port=plane, net4=f"10.{plane}.{leaf}",
+                          net6=f"fdfa:{plane}:{leaf}", slot=slot, rate=p.rate, distance=p.host_cable,
+                          routes4=(f"10.{plane}.0.0/16",), routes6=(f"fdfa:{plane}::/32",))

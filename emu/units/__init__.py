@@ -36,7 +36,7 @@ class UnitError(ValueError):
     """A quantity could not be understood; the message says what was expected."""
 
 
-_NUM = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
+_NUM = r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
 
 _RATE = {
     "": 1.0, "bps": 1.0, "b/s": 1.0,

@@ -1,0 +1,22 @@
+#!/usr/bin/env python3
+"""RBB: an SRv6 regional backbone joining campuses.
+
+    sudo python topologies/rbb.py --routers 5 --campuses 2
+    sudo mn --custom topologies/rbb.py --topo rbb,routers=5,campuses=2
+"""
+
+import glob
+import inspect
+import os
+import sys
+
+# mn --custom execs this file with Debian's python3 and no __file__: find the checkout and its venv.
+_root = os.path.dirname(os.path.dirname(os.path.abspath(inspect.currentframe().f_code.co_filename)))
+sys.path[:0] = [_root, *glob.glob(os.path.join(_root, ".venv/lib/python3*/site-packages"))]
+
+from emu.topo.script import mn_custom, run  # noqa: E402
+
+topos, switches, links = mn_custom("rbb")
+
+if __name__ == "__main__":
+    sys.exit(run("rbb"))
