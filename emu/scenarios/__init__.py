@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import replace
 from typing import Any
 
 from emu.net.switch import RunSettings
-from emu.topo.common import TopologyError
+from emu.scenarios.common import ScenarioError
+
+SCENARIOS = {
+    "incast": "emu.scenarios.incast",
+    "plane-down": "emu.scenarios.plane_down",
+}
 
 
 def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, out_dir: str,
                  dilation_given: bool = False) -> dict[str, Any]:
-    if name == "incast":
-        from emu.scenarios import incast
-
-        if not dilation_given:
-            settings = replace(settings, dilation=incast.DEFAULT_DILATION)
-        return incast.run(params, settings, out_dir)
-    raise TopologyError(f"unknown scenario {name!r}; known: incast")
+    if name not in SCENARIOS:
+        raise ScenarioError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
+    module = importlib.import_module(SCENARIOS[name])
+    if not dilation_given:
+        settings = replace(settings, dilation=getattr(module, "DEFAULT_DILATION", settings.dilation))
+    return module.run(params, settings, out_dir)

@@ -18,7 +18,7 @@ import time
 HEADER = 42  # Ethernet + IPv4 + UDP in front of each datagram
 
 
-def send(dst: str, port: int, *, nbytes: int, size: int, rate_bps: float, tos: int, sport: int = 0) -> dict:
+def _socket(dst: str, port: int, tos: int, sport: int) -> socket.socket:
     fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_DGRAM)
     if fam == socket.AF_INET:
@@ -28,6 +28,13 @@ def send(dst: str, port: int, *, nbytes: int, size: int, rate_bps: float, tos: i
     if sport:
         s.bind(("", sport))
     s.connect((dst, port))
+    return s
+
+
+def send(dst: str, port: int, *, nbytes: int, size: int, rate_bps: float, tos: int, sport: int = 0,
+         flows: int = 1) -> dict:
+    """`flows` sockets (distinct source ports, so distinct ECMP hashes) take turns."""
+    socks = [_socket(dst, port, tos, sport + i if sport else 0) for i in range(max(1, flows))]
     payload = bytearray(size)
     count = (nbytes + size - 1) // size
     per_pkt = (size + HEADER + 24) * 8 / rate_bps
@@ -40,7 +47,7 @@ def send(dst: str, port: int, *, nbytes: int, size: int, rate_bps: float, tos: i
             time.sleep(due - now)
         payload[0:4] = i.to_bytes(4, "big")
         try:
-            s.send(payload)
+            socks[i % len(socks)].send(payload)
             sent += size
         except OSError:
             errors += 1
@@ -79,7 +86,7 @@ def recv(port: int, *, expect: int, idle: float, timeout: float, bin_s: float, v
         b = bins.setdefault(addr[0], {})
         k = int((now - first) / bin_s)
         b[k] = b.get(k, 0) + n
-    return {"received_bytes": got, "by_source": by_src, "bins": bins, "bin_s": bin_s,
+    return {"received_bytes": got, "by_source": by_src, "bins": bins, "bin_s": bin_s, "first_monotonic": first,
             "wall_s": (last - first) if first is not None and last is not None else 0.0}
 
 
@@ -94,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, required=True, help="wall bits per second")
     p.add_argument("--tos", type=int, default=0)
     p.add_argument("--sport", type=int, default=0)
+    p.add_argument("--flows", type=int, default=1, help="spread over this many source ports")
     p = sub.add_parser("recv")
     p.add_argument("port", type=int)
     p.add_argument("--expect", type=int, default=0)
@@ -103,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-6", dest="v6", action="store_true")
     a = ap.parse_args(argv)
     if a.mode == "send":
-        out = send(a.dst, a.port, nbytes=a.bytes, size=a.size, rate_bps=a.rate, tos=a.tos, sport=a.sport)
+        out = send(a.dst, a.port, nbytes=a.bytes, size=a.size, rate_bps=a.rate, tos=a.tos, sport=a.sport,
+                   flows=a.flows)
     else:
         out = recv(a.port, expect=a.expect, idle=a.idle, timeout=a.timeout, bin_s=a.bin, v6=a.v6)
     print(json.dumps(out), flush=True)

@@ -1,0 +1,181 @@
+"""What scenarios share: UDP flows between hosts, fabric-wide counters, results on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from emu.net.fabric import FabricNet
+from emu.net.switch import RunSettings
+from emu.units import UnitError, parse_rate, parse_size
+
+HEADERS = 42  # Ethernet + IPv4 + UDP
+ECT0 = 0b10
+DSCP_LOSSLESS = 26
+
+
+class ScenarioError(ValueError):
+    """A scenario parameter is impossible, or the experiment could not run; the message says which."""
+
+
+def child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+
+
+@contextmanager
+def fabric(topo: Any, settings: RunSettings) -> Iterator[FabricNet]:
+    net = FabricNet(topo, settings=settings)
+    try:
+        net.start()
+        yield net
+    finally:
+        net.stop()
+
+
+@dataclass(frozen=True)
+class Flow:
+    """`nbytes` from host `src` to `dst_ip` (on host `dst`), paced at a fabric rate."""
+
+    src: str
+    dst: str
+    dst_ip: str
+    port: int
+    nbytes: int
+    rate_bps: float
+    size: int = 1400
+    tos: int = 0
+    flows: int = 1  # source ports to spread over (ECMP entropy)
+
+    @property
+    def wire_bytes(self) -> int:
+        return -(-self.nbytes // self.size) * self.size  # whole datagrams, as sent
+
+
+class Traffic:
+    """Receivers first (each says when it is bound), then the paced senders."""
+
+    def __init__(self, net: FabricNet, flows: list[Flow], *, dilation: float, idle_s: float = 3.0) -> None:
+        self.net = net
+        self.flows = flows
+        self.dilation = dilation
+        self.py = [sys.executable, "-m", "emu.traffic.udp"]
+        expect: dict[tuple[str, int, bool], int] = {}
+        for f in flows:
+            key = (f.dst, f.port, ":" in f.dst_ip)
+            expect[key] = expect.get(key, 0) + f.wire_bytes
+        bin_s = max(0.005, 10e-6 * dilation)
+        self.receivers = {}
+        for (dst, port, v6), total in expect.items():
+            cmd = self.py + ["recv", str(port), "--expect", str(total), "--idle", str(idle_s), "--bin", str(bin_s)]
+            proc = net.get(dst).popen(cmd + (["-6"] if v6 else []), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, env=child_env(), text=True)
+            line = proc.stdout.readline() if proc.stdout else ""
+            if "ready" not in line:
+                err = proc.stderr.read() if proc.stderr else ""
+                raise ScenarioError(f"receiver on {dst} port {port} did not start: {err.strip()}")
+            self.receivers[(dst, port, v6)] = proc
+        self.senders = []
+        for f in flows:
+            cmd = self.py + ["send", f.dst_ip, str(f.port), "--bytes", str(f.nbytes), "--size", str(f.size),
+                             "--rate", str(f.rate_bps / dilation), "--tos", str(f.tos), "--flows", str(f.flows)]
+            self.senders.append(net.get(f.src).popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                     env=child_env(), text=True))
+
+    def wait(self, timeout: float = 600) -> tuple[list[dict], dict[tuple[str, int, bool], dict]]:
+        sent = []
+        for proc in self.senders:
+            out, err = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise ScenarioError(f"a sender failed: {err.strip()}")
+            sent.append(json.loads(out))
+        got = {}
+        for key, proc in self.receivers.items():
+            out, err = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise ScenarioError(f"the receiver on {key[0]} failed: {err.strip()}")
+            got[key] = json.loads(out)
+        return sent, got
+
+
+def totals(stats: dict[str, Any], lossless: tuple[int, ...] = (3,)) -> dict[str, Any]:
+    """Fabric-wide sums of the engine's counters."""
+    t: dict[str, Any] = {"drops_lossless": 0, "pfc_frames": 0, "ecn_marked": 0, "paused_fabric_s": 0.0,
+                         "queue_hwm_bytes": 0, "drops_by_reason": {}}
+    for sw in stats["switches"].values():
+        for port in sw["ports"].values():
+            for reason, n in port["drops"].items():
+                t["drops_by_reason"][reason] = t["drops_by_reason"].get(reason, 0) + n
+            t["drops_lossless"] += sum(port["drops_tc"][tc] for tc in lossless)
+            t["pfc_frames"] += port["pfc_tx"]
+            t["ecn_marked"] += port["ecn_marked"]
+            t["paused_fabric_s"] += sum(port["paused_s"]) + sum(port.get("host_nic", {}).get("paused_s", [0.0]))
+            t["queue_hwm_bytes"] = max(t["queue_hwm_bytes"], max(port["queue_hwm"]))
+    return t
+
+
+def port_counter(stats: dict[str, Any], switch: str, port: str, key: str = "tx_packets") -> int:
+    return stats["switches"][switch]["ports"][port][key]
+
+
+def save(out_dir: str, name: str, result: dict[str, Any], draw: Callable[[Any], None]) -> dict[str, Any]:
+    """Write NAME.json and NAME.png (drawn by `draw(ax)`); the result gains the plot's path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, name)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    draw(ax)
+    fig.tight_layout()
+    fig.savefig(base + ".png", dpi=100)
+    plt.close(fig)
+    result["plot"] = base + ".png"
+    with open(base + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
+def rate_series(got: dict, dilation: float) -> dict[str, tuple[list[float], list[float]]]:
+    """Per source: (fabric time in us, received Gb/s in fabric units) from a receiver's bins."""
+    bin_s = got["bin_s"]
+    out = {}
+    for src, bins in got["bins"].items():
+        ks = sorted(int(k) for k in bins)
+        out[src] = ([k * bin_s / dilation * 1e6 for k in ks], [bins[str(k)] * 8 / bin_s * dilation / 1e9 for k in ks])
+    return out
+
+
+def int_param(params: dict[str, str], key: str, default: int, scenario: str) -> int:
+    try:
+        return int(params.get(key, default))
+    except ValueError:
+        raise ScenarioError(f"{scenario}: {key} must be an integer, got {params[key]!r}") from None
+
+
+def rate_param(params: dict[str, str], key: str, default: str, scenario: str) -> float:
+    try:
+        return parse_rate(params.get(key, default))
+    except UnitError as exc:
+        raise ScenarioError(f"{scenario}: {exc}") from None
+
+
+def size_param(params: dict[str, str], key: str, default: str, scenario: str) -> int:
+    try:
+        return parse_size(params.get(key, default))
+    except UnitError as exc:
+        raise ScenarioError(f"{scenario}: {exc}") from None
+
+
+def only(params: dict[str, str], known: set[str], scenario: str) -> None:
+    unknown = set(params) - known
+    if unknown:
+        raise ScenarioError(f"{scenario}: unknown parameter(s) {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(sorted(known))}")
