@@ -22,7 +22,7 @@ from typing import Any
 
 from emu import packet as pk
 from emu.control.model import SwitchTables
-from emu.dataplane.buffer import SharedBuffer
+from emu.dataplane.buffer import SharedBuffer, pfc_headroom
 from emu.dataplane.link import NQ, Transmitter
 from emu.dataplane.spec import SwitchSpec
 from emu.dataplane.tables import GroupState, Lpm
@@ -192,10 +192,8 @@ class Switch:
                     g.set_port_state(p.index, False)
 
     def default_headroom(self, port: int) -> int:
-        """What is in flight after XOFF: 2 x (rate x delay) + an MTU each way + a PFC frame."""
         ps = self.spec.ports[port]
-        bdp = ps.rate_bps * ps.delay_s / 8
-        return int(2 * bdp + 2 * 1600 + 2 * 1600 + 84)
+        return pfc_headroom(ps.rate_bps, ps.delay_s)
 
     # -- ports ------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ from emu.scenarios.common import ScenarioError
 SCENARIOS = {
     "incast": "emu.scenarios.incast",
     "plane-down": "emu.scenarios.plane_down",
+    "srv6-te": "emu.scenarios.srv6_te",
+    "fpf-vs-nsf": "emu.scenarios.fpf_vs_nsf",
 }
 
 
