@@ -12,6 +12,7 @@ churn through the fabric. Delays are in fabric seconds.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -19,12 +20,29 @@ from typing import Any, Protocol
 
 from emu.control.model import EncapPolicy
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
+from emu.dataplane.buffer import pfc_headroom
+from emu.units import FIBRE_S_PER_M, WIRE_OVERHEAD_BYTES
+
+PROBE_FRAME = 60
 
 
 class TablePusher(Protocol):
     def set_tables(self, switch: str, tables: dict[str, Any]) -> None: ...
 
     def set_port(self, switch: str, port: str, up: bool) -> None: ...
+
+    def set_headroom(self, switch: str, port: str, nbytes: int) -> None: ...
+
+    def probe_rtts(self, switch: str, port: str, count: int = 5) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class CableMeasurement:
+    switch: str
+    port: str
+    rtt_s: float
+    length_m: float
+    headroom: int
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,37 @@ class FabricController:
             if v == b:
                 d["rate"] = rate_bps
         self._changed()
+
+    # -- PFC headroom from the cable as measured ---------------------------------------------
+
+    def _link(self, a: str, b: str) -> dict[str, Any]:
+        for _, v, d in self.graph.graph.edges(a, data=True):
+            if v == b:
+                return d
+        raise ValueError(f"no switch-to-switch link between {a} and {b}")
+
+    def measure_cable(self, a: str, b: str, count: int = 5) -> CableMeasurement:
+        """Time probes on the uncongested top queue from a to b and back; derive the length."""
+        d = self._link(a, b)
+        port = self.port_names[(a, d["ports"][a][0])]
+        rtt = statistics.median(self.engine.probe_rtts(a, port, count))
+        serialisation = (PROBE_FRAME + WIRE_OVERHEAD_BYTES) * 8 / d["rate"]
+        one_way = max(0.0, rtt / 2 - serialisation)
+        return CableMeasurement(a, port, rtt, one_way / FIBRE_S_PER_M, pfc_headroom(d["rate"], one_way))
+
+    def size_headroom(self, a: str, b: str) -> tuple[CableMeasurement, CableMeasurement]:
+        """Measure the link from both ends and give each end's port the headroom its cable needs."""
+        ends = (self.measure_cable(a, b), self.measure_cable(b, a))
+        for m in ends:
+            self.engine.set_headroom(m.switch, m.port, m.headroom)
+        return ends
+
+    def set_headroom_for_length(self, a: str, b: str, length_m: float) -> None:
+        """Headroom on both ends as if the cable were `length_m` long (the worst-case habit)."""
+        d = self._link(a, b)
+        for node in (a, b):
+            port = self.port_names[(node, d["ports"][node][0])]
+            self.engine.set_headroom(node, port, pfc_headroom(d["rate"], length_m * FIBRE_S_PER_M))
 
     def set_policy(self, switch: str, prefix: str, segments: list[str], source: str) -> None:
         """Steer IPv6 traffic to `prefix` entering at `switch` over `segments` (H.Encaps), live."""

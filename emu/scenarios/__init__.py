@@ -14,6 +14,7 @@ SCENARIOS = {
     "plane-down": "emu.scenarios.plane_down",
     "srv6-te": "emu.scenarios.srv6_te",
     "fpf-vs-nsf": "emu.scenarios.fpf_vs_nsf",
+    "headroom": "emu.scenarios.headroom",
 }
 
 

@@ -1,0 +1,101 @@
+"""PFC headroom on a long BAG link: sized for a short cable, then from a measured one.
+
+Two GPUs in region 0 send to one GPU in region 1 in the lossless class, so
+the receiver's leaf pauses its spine, the spine pauses the region's BAG
+switch, and that switch pauses the far end of the long-haul link. What is
+already on the fibre then lands in the BAG switch's headroom for that port.
+Phase 1 gives that port the headroom of a 100 m cable (the habit of one
+worst-case value for short links): it overflows and lossless packets drop.
+Phase 2 times probes across the link, derives its length, and sizes the
+headroom from it, live: nothing drops.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emu.dataplane.buffer import pfc_headroom
+from emu.net.fidelity import fidelity_warnings
+from emu.net.switch import RunSettings
+from emu.scenarios.common import (
+    DSCP_LOSSLESS,
+    ECT0,
+    Flow,
+    ScenarioError,
+    Traffic,
+    fabric,
+    only,
+    save,
+    size_param,
+    totals,
+)
+from emu.topo.bag import BAGTopo
+from emu.units import FIBRE_S_PER_M, UnitError, parse_distance, parse_rate
+
+DEFAULT_DILATION = 10000.0
+PORT = 9400
+SHORT_M = 100.0
+
+
+def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
+    only(params, {"distance", "bytes"}, "headroom")
+    try:
+        true_m = parse_distance(params.get("distance", "2km"))
+    except UnitError as exc:
+        raise ScenarioError(f"headroom: {exc}") from None
+    if not SHORT_M * 4 <= true_m <= 20_000:
+        raise ScenarioError("headroom: the long link must be 400 m to 20 km here (longer needs more buffer and time)")
+    nbytes = size_param(params, "bytes", "3MiB", "headroom")
+    topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts=2, bags=1, rate="400G",
+                   fabric_rate="800G", bag_rates="800G", distance=f"{true_m}m")
+    phases = []
+    with fabric(topo, settings) as net:
+        control = net.control
+        dst = net.get("h100x0").IP()
+        control.set_headroom_for_length("bag0x0", "bag1x0", SHORT_M)
+
+        def phase(name: str) -> dict[str, Any]:
+            before = totals(net.engine.stats())
+            flows = [Flow(src, "h100x0", dst, PORT, nbytes, parse_rate("400G"), tos=DSCP_LOSSLESS << 2 | ECT0)
+                     for src in ("h000x0", "h000x1")]
+            sent, got = Traffic(net, flows, dilation=settings.dilation).wait()
+            after = totals(net.engine.stats())
+            return {
+                "phase": name,
+                "offered_bytes": sum(s["sent_bytes"] for s in sent),
+                "delivered_bytes": got[("h100x0", PORT, False)]["received_bytes"],
+                "drops_lossless": after["drops_lossless"] - before["drops_lossless"],
+                "headroom_exhausted": after["drops_by_reason"].get("headroom_exhausted", 0)
+                - before["drops_by_reason"].get("headroom_exhausted", 0),
+                "pfc_frames": after["pfc_frames"] - before["pfc_frames"],
+            }
+
+        phases.append(phase("short"))
+        _, far = control.size_headroom("bag0x0", "bag1x0")  # far: bag1x0, the end that absorbs
+        phases.append(phase("measured"))
+        stats = net.engine.stats()
+    short, measured = phases
+    result = {
+        "scenario": "headroom",
+        "dilation": settings.dilation,
+        "true_km": true_m / 1000,
+        "measured_km": far.length_m / 1000,
+        "measured_rtt_fabric_s": far.rtt_s,
+        "short_headroom_bytes": pfc_headroom(800e9, SHORT_M * FIBRE_S_PER_M),
+        "measured_headroom_bytes": far.headroom,
+        "drops_short_headroom": short["drops_lossless"],
+        "drops_measured_headroom": measured["drops_lossless"],
+        "phases": phases,
+        "fidelity_warnings": fidelity_warnings(stats),
+    }
+    result["passed"] = (short["drops_lossless"] > 0 and measured["drops_lossless"] == 0
+                        and abs(far.length_m - true_m) < 0.05 * true_m)
+
+    def draw(ax: Any) -> None:
+        ax.bar(["100 m headroom", f"measured ({far.length_m / 1000:.2f} km)"],
+               [short["drops_lossless"], measured["drops_lossless"]], color=["tab:red", "tab:green"])
+        ax.set_ylabel("lossless packets dropped")
+        ax.set_title(f"Incast across a {true_m / 1000:g} km BAG link (D={settings.dilation:g})")
+
+    return save(out_dir, "headroom", result, draw)
+
