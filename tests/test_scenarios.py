@@ -22,3 +22,42 @@ def test_incast_pfc_is_what_makes_it_lossless(tmp_path, no_leftovers):
     assert off["delivered_bytes"] < off["offered_bytes"]
     assert on["ecn_marked"] > 0  # the congested queue passed Kmin
     assert (tmp_path / "incast-pfc.png").stat().st_size > 0
+
+
+def test_plane_down_other_planes_carry_on(tmp_path, no_leftovers):
+    r = run_scenario("plane-down", {"planes": "3", "bytes": "512KiB"}, RunSettings(dilation=10000),
+                     out_dir=str(tmp_path))
+    assert r["others_complete"] and r["failed_plane_lost_bytes"] > 0
+    assert all(v > 0 for p, v in r["delivered_after_failure_by_plane"].items() if p != 1)
+    assert r["delivered_after_failure_by_plane"][1] == 0
+
+
+def test_srv6_policy_steers_the_flow_and_removing_it_brings_it_back(tmp_path, no_leftovers):
+    r = run_scenario("srv6-te", {"packets": "100"}, RunSettings(dilation=1000), out_dir=str(tmp_path))
+    assert r["routers_crossed"]["shortest"] == ["r0", "r1", "r2"]
+    assert r["routers_crossed"]["policy"] == ["r0", "r2", "r3", "r4"]
+    assert r["routers_crossed"]["restored"] == ["r0", "r1", "r2"]
+    assert r["passed"]
+
+
+def test_fpf_has_fewer_hops_and_lower_rtt_than_nsf(tmp_path, no_leftovers):
+    r = run_scenario("fpf-vs-nsf", {"gpus": "4", "planes": "2"}, RunSettings(dilation=1000), out_dir=str(tmp_path))
+    assert r["fpf"]["switch_hops"] == 3 and r["nsf"]["switch_hops"] == 5
+    assert r["fpf"]["base_rtt_fabric_s"] < r["nsf"]["base_rtt_fabric_s"]
+    assert r["fpf"]["bisection_bps"] > 0 and r["nsf"]["bisection_bps"] > 0
+
+
+def test_measured_headroom_stops_the_drops_a_short_one_causes(tmp_path, no_leftovers):
+    r = run_scenario("headroom", {"distance": "2km", "bytes": "2MiB"}, RunSettings(dilation=10000),
+                     out_dir=str(tmp_path))
+    assert r["drops_short_headroom"] > 0
+    assert r["drops_measured_headroom"] == 0
+    assert abs(r["measured_km"] - r["true_km"]) < 0.05 * r["true_km"]
+
+
+def test_wcmp_shares_follow_capacity_and_damping_cuts_updates(tmp_path, no_leftovers):
+    r = run_scenario("wcmp", {"flows": "512", "bytes": "1MiB"}, RunSettings(dilation=1000), out_dir=str(tmp_path))
+    # Equal-cost splitting would put 25 % on each link: 15 points off on every one.
+    assert r["max_share_error"] < 0.08
+    assert r["flap_with_damping"]["route_updates"] < r["flap_without_damping"]["route_updates"]
+    assert r["after_failure_of_bag0x0-bag1x0"]["bag0x0-bag1x0"]["bytes"] == 0

@@ -96,8 +96,8 @@ class Switch:
         self.ecn: list[tuple[int, int, float] | None] = [None] * NQ
         for tc, e in qos.ecn.items():
             self.ecn[tc] = (e.kmin, e.kmax, e.pmax)
-        self.seed = spec.seed & 0xFFFFFFFF
         self.rng = random.Random(spec.seed)
+        self.hash_mult = self.rng.getrandbits(32) | 1
         nports = len(spec.ports)
         self.cpu = nports  # index of the switch's own (CPU) port in buffer accounting
         self.ports: list[Port] = []
@@ -330,10 +330,13 @@ class Switch:
         return g is not None and g.n > 0 and all(port != p.index for port, _ in g.slots)
 
     def _flow_hash(self, frame: bytes, src_off: int, l4: int, proto: int, src_len: int) -> int:
-        h = zlib.crc32(frame[src_off : src_off + src_len], self.seed ^ proto)
+        """CRC-32 of the 5-tuple, then a per-switch odd multiplier. CRC is linear, so CRCs that
+        differ only in their seed differ by a constant XOR, and every switch would pick the same
+        slot for a flow (ECMP polarisation); the multiplication breaks that."""
+        h = zlib.crc32(frame[src_off : src_off + src_len], proto)
         if proto == 17 or proto == 6:
             h = zlib.crc32(frame[l4 : l4 + 4], h)
-        return h
+        return ((h * self.hash_mult) & 0xFFFFFFFF) >> 8
 
     def _ipv4(self, p: Port, t: float, frame: bytes, l3: int) -> None:
         n = len(frame)

@@ -15,6 +15,7 @@ SCENARIOS = {
     "srv6-te": "emu.scenarios.srv6_te",
     "fpf-vs-nsf": "emu.scenarios.fpf_vs_nsf",
     "headroom": "emu.scenarios.headroom",
+    "wcmp": "emu.scenarios.wcmp",
 }
 
 

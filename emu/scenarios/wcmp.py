@@ -1,0 +1,114 @@
+"""Weighted ECMP over unequal BAG paths, and damping when a long-haul link flaps.
+
+Region 0 reaches region 1 over four long-haul links, two of 400G and two of
+100G. Next hops are weighted by the capacity they can carry to the
+destination (link bandwidth, cumulative), so traffic hashed over many flows
+should split 40/10/40/10 %, not 25 % each. Each link's share of the bytes is
+read from the BAG switches' port counters and set against its share of the
+capacity. Then a 400G link flaps (down, up, down) faster than the damping
+hold-down: without damping every change is a round of route updates; with
+it the flap is folded into one. Route updates are counted by the controller.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from emu.control.runtime import ControlTiming
+from emu.net.fabric import FabricNet
+from emu.net.fidelity import fidelity_warnings
+from emu.net.switch import RunSettings
+from emu.scenarios.common import Flow, Traffic, fabric, int_param, only, save, size_param
+from emu.topo.bag import BAGTopo
+
+DEFAULT_DILATION = 1000.0
+PORT = 9500
+DETECTION_S = 50e-6
+HOLD_DOWN_S = 2e-3
+
+
+def _long_haul_ports(net: FabricNet) -> dict[str, tuple[str, str, float]]:
+    """'bag0xA-bag1xB' -> (switch, region-0 port, capacity)."""
+    out = {}
+    for link in net.links:
+        a, b = link.intf1, link.intf2
+        if a.node.name.startswith("bag0") and b.node.name.startswith("bag1"):
+            out[f"{a.node.name}-{b.node.name}"] = (a.node.name, a.name, link.fabric.rate_bps)
+        elif b.node.name.startswith("bag0") and a.node.name.startswith("bag1"):
+            out[f"{b.node.name}-{a.node.name}"] = (b.node.name, b.name, link.fabric.rate_bps)
+    return out
+
+
+def _shares(net: FabricNet, flow: Flow, dilation: float) -> dict[str, Any]:
+    ports = _long_haul_ports(net)
+    before = net.engine.stats()
+    Traffic(net, [flow], dilation=dilation).wait()
+    after = net.engine.stats()
+    moved = {k: after["switches"][sw]["ports"][p]["tx_bytes"] - before["switches"][sw]["ports"][p]["tx_bytes"]
+             for k, (sw, p, _) in ports.items()}
+    live = {k: ports[k][2] for k in ports if after["switches"][ports[k][0]]["ports"][ports[k][1]]["up"]}
+    total_b, total_c = sum(moved.values()) or 1, sum(live.values()) or 1
+    return {k: {"bytes": moved[k], "byte_share": moved[k] / total_b, "capacity_share": live.get(k, 0) / total_c}
+            for k in sorted(ports)}
+
+
+def _flap(net: FabricNet, timing: ControlTiming, dilation: float) -> dict[str, int]:
+    control = net.control
+    control.timing = timing
+    u0, r0 = control.updates, control.recomputes
+    for up in (False, True, False):
+        net.fail("bag0x0", "bag1x0") if not up else net.restore("bag0x0", "bag1x0")
+        time.sleep(3 * DETECTION_S * dilation)
+    control.settle()
+    out = {"route_updates": control.updates - u0, "recomputes": control.recomputes - r0}
+    control.timing = ControlTiming(detection_s=0.0)
+    net.restore("bag0x0", "bag1x0")
+    control.settle()
+    return out
+
+
+def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
+    only(params, {"flows", "bytes"}, "wcmp")
+    flows = int_param(params, "flows", 512, "wcmp")
+    nbytes = size_param(params, "bytes", "2MiB", "wcmp")
+    topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts=1, bags=2, rate="400G", fabric_rate="400G",
+                   bag_rates="400G,100G", distance="10km")
+    settings = replace(settings, control=ControlTiming(detection_s=DETECTION_S))
+    with fabric(topo, settings) as net:
+        flow = Flow("h000x0", "h100x0", net.get("h100x0").IP(), PORT, nbytes, 300e9, flows=flows)
+        shares = _shares(net, flow, settings.dilation)
+        plain = _flap(net, ControlTiming(detection_s=DETECTION_S), settings.dilation)
+        damped = _flap(net, ControlTiming(detection_s=DETECTION_S, hold_down_s=HOLD_DOWN_S), settings.dilation)
+        net.fail("bag0x0", "bag1x0")
+        net.control.settle()
+        shares_failed = _shares(net, flow, settings.dilation)
+        stats = net.engine.stats()
+    error = max(abs(s["byte_share"] - s["capacity_share"]) for s in shares.values())
+    result = {
+        "scenario": "wcmp",
+        "dilation": settings.dilation,
+        "flows": flows,
+        "paths": shares,
+        "max_share_error": error,
+        "after_failure_of_bag0x0-bag1x0": shares_failed,
+        "flap_without_damping": plain,
+        "flap_with_damping": {**damped, "hold_down_fabric_s": HOLD_DOWN_S},
+        "detection_fabric_s": DETECTION_S,
+        "fidelity_warnings": fidelity_warnings(stats),
+    }
+    result["passed"] = error < 0.1 and damped["route_updates"] < plain["route_updates"]
+
+    def draw(ax: Any) -> None:
+        names = list(shares)
+        xs = range(len(names))
+        ax.bar([x - 0.2 for x in xs], [shares[n]["capacity_share"] for n in names], 0.4, label="capacity share")
+        ax.bar([x + 0.2 for x in xs], [shares[n]["byte_share"] for n in names], 0.4, label="byte share")
+        ax.set_xticks(list(xs), names, fontsize=8)
+        ax.set_ylabel("share")
+        ax.set_title(f"WCMP over unequal BAG links; flap: {plain['route_updates']} route updates, "
+                     f"{damped['route_updates']} damped", fontsize=9)
+        ax.legend()
+
+    return save(out_dir, "wcmp", result, draw)
