@@ -76,6 +76,17 @@ class Lab:
             self.destroy()
             raise
 
+    def add_port(self, i: int, ifname: str, *, mac: str, addrs: tuple[str, ...] = ()) -> str:
+        """One more veth into host i's namespace (a router has several); returns its root end."""
+        ns, rif = self.ns(i), f"emu{self.tag}h{i}{ifname}"[:15]
+        self.root_ifs.append(rif)
+        ip_batch([f"link add {rif} type veth peer name {ifname} netns {ns}", f"link set {rif} up mtu 9500"])
+        ip_batch([f"link set {ifname} address {mac} up"] + [f"addr add {a} dev {ifname} nodad" for a in addrs], ns=ns)
+        offload_off(rif)
+        offload_off(ifname, ns)
+        run(["sysctl", "-qw", f"net.ipv6.conf.{rif}.disable_ipv6=1"])
+        return rif
+
     def exec(self, i: int, cmd: list[str], **kw) -> subprocess.CompletedProcess:
         return run(nsexec(self.ns(i), cmd), **kw)
 
