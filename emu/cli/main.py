@@ -31,10 +31,14 @@ def _topo_params(extra: list[str]) -> dict[str, str]:
 
 
 def _settings(args: argparse.Namespace):
+    from emu.control.runtime import ControlTiming
     from emu.net.switch import RunSettings
+    from emu.units import parse_time
 
+    timing = ControlTiming(detection_s=parse_time(args.detection), hold_down_s=parse_time(args.hold_down))
     return RunSettings(dilation=args.dilation or 1000.0, pfc=not args.no_pfc, spray=args.spray,
-                       workers=args.workers, pcap_dir=args.pcap or "")
+                       workers=args.workers, pcap_dir=args.pcap or "", control=timing,
+                       measured_headroom=args.measured_headroom)
 
 
 def _need_root() -> None:
@@ -125,6 +129,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
     p.add_argument("--workers", type=int, default=0, help="engine worker processes (default: one per core)")
     p.add_argument("--pcap", metavar="DIR", help="write a pcap per engine-carried port into DIR")
+    p.add_argument("--detection", default="50us", help="control plane: failure detection delay (fabric time)")
+    p.add_argument("--hold-down", default="0us", help="control plane: damping hold-down between route updates")
+    p.add_argument("--measured-headroom", action="store_true",
+                   help="size every switch link's PFC headroom from probe round trips at start")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 

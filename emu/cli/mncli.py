@@ -22,6 +22,37 @@ class FabricCLI(CLI):
         """restore NODE1 NODE2 | restore SWITCH | restore plane N: bring it back."""
         self._link(line, up=True)
 
+    def do_policy(self, line: str) -> None:
+        """policy SWITCH PREFIX SID1,SID2,... | policy SWITCH PREFIX clear: an SRv6 H.Encaps policy, live."""
+        args = line.split()
+        if len(args) != 3:
+            print("usage: policy SWITCH PREFIX SID1,SID2,... | policy SWITCH PREFIX clear")
+            return
+        switch, prefix, segs = args
+        try:
+            if segs == "clear":
+                self.mn.control.clear_policy(switch, prefix)
+            else:
+                source = getattr(self.mn.nameToNode.get(switch), "loopback6", "")
+                if not source:
+                    print(f"*** {switch} has no IPv6 loopback to use as the encapsulation source")
+                    return
+                self.mn.control.set_policy(switch, prefix, segs.split(","), source)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            print(f"*** {exc}")
+
+    def do_measure(self, line: str) -> None:
+        """measure SWITCH1 SWITCH2: time probes across the link, print its length, size its headroom."""
+        args = line.split()
+        if len(args) != 2:
+            print("usage: measure SWITCH1 SWITCH2")
+            return
+        try:
+            for m in self.mn.control.size_headroom(*args):
+                print(f"{m.switch} {m.port}: RTT {m.rtt_s * 1e6:.3f} us -> {m.length_m:.0f} m, headroom {m.headroom} B")
+        except (KeyError, ValueError, RuntimeError) as exc:
+            print(f"*** {exc}")
+
     def do_pingplanes(self, line: str) -> None:
         """pingplanes [6]: ping every address of every other host, on every plane."""
         r = self.mn.pingall_planes(6 if line.strip() == "6" else 4)

@@ -37,6 +37,7 @@ class RunSettings:
     pcap_dir: str = ""
     buffer_per_port: int = 1 << 20
     control: ControlTiming = ControlTiming()
+    measured_headroom: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -96,6 +97,9 @@ class FabricSwitch(Switch):
         for sw in switches:
             sw.engine = engine
             sw.control = control
+        if settings.measured_headroom:
+            for a, b in sorted({tuple(sorted((u, v))) for u, v in built.graph.graph.edges()}):
+                control.size_headroom(a, b)
         return switches
 
     @classmethod
