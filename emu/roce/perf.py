@@ -1,0 +1,121 @@
+"""perftest-like MetaRoCE write bandwidth and latency between two hosts of a running fabric.
+
+Each side runs in its host's namespace (`python -m emu.roce.perf server|client DIR ...`);
+they meet through files in DIR (the out-of-band rendezvous: namespaces share
+the filesystem, so no extra network is needed). The client fills its buffer
+with a seeded pattern and writes it; the server checks, byte for byte, that
+its memory holds exactly that, and says so in its result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+import zlib
+from typing import Any
+
+from emu.roce.transport import Device, host_plane_addresses
+
+
+def publish(directory: str, name: str, info: dict[str, Any]) -> None:
+    tmp = os.path.join(directory, f".{name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(info, f)
+    os.rename(tmp, os.path.join(directory, f"{name}.json"))
+
+
+def wait_for(directory: str, name: str, timeout: float, dev: Device | None = None) -> dict[str, Any]:
+    path = os.path.join(directory, f"{name}.json")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the peer never published {name} in {directory}")
+        if dev is not None:
+            dev.progress(0.005)
+        else:
+            time.sleep(0.005)
+    with open(path) as f:
+        return json.load(f)
+
+
+def pattern(size: int, seed: int) -> bytearray:
+    return bytearray(random.Random(seed).randbytes(size))
+
+
+def server(args: argparse.Namespace) -> dict[str, Any]:
+    dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc)
+    mr = dev.reg_mr(args.bytes)
+    qp = dev.create_qp()
+    publish(args.dir, "server", {"qpn": qp.qpn, "addrs": [p.addr for p in dev.planes], "mr": mr.info()})
+    peer = wait_for(args.dir, "client", args.timeout)
+    qp.connect(peer["qpn"], peer["addrs"])
+    done = wait_for(args.dir, "done", args.timeout, dev)
+    expected = pattern(args.bytes, args.seed)
+    return {"role": "server", "data_ok": mr.buf == expected, "crc32": zlib.crc32(mr.buf),
+            "client_crc32": done.get("crc32"), "bad_requests": qp.bad, "counters": dev.counters,
+            "cnps_sent": qp.cnps_sent, "planes": dev.plane_stats()}
+
+
+def client(args: argparse.Namespace) -> dict[str, Any]:
+    dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc)
+    mr = dev.reg_mr(args.bytes)
+    mr.buf[:] = pattern(args.bytes, args.seed)
+    qp = dev.create_qp()
+    publish(args.dir, "client", {"qpn": qp.qpn, "addrs": [p.addr for p in dev.planes], "mr": mr.info()})
+    peer = wait_for(args.dir, "server", args.timeout)
+    qp.connect(peer["qpn"], peer["addrs"])
+    remote = peer["mr"]
+    # Latency first: small writes one at a time, post to completion (one round trip).
+    lats = []
+    for i in range(args.lat_iters):
+        t = time.monotonic()
+        qp.post_write(10_000 + i, mr, 0, 8, remote["va"], remote["rkey"])
+        dev.run_until_idle(args.timeout)
+        dev.poll_cq()
+        lats.append((time.monotonic() - t) / args.dilation)
+    # Bandwidth: the whole buffer in messages of `message` bytes, all posted at once.
+    t0 = time.monotonic()
+    wr = 0
+    for off in range(0, args.bytes, args.message):
+        n = min(args.message, args.bytes - off)
+        qp.post_write(wr, mr, off, n, remote["va"] + off, remote["rkey"])
+        wr += 1
+    dev.run_until_idle(args.timeout)
+    wall = time.monotonic() - t0
+    comps = dev.poll_cq()
+    publish(args.dir, "done", {"crc32": zlib.crc32(mr.buf)})
+    lats.sort()
+    return {
+        "role": "client", "bytes": args.bytes, "message": args.message, "wall_s": wall,
+        "fabric_s": wall / args.dilation,
+        "bw_fabric_bps": args.bytes * 8 / (wall / args.dilation) if wall else 0.0,
+        "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),
+        "retransmits": qp.retransmits, "cnps": qp.cc.cnps, "final_rate_bps": qp.cc.rate,
+        "lat_fabric_s": {"min": lats[0], "typical": lats[len(lats) // 2], "max": lats[-1]} if lats else {},
+        "planes": dev.plane_stats(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m emu.roce.perf")
+    ap.add_argument("role", choices=("server", "client"))
+    ap.add_argument("dir")
+    ap.add_argument("--bytes", type=int, default=1 << 20)
+    ap.add_argument("--message", type=int, default=1 << 20)
+    ap.add_argument("--dilation", type=float, default=1000.0)
+    ap.add_argument("--cc", default="none")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--lat-iters", type=int, default=5)
+    ap.add_argument("--timeout", type=float, default=300.0)
+    args = ap.parse_args(argv)
+    out = server(args) if args.role == "server" else client(args)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

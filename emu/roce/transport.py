@@ -1,0 +1,487 @@
+"""MetaRoCE endpoints: a user-space RoCEv2 RC transport that sprays every packet over all planes.
+
+A Device is one host's NIC: one port per plane (the host's address on that
+plane). Each port has a receive socket on UDP 4791 and a few send sockets
+whose source ports are the flow entropy switches hash on. Verbs-like:
+register memory (a key), create a queue pair, connect it through the
+rendezvous, post writes, poll the completion queue; `progress()` turns the
+crank (single-threaded; the caller drives it, as a NIC's firmware loop).
+
+Reliability: every data packet is self-contained (RETH on each), so the
+receiver places it on arrival whatever the order; it acknowledges the
+cumulative PSN plus a SACK bitmap; the sender retransmits a PSN that three
+later ones overtook, or whose retransmission timer ran out, on another
+plane. Plane health: a plane that keeps losing packets stops getting new
+ones; a probe (a zero-length write) goes over it now and then, and when one
+is acknowledged over that plane, the plane is used again.
+
+Times inside are wall seconds; rates and timers are configured in fabric
+units and scaled by the dilation.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import select
+import socket
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from emu.roce import wire
+from emu.roce.cc import CongestionControl, make
+
+HEADERS = wire.DATA_HEADER + wire.ICRC_BYTES + 8 + 40 + 14 + 24  # RoCE + UDP + IPv6 + Ethernet + wire
+TC_DATA = 26 << 2 | 0b10  # lossless class, ECT(0)
+TC_ACK = 26 << 2
+TC_CNP = 48 << 2
+DUP_THRESH = 3
+LOSS_TO_DOWN = 3
+ENTROPY = 4
+_TCLASS_CMSG = socket.CMSG_SPACE(4)
+
+
+class RoceError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class MemoryRegion:
+    va: int
+    rkey: int
+    buf: bytearray
+
+    @property
+    def size(self) -> int:
+        return len(self.buf)
+
+    def info(self) -> dict[str, int]:
+        return {"va": self.va, "rkey": self.rkey, "size": self.size}
+
+
+@dataclass(frozen=True)
+class Completion:
+    wr_id: int
+    status: str  # "ok" or the reason
+    byte_len: int
+
+
+@dataclass
+class Segment:
+    psn: int
+    va: int
+    rkey: int
+    view: memoryview
+    wr: int
+    plane: int = -1
+    sent_at: float = 0.0
+    sends: int = 0
+    probe: bool = False
+    acked: bool = False
+
+
+@dataclass
+class Plane:
+    index: int
+    addr: str
+    addr_b: bytes
+    rx: socket.socket
+    tx: list[socket.socket]
+    tx_ports: list[int]
+    ctl: socket.socket
+    ctl_port: int
+    cnp: socket.socket
+    cnp_port: int
+    next_free: float = 0.0
+    healthy: bool = True
+    losses: int = 0
+    probe_due: float = 0.0
+    stats: dict[str, int] = field(default_factory=lambda: {"tx_packets": 0, "tx_bytes": 0, "rx_packets": 0,
+                                                           "retransmits": 0, "probes": 0,
+                                                           "tx_after_down": 0})
+
+
+class QueuePair:
+    def __init__(self, dev: Device, qpn: int, cc: CongestionControl) -> None:
+        self.dev = dev
+        self.qpn = qpn
+        self.cc = cc
+        self.remote_qpn = -1
+        self.remote_planes: list[bytes] = []
+        self.remote_addrs: list[str] = []
+        # requester
+        self.next_psn = 0
+        self.pending: deque[Segment] = deque()
+        self.inflight: dict[int, Segment] = {}
+        self.cum_acked = -1
+        self.wrs: deque[tuple[int, int, int]] = deque()  # (wr_id, last psn, bytes)
+        self.next_send = 0.0
+        self.srtt = 0.0
+        self.rr = 0
+        self.retransmits = 0
+        self.error: str | None = None
+        # responder
+        self.expected = 0
+        self.beyond: set[int] = set()
+        self.ack_due = False
+        self.ack_plane = 0
+        self.ack_sport = 0
+        self.last_cnp = -1.0
+        self.cnps_sent = 0
+        self.bad = 0
+
+    def connect(self, remote_qpn: int, remote_addrs: list[str]) -> None:
+        if len(remote_addrs) != len(self.dev.planes):
+            raise RoceError(f"the peer has {len(remote_addrs)} planes, this device {len(self.dev.planes)}")
+        self.remote_qpn = remote_qpn
+        self.remote_addrs = list(remote_addrs)
+        self.remote_planes = [wire.ip6(a) for a in remote_addrs]
+
+    def post_write(self, wr_id: int, mr: MemoryRegion, offset: int, length: int, remote_va: int, rkey: int) -> None:
+        """Write mr[offset:offset+length] to the peer's memory at remote_va (its key rkey)."""
+        if self.remote_qpn < 0:
+            raise RoceError("the queue pair is not connected")
+        if offset < 0 or length < 0 or offset + length > mr.size:
+            raise RoceError(f"write of {length} B at {offset} is outside the {mr.size} B region")
+        mtu = self.dev.mtu
+        view = memoryview(mr.buf)
+        first = True
+        pos = 0
+        while first or pos < length:
+            n = min(mtu, length - pos)
+            self.pending.append(Segment(self.next_psn, remote_va + pos, rkey, view[offset + pos: offset + pos + n], wr_id))
+            self.next_psn += 1
+            pos += n
+            first = False
+        self.wrs.append((wr_id, self.next_psn - 1, length))
+
+    def busy(self) -> bool:
+        return bool(self.pending or self.inflight)
+
+
+class Device:
+    def __init__(self, addrs: list[str], *, dilation: float, plane_rate_bps: float = 100e9, mtu: int = 1024,
+                 cc: str = "none", window: int = 512, rto_fabric_s: float = 200e-6, seed: int | None = None) -> None:
+        if not addrs:
+            raise RoceError("a device needs at least one port (plane address)")
+        self.dilation = dilation
+        self.mtu = mtu
+        self.window = window
+        self.cc_name = cc
+        self.plane_rate = plane_rate_bps
+        self.wall_s_per_byte = 8 * dilation / plane_rate_bps
+        self.rto = rto_fabric_s * dilation
+        self.rng = random.Random(seed)
+        self.planes = [self._open_plane(i, a) for i, a in enumerate(addrs)]
+        self.qps: dict[int, QueuePair] = {}
+        self.mrs: dict[int, MemoryRegion] = {}
+        self.cq: deque[Completion] = deque()
+        self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0}
+        self.poller = select.poll()
+        for p in self.planes:
+            self.poller.register(p.rx.fileno(), select.POLLIN)
+
+    # -- resources --------------------------------------------------------------
+
+    def _open_plane(self, i: int, addr: str) -> Plane:
+        def sock(port: int, tclass: int) -> socket.socket:
+            s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tclass)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+            try:
+                s.bind((addr, port))
+            except OSError as exc:
+                s.close()
+                if exc.errno == errno.EADDRINUSE:
+                    raise RoceError(f"UDP {port} on {addr} is already in use (another MetaRoCE device?)") from None
+                raise RoceError(f"cannot bind {addr}:{port}: {exc.strerror}") from None
+            s.setblocking(False)
+            return s
+
+        rx = sock(wire.ROCE_PORT, 0)
+        rx.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
+        rx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+        tx = [sock(0, TC_DATA) for _ in range(ENTROPY)]
+        ctl, cnp = sock(0, TC_ACK), sock(0, TC_CNP)
+        return Plane(i, addr, wire.ip6(addr), rx, tx, [s.getsockname()[1] for s in tx], ctl, ctl.getsockname()[1],
+                     cnp, cnp.getsockname()[1])
+
+    def reg_mr(self, size: int) -> MemoryRegion:
+        mr = MemoryRegion(va=self.rng.randrange(1 << 20, 1 << 40) << 12, rkey=self.rng.randrange(1, 1 << 32),
+                          buf=bytearray(size))
+        self.mrs[mr.rkey] = mr
+        return mr
+
+    def create_qp(self) -> QueuePair:
+        qpn = self.rng.randrange(0x100, 0xFFFFFF)
+        qp = QueuePair(self, qpn, make(self.cc_name, self.plane_rate * len(self.planes)))
+        self.qps[qpn] = qp
+        return qp
+
+    def close(self) -> None:
+        for p in self.planes:
+            for s in (p.rx, p.ctl, p.cnp, *p.tx):
+                s.close()
+
+    # -- the crank ------------------------------------------------------------------
+
+    def progress(self, max_wait: float = 0.001) -> None:
+        now = time.monotonic()
+        self._receive(now)
+        now = time.monotonic()
+        for qp in self.qps.values():
+            if qp.ack_due:
+                self._send_ack(qp)
+            qp.cc.tick(now / self.dilation)
+            self._recover(qp, now)
+            self._send_data(qp, now)
+        self._probe_planes(now)
+        wait = max_wait
+        for qp in self.qps.values():
+            if qp.pending and len(qp.inflight) < self.window:
+                wait = min(wait, max(0.0, qp.next_send - now), *(max(0.0, p.next_free - now) for p in self.planes))
+        self.poller.poll(wait * 1000 if wait > 0.0005 else 0)
+
+    def run_until_idle(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while any(qp.busy() for qp in self.qps.values()):
+            if time.monotonic() > deadline:
+                raise RoceError("transfer did not complete in time")
+            self.progress()
+
+    def poll_cq(self) -> list[Completion]:
+        out = list(self.cq)
+        self.cq.clear()
+        return out
+
+    # -- sending ----------------------------------------------------------------------
+
+    def _pick_plane(self, qp: QueuePair, now: float, avoid: int = -1) -> Plane | None:
+        n = len(self.planes)
+        for _ in range(n):
+            qp.rr = (qp.rr + 1) % n
+            p = self.planes[qp.rr]
+            if p.healthy and p.index != avoid and p.next_free <= now:
+                return p
+        return None
+
+    def _transmit(self, qp: QueuePair, seg: Segment, plane: Plane, now: float) -> None:
+        k = self.rng.randrange(ENTROPY)
+        body = wire.data_packet(qp.remote_qpn, seg.psn & wire.PSN_MASK, seg.va, seg.rkey, seg.view,
+                                ack_req=seg.sends > 0 or seg.probe)
+        pkt = wire.seal(plane.addr_b, qp.remote_planes[plane.index], plane.tx_ports[k], body)
+        try:
+            plane.tx[k].sendto(pkt, (qp.remote_addrs[plane.index], wire.ROCE_PORT))
+        except BlockingIOError:
+            return
+        size = len(seg.view) + HEADERS
+        plane.next_free = max(plane.next_free, now) + size * self.wall_s_per_byte
+        qp.next_send = max(qp.next_send, now) + size * 8 * self.dilation / qp.cc.rate
+        plane.stats["tx_packets"] += 1
+        plane.stats["tx_bytes"] += len(seg.view)
+        if not plane.healthy and not seg.probe:
+            plane.stats["tx_after_down"] += 1
+        seg.plane = plane.index
+        seg.sent_at = now
+        seg.sends += 1
+        qp.inflight[seg.psn] = seg
+
+    def _send_data(self, qp: QueuePair, now: float) -> None:
+        while qp.pending and len(qp.inflight) < self.window and qp.next_send <= now:
+            plane = self._pick_plane(qp, now)
+            if plane is None:
+                return
+            self._transmit(qp, qp.pending.popleft(), plane, now)
+
+    def _recover(self, qp: QueuePair, now: float) -> None:
+        """Retransmit what SACKs or the timer say is lost, on another plane."""
+        if not qp.inflight:
+            return
+        rto = max(self.rto, 4 * qp.srtt)
+        highest = max((s.psn for s in qp.inflight.values() if s.acked), default=-1)
+        # Spraying reorders by design: a PSN counts as lost only when packets sent after it on
+        # every plane have overtaken it, and it is older than a smoothed round trip and a quarter.
+        reorder = DUP_THRESH * len(self.planes)
+        for seg in sorted(qp.inflight.values(), key=lambda s: s.psn):
+            if seg.acked:
+                continue
+            overtaken = highest - seg.psn >= reorder and now - seg.sent_at > 1.25 * qp.srtt
+            if overtaken or now - seg.sent_at > rto:
+                lost_on = self.planes[seg.plane]
+                plane = self._pick_plane(qp, now, avoid=seg.plane) or self._pick_plane(qp, now)
+                if plane is None:
+                    return
+                if not seg.probe:
+                    lost_on.losses += 1
+                    lost_on.stats["retransmits"] += 1
+                    if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN:
+                        lost_on.healthy = False
+                        lost_on.probe_due = now + rto
+                qp.retransmits += 1
+                self._transmit(qp, seg, plane, now)
+
+    def _probe_planes(self, now: float) -> None:
+        for plane in self.planes:
+            if plane.healthy or now < plane.probe_due:
+                continue
+            plane.probe_due = now + max(self.rto, 0.01)
+            for qp in self.qps.values():
+                if qp.remote_qpn < 0:
+                    continue
+                seg = Segment(qp.next_psn, 0, 0, memoryview(b""), -1, probe=True)
+                qp.next_psn += 1
+                plane.stats["probes"] += 1
+                self._transmit(qp, seg, plane, now)
+                break
+
+    # -- receiving ----------------------------------------------------------------------
+
+    def _receive(self, now: float) -> None:
+        for plane in self.planes:
+            for _ in range(256):
+                try:
+                    data, anc, _, addr = plane.rx.recvmsg(65535, _TCLASS_CMSG)
+                except BlockingIOError:
+                    break
+                plane.stats["rx_packets"] += 1
+                tclass = 0
+                for level, kind, val in anc:
+                    if level == socket.IPPROTO_IPV6 and kind == socket.IPV6_TCLASS and len(val) >= 4:
+                        tclass = struct.unpack("i", val[:4])[0]
+                self._packet(plane, data, addr, tclass, now)
+
+    def _packet(self, plane: Plane, data: bytes, addr: Any, tclass: int, now: float) -> None:
+        if len(data) < 16:
+            self.counters["truncated"] += 1
+            return
+        src = wire.ip6(addr[0].split("%")[0])
+        if not wire.check(src, plane.addr_b, addr[1], data):
+            self.counters["bad_icrc"] += 1
+            return
+        op, qpn, psn, _ = wire.parse_bth(data)
+        qp = self.qps.get(qpn)
+        if qp is None:
+            self.counters["unknown_qp"] += 1
+            return
+        if op == wire.OP_WRITE_ONLY:
+            self._on_data(qp, plane, data, psn, addr, tclass, now)
+        elif op == wire.OP_ACK:
+            self._on_ack(qp, plane, data, psn, now)
+        elif op == wire.OP_CNP:
+            qp.cc.on_cnp(now / self.dilation)
+        else:
+            self.counters["truncated"] += 1
+
+    @staticmethod
+    def _unwrap(wire_psn: int, near: int) -> int:
+        delta = (wire_psn - near) & wire.PSN_MASK
+        if delta >= 1 << 23:
+            delta -= 1 << 24
+        return near + delta
+
+    def _on_data(self, qp: QueuePair, plane: Plane, data: bytes, wpsn: int, addr: Any, tclass: int,
+                 now: float) -> None:
+        if len(data) < wire.DATA_HEADER + wire.ICRC_BYTES:
+            self.counters["truncated"] += 1
+            return
+        psn = self._unwrap(wpsn, qp.expected)
+        va, rkey, length = wire.parse_reth(data)
+        payload = memoryview(data)[wire.DATA_HEADER: len(data) - wire.ICRC_BYTES]
+        mr = self.mrs.get(rkey)
+        if length != len(payload) or (length and (mr is None or va < mr.va or va + length > mr.va + mr.size)):
+            qp.bad += 1
+            self.counters["nak_sent"] += 1
+            self._send_ack(qp, syndrome=wire.SYNDROME_NAK_ACCESS, plane=plane.index)
+            return
+        if psn >= qp.expected and psn not in qp.beyond:
+            if length:
+                mr.buf[va - mr.va: va - mr.va + length] = payload
+            if psn == qp.expected:
+                qp.expected += 1
+                while qp.expected in qp.beyond:
+                    qp.beyond.discard(qp.expected)
+                    qp.expected += 1
+            else:
+                qp.beyond.add(psn)
+        qp.ack_due = True
+        qp.ack_plane = plane.index
+        if tclass & 3 == 3:
+            self.counters["ce_marked"] += 1
+            interval = 50e-6 * self.dilation
+            if now - qp.last_cnp >= interval:
+                qp.last_cnp = now
+                qp.cnps_sent += 1
+                self._send_ctl(qp, plane.index, wire.cnp_packet(qp.remote_qpn), cnp=True)
+
+    def _send_ack(self, qp: QueuePair, syndrome: int = wire.SYNDROME_ACK, plane: int | None = None) -> None:
+        qp.ack_due = False
+        bits = bytearray(32)
+        base = qp.expected
+        for psn in qp.beyond:
+            i = psn - base
+            if 0 <= i < wire.SACK_BITS:
+                bits[i >> 3] |= 0x80 >> (i & 7)
+        pkt = wire.ack_packet(qp.remote_qpn, (qp.expected - 1) & wire.PSN_MASK, qp.expected, base, bytes(bits), syndrome)
+        self._send_ctl(qp, qp.ack_plane if plane is None else plane, pkt)
+
+    def _send_ctl(self, qp: QueuePair, plane_index: int, body: bytes, cnp: bool = False) -> None:
+        plane = self.planes[plane_index]
+        sock, port = (plane.cnp, plane.cnp_port) if cnp else (plane.ctl, plane.ctl_port)
+        try:
+            sock.sendto(wire.seal(plane.addr_b, qp.remote_planes[plane_index], port, body),
+                        (qp.remote_addrs[plane_index], wire.ROCE_PORT))
+        except (BlockingIOError, IndexError):
+            pass
+
+    def _on_ack(self, qp: QueuePair, plane: Plane, data: bytes, wpsn: int, now: float) -> None:
+        syndrome, _msn, base, bitmap = wire.parse_ack(data)
+        if syndrome != wire.SYNDROME_ACK:
+            qp.error = f"remote access error (NAK 0x{syndrome:02x})"
+            for wr_id, _, _ in qp.wrs:
+                self.cq.append(Completion(wr_id, qp.error, 0))
+            qp.wrs.clear()
+            qp.pending.clear()
+            qp.inflight.clear()
+            return
+        cum = self._unwrap(wpsn, max(qp.cum_acked, 0))
+        base = self._unwrap(base, cum + 1)
+        done = [psn for psn in qp.inflight if psn <= cum]
+        for i in range(wire.SACK_BITS):
+            if bitmap[i >> 3] & (0x80 >> (i & 7)):
+                seg = qp.inflight.get(base + i)
+                if seg is not None:
+                    seg.acked = True
+        for psn in done:
+            seg = qp.inflight.pop(psn)
+            if seg.sends == 1:
+                sample = now - seg.sent_at
+                qp.srtt = sample if qp.srtt == 0 else 0.875 * qp.srtt + 0.125 * sample
+            if seg.probe and seg.plane == plane.index and not self.planes[seg.plane].healthy:
+                p = self.planes[seg.plane]
+                p.healthy, p.losses = True, 0
+        if cum > qp.cum_acked:
+            qp.cum_acked = cum
+            if plane.healthy:
+                plane.losses = max(0, plane.losses - 1)
+        while qp.wrs and qp.wrs[0][1] <= qp.cum_acked:
+            wr_id, _, nbytes = qp.wrs.popleft()
+            self.cq.append(Completion(wr_id, "ok", nbytes))
+
+    def plane_stats(self) -> list[dict[str, Any]]:
+        return [{"plane": p.index, "addr": p.addr, "healthy": p.healthy, **p.stats} for p in self.planes]
+
+
+def host_plane_addresses(prefix: str = "fdfa:") -> list[str]:
+    """This namespace's global IPv6 addresses on the fabric, in plane order (interface suffix)."""
+    out = os.popen("ip -6 -o addr show scope global").read().splitlines()
+    found = []
+    for line in out:
+        parts = line.split()
+        ifname, addr = parts[1], parts[3].split("/")[0]
+        if addr.startswith(prefix):
+            found.append((int(ifname.rsplit("eth", 1)[-1]) if "eth" in ifname else 0, addr))
+    return [a for _, a in sorted(found)]
