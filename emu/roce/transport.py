@@ -40,7 +40,7 @@ TC_DATA = 26 << 2 | 0b10  # lossless class, ECT(0)
 TC_ACK = 26 << 2
 TC_CNP = 48 << 2
 DUP_THRESH = 3
-LOSS_TO_DOWN = 3
+LOSS_TO_DOWN = 8
 ENTROPY = 4
 _TCLASS_CMSG = socket.CMSG_SPACE(4)
 
@@ -118,11 +118,14 @@ class QueuePair:
         self.pending: deque[Segment] = deque()
         self.inflight: dict[int, Segment] = {}
         self.cum_acked = -1
-        self.wrs: deque[tuple[int, int, int]] = deque()  # (wr_id, last psn, bytes)
+        self.wrs: deque[tuple[int, Segment, int]] = deque()  # (wr_id, its last segment, bytes)
         self.next_send = 0.0
         self.srtt = 0.0
         self.rr = 0
         self.retransmits = 0
+        self.highest_sacked = -1
+        self.sacked_since = False
+        self.rto_check = 0.0
         self.error: str | None = None
         # responder
         self.expected = 0
@@ -151,13 +154,16 @@ class QueuePair:
         view = memoryview(mr.buf)
         first = True
         pos = 0
+        seg = None
         while first or pos < length:
             n = min(mtu, length - pos)
-            self.pending.append(Segment(self.next_psn, remote_va + pos, rkey, view[offset + pos: offset + pos + n], wr_id))
-            self.next_psn += 1
+            # PSNs are given at first transmission, so the in-flight table stays in PSN order
+            # even when a probe goes out between two posted segments.
+            seg = Segment(-1, remote_va + pos, rkey, view[offset + pos: offset + pos + n], wr_id)
+            self.pending.append(seg)
             pos += n
             first = False
-        self.wrs.append((wr_id, self.next_psn - 1, length))
+        self.wrs.append((wr_id, seg, length))
 
     def busy(self) -> bool:
         return bool(self.pending or self.inflight)
@@ -261,15 +267,17 @@ class Device:
     # -- sending ----------------------------------------------------------------------
 
     def _pick_plane(self, qp: QueuePair, now: float, avoid: int = -1) -> Plane | None:
-        n = len(self.planes)
-        for _ in range(n):
-            qp.rr = (qp.rr + 1) % n
-            p = self.planes[qp.rr]
-            if p.healthy and p.index != avoid and p.next_free <= now:
-                return p
-        return None
+        """The healthy plane whose wire frees first: spraying that keeps every plane equally busy."""
+        best = None
+        for p in self.planes:
+            if p.healthy and p.index != avoid and (best is None or p.next_free < best.next_free):
+                best = p
+        return best if best is not None and best.next_free <= now else None
 
     def _transmit(self, qp: QueuePair, seg: Segment, plane: Plane, now: float) -> None:
+        if seg.psn < 0:
+            seg.psn = qp.next_psn
+            qp.next_psn += 1
         k = self.rng.randrange(ENTROPY)
         body = wire.data_packet(qp.remote_qpn, seg.psn & wire.PSN_MASK, seg.va, seg.rkey, seg.view,
                                 ack_req=seg.sends > 0 or seg.probe)
@@ -299,17 +307,21 @@ class Device:
 
     def _recover(self, qp: QueuePair, now: float) -> None:
         """Retransmit what SACKs or the timer say is lost, on another plane."""
-        if not qp.inflight:
+        if not qp.inflight or (not qp.sacked_since and now < qp.rto_check):
             return
+        qp.sacked_since = False
         rto = max(self.rto, 4 * qp.srtt)
-        highest = max((s.psn for s in qp.inflight.values() if s.acked), default=-1)
+        qp.rto_check = now + rto / 4
+        highest = qp.highest_sacked
         # Spraying reorders by design: a PSN counts as lost only when packets sent after it on
         # every plane have overtaken it, and it is older than a smoothed round trip and a quarter.
         reorder = DUP_THRESH * len(self.planes)
-        for seg in sorted(qp.inflight.values(), key=lambda s: s.psn):
+        for seg in list(qp.inflight.values()):  # insertion order is PSN order
+            if seg.psn > highest and now - seg.sent_at <= rto:
+                break
             if seg.acked:
                 continue
-            overtaken = highest - seg.psn >= reorder and now - seg.sent_at > 1.25 * qp.srtt
+            overtaken = highest - seg.psn >= reorder and qp.srtt > 0 and now - seg.sent_at > 2 * qp.srtt
             if overtaken or now - seg.sent_at > rto:
                 lost_on = self.planes[seg.plane]
                 plane = self._pick_plane(qp, now, avoid=seg.plane) or self._pick_plane(qp, now)
@@ -332,8 +344,7 @@ class Device:
             for qp in self.qps.values():
                 if qp.remote_qpn < 0:
                     continue
-                seg = Segment(qp.next_psn, 0, 0, memoryview(b""), -1, probe=True)
-                qp.next_psn += 1
+                seg = Segment(-1, 0, 0, memoryview(b""), -1, probe=True)
                 plane.stats["probes"] += 1
                 self._transmit(qp, seg, plane, now)
                 break
@@ -362,13 +373,13 @@ class Device:
         if not wire.check(src, plane.addr_b, addr[1], data):
             self.counters["bad_icrc"] += 1
             return
-        op, qpn, psn, _ = wire.parse_bth(data)
+        op, qpn, psn, ack_req = wire.parse_bth(data)
         qp = self.qps.get(qpn)
         if qp is None:
             self.counters["unknown_qp"] += 1
             return
         if op == wire.OP_WRITE_ONLY:
-            self._on_data(qp, plane, data, psn, addr, tclass, now)
+            self._on_data(qp, plane, data, psn, ack_req, tclass, now)
         elif op == wire.OP_ACK:
             self._on_ack(qp, plane, data, psn, now)
         elif op == wire.OP_CNP:
@@ -383,7 +394,7 @@ class Device:
             delta -= 1 << 24
         return near + delta
 
-    def _on_data(self, qp: QueuePair, plane: Plane, data: bytes, wpsn: int, addr: Any, tclass: int,
+    def _on_data(self, qp: QueuePair, plane: Plane, data: bytes, wpsn: int, ack_req: bool, tclass: int,
                  now: float) -> None:
         if len(data) < wire.DATA_HEADER + wire.ICRC_BYTES:
             self.counters["truncated"] += 1
@@ -407,8 +418,11 @@ class Device:
                     qp.expected += 1
             else:
                 qp.beyond.add(psn)
-        qp.ack_due = True
         qp.ack_plane = plane.index
+        if ack_req:
+            self._send_ack(qp)  # at once, over the plane it came by: that is how a probe proves a plane
+        else:
+            qp.ack_due = True
         if tclass & 3 == 3:
             self.counters["ce_marked"] += 1
             interval = 50e-6 * self.dilation
@@ -449,12 +463,21 @@ class Device:
             return
         cum = self._unwrap(wpsn, max(qp.cum_acked, 0))
         base = self._unwrap(base, cum + 1)
-        done = [psn for psn in qp.inflight if psn <= cum]
-        for i in range(wire.SACK_BITS):
-            if bitmap[i >> 3] & (0x80 >> (i & 7)):
-                seg = qp.inflight.get(base + i)
-                if seg is not None:
-                    seg.acked = True
+        done = []
+        for psn in qp.inflight:
+            if psn > cum:
+                break
+            done.append(psn)
+        bits = int.from_bytes(bitmap, "big")
+        while bits:
+            top = bits.bit_length() - 1
+            bits &= ~(1 << top)
+            seg = qp.inflight.get(base + wire.SACK_BITS - 1 - top)
+            if seg is not None:
+                seg.acked = True
+                if seg.psn > qp.highest_sacked:
+                    qp.highest_sacked = seg.psn
+        qp.sacked_since = True
         for psn in done:
             seg = qp.inflight.pop(psn)
             if seg.sends == 1:
@@ -467,7 +490,7 @@ class Device:
             qp.cum_acked = cum
             if plane.healthy:
                 plane.losses = max(0, plane.losses - 1)
-        while qp.wrs and qp.wrs[0][1] <= qp.cum_acked:
+        while qp.wrs and 0 <= qp.wrs[0][1].psn <= qp.cum_acked:
             wr_id, _, nbytes = qp.wrs.popleft()
             self.cq.append(Completion(wr_id, "ok", nbytes))
 
