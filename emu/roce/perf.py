@@ -55,7 +55,7 @@ def server(args: argparse.Namespace) -> dict[str, Any]:
     qp.connect(peer["qpn"], peer["addrs"])
     done = wait_for(args.dir, "done", args.timeout, dev)
     expected = pattern(args.bytes, args.seed)
-    return {"role": "server", "data_ok": mr.buf == expected, "crc32": zlib.crc32(mr.buf),
+    return {"role": "server", "qpn": qp.qpn, "data_ok": mr.buf == expected, "crc32": zlib.crc32(mr.buf),
             "client_crc32": done.get("crc32"), "bad_requests": qp.bad, "counters": dev.counters,
             "cnps_sent": qp.cnps_sent, "planes": dev.plane_stats()}
 
@@ -90,7 +90,7 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
     publish(args.dir, "done", {"crc32": zlib.crc32(mr.buf)})
     lats.sort()
     return {
-        "role": "client", "bytes": args.bytes, "message": args.message, "wall_s": wall,
+        "role": "client", "qpn": qp.qpn, "bytes": args.bytes, "message": args.message, "wall_s": wall,
         "fabric_s": wall / args.dilation,
         "bw_fabric_bps": args.bytes * 8 / (wall / args.dilation) if wall else 0.0,
         "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),

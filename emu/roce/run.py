@@ -1,0 +1,55 @@
+"""Run a MetaRoCE perf pair in two hosts' namespaces and collect both sides' results."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from emu.scenarios.common import child_env
+
+Popen = Callable[[list[str]], subprocess.Popen]
+
+
+def mininet_popen(host: Any) -> Popen:
+    return lambda cmd: host.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), text=True)
+
+
+def pid_popen(pid: int) -> Popen:
+    """Enter a running Mininet host by its shell's pid (what `emu roce perf` uses from outside)."""
+    return lambda cmd: subprocess.Popen(["mnexec", "-a", str(pid), *cmd], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=child_env(), text=True)
+
+
+class PerfRun:
+    """Start server and client; `wait()` returns (client result, server result)."""
+
+    def __init__(self, src: Popen, dst: Popen, *, nbytes: int, dilation: float, cc: str = "none",
+                 message: int = 1 << 20, timeout: float = 300.0, lat_iters: int = 5) -> None:
+        self.dir = tempfile.mkdtemp(prefix="emu-roce-")
+        args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--cc", cc, "--message", str(message),
+                "--timeout", str(timeout), "--lat-iters", str(lat_iters)]
+        py = [sys.executable, "-m", "emu.roce.perf"]
+        self.timeout = timeout
+        self.server = dst(py + ["server", self.dir, *args])
+        self.client = src(py + ["client", self.dir, *args])
+
+    def wait(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        try:
+            out = []
+            for proc, role in ((self.client, "client"), (self.server, "server")):
+                stdout, stderr = proc.communicate(timeout=self.timeout + 30)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"MetaRoCE {role} failed: {stderr.strip()[-800:]}")
+                out.append(json.loads(stdout))
+            return out[0], out[1]
+        finally:
+            for proc in (self.client, self.server):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            shutil.rmtree(self.dir, ignore_errors=True)
