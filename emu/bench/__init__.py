@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def run_bench(name: str, params: dict[str, str], *, dilation: float | None = None) -> dict[str, Any]:
+def run_bench(name: str, params: dict[str, str], *, dilation: float | None = None, op: str = "") -> dict[str, Any]:
     if name == "engine":
         from emu.bench import engine
 
@@ -14,4 +14,8 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | None = Non
         from emu.bench import link
 
         return link.run(params, dilation=dilation or 1000.0)
-    raise ValueError(f"unknown benchmark {name!r}; known: engine, link")
+    if name == "collective":
+        from emu.bench import collective
+
+        return collective.run(op or "allreduce", params, dilation=dilation)
+    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective")

@@ -108,9 +108,14 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.bench import run_bench
 
     _need_root()
-    result = run_bench(args.name, _topo_params(extra), dilation=args.dilation)
+    result = run_bench(args.name, _topo_params(extra), dilation=args.dilation, op=args.op or "")
+    if args.name == "collective" and not args.json:
+        from emu.bench.collective import table
+
+        print(table(result))
+        return 0 if result["wrong"] == 0 else 1
     _emit(result, args.json)
-    return 0
+    return 0 if result.get("wrong", 0) == 0 else 1
 
 
 def _emit(result: dict[str, Any], as_json: bool) -> None:
@@ -159,7 +164,8 @@ def parser() -> argparse.ArgumentParser:
     _run_options(p)
     p.set_defaults(fn=cmd_scenario)
     p = sub.add_parser("bench", help="measure the engine against the kernel")
-    p.add_argument("name", choices=("engine", "link"))
+    p.add_argument("name", choices=("engine", "link", "collective"))
+    p.add_argument("op", nargs="?", help="for `collective`: allreduce, allgather, reducescatter, sendrecv")
     p.add_argument("--dilation", type=float, default=None, help="for `link` (default 1000)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_bench)

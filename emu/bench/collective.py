@@ -1,0 +1,81 @@
+"""`emu bench collective OP --topo T`: nccl-tests-style tables over MetaRoCE, in fabric units.
+
+One rank per host of the topology, in its namespace; ring algorithm. Time is
+the slowest rank's, from a common barrier to its own completion. As in
+nccl-tests: algbw = S / t with S = count x 4 bytes (x nranks for allgather),
+busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for allgather and
+reducescatter, 1 for sendrecv; #wrong counts elements that differ from the
+expected result on any rank.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from emu.net.switch import RunSettings
+from emu.scenarios.common import child_env, fabric
+from emu.topo import make_topo
+from emu.units import parse_size
+
+FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+          "reducescatter": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
+DEFAULT_DILATION = 10000.0
+
+
+def run(op: str, params: dict[str, str], *, dilation: float | None = None) -> dict[str, Any]:
+    if op not in FACTOR:
+        raise ValueError(f"unknown collective {op!r}; known: {', '.join(FACTOR)} (alltoall is not built yet)")
+    params = dict(params)
+    topo_name = params.pop("topo", "fpf")
+    sizes = [parse_size(s) for s in params.pop("sizes", "64KiB,256KiB,1MiB").split(",")]
+    cc = params.pop("cc", "none")
+    topo = make_topo(topo_name, params)
+    n = len(topo.hosts())
+    if n < 2:
+        raise ValueError("a collective needs at least 2 hosts")
+    sizes = [max(4 * n, s // (4 * n) * 4 * n) for s in sizes]  # whole int32 chunks per rank
+    d = dilation or DEFAULT_DILATION
+    tmp = tempfile.mkdtemp(prefix="emu-coll-")
+    try:
+        with fabric(topo, RunSettings(dilation=d)) as net:
+            hosts = sorted(net.hosts, key=lambda h: (len(h.name), h.name))
+            cmd = [sys.executable, "-m", "emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
+                   "--sizes", ",".join(map(str, sizes)), "--dilation", str(d), "--cc", cc]
+            procs = [h.popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=child_env(), text=True) for r, h in enumerate(hosts)]
+            results = []
+            for r, p in enumerate(procs):
+                out, err = p.communicate(timeout=900)
+                if p.returncode != 0:
+                    raise RuntimeError(f"rank {r} failed: {err.strip()[-600:]}")
+                results.append(json.loads(out))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    rows = []
+    for k, size in enumerate(sizes):
+        t = max(res["rows"][k]["time_fabric_s"] for res in results)
+        total = size * (n if op == "allgather" else 1)
+        algbw = total / t / 1e9
+        rows.append({"size": total, "count": size // 4, "type": "int32", "redop": "sum", "root": -1,
+                     "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * FACTOR[op](n),
+                     "wrong": sum(res["rows"][k]["wrong"] for res in results)})
+    return {"bench": "collective", "op": op, "topo": topo_name, "params": params, "nranks": n, "dilation": d,
+            "rows": rows, "avg_busbw_GBps": sum(r["busbw_GBps"] for r in rows) / len(rows),
+            "wrong": sum(r["wrong"] for r in rows)}
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"# {result['op']} on {result['topo']}, {result['nranks']} ranks, MetaRoCE, ring; "
+             f"fabric units at D={result['dilation']:g}",
+             f"#{'size':>12} {'count':>10} {'type':>6} {'redop':>6} {'root':>5} {'time(us)':>10} "
+             f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}"]
+    for r in result["rows"]:
+        lines.append(f" {r['size']:>12} {r['count']:>10} {r['type']:>6} {r['redop']:>6} {r['root']:>5} "
+                     f"{r['time_us']:>10.2f} {r['algbw_GBps']:>12.2f} {r['busbw_GBps']:>12.2f} {r['wrong']:>7}")
+    lines.append(f"# Avg bus bandwidth    : {result['avg_busbw_GBps']:.3f}")
+    return "\n".join(lines)

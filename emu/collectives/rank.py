@@ -1,0 +1,172 @@
+"""One rank of a ring collective over MetaRoCE, run in a host's namespace.
+
+    python -m emu.collectives.rank DIR --rank R --nranks N --op allreduce --sizes 65536,1048576
+
+Each rank has one queue pair to its right neighbour and one from its left.
+A step writes a chunk into the right neighbour's memory; when the write's
+completion says it is placed, a 4-byte step counter is written after it, and
+the neighbour, watching that counter in its own memory, knows the chunk is
+whole. Elements are int32, reduced by sum. Every rank starts from a pattern
+that depends on its rank, so the result is checked element by element
+(#wrong, as nccl-tests counts it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from emu.roce.perf import publish, wait_for
+from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
+
+OPS = ("allreduce", "allgather", "reducescatter", "sendrecv")
+SIGNALS = 64
+
+
+def pattern(rank: int, size: int) -> np.ndarray:
+    """Rank r's starting data: (r + 1) * (i % 1000 + 1); sums of these are easy to predict."""
+    return ((rank + 1) * (np.arange(size // 4, dtype=np.int64) % 1000 + 1)).astype(np.int32)
+
+
+class Ring:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.a = args
+        self.r, self.n = args.rank, args.nranks
+        self.dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc)
+        biggest = max(args.sizes) * (self.n if args.op == "allgather" else 1)
+        self.data = self.dev.reg_mr(biggest)
+        self.stage = self.dev.reg_mr(biggest)  # reduce-scatter chunks land here
+        self.sig = self.dev.reg_mr(4 * SIGNALS)
+        self.src = self.dev.reg_mr(4 * SIGNALS)  # the counters we write to the right
+        self.right: QueuePair = self.dev.create_qp()
+        self.left: QueuePair = self.dev.create_qp()
+        self.round = 0
+
+    def connect(self) -> None:
+        me = {"right": self.right.qpn, "left": self.left.qpn, "addrs": [p.addr for p in self.dev.planes],
+              "data": self.data.info(), "stage": self.stage.info(), "sig": self.sig.info()}
+        publish(self.a.dir, f"rank{self.r}", me)
+        rn = wait_for(self.a.dir, f"rank{(self.r + 1) % self.n}", self.a.timeout)
+        ln = wait_for(self.a.dir, f"rank{(self.r - 1) % self.n}", self.a.timeout)
+        self.right.connect(rn["left"], rn["addrs"])
+        self.left.connect(ln["right"], ln["addrs"])
+        self.peer = rn
+
+    def barrier(self, tag: str) -> None:
+        publish(self.a.dir, f"{tag}-{self.r}", {})
+        for i in range(self.n):
+            wait_for(self.a.dir, f"{tag}-{i}", self.a.timeout, self.dev)
+
+    # -- one step: write a chunk to the right, then its signal ------------------------------
+
+    def send(self, mr: MemoryRegion, off: int, nbytes: int, remote: dict[str, int], roff: int) -> None:
+        self.round += 1
+        slot = self.round % SIGNALS
+        self.src.buf[4 * slot: 4 * slot + 4] = self.round.to_bytes(4, "little")
+        if nbytes:
+            self.right.post_write(self.round, mr, off, nbytes, remote["va"] + roff, remote["rkey"])
+        self.dev.run_until_idle(self.a.timeout)
+        self.right.post_write(-self.round, self.src, 4 * slot, 4, self.peer["sig"]["va"] + 4 * slot,
+                              self.peer["sig"]["rkey"])
+
+    def wait_signal(self) -> None:
+        slot = self.round % SIGNALS
+        want = self.round.to_bytes(4, "little")
+        deadline = time.monotonic() + self.a.timeout
+        while self.sig.buf[4 * slot: 4 * slot + 4] != want:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.r}: step {self.round} never arrived from the left")
+            self.dev.progress(0.0005)
+        self.dev.run_until_idle(self.a.timeout)
+
+    # -- the collectives ----------------------------------------------------------------------
+
+    def ints(self, mr: MemoryRegion, start: int = 0, nbytes: int | None = None) -> np.ndarray:
+        return np.frombuffer(mr.buf, dtype=np.int32, count=(nbytes if nbytes is not None else mr.size) // 4,
+                             offset=start)
+
+    def fill(self, size: int) -> None:
+        self.ints(self.data, 0, size)[:] = pattern(self.r, size)
+
+    def reduce_scatter(self, size: int) -> None:
+        n, r = self.n, self.r
+        chunk = size // n
+        for s in range(n - 1):
+            send_c, recv_c = (r - s) % n, (r - s - 1) % n
+            self.send(self.data, send_c * chunk, chunk, self.peer["stage"], send_c * chunk)
+            self.wait_signal()
+            self.ints(self.data, recv_c * chunk, chunk)[:] += self.ints(self.stage, recv_c * chunk, chunk)
+
+    def all_gather(self, size: int, first: int) -> None:
+        """Circulate chunk `first + r` (already final on rank r) until every rank has all n."""
+        n, r = self.n, self.r
+        chunk = size // n
+        for s in range(n - 1):
+            c = (r + first - s) % n
+            self.send(self.data, c * chunk, chunk, self.peer["data"], c * chunk)
+            self.wait_signal()
+
+    def run_op(self, size: int) -> int:
+        """Run once; return the number of wrong elements."""
+        op, n, r = self.a.op, self.n, self.r
+        total = n * (n + 1) // 2  # the sum of the rank factors 1..n
+        if op == "allreduce":
+            self.reduce_scatter(size)
+            self.all_gather(size, 1)
+            return int(np.count_nonzero(self.ints(self.data, 0, size) != pattern(total - 1, size)))
+        if op == "reducescatter":
+            self.reduce_scatter(size)
+            chunk = size // n
+            c = (r + 1) % n
+            want = pattern(total - 1, size)[c * chunk // 4:(c + 1) * chunk // 4]
+            return int(np.count_nonzero(self.ints(self.data, c * chunk, chunk) != want))
+        if op == "allgather":
+            # Each rank contributes `size` bytes at its own offset; everyone ends with all n.
+            mine = self.ints(self.data, 0, size).copy()
+            self.ints(self.data, 0, size * n)[:] = 0
+            self.ints(self.data, r * size, size)[:] = mine
+            self.all_gather(size * n, 0)
+            return sum(int(np.count_nonzero(self.ints(self.data, k * size, size) != pattern(k, size)))
+                       for k in range(n))
+        if op == "sendrecv":
+            self.send(self.data, 0, size, self.peer["stage"], 0)
+            self.wait_signal()
+            return int(np.count_nonzero(self.ints(self.stage, 0, size) != pattern((r - 1) % n, size)))
+        raise ValueError(f"unknown op {op!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m emu.collectives.rank")
+    ap.add_argument("dir")
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--nranks", type=int, required=True)
+    ap.add_argument("--op", choices=OPS, default="allreduce")
+    ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1 << 20])
+    ap.add_argument("--dilation", type=float, default=1000.0)
+    ap.add_argument("--cc", default="none")
+    ap.add_argument("--timeout", type=float, default=300.0)
+    a = ap.parse_args(argv)
+    ring = Ring(a)
+    ring.connect()
+    rows: list[dict[str, Any]] = []
+    for k, size in enumerate(a.sizes):
+        ring.fill(size)
+        ring.barrier(f"start{k}")
+        t0 = time.monotonic()
+        wrong = ring.run_op(size)
+        wall = time.monotonic() - t0
+        rows.append({"size": size, "time_fabric_s": wall / a.dilation, "wrong": wrong})
+        ring.barrier(f"end{k}")
+    print(json.dumps({"rank": a.rank, "rows": rows, "planes": ring.dev.plane_stats(), "pid": os.getpid()}),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
