@@ -166,16 +166,20 @@ class Transmitter:
         self.tx_bytes += n
         self.q_tx_packets[q] += 1
         arrive = end + self.delay
-        if arrive <= self.loop.clock():
+        loop = self.loop
+        heap = loop.heap
+        # Off the schedule only if nothing else was due first: a PFC pause in the heap for an
+        # earlier time must stop this wire before its next frame, however late the loop runs.
+        if arrive <= loop.clock() and (not heap or heap[0][0] >= arrive):
             if self.up:
                 self.deliver(arrive, frame)
             if not self.mask:
                 self.busy = False
                 return -1.0
             return end
-        self.loop.at(end, self._done, None)
+        loop.at(end, self._done, None)
         if self.up:
-            self.loop.at(arrive, self.deliver, frame)
+            loop.at(arrive, self.deliver, frame)
         return -1.0
 
     def _done(self, t: float, _: Any) -> None:

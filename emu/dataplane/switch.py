@@ -53,7 +53,7 @@ class Port:
     __slots__ = (
         "index", "name", "mac", "peer_kind", "peer_mac", "tx", "nic", "ip4", "ip6",
         "rx_packets", "rx_bytes", "drops", "drops_tc", "ecn_marked", "pfc_tx", "pfc_rx",
-        "send_raw", "up", "rate_bps", "delay",
+        "send_raw", "up", "rate_bps", "delay", "q_enq", "q_over_kmax",
     )
 
     def __init__(self, index: int, name: str, mac: bytes, peer_kind: str) -> None:
@@ -70,6 +70,8 @@ class Port:
         self.rx_bytes = 0
         self.drops: dict[str, int] = {}
         self.drops_tc = [0] * NQ
+        self.q_enq = [0] * NQ  # IP packets queued where ECN is on, and how many found it past Kmax
+        self.q_over_kmax = [0] * NQ
         self.ecn_marked = 0
         self.pfc_tx = 0
         self.pfc_rx = 0
@@ -535,6 +537,9 @@ class Switch:
         if ecn is not None and ipv:
             q = port.tx.qbytes[tc]
             kmin, kmax, pmax = ecn
+            port.q_enq[tc] += 1
+            if q >= kmax:
+                port.q_over_kmax[tc] += 1
             if q > kmin and (q >= kmax or self.rng.random() < pmax * (q - kmin) / (kmax - kmin)):
                 if self._mark_ce(frame, l3, ipv):
                     port.ecn_marked += 1
@@ -607,6 +612,8 @@ class Switch:
                 "drops": dict(p.drops),
                 "drops_tc": list(p.drops_tc),
                 "ecn_marked": p.ecn_marked,
+                "ecn_enqueued": list(p.q_enq),
+                "over_kmax": list(p.q_over_kmax),
                 "pfc_tx": p.pfc_tx,
                 "pfc_rx": p.pfc_rx,
                 "paused_s": [x / self.dilation for x in p.tx.paused_seconds(t)],

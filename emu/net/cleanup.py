@@ -23,9 +23,20 @@ from emu.net.netns import PREFIX, ip_batch, list_project_namespaces, run
 RECORD = "created.json"
 
 
+def netns_id(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return ""
+
+
 def record(run_dir: str, *, interfaces: list[str], pids: list[int]) -> None:
+    """What a run made: its root-side interfaces, its node shells, and their network namespaces
+    (a process started in a host outlives its shell, and keeps the namespace and its veths alive)."""
+    mine = netns_id(os.getpid())
+    namespaces = sorted({n for n in (netns_id(p) for p in pids) if n and n != mine})
     with open(os.path.join(run_dir, RECORD), "w") as f:
-        json.dump({"interfaces": interfaces, "pids": pids}, f)
+        json.dump({"interfaces": interfaces, "pids": pids, "netns": namespaces}, f)
 
 
 @dataclass
@@ -80,6 +91,7 @@ def clean() -> CleanReport:
     report = CleanReport()
     recorded_ifs: set[str] = set()
     recorded_pids: list[int] = []
+    recorded_netns: set[str] = set()
     if os.path.isdir(RUN_ROOT):
         for d in sorted(os.listdir(RUN_ROOT)):
             path = os.path.join(RUN_ROOT, d)
@@ -88,11 +100,16 @@ def clean() -> CleanReport:
                     rec = json.load(f)
                 recorded_ifs.update(rec.get("interfaces", []))
                 recorded_pids += [p for p in rec.get("pids", []) if "mininet:" in _cmdline(p)]
+                recorded_netns.update(rec.get("netns", []))
             except (OSError, ValueError):
                 pass
             report.run_dirs.append(path)
     report.processes += _kill(_worker_pids())
     report.processes += _kill(recorded_pids)
+    if recorded_netns:
+        me = os.getpid()
+        report.processes += _kill([int(p) for p in os.listdir("/proc")
+                                   if p.isdigit() and int(p) != me and netns_id(int(p)) in recorded_netns])
     namespaces = list_project_namespaces()
     for ns in namespaces:
         pids = run(["ip", "netns", "pids", ns], check=False).stdout.split()

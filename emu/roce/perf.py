@@ -47,26 +47,33 @@ def pattern(size: int, seed: int) -> bytearray:
 
 
 def server(args: argparse.Namespace) -> dict[str, Any]:
+    """One queue pair and one region per client; client i writes pattern(seed + i)."""
     dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc)
-    mr = dev.reg_mr(args.bytes)
-    qp = dev.create_qp()
-    publish(args.dir, "server", {"qpn": qp.qpn, "addrs": [p.addr for p in dev.planes], "mr": mr.info()})
-    peer = wait_for(args.dir, "client", args.timeout)
-    qp.connect(peer["qpn"], peer["addrs"])
-    done = wait_for(args.dir, "done", args.timeout, dev)
-    expected = pattern(args.bytes, args.seed)
-    return {"role": "server", "qpn": qp.qpn, "data_ok": mr.buf == expected, "crc32": zlib.crc32(mr.buf),
-            "client_crc32": done.get("crc32"), "bad_requests": qp.bad, "counters": dev.counters,
-            "cnps_sent": qp.cnps_sent, "planes": dev.plane_stats()}
+    ends = []
+    for i in range(args.clients):
+        mr, qp = dev.reg_mr(args.bytes), dev.create_qp()
+        publish(args.dir, f"server-{i}", {"qpn": qp.qpn, "addrs": [p.addr for p in dev.planes], "mr": mr.info()})
+        ends.append((mr, qp))
+    for i, (_, qp) in enumerate(ends):
+        peer = wait_for(args.dir, f"client-{i}", args.timeout, dev)
+        qp.connect(peer["qpn"], peer["addrs"])
+    for i in range(args.clients):
+        wait_for(args.dir, f"done-{i}", args.timeout, dev)
+    ok = [mr.buf == pattern(args.bytes, args.seed + i) for i, (mr, _) in enumerate(ends)]
+    return {"role": "server", "qpn": ends[0][1].qpn, "qpns": [qp.qpn for _, qp in ends], "data_ok": all(ok),
+            "bad_requests": sum(qp.bad for _, qp in ends), "counters": dev.counters,
+            "cnps_sent": sum(qp.cnps_sent for _, qp in ends), "planes": dev.plane_stats(),
+            "rx_traces": [[(t / args.dilation, b) for t, b in qp.rx_trace] for _, qp in ends]}
 
 
 def client(args: argparse.Namespace) -> dict[str, Any]:
     dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc)
     mr = dev.reg_mr(args.bytes)
-    mr.buf[:] = pattern(args.bytes, args.seed)
+    mr.buf[:] = pattern(args.bytes, args.seed + args.index)
     qp = dev.create_qp()
-    publish(args.dir, "client", {"qpn": qp.qpn, "addrs": [p.addr for p in dev.planes], "mr": mr.info()})
-    peer = wait_for(args.dir, "server", args.timeout)
+    publish(args.dir, f"client-{args.index}", {"qpn": qp.qpn, "addrs": [p.addr for p in dev.planes],
+                                                "mr": mr.info()})
+    peer = wait_for(args.dir, f"server-{args.index}", args.timeout)
     qp.connect(peer["qpn"], peer["addrs"])
     remote = peer["mr"]
     # Latency first: small writes one at a time, post to completion (one round trip).
@@ -87,7 +94,7 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
     dev.run_until_idle(args.timeout)
     wall = time.monotonic() - t0
     comps = dev.poll_cq()
-    publish(args.dir, "done", {"crc32": zlib.crc32(mr.buf)})
+    publish(args.dir, f"done-{args.index}", {"crc32": zlib.crc32(mr.buf)})
     lats.sort()
     return {
         "role": "client", "qpn": qp.qpn, "bytes": args.bytes, "message": args.message, "wall_s": wall,
@@ -95,6 +102,7 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
         "bw_fabric_bps": args.bytes * 8 / (wall / args.dilation) if wall else 0.0,
         "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),
         "retransmits": qp.retransmits, "cnps": qp.cc.cnps, "final_rate_bps": qp.cc.rate,
+        "rate_trace": qp.rate_trace,
         "lat_fabric_s": {"min": lats[0], "typical": lats[len(lats) // 2], "max": lats[-1]} if lats else {},
         "planes": dev.plane_stats(),
     }
@@ -111,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lat-iters", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--clients", type=int, default=1, help="server: how many clients write to it")
+    ap.add_argument("--index", type=int, default=0, help="client: which of the server's clients this is")
     args = ap.parse_args(argv)
     out = server(args) if args.role == "server" else client(args)
     print(json.dumps(out), flush=True)

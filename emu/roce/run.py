@@ -26,29 +26,31 @@ def pid_popen(pid: int) -> Popen:
 
 
 class PerfRun:
-    """Start server and client; `wait()` returns (client result, server result)."""
+    """Start a server and one or more clients writing to it; `wait()` returns (client results, server)."""
 
-    def __init__(self, src: Popen, dst: Popen, *, nbytes: int, dilation: float, cc: str = "none",
+    def __init__(self, src: Popen | list[Popen], dst: Popen, *, nbytes: int, dilation: float, cc: str = "none",
                  message: int = 1 << 20, timeout: float = 300.0, lat_iters: int = 5) -> None:
         self.dir = tempfile.mkdtemp(prefix="emu-roce-")
+        srcs = src if isinstance(src, list) else [src]
         args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--cc", cc, "--message", str(message),
                 "--timeout", str(timeout), "--lat-iters", str(lat_iters)]
         py = [sys.executable, "-m", "emu.roce.perf"]
         self.timeout = timeout
-        self.server = dst(py + ["server", self.dir, *args])
-        self.client = src(py + ["client", self.dir, *args])
+        self.many = isinstance(src, list)
+        self.server = dst(py + ["server", self.dir, *args, "--clients", str(len(srcs))])
+        self.clients = [s(py + ["client", self.dir, *args, "--index", str(i)]) for i, s in enumerate(srcs)]
 
-    def wait(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def wait(self) -> tuple[Any, dict[str, Any]]:
         try:
             out = []
-            for proc, role in ((self.client, "client"), (self.server, "server")):
+            for proc in [*self.clients, self.server]:
                 stdout, stderr = proc.communicate(timeout=self.timeout + 30)
                 if proc.returncode != 0:
-                    raise RuntimeError(f"MetaRoCE {role} failed: {stderr.strip()[-800:]}")
+                    raise RuntimeError(f"MetaRoCE endpoint failed: {stderr.strip()[-800:]}")
                 out.append(json.loads(stdout))
-            return out[0], out[1]
+            return (out[:-1] if self.many else out[0]), out[-1]
         finally:
-            for proc in (self.client, self.server):
+            for proc in [*self.clients, self.server]:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()

@@ -123,6 +123,7 @@ class QueuePair:
         self.srtt = 0.0
         self.rr = 0
         self.retransmits = 0
+        self.rate_trace: list[tuple[float, float]] = []  # (fabric s, bps) when the rate changes
         self.highest_sacked = -1
         self.sacked_since = False
         self.rto_check = 0.0
@@ -136,6 +137,8 @@ class QueuePair:
         self.last_cnp = -1.0
         self.cnps_sent = 0
         self.bad = 0
+        self.rx_bytes = 0
+        self.rx_trace: list[tuple[float, int]] = []  # (wall s, bytes placed so far), sampled
 
     def connect(self, remote_qpn: int, remote_addrs: list[str]) -> None:
         if len(remote_addrs) != len(self.dev.planes):
@@ -187,6 +190,8 @@ class Device:
         self.mrs: dict[int, MemoryRegion] = {}
         self.cq: deque[Completion] = deque()
         self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0}
+        self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
+        self.next_sample = 0.0
         self.poller = select.poll()
         for p in self.planes:
             self.poller.register(p.rx.fileno(), select.POLLIN)
@@ -238,6 +243,11 @@ class Device:
     def progress(self, max_wait: float = 0.001) -> None:
         now = time.monotonic()
         self._receive(now)
+        if now >= self.next_sample:
+            self.next_sample = now + self.sample_s
+            for qp in self.qps.values():
+                if qp.rx_bytes and (not qp.rx_trace or qp.rx_trace[-1][1] != qp.rx_bytes):
+                    qp.rx_trace.append((now, qp.rx_bytes))
         now = time.monotonic()
         for qp in self.qps.values():
             if qp.ack_due:
@@ -318,11 +328,12 @@ class Device:
         reorder = DUP_THRESH * len(self.planes)
         for seg in list(qp.inflight.values()):  # insertion order is PSN order
             if seg.psn > highest and now - seg.sent_at <= rto:
-                break
+                break  # later packets were sent later still
             if seg.acked:
                 continue
             overtaken = highest - seg.psn >= reorder and qp.srtt > 0 and now - seg.sent_at > 2 * qp.srtt
-            if overtaken or now - seg.sent_at > rto:
+            backoff = rto * (1 << min(seg.sends - 1, 6))  # each timeout of the same packet doubles its timer
+            if (overtaken and seg.sends == 1) or now - seg.sent_at > backoff:
                 lost_on = self.planes[seg.plane]
                 plane = self._pick_plane(qp, now, avoid=seg.plane) or self._pick_plane(qp, now)
                 if plane is None:
@@ -384,6 +395,7 @@ class Device:
             self._on_ack(qp, plane, data, psn, now)
         elif op == wire.OP_CNP:
             qp.cc.on_cnp(now / self.dilation)
+            qp.rate_trace.append((now / self.dilation, qp.cc.rate))
         else:
             self.counters["truncated"] += 1
 
@@ -411,6 +423,7 @@ class Device:
         if psn >= qp.expected and psn not in qp.beyond:
             if length:
                 mr.buf[va - mr.va: va - mr.va + length] = payload
+                qp.rx_bytes += length
             if psn == qp.expected:
                 qp.expected += 1
                 while qp.expected in qp.beyond:
