@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 from typing import Any
 
@@ -28,3 +29,13 @@ def running_stats() -> dict[str, Any] | None:
         except OSError:
             continue
     return None
+
+
+def running_hosts() -> dict[str, int]:
+    """Host name -> shell pid of the newest running fabric (from its run record)."""
+    for path in sorted(glob.glob(os.path.join(RUN_ROOT, "run-*", "created.json")), reverse=True):
+        with open(path) as f:
+            hosts = json.load(f).get("hosts", {})
+        if hosts and all(os.path.exists(f"/proc/{pid}") for pid in hosts.values()):
+            return hosts
+    return {}

@@ -118,6 +118,38 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if result.get("wrong", 0) == 0 else 1
 
 
+def cmd_roce(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu.cli.live import running_engines, running_hosts
+    from emu.roce.run import PerfRun, pid_popen
+    from emu.units import parse_size
+
+    _need_root()
+    hosts = running_hosts()
+    engines = running_engines()
+    if not hosts or not engines:
+        raise RuntimeError("no running fabric found: start one with `emu up ...` in another terminal")
+    for h in (args.src, args.dst):
+        if h not in hosts:
+            raise ValueError(f"no host {h!r} in the running fabric; hosts: {', '.join(sorted(hosts))}")
+    dilation = engines[-1].spec.dilation
+    client, server = PerfRun(pid_popen(hosts[args.src]), pid_popen(hosts[args.dst]), nbytes=parse_size(args.bytes),
+                             dilation=dilation, cc=args.cc, lat_iters=args.lat_iters).wait()
+    result = {"src": args.src, "dst": args.dst, "dilation": dilation, "data_ok": server["data_ok"],
+              "bytes": client["bytes"], "bw_fabric_Gbps": client["bw_fabric_bps"] / 1e9,
+              "lat_fabric_us": {k: v * 1e6 for k, v in client["lat_fabric_s"].items()},
+              "retransmits": client["retransmits"], "planes": client["planes"]}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"MetaRoCE write {args.src} -> {args.dst}: {result['bytes']} B at {result['bw_fabric_Gbps']:.1f} Gb/s, "
+              f"latency min/typ/max {', '.join(f'{v:.2f}' for v in result['lat_fabric_us'].values())} us "
+              f"(fabric, D={dilation:g}); data {'ok' if result['data_ok'] else 'WRONG'}")
+        for p in client["planes"]:
+            print(f"  plane {p['plane']}: {p['tx_bytes']} B, {p['retransmits']} retransmits, "
+                  f"{'healthy' if p['healthy'] else 'DOWN'}")
+    return 0 if server["data_ok"] else 1
+
+
 def _emit(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(result))
@@ -163,6 +195,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results", help="folder for the JSON and plot (default results/)")
     _run_options(p)
     p.set_defaults(fn=cmd_scenario)
+    p = sub.add_parser("roce", help="MetaRoCE tools on a running fabric")
+    p.add_argument("tool", choices=("perf",))
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--bytes", default="16MiB")
+    p.add_argument("--cc", default="none", choices=("none", "dcqcn"))
+    p.add_argument("--lat-iters", type=int, default=20)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_roce)
     p = sub.add_parser("bench", help="measure the engine against the kernel")
     p.add_argument("name", choices=("engine", "link", "collective"))
     p.add_argument("op", nargs="?", help="for `collective`: allreduce, allgather, reducescatter, sendrecv")

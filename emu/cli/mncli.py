@@ -53,6 +53,26 @@ class FabricCLI(CLI):
         except (KeyError, ValueError, RuntimeError) as exc:
             print(f"*** {exc}")
 
+    def do_rperf(self, line: str) -> None:
+        """rperf SRC DST [BYTES]: MetaRoCE write bandwidth and latency, data checked."""
+        from emu.roce.run import PerfRun, mininet_popen
+        from emu.units import parse_size
+
+        args = line.split()
+        if len(args) not in (2, 3):
+            print("usage: rperf SRC DST [BYTES]")
+            return
+        try:
+            src, dst = self.mn.nameToNode[args[0]], self.mn.nameToNode[args[1]]
+            client, server = PerfRun(mininet_popen(src), mininet_popen(dst),
+                                     nbytes=parse_size(args[2] if len(args) > 2 else "4MiB"),
+                                     dilation=self.mn.engine.spec.dilation).wait()
+        except (KeyError, ValueError, RuntimeError) as exc:
+            print(f"*** {exc}")
+            return
+        print(f"*** {client['bytes']} B at {client['bw_fabric_bps'] / 1e9:.1f} Gb/s (fabric), "
+              f"{client['retransmits']} retransmits, data {'ok' if server['data_ok'] else 'WRONG'}")
+
     def do_pingplanes(self, line: str) -> None:
         """pingplanes [6]: ping every address of every other host, on every plane."""
         r = self.mn.pingall_planes(6 if line.strip() == "6" else 4)

@@ -30,13 +30,13 @@ def netns_id(pid: int) -> str:
         return ""
 
 
-def record(run_dir: str, *, interfaces: list[str], pids: list[int]) -> None:
+def record(run_dir: str, *, interfaces: list[str], pids: list[int], hosts: dict[str, int] | None = None) -> None:
     """What a run made: its root-side interfaces, its node shells, and their network namespaces
     (a process started in a host outlives its shell, and keeps the namespace and its veths alive)."""
     mine = netns_id(os.getpid())
     namespaces = sorted({n for n in (netns_id(p) for p in pids) if n and n != mine})
     with open(os.path.join(run_dir, RECORD), "w") as f:
-        json.dump({"interfaces": interfaces, "pids": pids, "netns": namespaces}, f)
+        json.dump({"interfaces": interfaces, "pids": pids, "netns": namespaces, "hosts": hosts or {}}, f)
 
 
 @dataclass

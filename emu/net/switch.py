@@ -88,6 +88,7 @@ class FabricSwitch(Switch):
             spec.run_dir,
             interfaces=[i.name for sw in switches for i in _ports(sw)],
             pids=[n.pid for n in nodes.values() if getattr(n, "pid", None)],
+            hosts={n.name: n.pid for n in nodes.values() if not isinstance(n, FabricSwitch)},
         )
         engine = Engine(spec)
         engine.start()
