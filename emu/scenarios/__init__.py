@@ -16,6 +16,7 @@ SCENARIOS = {
     "fpf-vs-nsf": "emu.scenarios.fpf_vs_nsf",
     "headroom": "emu.scenarios.headroom",
     "wcmp": "emu.scenarios.wcmp",
+    "dcqcn": "emu.scenarios.dcqcn",
 }
 
 

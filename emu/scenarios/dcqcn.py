@@ -1,0 +1,78 @@
+"""DCQCN: two MetaRoCE flows into one port, with congestion control and without.
+
+Two GPUs write to a third at line rate on one plane, so the leaf's port to
+the receiver is 2:1 oversubscribed and marks ECN past Kmin. With DCQCN the
+receiver answers marks with CNPs and the senders slow down: the flows share
+the port and the queue stays below Kmax. Without it the queue sits past Kmax.
+The plot shows each flow's receive rate over time and each sender's rate
+cuts, from the endpoints' own samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emu.net.fidelity import fidelity_warnings
+from emu.net.switch import RunSettings
+from emu.roce.run import PerfRun, mininet_popen
+from emu.scenarios.common import fabric, only, save, size_param
+from emu.topo.fpf import FPFTopo
+
+DEFAULT_DILATION = 2000.0
+
+
+def _rates(trace: list[tuple[float, int]], origin: float) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for (t0, b0), (t1, b1) in zip(trace, trace[1:], strict=False):
+        if t1 > t0:
+            xs.append((t1 - origin) * 1e6)
+            ys.append((b1 - b0) * 8 / (t1 - t0) / 1e9)
+    return xs, ys
+
+
+def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
+    only(params, {"bytes"}, "dcqcn")
+    nbytes = size_param(params, "bytes", "16MiB", "dcqcn")
+    runs: dict[str, Any] = {}
+    for cc in ("dcqcn", "none"):
+        with fabric(FPFTopo(gpus=3, planes=1, leaves=1), settings) as net:
+            clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
+                                      mininet_popen(net.get("gpu2")), nbytes=nbytes, dilation=settings.dilation,
+                                      cc=cc, lat_iters=0, timeout=300).wait()
+            stats = net.engine.stats()
+        port = stats["switches"]["p0l0"]["ports"]["p0l0-eth3"]
+        runs[cc] = {
+            "data_ok": server["data_ok"],
+            "flow_bw_fabric_bps": [c["bw_fabric_bps"] for c in clients],
+            "cnps_received": [c["cnps"] for c in clients],
+            "cnps_sent": server["cnps_sent"],
+            "ecn_marked": port["ecn_marked"],
+            "over_kmax_fraction": port["over_kmax"][3] / max(1, port["ecn_enqueued"][3]),
+            "queue_hwm_bytes": port["queue_hwm"][3],
+            "pfc_frames": port["pfc_tx"],
+            "fidelity_warnings": fidelity_warnings(stats),
+            "_traces": (server["rx_traces"], [c["rate_trace"] for c in clients]),
+        }
+    traces, rate_traces = runs["dcqcn"].pop("_traces")
+    runs["none"].pop("_traces")
+    result = {"scenario": "dcqcn", "dilation": settings.dilation, "bytes_per_flow": nbytes, **runs}
+    a, b = runs["dcqcn"]["flow_bw_fabric_bps"]
+    result["passed"] = (runs["dcqcn"]["data_ok"] and runs["none"]["data_ok"] and min(a, b) >= 0.8 * max(a, b)
+                        and runs["dcqcn"]["over_kmax_fraction"] < 0.5 < runs["none"]["over_kmax_fraction"])
+
+    origin = min(t[0][0] for t in traces if t)
+
+    def draw(ax: Any) -> None:
+        for i, trace in enumerate(traces):
+            xs, ys = _rates(trace, origin)
+            ax.plot(xs, ys, linewidth=1, label=f"flow {i} received")
+        for i, rt in enumerate(rate_traces):
+            if rt:
+                ax.step([(t - origin) * 1e6 for t, _ in rt], [r / 1e9 for _, r in rt], where="post", linestyle="--",
+                        linewidth=0.8, label=f"sender {i} rate after CNP")
+        ax.set_xlabel("fabric time (us)")
+        ax.set_ylabel("Gb/s")
+        ax.set_title(f"DCQCN, two flows into one 100G port (D={settings.dilation:g})")
+        ax.legend(fontsize=7)
+
+    return save(out_dir, "dcqcn", result, draw)
