@@ -103,6 +103,7 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
         "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),
         "retransmits": qp.retransmits, "cnps": qp.cc.cnps, "final_rate_bps": qp.cc.rate,
         "rate_trace": qp.rate_trace,
+        "plane_trace": [(t / args.dilation, b) for t, b in dev.plane_trace],
         "lat_fabric_s": {"min": lats[0], "typical": lats[len(lats) // 2], "max": lats[-1]} if lats else {},
         "planes": dev.plane_stats(),
     }

@@ -192,6 +192,7 @@ class Device:
         self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0}
         self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
         self.next_sample = 0.0
+        self.plane_trace: list[tuple[float, list[int]]] = []  # (wall s, bytes sent per plane), sampled
         self.poller = select.poll()
         for p in self.planes:
             self.poller.register(p.rx.fileno(), select.POLLIN)
@@ -248,6 +249,9 @@ class Device:
             for qp in self.qps.values():
                 if qp.rx_bytes and (not qp.rx_trace or qp.rx_trace[-1][1] != qp.rx_bytes):
                     qp.rx_trace.append((now, qp.rx_bytes))
+            sent = [p.stats["tx_bytes"] for p in self.planes]
+            if any(sent) and (not self.plane_trace or self.plane_trace[-1][1] != sent):
+                self.plane_trace.append((now, sent))
         now = time.monotonic()
         for qp in self.qps.values():
             if qp.ack_due:
@@ -266,7 +270,14 @@ class Device:
         deadline = time.monotonic() + timeout
         while any(qp.busy() for qp in self.qps.values()):
             if time.monotonic() > deadline:
-                raise RoceError("transfer did not complete in time")
+                state = "; ".join(
+                    f"QP {qp.qpn:#x}: {len(qp.pending)} pending, {len(qp.inflight)} in flight "
+                    f"(oldest PSN {min(qp.inflight, default=-1)}, sent {qp.inflight[min(qp.inflight)].sends} times, "
+                    f"last on plane {qp.inflight[min(qp.inflight)].plane} "
+                    f"{time.monotonic() - qp.inflight[min(qp.inflight)].sent_at:.2f} s ago), acked to {qp.cum_acked}"
+                    for qp in self.qps.values() if qp.busy())
+                planes = ", ".join(f"plane {p.index} {'up' if p.healthy else 'down'}" for p in self.planes)
+                raise RoceError(f"transfer did not complete in {timeout:g} s: {state}; {planes}")
             self.progress()
 
     def poll_cq(self) -> list[Completion]:
@@ -335,7 +346,9 @@ class Device:
             backoff = rto * (1 << min(seg.sends - 1, 6))  # each timeout of the same packet doubles its timer
             if (overtaken and seg.sends == 1) or now - seg.sent_at > backoff:
                 lost_on = self.planes[seg.plane]
-                plane = self._pick_plane(qp, now, avoid=seg.plane) or self._pick_plane(qp, now)
+                others = any(p.healthy and p.index != seg.plane for p in self.planes)
+                # Never back onto the plane that lost it while another one is healthy: wait for a free one.
+                plane = self._pick_plane(qp, now, avoid=seg.plane if others else -1)
                 if plane is None:
                     return
                 if not seg.probe:
@@ -486,16 +499,15 @@ class Device:
             top = bits.bit_length() - 1
             bits &= ~(1 << top)
             seg = qp.inflight.get(base + wire.SACK_BITS - 1 - top)
-            if seg is not None:
-                seg.acked = True
+            if seg is not None and not seg.acked:
+                self._acked(qp, seg, now)
                 if seg.psn > qp.highest_sacked:
                     qp.highest_sacked = seg.psn
         qp.sacked_since = True
         for psn in done:
             seg = qp.inflight.pop(psn)
-            if seg.sends == 1:
-                sample = now - seg.sent_at
-                qp.srtt = sample if qp.srtt == 0 else 0.875 * qp.srtt + 0.125 * sample
+            if not seg.acked:
+                self._acked(qp, seg, now)
             if seg.probe and seg.plane == plane.index and not self.planes[seg.plane].healthy:
                 p = self.planes[seg.plane]
                 p.healthy, p.losses = True, 0
@@ -506,6 +518,15 @@ class Device:
         while qp.wrs and 0 <= qp.wrs[0][1].psn <= qp.cum_acked:
             wr_id, _, nbytes = qp.wrs.popleft()
             self.cq.append(Completion(wr_id, "ok", nbytes))
+
+    @staticmethod
+    def _acked(qp: QueuePair, seg: Segment, now: float) -> None:
+        """First acknowledgement of a segment (SACK or cumulative): the moment its RTT is known.
+        Sampling later, when the cumulative ACK finally passes it, would count a recovery's wait."""
+        seg.acked = True
+        if seg.sends == 1:
+            sample = now - seg.sent_at
+            qp.srtt = sample if qp.srtt == 0 else 0.875 * qp.srtt + 0.125 * sample
 
     def plane_stats(self) -> list[dict[str, Any]]:
         return [{"plane": p.index, "addr": p.addr, "healthy": p.healthy, **p.stats} for p in self.planes]

@@ -17,6 +17,7 @@ SCENARIOS = {
     "headroom": "emu.scenarios.headroom",
     "wcmp": "emu.scenarios.wcmp",
     "dcqcn": "emu.scenarios.dcqcn",
+    "roce-plane-down": "emu.scenarios.roce_plane_down",
 }
 
 
