@@ -1,0 +1,80 @@
+"""The backend-independent table entries as simple_switch_CLI commands for p4/fabric.p4.
+
+Tables and actions are those of p4/fabric.p4. A next-hop group becomes a
+slot table in `nexthop_member` (one slot per member with equal weights,
+64 interleaved slots by weight otherwise), exactly as the native engine
+builds its groups, so both backends split traffic the same way.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from emu.control.model import Group, SwitchTables
+from emu.dataplane.tables import smooth_wrr
+
+SLOTS = 64
+MAX_SEGMENTS = 3  # h_encaps_1 .. h_encaps_3 in fabric.p4
+
+
+class Bmv2TableError(ValueError):
+    pass
+
+
+def slots(group: Group) -> list[int]:
+    """Member indices in slot order, as emu.dataplane.tables.GroupState lays them out."""
+    weights = [m.weight for m in group.members]
+    return list(range(len(weights))) if len(set(weights)) == 1 else smooth_wrr(weights, SLOTS)
+
+
+def bmv2_port(index: int) -> int:
+    """Engine port index -> BMv2 port number (Mininet numbers switch ports from 1)."""
+    return index + 1
+
+
+def table_commands(tables: SwitchTables, *, port_macs: list[str], dscp_to_tc: list[int] | None = None,
+                   ecn_threshold_pkts: dict[int, int] | None = None) -> list[str]:
+    tables.validate()
+    out: list[str] = []
+    for dscp, tc in enumerate(dscp_to_tc or []):
+        if tc:
+            out.append(f"table_add dscp_to_priority set_priority {dscp} => {tc}")
+    size = {}
+    for g in tables.groups:
+        order = slots(g)
+        size[g.id] = len(order)
+        for slot, i in enumerate(order):
+            m = g.members[i]
+            if m.port >= len(port_macs):
+                raise Bmv2TableError(f"group {g.id} uses port {m.port}, but the switch has {len(port_macs)}")
+            out.append(f"table_add nexthop_member set_nexthop {g.id} {slot} => "
+                       f"{bmv2_port(m.port)} {m.mac} {port_macs[m.port]}")
+    spray = {g.id: int(g.mode == "spray") for g in tables.groups}
+    for r in tables.routes:
+        net = ipaddress.ip_network(r.prefix, strict=False)
+        table = "ipv6_lpm" if net.version == 6 else "ipv4_lpm"
+        out.append(f"table_add {table} set_group {net} => {r.group} {size[r.group]} {spray[r.group]}")
+    for sid in tables.my_sids:
+        if sid.action == "End":
+            out.append(f"table_add my_sid srv6_end {sid.sid}/128 =>")
+        elif sid.action == "End.X":
+            out.append(f"table_add my_sid srv6_end_x {sid.sid}/128 => {sid.group} {size[sid.group]}")
+        else:
+            out.append(f"table_add my_sid srv6_end_dt6 {sid.sid}/128 =>")
+    for e in tables.encaps:
+        n = len(e.segments)
+        if n > MAX_SEGMENTS:
+            raise Bmv2TableError(f"policy for {e.prefix} has {n} segments; fabric.p4 carries at most {MAX_SEGMENTS}")
+        out.append(f"table_add srv6_encap h_encaps_{n} {e.prefix} => {e.source} {' '.join(e.segments)}")
+    for port, pkts in sorted((ecn_threshold_pkts or {}).items()):
+        out.append(f"table_add ecn_threshold set_ecn_threshold {bmv2_port(port)} => {pkts}")
+    return out
+
+
+def queue_commands(port: int, *, rate_bps: float, dilation: float, depth_pkts: int, mean_frame: int = 1500) -> list[str]:
+    """BMv2 paces queues in packets per second: the dilated link rate at a mean frame size.
+
+    Byte-accurate rate needs tc on the link (--links netem) or the engine's link model.
+    """
+    pps = max(1, int(rate_bps / dilation / (8 * mean_frame)))
+    return [f"set_queue_rate {pps} {bmv2_port(port)}", f"set_queue_depth {depth_pkts} {bmv2_port(port)}"]

@@ -1,0 +1,390 @@
+/*
+ * fabric.p4: the emulator's switch for BMv2 simple_switch (v1model, P4_16).
+ *
+ * The same table entries drive this program and the native engine
+ * (emu/control/model.py); emu/backends/bmv2/cli.py turns them into
+ * simple_switch_CLI commands. Tables:
+ *
+ *   dscp_to_priority  exact meta.dscp       -> set_priority(prio)      (queue, with --priority-queues 8)
+ *   ipv4_lpm          lpm ipv4.dst          -> set_group(gid, size, spray) | drop
+ *   ipv6_lpm          lpm ipv6.dst          -> set_group(gid, size, spray) | drop
+ *   nexthop_member    exact (gid, member)   -> set_nexthop(port, dmac, smac)
+ *   my_sid            lpm ipv6.dst          -> srv6_end | srv6_end_x(gid, size) | srv6_end_dt6
+ *   srv6_encap        lpm ipv6.dst          -> h_encaps_1(src, s1) | h_encaps_2(src, s1, s2) | h_encaps_3(...)
+ *   ecn_threshold     exact egress_port     -> set_ecn_threshold(pkts)
+ *
+ * A group is a slot table: `size` members, 0..size-1; weights are repeated
+ * members (as the engine's slot tables). The member is a CRC-16 of the
+ * 5-tuple modulo size (ECMP), or a random one per packet (spraying).
+ *
+ * What BMv2 cannot do: pause a queue. PFC frames (EtherType 0x8808) are
+ * parsed, counted per port and dropped; lossless behaviour is native-only.
+ */
+
+#include <core.p4>
+#include <v1model.p4>
+
+#define MAX_SEGS 4
+
+const bit<16> ETH_IPV4 = 0x0800;
+const bit<16> ETH_IPV6 = 0x86dd;
+const bit<16> ETH_VLAN = 0x8100;
+const bit<16> ETH_PFC  = 0x8808;
+const bit<8>  PROTO_UDP = 17;
+const bit<8>  PROTO_TCP = 6;
+const bit<8>  PROTO_ROUTING = 43;
+const bit<8>  PROTO_IPV6 = 41;
+const bit<16> ROCE_PORT = 4791;
+
+header ethernet_t { bit<48> dst; bit<48> src; bit<16> ether_type; }
+header vlan_t { bit<3> pcp; bit<1> dei; bit<12> vid; bit<16> ether_type; }
+header pfc_t { bit<16> opcode; bit<16> class_enable; bit<128> pause_times; }
+header ipv4_t {
+    bit<4> version; bit<4> ihl; bit<6> dscp; bit<2> ecn; bit<16> total_len;
+    bit<16> identification; bit<3> flags; bit<13> frag_offset; bit<8> ttl;
+    bit<8> protocol; bit<16> checksum; bit<32> src; bit<32> dst;
+}
+header ipv6_t {
+    bit<4> version; bit<6> dscp; bit<2> ecn; bit<20> flow_label; bit<16> payload_len;
+    bit<8> next_hdr; bit<8> hop_limit; bit<128> src; bit<128> dst;
+}
+header srh_t {
+    bit<8> next_hdr; bit<8> hdr_ext_len; bit<8> routing_type; bit<8> segments_left;
+    bit<8> last_entry; bit<8> flags; bit<16> tag;
+}
+header srh_segment_t { bit<128> sid; }
+header l4_ports_t { bit<16> src_port; bit<16> dst_port; }
+header udp_rest_t { bit<16> len; bit<16> checksum; }
+header bth_t { bit<8> opcode; bit<8> flags; bit<16> pkey; bit<8> resv; bit<24> dest_qp; bit<8> ack; bit<24> psn; }
+
+struct headers_t {
+    ethernet_t ethernet;
+    vlan_t vlan;
+    pfc_t pfc;
+    ipv4_t ipv4;
+    ipv6_t ipv6;
+    srh_t srh;
+    srh_segment_t[MAX_SEGS] segs;
+    ipv6_t inner_ipv6;
+    l4_ports_t ports;
+    udp_rest_t udp;
+    bth_t bth;
+}
+
+struct metadata_t {
+    bit<16> gid;
+    bit<16> group_size;
+    bit<1>  spray;
+    bit<16> member;
+    bit<1>  routed;
+    bit<8>  segs_to_parse;
+    bit<8>  seg_index;
+    bit<128> next_sid;
+    bit<8>  l4_proto;
+    bit<19> ecn_threshold;
+    bit<6>  dscp;
+}
+
+parser FabricParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t std) {
+    state start {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETH_VLAN: parse_vlan;
+            ETH_IPV4: parse_ipv4;
+            ETH_IPV6: parse_ipv6;
+            ETH_PFC: parse_pfc;
+            default: accept;
+        }
+    }
+    state parse_vlan {
+        pkt.extract(hdr.vlan);
+        transition select(hdr.vlan.ether_type) {
+            ETH_IPV4: parse_ipv4;
+            ETH_IPV6: parse_ipv6;
+            default: accept;
+        }
+    }
+    state parse_pfc { pkt.extract(hdr.pfc); transition accept; }
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        meta.l4_proto = hdr.ipv4.protocol;
+        meta.dscp = hdr.ipv4.dscp;
+        transition select(hdr.ipv4.protocol) {
+            PROTO_UDP: parse_udp;
+            PROTO_TCP: parse_ports;
+            default: accept;
+        }
+    }
+    state parse_ipv6 {
+        pkt.extract(hdr.ipv6);
+        meta.l4_proto = hdr.ipv6.next_hdr;
+        meta.dscp = hdr.ipv6.dscp;
+        transition select(hdr.ipv6.next_hdr) {
+            PROTO_ROUTING: parse_srh;
+            PROTO_IPV6: parse_inner_ipv6;
+            PROTO_UDP: parse_udp;
+            PROTO_TCP: parse_ports;
+            default: accept;
+        }
+    }
+    state parse_srh {
+        pkt.extract(hdr.srh);
+        meta.segs_to_parse = hdr.srh.last_entry + 1;
+        meta.seg_index = 0;
+        transition select(hdr.srh.last_entry) {
+            0: parse_segment;
+            1: parse_segment;
+            2: parse_segment;
+            3: parse_segment;
+            default: reject;  // more segments than this build carries (MAX_SEGS)
+        }
+    }
+    state parse_segment {
+        pkt.extract(hdr.segs.next);
+        // The SID at index segments_left - 1 becomes the destination after End (RFC 8986).
+        transition select(hdr.srh.segments_left - meta.seg_index) {
+            1: remember_next_sid;
+            default: next_segment;
+        }
+    }
+    state remember_next_sid {
+        meta.next_sid = hdr.segs.last.sid;
+        transition next_segment;
+    }
+    state next_segment {
+        meta.seg_index = meta.seg_index + 1;
+        meta.segs_to_parse = meta.segs_to_parse - 1;
+        transition select(meta.segs_to_parse) {
+            0: after_srh;
+            default: parse_segment;
+        }
+    }
+    state after_srh {
+        transition select(hdr.srh.next_hdr) {
+            PROTO_IPV6: parse_inner_ipv6;
+            default: accept;
+        }
+    }
+    state parse_inner_ipv6 { pkt.extract(hdr.inner_ipv6); transition accept; }
+    state parse_ports { pkt.extract(hdr.ports); transition accept; }
+    state parse_udp {
+        pkt.extract(hdr.ports);
+        pkt.extract(hdr.udp);
+        transition select(hdr.ports.dst_port) {
+            ROCE_PORT: parse_bth;
+            default: accept;
+        }
+    }
+    state parse_bth { pkt.extract(hdr.bth); transition accept; }
+}
+
+control FabricVerifyChecksum(inout headers_t hdr, inout metadata_t meta) { apply { } }
+
+control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
+    counter(512, CounterType.packets_and_bytes) rx_port;
+    counter(512, CounterType.packets) pfc_rx;
+
+    action drop() { mark_to_drop(std); }
+
+    action set_priority(bit<3> prio) { std.priority = prio; }
+    table dscp_to_priority {
+        key = { meta.dscp: exact; }
+        actions = { set_priority; NoAction; }
+        default_action = NoAction();
+        size = 64;
+    }
+
+    action set_group(bit<16> gid, bit<16> size, bit<1> spray) {
+        meta.gid = gid;
+        meta.group_size = size;
+        meta.spray = spray;
+        meta.routed = 1;
+    }
+    table ipv4_lpm {
+        key = { hdr.ipv4.dst: lpm; }
+        actions = { set_group; drop; }
+        default_action = drop();
+        size = 4096;
+    }
+    table ipv6_lpm {
+        key = { hdr.ipv6.dst: lpm; }
+        actions = { set_group; drop; }
+        default_action = drop();
+        size = 4096;
+    }
+
+    action set_nexthop(bit<9> port, bit<48> dmac, bit<48> smac) {
+        std.egress_spec = port;
+        hdr.ethernet.dst = dmac;
+        hdr.ethernet.src = smac;
+    }
+    table nexthop_member {
+        key = { meta.gid: exact; meta.member: exact; }
+        actions = { set_nexthop; drop; }
+        default_action = drop();
+        size = 16384;
+    }
+
+    // SRv6 local SIDs (RFC 8986).
+    action srv6_end() {
+        hdr.srh.segments_left = hdr.srh.segments_left - 1;
+        hdr.ipv6.dst = meta.next_sid;
+    }
+    action srv6_end_x(bit<16> gid, bit<16> size) {
+        srv6_end();
+        set_group(gid, size, 0);
+    }
+    action srv6_end_dt6() {
+        // Remove the outer IPv6 header and the SRH; the inner packet is routed by ipv6_lpm.
+        hdr.ipv6 = hdr.inner_ipv6;
+        hdr.inner_ipv6.setInvalid();
+        hdr.srh.setInvalid();
+        hdr.segs[0].setInvalid();
+        hdr.segs[1].setInvalid();
+        hdr.segs[2].setInvalid();
+        hdr.segs[3].setInvalid();
+    }
+    table my_sid {
+        key = { hdr.ipv6.dst: lpm; }
+        actions = { srv6_end; srv6_end_x; srv6_end_dt6; NoAction; }
+        default_action = NoAction();
+        size = 1024;
+    }
+
+    // H.Encaps: a new outer IPv6 header and an SRH; DA = the first segment.
+    action encap_common(bit<128> src, bit<8> n) {
+        hdr.inner_ipv6 = hdr.ipv6;
+        hdr.ipv6.next_hdr = PROTO_ROUTING;
+        hdr.ipv6.hop_limit = 64;
+        hdr.ipv6.src = src;
+        hdr.ipv6.payload_len = hdr.inner_ipv6.payload_len + 40 + 8 + (bit<16>)n * 16;
+        hdr.srh.setValid();
+        hdr.srh.next_hdr = PROTO_IPV6;
+        hdr.srh.hdr_ext_len = n * 2;
+        hdr.srh.routing_type = 4;
+        hdr.srh.segments_left = n - 1;
+        hdr.srh.last_entry = n - 1;
+        hdr.srh.flags = 0;
+        hdr.srh.tag = 0;
+    }
+    action h_encaps_1(bit<128> src, bit<128> s1) {
+        encap_common(src, 1);
+        hdr.segs[0].setValid(); hdr.segs[0].sid = s1;
+        hdr.ipv6.dst = s1;
+    }
+    action h_encaps_2(bit<128> src, bit<128> s1, bit<128> s2) {
+        encap_common(src, 2);
+        hdr.segs[0].setValid(); hdr.segs[0].sid = s2;  // the list is stored last segment first
+        hdr.segs[1].setValid(); hdr.segs[1].sid = s1;
+        hdr.ipv6.dst = s1;
+    }
+    action h_encaps_3(bit<128> src, bit<128> s1, bit<128> s2, bit<128> s3) {
+        encap_common(src, 3);
+        hdr.segs[0].setValid(); hdr.segs[0].sid = s3;
+        hdr.segs[1].setValid(); hdr.segs[1].sid = s2;
+        hdr.segs[2].setValid(); hdr.segs[2].sid = s1;
+        hdr.ipv6.dst = s1;
+    }
+    table srv6_encap {
+        key = { hdr.ipv6.dst: lpm; }
+        actions = { h_encaps_1; h_encaps_2; h_encaps_3; NoAction; }
+        default_action = NoAction();
+        size = 1024;
+    }
+
+    apply {
+        rx_port.count((bit<32>)std.ingress_port);
+        if (hdr.pfc.isValid()) {
+            pfc_rx.count((bit<32>)std.ingress_port);
+            drop();
+            return;
+        }
+        dscp_to_priority.apply();
+        if (hdr.ipv4.isValid()) {
+            if (hdr.ipv4.ttl <= 1) { drop(); return; }
+            hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+            ipv4_lpm.apply();
+        } else if (hdr.ipv6.isValid()) {
+            if (hdr.ipv6.hop_limit <= 1) { drop(); return; }
+            switch (my_sid.apply().action_run) {
+                srv6_end_x: { }
+                default: {
+                    if (!hdr.srh.isValid()) { srv6_encap.apply(); }
+                    ipv6_lpm.apply();
+                }
+            }
+            hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
+        }
+        if (meta.routed == 1) {
+            if (meta.spray == 1) {
+                hash(meta.member, HashAlgorithm.random, 16w0, { hdr.ipv4.dst, hdr.ipv6.dst }, meta.group_size);
+            } else if (hdr.ipv4.isValid()) {
+                hash(meta.member, HashAlgorithm.crc16, 16w0,
+                     { hdr.ipv4.src, hdr.ipv4.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
+                     meta.group_size);
+            } else {
+                hash(meta.member, HashAlgorithm.crc16, 16w0,
+                     { hdr.ipv6.src, hdr.ipv6.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
+                     meta.group_size);
+            }
+            nexthop_member.apply();
+        }
+    }
+}
+
+control FabricEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
+    counter(512, CounterType.packets_and_bytes) tx_port;
+    counter(512, CounterType.packets) ecn_marked;
+
+    action set_ecn_threshold(bit<19> pkts) { meta.ecn_threshold = pkts; }
+    table ecn_threshold {
+        key = { std.egress_port: exact; }
+        actions = { set_ecn_threshold; NoAction; }
+        default_action = set_ecn_threshold(19w10);
+        size = 512;
+    }
+
+    apply {
+        tx_port.count((bit<32>)std.egress_port);
+        ecn_threshold.apply();
+        if (std.enq_qdepth >= meta.ecn_threshold) {
+            if (hdr.ipv4.isValid() && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)) {
+                hdr.ipv4.ecn = 3;
+                ecn_marked.count((bit<32>)std.egress_port);
+            } else if (hdr.ipv6.isValid() && (hdr.ipv6.ecn == 1 || hdr.ipv6.ecn == 2)) {
+                hdr.ipv6.ecn = 3;
+                ecn_marked.count((bit<32>)std.egress_port);
+            }
+        }
+    }
+}
+
+control FabricComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        update_checksum(hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.dscp, hdr.ipv4.ecn, hdr.ipv4.total_len,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
+              hdr.ipv4.protocol, hdr.ipv4.src, hdr.ipv4.dst },
+            hdr.ipv4.checksum, HashAlgorithm.csum16);
+    }
+}
+
+control FabricDeparser(packet_out pkt, in headers_t hdr) {
+    apply {
+        pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.vlan);
+        pkt.emit(hdr.pfc);
+        pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.ipv6);
+        pkt.emit(hdr.srh);
+        pkt.emit(hdr.segs);
+        pkt.emit(hdr.inner_ipv6);
+        pkt.emit(hdr.ports);
+        pkt.emit(hdr.udp);
+        pkt.emit(hdr.bth);
+    }
+}
+
+V1Switch(FabricParser(), FabricVerifyChecksum(), FabricIngress(), FabricEgress(),
+         FabricComputeChecksum(), FabricDeparser()) main;

@@ -1,0 +1,86 @@
+"""The table model as simple_switch_CLI commands, against expected text (no BMv2 needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from emu.backends.bmv2.cli import Bmv2TableError, queue_commands, table_commands
+from emu.control.model import EncapPolicy, MySid, SwitchTables
+from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
+
+MACS = ["02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03"]
+
+
+def small_fpf() -> dict[str, SwitchTables]:
+    """One plane: leaves l0 (gpu0 on port 0) and l1 (gpu1 on port 0), spines s0 and s1."""
+    g = FabricGraph()
+    for n in ("l0", "l1", "s0", "s1"):
+        g.add_switch(n)
+    g.add_link("l0", 1, "02:00:00:00:00:02", "s0", 0, "02:00:00:00:0a:00", 100e9)
+    g.add_link("l0", 2, "02:00:00:00:00:03", "s1", 0, "02:00:00:00:0b:00", 100e9)
+    g.add_link("l1", 1, "02:00:00:00:01:02", "s0", 1, "02:00:00:00:0a:01", 100e9)
+    g.add_link("l1", 2, "02:00:00:00:01:03", "s1", 1, "02:00:00:00:0b:01", 100e9)
+    return compute_tables(g, [Attachment("10.0.0.2/32", "l0", 0, "02:aa:00:00:00:00"),
+                              Attachment("10.0.1.2/32", "l1", 0, "02:aa:00:00:00:01")])
+
+
+def test_fpf_leaf_commands():
+    cmds = table_commands(small_fpf()["l0"], port_macs=MACS, dscp_to_tc=[3 if d == 26 else 0 for d in range(64)],
+                          ecn_threshold_pkts={1: 10, 2: 10})
+    assert cmds == [
+        "table_add dscp_to_priority set_priority 26 => 3",
+        "table_add nexthop_member set_nexthop 0 0 => 1 02:aa:00:00:00:00 02:00:00:00:00:01",
+        "table_add nexthop_member set_nexthop 1 0 => 2 02:00:00:00:0a:00 02:00:00:00:00:02",
+        "table_add nexthop_member set_nexthop 1 1 => 3 02:00:00:00:0b:00 02:00:00:00:00:03",
+        "table_add ipv4_lpm set_group 10.0.0.2/32 => 0 1 0",
+        "table_add ipv4_lpm set_group 10.0.1.2/32 => 1 2 0",
+        "table_add ecn_threshold set_ecn_threshold 2 => 10",
+        "table_add ecn_threshold set_ecn_threshold 3 => 10",
+    ]
+
+
+def test_rbb_edge_router_commands():
+    g = FabricGraph()
+    for n in ("pe0", "r0"):
+        g.add_switch(n)
+    g.add_link("pe0", 1, "02:00:00:00:00:02", "r0", 0, "02:00:00:00:0a:00", 400e9)
+    local = {"pe0": LocalEntries(
+        my_sids=[MySid("fc00:5::e", "End"), MySid("fc00:5::d6", "End.DT6")],
+        encaps=[EncapPolicy("fd00:1::/64", ("fc00:4::e", "fc00:3::e", "fc00:6::d6"), "fd00:ff::6")])}
+    tables = with_local(compute_tables(g, [Attachment("fd00:0:0::2/128", "pe0", 0, "02:aa:00:00:00:00"),
+                                           Attachment("fc00:0::e/128", "r0")]), local)
+    assert table_commands(tables["pe0"], port_macs=MACS) == [
+        "table_add nexthop_member set_nexthop 0 0 => 1 02:aa:00:00:00:00 02:00:00:00:00:01",
+        "table_add nexthop_member set_nexthop 1 0 => 2 02:00:00:00:0a:00 02:00:00:00:00:02",
+        "table_add ipv6_lpm set_group fd00::2/128 => 0 1 0",
+        "table_add ipv6_lpm set_group fc00::e/128 => 1 1 0",
+        "table_add my_sid srv6_end fc00:5::e/128 =>",
+        "table_add my_sid srv6_end_dt6 fc00:5::d6/128 =>",
+        "table_add srv6_encap h_encaps_3 fd00:1::/64 => fd00:ff::6 fc00:4::e fc00:3::e fc00:6::d6",
+    ]
+
+
+def test_weighted_group_gets_64_interleaved_slots():
+    g = FabricGraph()
+    for n in ("a", "b", "c", "d"):
+        g.add_switch(n)
+    g.add_link("a", 1, "m1", "b", 0, "02:00:00:00:0b:00", 400e9)
+    g.add_link("a", 2, "m2", "c", 0, "02:00:00:00:0c:00", 400e9)
+    g.add_link("b", 1, "x", "d", 0, "y", 400e9)
+    g.add_link("c", 1, "x", "d", 1, "y", 100e9)
+    cmds = table_commands(compute_tables(g, [Attachment("10.9.0.0/24", "d", 2, "h")])["a"], port_macs=MACS)
+    members = [c for c in cmds if c.startswith("table_add nexthop_member")]
+    assert len(members) == 64
+    assert sum(" => 2 " in c for c in members) == 51 and sum(" => 3 " in c for c in members) == 13
+    assert cmds[-1] == "table_add ipv4_lpm set_group 10.9.0.0/24 => 0 64 0"
+
+
+def test_too_many_segments_is_refused_with_the_limit():
+    t = SwitchTables(encaps=[EncapPolicy("fd00::/64", ("fc00::1", "fc00::2", "fc00::3", "fc00::4"), "fd00::9")])
+    with pytest.raises(Bmv2TableError, match="at most 3"):
+        table_commands(t, port_macs=MACS)
+
+
+def test_queue_rate_is_packets_per_second_of_the_dilated_link():
+    assert queue_commands(0, rate_bps=100e9, dilation=1000, depth_pkts=64) == [
+        "set_queue_rate 8333 1", "set_queue_depth 64 1"]
