@@ -50,7 +50,12 @@ def cmd_up(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.cli.up import up
 
     _need_root()
-    return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json)
+    if args.backend == "bmv2":
+        from emu.backends.bmv2.switch import Bmv2Process
+
+        Bmv2Process("check", [], 9090).check()  # one clear error before anything is built
+    return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json,
+              backend=args.backend)
 
 
 def cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
@@ -179,6 +184,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="build a fabric and open the Mininet CLI (or run --test headless)")
     p.add_argument("topology")
     p.add_argument("--test", choices=("none", "pingall"), help="headless: build, test, tear down")
+    p.add_argument("--backend", choices=("native", "bmv2"), default="native",
+                   help="switch data plane: the native engine, or BMv2 simple_switch running p4/fabric.p4")
     _run_options(p)
     p.set_defaults(fn=cmd_up)
     p = sub.add_parser("doctor", help="what this machine offers the emulator")

@@ -30,7 +30,15 @@ class PingResult:
 
 
 class FabricNet(Mininet):
-    def __init__(self, topo: Any = None, *, settings: RunSettings | None = None, **kw: Any) -> None:
+    def __init__(self, topo: Any = None, *, settings: RunSettings | None = None, backend: str = "native",
+                 **kw: Any) -> None:
+        if backend not in ("native", "bmv2"):
+            raise ValueError(f"backend must be native or bmv2, got {backend!r}")
+        if backend == "bmv2" and topo is not None:
+            from emu.backends.bmv2.switch import Bmv2FabricSwitch
+
+            for name in topo.switches():
+                topo.nodeInfo(name)["cls"] = Bmv2FabricSwitch
         kw.setdefault("switch", FabricSwitch)
         kw.setdefault("link", FabricLink)
         kw.setdefault("controller", None)
