@@ -122,6 +122,32 @@ class Bmv2Process:
         self.proc = None
 
 
+def _static_neighbours(switches: tuple) -> None:
+    """fabric.p4 answers no ARP or NDP: give each host its gateway's MAC, and every same-subnet
+    address it might ask for directly, pointing at the switch port (the fabric is routed)."""
+    import ipaddress
+
+    for sw in switches:
+        for intf in sw.intfList():
+            link = getattr(intf, "link", None)
+            if link is None or not hasattr(link, "fabric"):
+                continue
+            peer = link.intf2 if link.intf1 is intf else link.intf1
+            if isinstance(peer.node, FabricSwitch):
+                continue
+            lp, mac = link.fabric, intf.mac or intf.MAC()
+            cmds = []
+            for gw in (lp.gw4, lp.gw6):
+                if not gw:
+                    continue
+                net = ipaddress.ip_interface(gw).network
+                cmds.append(f"ip neigh replace {gw.split('/')[0]} lladdr {mac} dev {peer.name}")
+                if net.version == 4 and net.prefixlen >= 24:
+                    cmds += [f"ip neigh replace {a} lladdr {mac} dev {peer.name}" for a in net.hosts()]
+            if cmds:
+                peer.node.cmd("; ".join(cmds))
+
+
 def netem_available() -> bool:
     from emu.cli.doctor import _netem
 
@@ -140,6 +166,7 @@ class Bmv2FabricSwitch(FabricSwitch):
             raise Bmv2Error("this kernel has no netem, so BMv2's links cannot carry their rate and delay, and "
                             "`--links engine` is not built yet; refusing rather than dropping the delays silently")
         built = build_spec(switches, settings)
+        _static_neighbours(switches)
         procs = []
         try:
             for n, (sw, spec) in enumerate(zip(switches, built.spec.switches, strict=True)):
