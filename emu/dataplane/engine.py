@@ -169,6 +169,25 @@ class Engine:
             time.sleep(0.01)
         raise EngineError(f"{switch}/{port}: probes did not come back within {timeout:.0f}s (is the peer a switch?)")
 
+    def sample_queues(self, ports: list[tuple[str, str]], interval_fabric_s: float) -> None:
+        """Start sampling the total bytes queued on these (switch, port) egress ports."""
+        by_worker: dict[int, list[tuple[str, str]]] = {}
+        for sw, port in ports:
+            by_worker.setdefault(self.worker_of(sw), []).append((sw, port))
+        for w, mine in by_worker.items():
+            r = self.request(w, {"cmd": "sample_queues", "ports": mine, "interval_s": interval_fabric_s})
+            if not r.get("ok"):
+                raise EngineError(r.get("error", "sampling refused"))
+
+    def queue_samples(self) -> dict[str, list[tuple[float, int]]]:
+        """Per port: (fabric seconds since the worker started, bytes queued)."""
+        out: dict[str, list[tuple[float, int]]] = {}
+        for w in range(self.spec.workers):
+            r = self.request(w, {"cmd": "queue_samples"}, timeout=30)
+            for i, name in enumerate(r.get("ports", [])):
+                out[name] = [(t, q[i]) for t, q in r["samples"]]
+        return out
+
     def stop(self, keep_logs: bool = False) -> None:
         for p in self.procs:
             if p.poll() is None:

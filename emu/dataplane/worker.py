@@ -18,6 +18,7 @@ import struct
 import sys
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,10 @@ class Worker:
         self.rings: list[RxRing] = []
         self.t0 = time.monotonic()
         self._probes = 0
+        self.sampled: list[tuple[Switch, int]] = []
+        self.sample_names: list[str] = []
+        self.samples: deque = deque()
+        self.sample_every = 0.0
         self.switches = build_switches(spec, self.loop, index, self._external)
         self.control = self._open_control()
 
@@ -189,6 +194,18 @@ class Worker:
         if cmd == "probe_result":
             sw = self.switches[req["switch"]]
             return {"ok": True, "rtts_s": sw.probe_rtts.get(int(req["probe"]), [])}
+        if cmd == "sample_queues":
+            # Queue depth over time, for the ports asked for: (engine time, bytes queued) pairs.
+            self.sampled = [self._port({"switch": sw, "port": port}) for sw, port in req["ports"]]
+            self.sample_names = [f"{sw}/{port}" for sw, port in req["ports"]]
+            self.samples = deque(maxlen=int(req.get("max", 50_000)))
+            self.sample_every = float(req["interval_s"]) * self.spec.dilation
+            self.loop.at(now, self._sample, None)
+            return {"ok": True}
+        if cmd == "queue_samples":
+            d = self.spec.dilation
+            return {"ok": True, "ports": self.sample_names,
+                    "samples": [((t - self.t0) / d, q) for t, q in self.samples]}
         if cmd == "stop":
             self.loop.running = False
             return {"ok": True}
@@ -203,6 +220,12 @@ class Worker:
                 continue
             if drops:
                 port.drops["rx_socket_overflow"] = port.drops.get("rx_socket_overflow", 0) + drops
+
+    def _sample(self, t: float, _: Any) -> None:
+        if not self.sampled:
+            return
+        self.samples.append((t, [sw.ports[i].tx.queued() for sw, i in self.sampled]))
+        self.loop.at(t + self.sample_every, self._sample, None)
 
     def _port(self, req: dict[str, Any]) -> tuple[Switch, int]:
         sw = self.switches.get(req.get("switch", ""))

@@ -5,7 +5,8 @@ the receiver is 2:1 oversubscribed and marks ECN past Kmin. With DCQCN the
 receiver answers marks with CNPs and the senders slow down: the flows share
 the port and the queue stays below Kmax. Without it the queue sits past Kmax.
 The plot shows each flow's receive rate over time and each sender's rate
-cuts, from the endpoints' own samples.
+cuts (from the endpoints' own samples), and the queue to the receiver over
+time with and without DCQCN (sampled by the engine every 2 us of fabric time).
 """
 
 from __future__ import annotations
@@ -36,11 +37,16 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
     runs: dict[str, Any] = {}
     for cc in ("dcqcn", "none"):
         with fabric(FPFTopo(gpus=3, planes=1, leaves=1), settings) as net:
+            net.engine.sample_queues([("p0l0", "p0l0-eth3")], 2e-6)
             clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
                                       mininet_popen(net.get("gpu2")), nbytes=nbytes, dilation=settings.dilation,
                                       cc=cc, lat_iters=0, timeout=300).wait()
             stats = net.engine.stats()
+            queue = net.engine.queue_samples()["p0l0/p0l0-eth3"]
         port = stats["switches"]["p0l0"]["ports"]["p0l0-eth3"]
+        busy = [q for _, q in queue]
+        while busy and busy[-1] == 0:  # trailing idle samples after the transfer
+            busy.pop()
         runs[cc] = {
             "data_ok": server["data_ok"],
             "flow_bw_fabric_bps": [c["bw_fabric_bps"] for c in clients],
@@ -48,6 +54,9 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
             "cnps_sent": server["cnps_sent"],
             "ecn_marked": port["ecn_marked"],
             "over_kmax_fraction": port["over_kmax"][3] / max(1, port["ecn_enqueued"][3]),
+            "queue_samples": len(busy),
+            "time_over_kmax_fraction": sum(q >= 400_000 for q in busy) / max(1, len(busy)),
+            "_queue": queue,
             "queue_hwm_bytes": port["queue_hwm"][3],
             "pfc_frames": port["pfc_tx"],
             "fidelity_warnings": fidelity_warnings(stats),
@@ -55,6 +64,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         }
     traces, rate_traces = runs["dcqcn"].pop("_traces")
     runs["none"].pop("_traces")
+    queues = {cc: runs[cc].pop("_queue") for cc in runs}
     result = {"scenario": "dcqcn", "dilation": settings.dilation, "bytes_per_flow": nbytes, **runs}
     a, b = runs["dcqcn"]["flow_bw_fabric_bps"]
     result["passed"] = (runs["dcqcn"]["data_ok"] and runs["none"]["data_ok"] and min(a, b) >= 0.8 * max(a, b)
@@ -63,6 +73,15 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
     origin = min(t[0][0] for t in traces if t)
 
     def draw(ax: Any) -> None:
+        qax = ax.twinx()
+        for cc, style in (("dcqcn", "-"), ("none", ":")):
+            q = [(t, b) for t, b in queues[cc] if b] or [(0.0, 0)]
+            t0 = q[0][0]
+            qax.plot([(t - t0) * 1e6 for t, _ in q], [b / 1e3 for _, b in q], style, color="grey", linewidth=0.7,
+                     label=f"queue, {cc}")
+        qax.axhline(400, color="red", linewidth=0.6)
+        qax.set_ylabel("queue to the receiver (KB); red: Kmax")
+        qax.legend(fontsize=7, loc="upper right")
         for i, trace in enumerate(traces):
             xs, ys = _rates(trace, origin)
             ax.plot(xs, ys, linewidth=1, label=f"flow {i} received")
@@ -73,6 +92,6 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("Gb/s")
         ax.set_title(f"DCQCN, two flows into one 100G port (D={settings.dilation:g})")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left")
 
     return save(out_dir, "dcqcn", result, draw)
