@@ -128,9 +128,10 @@ def test_dcqcn_two_flows_share_and_keep_the_queue_below_kmax(no_leftovers):
     assert plain["time_over_kmax"] > 0.5
 
 
-def test_allreduce_over_fpf_is_correct(no_leftovers):
+@pytest.mark.parametrize("op", ["allreduce", "alltoall"])
+def test_collectives_over_fpf_are_correct(op, no_leftovers):
     from emu.bench.collective import run
 
-    r = run("allreduce", {"gpus": "4", "planes": "2", "leaves": "1", "sizes": "64KiB,256KiB"})
+    r = run(op, {"gpus": "4", "planes": "2", "leaves": "1", "sizes": "64KiB,256KiB"})
     assert r["wrong"] == 0 and r["nranks"] == 4
     assert all(row["busbw_GBps"] > 0 for row in r["rows"])

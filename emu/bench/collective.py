@@ -2,7 +2,8 @@
 
 One rank per host of the topology, in its namespace; ring algorithm. Time is
 the slowest rank's, from a common barrier to its own completion. As in
-nccl-tests: algbw = S / t with S = count x 4 bytes (x nranks for allgather),
+nccl-tests: algbw = S / t with S = count x 4 bytes (x nranks for allgather;
+for alltoall the size is each rank's whole buffer, n chunks, one per peer),
 busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for allgather and
 reducescatter, 1 for sendrecv; #wrong counts elements that differ from the
 expected result on any rank.
@@ -23,13 +24,13 @@ from emu.topo import make_topo
 from emu.units import parse_size
 
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
-          "reducescatter": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
+          "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
 DEFAULT_DILATION = 10000.0
 
 
 def run(op: str, params: dict[str, str], *, dilation: float | None = None) -> dict[str, Any]:
     if op not in FACTOR:
-        raise ValueError(f"unknown collective {op!r}; known: {', '.join(FACTOR)} (alltoall is not built yet)")
+        raise ValueError(f"unknown collective {op!r}; known: {', '.join(FACTOR)}")
     params = dict(params)
     topo_name = params.pop("topo", "fpf")
     sizes = [parse_size(s) for s in params.pop("sizes", "64KiB,256KiB,1MiB").split(",")]
@@ -70,7 +71,8 @@ def run(op: str, params: dict[str, str], *, dilation: float | None = None) -> di
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"# {result['op']} on {result['topo']}, {result['nranks']} ranks, MetaRoCE, ring; "
+    algo = "direct (one QP per peer)" if result["op"] == "alltoall" else "ring"
+    lines = [f"# {result['op']} on {result['topo']}, {result['nranks']} ranks, MetaRoCE, {algo}; "
              f"fabric units at D={result['dilation']:g}",
              f"#{'size':>12} {'count':>10} {'type':>6} {'redop':>6} {'root':>5} {'time(us)':>10} "
              f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}"]

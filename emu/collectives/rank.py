@@ -25,7 +25,7 @@ import numpy as np
 from emu.roce.perf import publish, wait_for
 from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
 
-OPS = ("allreduce", "allgather", "reducescatter", "sendrecv")
+OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
 SIGNALS = 64
 
 
@@ -46,17 +46,26 @@ class Ring:
         self.src = self.dev.reg_mr(4 * SIGNALS)  # the counters we write to the right
         self.right: QueuePair = self.dev.create_qp()
         self.left: QueuePair = self.dev.create_qp()
+        # Alltoall talks to everyone directly: one more QP per peer.
+        self.mesh: dict[int, QueuePair] = (
+            {p: self.dev.create_qp() for p in range(self.n) if p != self.r} if args.op == "alltoall" else {})
         self.round = 0
 
     def connect(self) -> None:
         me = {"right": self.right.qpn, "left": self.left.qpn, "addrs": [p.addr for p in self.dev.planes],
-              "data": self.data.info(), "stage": self.stage.info(), "sig": self.sig.info()}
+              "data": self.data.info(), "stage": self.stage.info(), "sig": self.sig.info(),
+              "mesh": {str(p): qp.qpn for p, qp in self.mesh.items()}}
         publish(self.a.dir, f"rank{self.r}", me)
         rn = wait_for(self.a.dir, f"rank{(self.r + 1) % self.n}", self.a.timeout)
         ln = wait_for(self.a.dir, f"rank{(self.r - 1) % self.n}", self.a.timeout)
         self.right.connect(rn["left"], rn["addrs"])
         self.left.connect(ln["right"], ln["addrs"])
         self.peer = rn
+        self.peers = {}
+        for p, qp in self.mesh.items():
+            info = wait_for(self.a.dir, f"rank{p}", self.a.timeout)
+            qp.connect(info["mesh"][str(self.r)], info["addrs"])
+            self.peers[p] = info
 
     def barrier(self, tag: str) -> None:
         publish(self.a.dir, f"{tag}-{self.r}", {})
@@ -112,6 +121,28 @@ class Ring:
             self.send(self.data, c * chunk, chunk, self.peer["data"], c * chunk)
             self.wait_signal()
 
+    def alltoall(self, size: int) -> None:
+        """Chunk p of my buffer to rank p's stage at my slot; then one signal to each, slot = my rank."""
+        n, r = self.n, self.r
+        chunk = size // n
+        self.round += 1
+        for s in range(1, n):
+            p = (r + s) % n
+            self.mesh[p].post_write(s, self.data, p * chunk, chunk, self.peers[p]["stage"]["va"] + r * chunk,
+                                    self.peers[p]["stage"]["rkey"])
+        self.dev.run_until_idle(self.a.timeout)
+        self.src.buf[4 * r: 4 * r + 4] = self.round.to_bytes(4, "little")
+        for p, qp in self.mesh.items():
+            qp.post_write(-self.round, self.src, 4 * r, 4, self.peers[p]["sig"]["va"] + 4 * r, self.peers[p]["sig"]["rkey"])
+        self.stage.buf[r * chunk:(r + 1) * chunk] = self.data.buf[r * chunk:(r + 1) * chunk]
+        want = self.round.to_bytes(4, "little")
+        deadline = time.monotonic() + self.a.timeout
+        while any(self.sig.buf[4 * p: 4 * p + 4] != want for p in self.mesh):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {r}: alltoall round {self.round} incomplete")
+            self.dev.progress(0.0005)
+        self.dev.run_until_idle(self.a.timeout)
+
     def run_op(self, size: int) -> int:
         """Run once; return the number of wrong elements."""
         op, n, r = self.a.op, self.n, self.r
@@ -134,6 +165,11 @@ class Ring:
             self.all_gather(size * n, 0)
             return sum(int(np.count_nonzero(self.ints(self.data, k * size, size) != pattern(k, size)))
                        for k in range(n))
+        if op == "alltoall":
+            self.alltoall(size)
+            chunk = size // n // 4
+            return sum(int(np.count_nonzero(self.ints(self.stage, p * chunk * 4, chunk * 4)
+                                            != pattern(p, size)[r * chunk:(r + 1) * chunk])) for p in range(n))
         if op == "sendrecv":
             self.send(self.data, 0, size, self.peer["stage"], 0)
             self.wait_signal()
