@@ -36,9 +36,17 @@ def _settings(args: argparse.Namespace):
     from emu.units import parse_time
 
     timing = ControlTiming(detection_s=parse_time(args.detection), hold_down_s=parse_time(args.hold_down))
+    ecn = None
+    if args.ecn:
+        parts = args.ecn.split(",")
+        if len(parts) != 3:
+            raise ValueError("--ecn needs KMIN,KMAX,PMAX, e.g. 20KB,200KB,0.2")
+        from emu.units import parse_size
+
+        ecn = (parse_size(parts[0]), parse_size(parts[1]), float(parts[2]))
     return RunSettings(dilation=args.dilation or 1000.0, pfc=not args.no_pfc, spray=args.spray,
                        workers=args.workers, pcap_dir=args.pcap or "", control=timing,
-                       measured_headroom=args.measured_headroom)
+                       measured_headroom=args.measured_headroom, ecn=ecn)
 
 
 def _need_root() -> None:
@@ -173,6 +181,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pcap", metavar="DIR", help="write a pcap per engine-carried port into DIR")
     p.add_argument("--detection", default="50us", help="control plane: failure detection delay (fabric time)")
     p.add_argument("--hold-down", default="0us", help="control plane: damping hold-down between route updates")
+    p.add_argument("--ecn", help="RED marking in classes 0 and 3: KMIN,KMAX,PMAX (default 100KB,400KB,0.2)")
     p.add_argument("--measured-headroom", action="store_true",
                    help="size every switch link's PFC headroom from probe round trips at start")
     p.add_argument("--json", action="store_true", help="print one JSON object")

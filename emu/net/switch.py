@@ -19,7 +19,7 @@ from emu.control.model import MySid
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.control.runtime import ControlTiming, FabricController
 from emu.dataplane.engine import Engine, new_run_dir
-from emu.dataplane.spec import EngineSpec, PortSpec, QosSpec, SwitchSpec
+from emu.dataplane.spec import EcnSpec, EngineSpec, PortSpec, QosSpec, SwitchSpec
 from emu.net.cleanup import record
 from emu.net.link import FabricLink, LinkParams
 from emu.net.netns import ip_batch, offload_off, run
@@ -38,6 +38,7 @@ class RunSettings:
     buffer_per_port: int = 1 << 20
     control: ControlTiming = ControlTiming()
     measured_headroom: bool = False
+    ecn: tuple[int, int, float] | None = None  # (Kmin bytes, Kmax bytes, Pmax) for classes 0 and 3
 
     def __post_init__(self) -> None:
         try:
@@ -193,6 +194,9 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     workers = settings.workers or min(os.cpu_count() or 1, len(shards))
     workers = min(workers, len(shards)) if settings.workers == 0 else workers
     qos = replace(QosSpec(), pfc=settings.pfc, buffer_per_port=settings.buffer_per_port)
+    if settings.ecn is not None:
+        kmin, kmax, pmax = settings.ecn
+        qos = replace(qos, ecn={3: EcnSpec(kmin, kmax, pmax), 0: EcnSpec(kmin, kmax, pmax)})
     spec = EngineSpec(
         switches=tuple(
             SwitchSpec(
