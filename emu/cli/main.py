@@ -31,11 +31,16 @@ def _topo_params(extra: list[str]) -> dict[str, str]:
 
 
 def _settings(args: argparse.Namespace):
+    """Run settings from the options; a BMv2 run is checked for its tools before anything is built."""
     from emu.control.runtime import ControlTiming
     from emu.net.switch import RunSettings
     from emu.units import parse_time
 
     timing = ControlTiming(detection_s=parse_time(args.detection), hold_down_s=parse_time(args.hold_down))
+    if args.backend == "bmv2":
+        from emu.backends.bmv2.switch import Bmv2Process
+
+        Bmv2Process("check", [], 9090).check()
     ecn = None
     if args.ecn:
         parts = args.ecn.split(",")
@@ -46,7 +51,7 @@ def _settings(args: argparse.Namespace):
         ecn = (parse_size(parts[0]), parse_size(parts[1]), float(parts[2]))
     return RunSettings(dilation=args.dilation or 1000.0, pfc=not args.no_pfc, spray=args.spray,
                        workers=args.workers, pcap_dir=args.pcap or "", control=timing,
-                       measured_headroom=args.measured_headroom, ecn=ecn)
+                       measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend)
 
 
 def _need_root() -> None:
@@ -58,12 +63,7 @@ def cmd_up(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.cli.up import up
 
     _need_root()
-    if args.backend == "bmv2":
-        from emu.backends.bmv2.switch import Bmv2Process
-
-        Bmv2Process("check", [], 9090).check()  # one clear error before anything is built
-    return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json,
-              backend=args.backend)
+    return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json)
 
 
 def cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
@@ -181,6 +181,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pcap", metavar="DIR", help="write a pcap per engine-carried port into DIR")
     p.add_argument("--detection", default="50us", help="control plane: failure detection delay (fabric time)")
     p.add_argument("--hold-down", default="0us", help="control plane: damping hold-down between route updates")
+    p.add_argument("--backend", choices=("native", "bmv2"), default="native",
+                   help="switch data plane: the native engine, or BMv2 simple_switch running p4/fabric.p4")
     p.add_argument("--ecn", help="RED marking in classes 0 and 3: KMIN,KMAX,PMAX (default 100KB,400KB,0.2)")
     p.add_argument("--measured-headroom", action="store_true",
                    help="size every switch link's PFC headroom from probe round trips at start")
@@ -193,8 +195,6 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("up", help="build a fabric and open the Mininet CLI (or run --test headless)")
     p.add_argument("topology")
     p.add_argument("--test", choices=("none", "pingall"), help="headless: build, test, tear down")
-    p.add_argument("--backend", choices=("native", "bmv2"), default="native",
-                   help="switch data plane: the native engine, or BMv2 simple_switch running p4/fabric.p4")
     _run_options(p)
     p.set_defaults(fn=cmd_up)
     p = sub.add_parser("doctor", help="what this machine offers the emulator")

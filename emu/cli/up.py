@@ -34,8 +34,7 @@ def drops_by_reason(stats: dict) -> dict[str, int]:
     return out
 
 
-def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | None, as_json: bool,
-       backend: str = "native") -> int:
+def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | None, as_json: bool) -> int:
     console = Console(stderr=as_json)
     topo = make_topo(name, params)  # validated: nothing exists yet if this fails
     setLogLevel("info" if test is None else "warning")
@@ -45,7 +44,7 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
     passed = True
     try:
         with console.status(f"building {name} ({len(topo.switches())} switches, {len(topo.hosts())} hosts)"):
-            net = FabricNet(topo, settings=settings, backend=backend)
+            net = FabricNet(topo, settings=settings)
             net.start()
         result["up_s"] = round(time.monotonic() - t0, 3)
         if test is None:

@@ -30,11 +30,9 @@ class PingResult:
 
 
 class FabricNet(Mininet):
-    def __init__(self, topo: Any = None, *, settings: RunSettings | None = None, backend: str = "native",
-                 **kw: Any) -> None:
-        if backend not in ("native", "bmv2"):
-            raise ValueError(f"backend must be native or bmv2, got {backend!r}")
-        if backend == "bmv2" and topo is not None:
+    def __init__(self, topo: Any = None, *, settings: RunSettings | None = None, **kw: Any) -> None:
+        settings = settings or default_settings()
+        if settings.backend == "bmv2" and topo is not None:
             from emu.backends.bmv2.switch import Bmv2FabricSwitch
 
             for name in topo.switches():
@@ -42,7 +40,7 @@ class FabricNet(Mininet):
         kw.setdefault("switch", FabricSwitch)
         kw.setdefault("link", FabricLink)
         kw.setdefault("controller", None)
-        self.settings = settings or default_settings()
+        self.settings = settings
         super().__init__(topo=topo, **kw)
 
     def start(self) -> None:

@@ -39,6 +39,7 @@ class RunSettings:
     control: ControlTiming = ControlTiming()
     measured_headroom: bool = False
     ecn: tuple[int, int, float] | None = None  # (Kmin bytes, Kmax bytes, Pmax) for classes 0 and 3
+    backend: str = "native"  # or "bmv2": simple_switch running p4/fabric.p4
 
     def __post_init__(self) -> None:
         try:
@@ -47,6 +48,8 @@ class RunSettings:
             raise ValueError(str(exc)) from None
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0, got {self.workers}")
+        if self.backend not in ("native", "bmv2"):
+            raise ValueError(f"backend must be native or bmv2, got {self.backend!r}")
 
 
 def default_settings() -> RunSettings:
