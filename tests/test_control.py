@@ -33,7 +33,8 @@ def test_leaf_gets_ecmp_over_both_spines_and_spines_a_single_path():
 
 def test_failed_link_is_routed_around():
     fabric = clos()
-    fabric.set_link_up("l0", 1, False)
+    (link,) = fabric.links_between("l0", "s0")
+    link["up"] = False
     tables = compute_tables(fabric, [Attachment("10.0.1.2/32", "l1", 0, "h1")])
     g = tables["l0"].groups[tables["l0"].routes[0].group]
     assert [m.port for m in g.members] == [2]

@@ -93,3 +93,17 @@ def test_failure_moves_all_traffic_to_the_surviving_path():
             c.set_link("a", "d", False)
     finally:
         c.close()
+
+
+def test_capacity_change_reweighs_after_detection():
+    c, rec = controller(hold_down=0.0)
+    try:
+        c.set_capacity("c", "d", 400e9)  # the thin long-haul link is upgraded
+        c.settle()
+        (grp,) = [g for g in c.pushed["a"]["groups"] if g["id"] == c.pushed["a"]["routes"][0]["group"]]
+        assert {m["port"]: m["weight"] for m in grp["members"]} == {1: 400.0, 2: 400.0}
+        assert "a" in rec.pushes
+        with pytest.raises(ValueError, match="capacity must be > 0"):
+            c.set_capacity("c", "d", 0)
+    finally:
+        c.close()

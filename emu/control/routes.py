@@ -41,12 +41,12 @@ class FabricGraph:
     def add_link(self, a: str, a_port: int, a_mac: str, b: str, b_port: int, b_mac: str, rate_bps: float) -> None:
         self.graph.add_edge(a, b, ports={a: (a_port, a_mac), b: (b_port, b_mac)}, rate=rate_bps, up=True)
 
-    def set_link_up(self, a: str, a_port: int, up: bool) -> bool:
-        for u, v, d in self.graph.edges(a, data=True):
-            if d["ports"][u if u == a else v][0] == a_port:
-                d["up"] = up
-                return True
-        return False
+    def links_between(self, a: str, b: str) -> list[dict]:
+        """The attributes (ports, rate, up) of every link between switches a and b; one clear error if none."""
+        found = [d for _, v, d in self.graph.edges(a, data=True) if v == b] if a in self.graph else []
+        if not found:
+            raise ValueError(f"no switch-to-switch link between {a} and {b}")
+        return found
 
     def live(self) -> nx.MultiGraph:
         g = nx.MultiGraph()

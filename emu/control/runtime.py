@@ -82,16 +82,10 @@ class FabricController:
 
     def set_link(self, a: str, b: str, up: bool) -> None:
         """Fail or restore every link between switches a and b."""
-        found = False
-        for u, v, d in self.graph.graph.edges(a, data=True):
-            if v != b:
-                continue
-            found = True
+        for d in self.graph.links_between(a, b):
             d["up"] = up
-            for node in (u, v):
+            for node in (a, b):
                 self.engine.set_port(node, self.port_names[(node, d["ports"][node][0])], up)
-        if not found:
-            raise ValueError(f"no switch-to-switch link between {a} and {b}")
         self._changed()
 
     def set_switch(self, name: str, up: bool) -> None:
@@ -105,18 +99,14 @@ class FabricController:
         """The capacity a link offers changed (a member of a bundle lost, a degraded optic)."""
         if not rate_bps > 0:
             raise ValueError(f"capacity must be > 0, got {rate_bps}")
-        for _, v, d in self.graph.graph.edges(a, data=True):
-            if v == b:
-                d["rate"] = rate_bps
+        for d in self.graph.links_between(a, b):
+            d["rate"] = rate_bps
         self._changed()
 
     # -- PFC headroom from the cable as measured ---------------------------------------------
 
     def _link(self, a: str, b: str) -> dict[str, Any]:
-        for _, v, d in self.graph.graph.edges(a, data=True):
-            if v == b:
-                return d
-        raise ValueError(f"no switch-to-switch link between {a} and {b}")
+        return self.graph.links_between(a, b)[0]
 
     def measure_cable(self, a: str, b: str, count: int = 5) -> CableMeasurement:
         """Time probes on the uncongested top queue from a to b and back; derive the length."""

@@ -53,7 +53,7 @@ class Port:
     __slots__ = (
         "index", "name", "mac", "peer_kind", "peer_mac", "tx", "nic", "ip4", "ip6",
         "rx_packets", "rx_bytes", "drops", "drops_tc", "ecn_marked", "pfc_tx", "pfc_rx",
-        "send_raw", "up", "rate_bps", "delay", "q_enq", "q_over_kmax",
+        "up", "rate_bps", "delay", "q_enq", "q_over_kmax",
     )
 
     def __init__(self, index: int, name: str, mac: bytes, peer_kind: str) -> None:

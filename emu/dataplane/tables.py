@@ -27,11 +27,6 @@ class Lpm:
         self.tables.setdefault(plen, {})[int(net.network_address) >> shift] = value
         self.order = [(self.bits - p, self.tables[p]) for p in sorted(self.tables, reverse=True)]
 
-    def remove(self, prefix: str) -> None:
-        net = ipaddress.ip_network(prefix, strict=False)
-        t = self.tables.get(net.prefixlen)
-        if t is not None:
-            t.pop(int(net.network_address) >> (self.bits - net.prefixlen), None)
 
     def lookup(self, addr: int) -> Any:
         for shift, table in self.order:
@@ -104,10 +99,6 @@ class GroupState:
             self.rebuild()
         return changed
 
-    def set_weights(self, weights: dict[int, float]) -> None:
-        """New weights by port (weighted ECMP from available capacity)."""
-        self.members = [NextHop(m.port, m.mac, weights.get(m.port, m.weight)) for m in self.members]
-        self.rebuild()
 
     def pick(self, flow_hash: int) -> tuple[int, bytes] | None:
         n = self.n

@@ -121,7 +121,6 @@ class QueuePair:
         self.wrs: deque[tuple[int, Segment, int]] = deque()  # (wr_id, its last segment, bytes)
         self.next_send = 0.0
         self.srtt = 0.0
-        self.rr = 0
         self.retransmits = 0
         self.rate_trace: list[tuple[float, float]] = []  # (fabric s, bps) when the rate changes
         self.highest_sacked = -1
@@ -133,7 +132,6 @@ class QueuePair:
         self.beyond: set[int] = set()
         self.ack_due = False
         self.ack_plane = 0
-        self.ack_sport = 0
         self.last_cnp = -1.0
         self.cnps_sent = 0
         self.bad = 0

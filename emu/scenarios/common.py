@@ -119,9 +119,6 @@ def totals(stats: dict[str, Any], lossless: tuple[int, ...] = (3,)) -> dict[str,
     return t
 
 
-def port_counter(stats: dict[str, Any], switch: str, port: str, key: str = "tx_packets") -> int:
-    return stats["switches"][switch]["ports"][port][key]
-
 
 def save(out_dir: str, name: str, result: dict[str, Any], draw: Callable[[Any], None]) -> dict[str, Any]:
     """Write NAME.json and NAME.png (drawn by `draw(ax)`); the result gains the plot's path."""

@@ -60,7 +60,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         net.control.clear_policy("pe0", "fd00:1::/64")
         phase("restored")
         stats = net.engine.stats()
-    short, steered, back = phases
+    short, steered, _ = phases
     result = {
         "scenario": "srv6-te",
         "dilation": settings.dilation,

@@ -64,8 +64,7 @@ class Bmv2Process:
             with open(self.json_path) as f:
                 json.load(f)
         except FileNotFoundError:
-            raise Bmv2Error(f"{self.name}: {self.json_path} does not exist: compile p4/fabric.p4 with "
-                            f"`make p4` ({INSTALL_HINT})") from None
+            raise Bmv2Error(f"{self.name}: {self.json_path} does not exist: {INSTALL_HINT}") from None
         except ValueError as exc:
             raise Bmv2Error(f"{self.name}: {self.json_path} is not valid JSON ({exc}); recompile with `make p4`") from None
         if not port_free(self.thrift_port):
