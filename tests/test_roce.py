@@ -13,6 +13,8 @@ from scapy.utils import rdpcap
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.roce.run import PerfRun, mininet_popen
+from emu.scenarios.dcqcn import ECN as DCQCN_ECN
+from emu.scenarios.dcqcn import overlap_rates
 from emu.topo.fpf import FPFTopo
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
@@ -84,45 +86,32 @@ def test_tshark_decodes_rroce_and_every_icrc_matches(tmp_path, no_leftovers):
         assert bytes(p[BTH])[-4:] == p[BTH].compute_icrc(b"")
 
 
-def incast_pair(cc: str) -> tuple[list[dict], dict, dict]:
-    net = FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), settings=RunSettings(dilation=2000))
+def incast_pair(cc: str, nbytes: int) -> tuple[list[dict], dict, dict]:
+    net = FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), settings=RunSettings(dilation=5000, ecn=DCQCN_ECN))
     net.start()
     try:
         net.engine.sample_queues([("p0l0", "p0l0-eth3")], 2e-6)
         clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
-                                  mininet_popen(net.get("gpu2")), nbytes=16 << 20, dilation=2000, cc=cc,
+                                  mininet_popen(net.get("gpu2")), nbytes=nbytes, dilation=5000, cc=cc,
                                   lat_iters=0, timeout=120).wait()
         port = net.engine.stats()["switches"]["p0l0"]["ports"]["p0l0-eth3"]
         queue = [q for _, q in net.engine.queue_samples()["p0l0/p0l0-eth3"] if q]
     finally:
         net.stop()
-    port["time_over_kmax"] = sum(q >= 400_000 for q in queue) / max(1, len(queue))
+    port["time_over_kmax"] = sum(q >= DCQCN_ECN[1] for q in queue) / max(1, len(queue))
     return clients, server, port
 
 
-def overlap_rates(server: dict) -> list[float]:
-    """Each flow's receive rate while both were running, from the receiver's samples."""
-    traces = server["rx_traces"]
-    start, end = max(t[0][0] for t in traces), min(t[-1][0] for t in traces)
-    out = []
-    for trace in traces:
-        pts = [(t, b) for t, b in trace if start <= t <= end]
-        out.append((pts[-1][1] - pts[0][1]) * 8 / (pts[-1][0] - pts[0][0]))
-    return out
-
-
-def test_dcqcn_two_flows_share_and_keep_the_queue_below_kmax(no_leftovers):
-    clients, server, port = incast_pair("dcqcn")
+def test_dcqcn_two_flows_converge_within_20_percent_below_kmax(no_leftovers):
+    clients, server, port = incast_pair("dcqcn", 16 << 20)
     assert server["data_ok"]
     assert all(c["cnps"] > 0 for c in clients) and server["cnps_sent"] > 0
-    a, b = overlap_rates(server)
-    # Neither flow is starved. (The issue asks for within 20 %: in a run this short, ~10 CNP cycles,
-    # DCQCN is not reliably there yet: measured 0.63-0.97; see the note on issue 4.)
-    assert min(a, b) >= 0.4 * max(a, b), (a, b)
+    a, b = overlap_rates(server["rx_traces"])
+    assert min(a, b) >= 0.8 * max(a, b), (a, b)
     assert port["over_kmax"][3] < 0.5 * port["ecn_enqueued"][3]
     assert port["time_over_kmax"] < 0.5  # sampled over time by the engine, not only at arrivals
     # The same incast without congestion control: the queue sits past Kmax (only PFC would stop it).
-    _, plain_server, plain = incast_pair("none")
+    _, plain_server, plain = incast_pair("none", 4 << 20)
     assert plain_server["data_ok"]
     assert plain["over_kmax"][3] > 0.5 * plain["ecn_enqueued"][3]
     assert plain["time_over_kmax"] > 0.5

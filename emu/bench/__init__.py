@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from emu.net.switch import RunSettings
 
-def run_bench(name: str, params: dict[str, str], *, dilation: float | None = None, op: str = "") -> dict[str, Any]:
+
+def run_bench(name: str, params: dict[str, str], *, dilation: float | None = None, op: str = "",
+              settings: RunSettings | None = None) -> dict[str, Any]:
     if name == "engine":
         from emu.bench import engine
 
@@ -17,5 +20,5 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | None = Non
     if name == "collective":
         from emu.bench import collective
 
-        return collective.run(op or "allreduce", params, dilation=dilation)
+        return collective.run(op or "allreduce", params, dilation=dilation, settings=settings)
     raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective")

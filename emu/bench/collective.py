@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from typing import Any
 
 from emu.net.switch import RunSettings
@@ -28,7 +29,9 @@ FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1)
 DEFAULT_DILATION = 10000.0
 
 
-def run(op: str, params: dict[str, str], *, dilation: float | None = None) -> dict[str, Any]:
+def run(op: str, params: dict[str, str], *, dilation: float | None = None,
+        settings: RunSettings | None = None) -> dict[str, Any]:
+    """`settings` carries the backend and switch options; its dilation is replaced by `dilation`."""
     if op not in FACTOR:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(FACTOR)}")
     params = dict(params)
@@ -43,7 +46,7 @@ def run(op: str, params: dict[str, str], *, dilation: float | None = None) -> di
     d = dilation or DEFAULT_DILATION
     tmp = tempfile.mkdtemp(prefix="emu-coll-")
     try:
-        with fabric(topo, RunSettings(dilation=d)) as net:
+        with fabric(topo, replace(settings or RunSettings(), dilation=d)) as net:
             hosts = sorted(net.hosts, key=lambda h: (len(h.name), h.name))
             cmd = [sys.executable, "-m", "emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
                    "--sizes", ",".join(map(str, sizes)), "--dilation", str(d), "--cc", cc]
@@ -66,6 +69,7 @@ def run(op: str, params: dict[str, str], *, dilation: float | None = None) -> di
                      "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * FACTOR[op](n),
                      "wrong": sum(res["rows"][k]["wrong"] for res in results)})
     return {"bench": "collective", "op": op, "topo": topo_name, "params": params, "nranks": n, "dilation": d,
+            "backend": (settings or RunSettings()).backend,
             "rows": rows, "avg_busbw_GBps": sum(r["busbw_GBps"] for r in rows) / len(rows),
             "wrong": sum(r["wrong"] for r in rows)}
 

@@ -38,8 +38,10 @@ def _settings(args: argparse.Namespace):
 
     timing = ControlTiming(detection_s=parse_time(args.detection), hold_down_s=parse_time(args.hold_down))
     if args.backend == "bmv2":
-        from emu.backends.bmv2.switch import Bmv2Process
+        from emu.backends.bmv2.links import choose_links
+        from emu.backends.bmv2.switch import Bmv2Process, netem_available
 
+        choose_links(args.links, netem=netem_available())
         Bmv2Process("check", [], 9090).check()
     ecn = None
     if args.ecn:
@@ -51,7 +53,8 @@ def _settings(args: argparse.Namespace):
         ecn = (parse_size(parts[0]), parse_size(parts[1]), float(parts[2]))
     return RunSettings(dilation=args.dilation or 1000.0, pfc=not args.no_pfc, spray=args.spray,
                        workers=args.workers, pcap_dir=args.pcap or "", control=timing,
-                       measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend)
+                       measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
+                       links=args.links)
 
 
 def _need_root() -> None:
@@ -121,7 +124,11 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.bench import run_bench
 
     _need_root()
-    result = run_bench(args.name, _topo_params(extra), dilation=args.dilation, op=args.op or "")
+    if args.name != "collective" and (args.backend != "native" or args.links != "auto"):
+        raise ValueError(f"`emu bench {args.name}` measures the native engine; --backend and --links are for "
+                         "`emu bench collective`")
+    settings = _settings(args) if args.name == "collective" else None
+    result = run_bench(args.name, _topo_params(extra), dilation=args.dilation, op=args.op or "", settings=settings)
     if args.name == "collective" and not args.json:
         from emu.bench.collective import table
 
@@ -183,6 +190,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hold-down", default="0us", help="control plane: damping hold-down between route updates")
     p.add_argument("--backend", choices=("native", "bmv2"), default="native",
                    help="switch data plane: the native engine, or BMv2 simple_switch running p4/fabric.p4")
+    p.add_argument("--links", choices=("auto", "netem", "engine"), default="auto",
+                   help="with --backend bmv2, what carries the links' rate and delay: tc netem, or the native "
+                        "engine as wires (any kernel); auto: netem where the kernel has it")
     p.add_argument("--ecn", help="RED marking in classes 0 and 3: KMIN,KMAX,PMAX (default 100KB,400KB,0.2)")
     p.add_argument("--measured-headroom", action="store_true",
                    help="size every switch link's PFC headroom from probe round trips at start")
@@ -223,7 +233,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="measure the engine against the kernel")
     p.add_argument("name", choices=("engine", "link", "collective"))
     p.add_argument("op", nargs="?", help="for `collective`: allreduce, allgather, reducescatter, sendrecv")
-    p.add_argument("--dilation", type=float, default=None, help="for `link` (default 1000)")
+    p.add_argument("--dilation", type=float, default=None, help="default: 1000 for `link`, 10000 for `collective`")
+    p.add_argument("--backend", choices=("native", "bmv2"), default="native", help="for `collective`")
+    p.add_argument("--links", choices=("auto", "netem", "engine"), default="auto", help="for `collective` on bmv2")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_bench)
     return ap

@@ -14,7 +14,9 @@ from typing import Any
 from emu.control.model import SwitchTables
 from emu.units import Dilation
 
-PEER_KINDS = ("host", "switch")
+# "p4": the port faces a P4 switch's port on this machine (a veth to simple_switch), when the
+# engine carries a BMv2 fabric's links as wires: frames cross it unshaped, in both directions.
+PEER_KINDS = ("host", "switch", "p4")
 
 
 class SpecError(ValueError):
@@ -121,11 +123,17 @@ class SwitchSpec:
     loopback6: str = ""
     worker: int = 0
     seed: int = 0
+    # A wire box instead of a switch: a frame entering port i leaves by port wires[i], with no
+    # lookup. How the engine carries another data plane's links (BMv2's) with its link model.
+    wires: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for i, p in enumerate(self.ports):
             if p.index != i:
                 raise SpecError(f"{self.name}: port {p.ifname} has index {p.index}, expected {i}")
+        if self.wires and (len(self.wires) != len(self.ports)
+                           or any(not 0 <= w < len(self.ports) or w == i or self.wires[w] != i for i, w in enumerate(self.wires))):
+            raise SpecError(f"{self.name}: wires must pair every port with another, both ways; got {self.wires}")
         self.tables.validate()
         for g in self.tables.groups:
             for m in g.members:
@@ -168,6 +176,7 @@ class EngineSpec:
                         "name": s.name,
                         "worker": s.worker,
                         "seed": s.seed,
+                        "wires": list(s.wires),
                         "loopback4": s.loopback4,
                         "loopback6": s.loopback6,
                         "ports": [asdict(p) for p in s.ports],
@@ -187,6 +196,7 @@ class EngineSpec:
                 name=s["name"],
                 worker=s["worker"],
                 seed=s["seed"],
+                wires=tuple(s.get("wires", ())),
                 loopback4=s["loopback4"],
                 loopback6=s["loopback6"],
                 ports=tuple(

@@ -101,6 +101,9 @@ class Switch:
         self.rng = random.Random(spec.seed)
         self.hash_mult = self.rng.getrandbits(32) | 1
         nports = len(spec.ports)
+        self.wire_to = list(spec.wires)
+        if self.wire_to:
+            self.ingress = self._wire_ingress  # type: ignore[method-assign]
         self.cpu = nports  # index of the switch's own (CPU) port in buffer accounting
         self.ports: list[Port] = []
         self.local4: dict[int, bytes] = {}
@@ -119,15 +122,17 @@ class Switch:
                 p.ip6[int(ip)] = ip.packed
             self.local4.update(p.ip4)
             self.local6.update(p.ip6)
+            handover = ps.peer_kind == "p4"  # to a P4 switch beside the engine: no link, no pacing
             p.tx = Transmitter(
                 loop,
                 name=f"{self.name}:{ps.ifname}",
-                rate_bps=p.rate_bps,
-                delay=p.delay,
+                rate_bps=float("inf") if handover else p.rate_bps,
+                delay=0.0 if handover else p.delay,
                 deliver=_unwired,
-                on_dequeue=partial(self._dequeued, ps.index),
+                on_dequeue=None if self.wire_to else partial(self._dequeued, ps.index),
                 strict=qos.strict,
                 weights=qos.weights,
+                limit_bytes=qos.buffer_per_port if self.wire_to else 0,  # a wire box has no MMU
             )
             if ps.peer_kind == "host":
                 p.nic = Transmitter(
@@ -240,6 +245,20 @@ class Switch:
         return 0
 
     # -- ingress pipeline -------------------------------------------------------------
+
+    def _wire_ingress(self, port: int, t: float, frame: bytes) -> None:
+        """A wire box: what enters one end leaves by the other, through that end's link model.
+        The P4 switch beside it does the switching (and the ECN marking, at its own queues)."""
+        p = self.ports[port]
+        p.rx_packets += 1
+        p.rx_bytes += len(frame)
+        out = self.ports[self.wire_to[port]]
+        if not (p.up and out.up):
+            p.drop("link_down")
+            return
+        tc = self.classify(frame)
+        if not out.tx.enqueue(t, tc, frame):
+            out.drop("wire_overflow", tc)
 
     def ingress(self, port: int, t: float, frame: bytes) -> None:
         p = self.ports[port]

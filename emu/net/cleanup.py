@@ -4,7 +4,8 @@ A running fabric records what it made in its run directory (/run/emu/run-*):
 root-side interface names and the pids of Mininet's node shells. A clean
 stop deletes the directory; after a crash `emu clean` reads it back. On top
 of the records it sweeps by name: processes running the engine worker
-module, namespaces called emu-*, and root interfaces called emu*. Running
+module or a simple_switch that logs under BMV2_LOG_DIR, namespaces called
+emu-*, and root interfaces called emu*. Running
 it twice is harmless.
 """
 
@@ -21,6 +22,7 @@ from emu.dataplane.engine import RUN_ROOT, WORKER_MODULE
 from emu.net.netns import PREFIX, ip_batch, list_project_namespaces, run
 
 RECORD = "created.json"
+BMV2_LOG_DIR = "/tmp/emu-bmv2"  # every simple_switch the BMv2 backend starts logs here
 
 
 def netns_id(pid: int) -> str:
@@ -61,7 +63,11 @@ def _cmdline(pid: int) -> str:
 def _worker_pids() -> list[int]:
     me = os.getpid()
     return [int(p) for p in os.listdir("/proc")
-            if p.isdigit() and int(p) != me and f"-m {WORKER_MODULE}" in _cmdline(int(p))]
+            if p.isdigit() and int(p) != me and _ours(_cmdline(int(p)))]
+
+
+def _ours(cmdline: str) -> bool:
+    return f"-m {WORKER_MODULE}" in cmdline or (cmdline.startswith("simple_switch ") and BMV2_LOG_DIR in cmdline)
 
 
 def _kill(pids: list[int]) -> list[int]:

@@ -40,6 +40,7 @@ class RunSettings:
     measured_headroom: bool = False
     ecn: tuple[int, int, float] | None = None  # (Kmin bytes, Kmax bytes, Pmax) for classes 0 and 3
     backend: str = "native"  # or "bmv2": simple_switch running p4/fabric.p4
+    links: str = "auto"  # bmv2 only: netem, engine, or auto (netem where the kernel has it)
 
     def __post_init__(self) -> None:
         try:
@@ -50,6 +51,10 @@ class RunSettings:
             raise ValueError(f"workers must be >= 0, got {self.workers}")
         if self.backend not in ("native", "bmv2"):
             raise ValueError(f"backend must be native or bmv2, got {self.backend!r}")
+        if self.links not in ("auto", "netem", "engine"):
+            raise ValueError(f"links must be auto, netem or engine, got {self.links!r}")
+        if self.backend == "native" and self.links != "auto":
+            raise ValueError("--links is for --backend bmv2: the native engine always carries its own links")
 
 
 def default_settings() -> RunSettings:
@@ -220,7 +225,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         workers=workers,
     )
     _raise_neighbour_limits(sum(len(c) for c in host_cmds.values()) * len(host_cmds))
-    _configure_root_side(root_ifs)
+    configure_root_side(root_ifs)
     for host, cmds in host_cmds.items():
         pre = ["sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 "
                "net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.all.disable_ipv6=0"]
@@ -265,7 +270,7 @@ def _raise_neighbour_limits(entries: int) -> None:
                 pass
 
 
-def _configure_root_side(ifnames: list[str]) -> None:
+def configure_root_side(ifnames: list[str]) -> None:
     """The engine's ends: up, jumbo (room for SRv6 encapsulation), no IPv6 chatter, no offloads."""
     ip_batch([f"link set {n} up mtu 9500" for n in ifnames])
     if ifnames:

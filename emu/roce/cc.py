@@ -17,6 +17,7 @@ class CongestionControl:
     """The interface: a rate the QP may send at, told about CNPs and time passing."""
 
     name = "none"
+    cnp_interval_s = 50e-6  # the receiver (notification point) sends a QP at most one CNP per interval
 
     def __init__(self, line_rate: float) -> None:
         self.line_rate = line_rate
@@ -34,7 +35,8 @@ class CongestionControl:
 class DcqcnParams:
     g: float = 1 / 256
     alpha_period_s: float = 55e-6
-    increase_period_s: float = 55e-6
+    increase_period_s: float = 10e-6
+    cnp_interval_s: float = 25e-6
     fast_recovery_steps: int = 5
     # Steps as fractions of line rate, so that the same settings serve 100G and 800G ports; larger
     # than the paper's 40 Mb/s at 40G because emulated transfers last milliseconds, not seconds.
@@ -49,6 +51,7 @@ class Dcqcn(CongestionControl):
     def __init__(self, line_rate: float, params: DcqcnParams | None = None) -> None:
         super().__init__(line_rate)
         self.p = params or DcqcnParams()
+        self.cnp_interval_s = self.p.cnp_interval_s
         self.alpha = 1.0
         self.target = line_rate
         self.last_cnp = -1.0

@@ -122,7 +122,7 @@ class QueuePair:
         self.next_send = 0.0
         self.srtt = 0.0
         self.retransmits = 0
-        self.rate_trace: list[tuple[float, float]] = []  # (fabric s, bps) when the rate changes
+        self.rate_trace: list[tuple[float, float]] = []  # (fabric s, bps): on every CNP and every sample
         self.highest_sacked = -1
         self.sacked_since = False
         self.rto_check = 0.0
@@ -247,6 +247,8 @@ class Device:
             for qp in self.qps.values():
                 if qp.rx_bytes and (not qp.rx_trace or qp.rx_trace[-1][1] != qp.rx_bytes):
                     qp.rx_trace.append((now, qp.rx_bytes))
+                if qp.busy() and (not qp.rate_trace or qp.rate_trace[-1][1] != qp.cc.rate):
+                    qp.rate_trace.append((now / self.dilation, qp.cc.rate))
             sent = [p.stats["tx_bytes"] for p in self.planes]
             if any(sent) and (not self.plane_trace or self.plane_trace[-1][1] != sent):
                 self.plane_trace.append((now, sent))
@@ -449,7 +451,7 @@ class Device:
             qp.ack_due = True
         if tclass & 3 == 3:
             self.counters["ce_marked"] += 1
-            interval = 50e-6 * self.dilation
+            interval = qp.cc.cnp_interval_s * self.dilation
             if now - qp.last_cnp >= interval:
                 qp.last_cnp = now
                 qp.cnps_sent += 1

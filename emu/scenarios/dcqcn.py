@@ -11,6 +11,7 @@ time with and without DCQCN (sampled by the engine every 2 us of fabric time).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from emu.net.fidelity import fidelity_warnings
@@ -19,7 +20,10 @@ from emu.roce.run import PerfRun, mininet_popen
 from emu.scenarios.common import fabric, only, save, size_param
 from emu.topo.fpf import FPFTopo
 
-DEFAULT_DILATION = 2000.0
+DEFAULT_DILATION = 5000.0  # below ~4000 the Python endpoints, not DCQCN, set the rates
+# RED as DCQCN's paper runs it (Pmax 1 %), at this engine's 100G thresholds: marks stay rare enough
+# that the faster flow collects more of them, which is what makes the flows converge.
+ECN = (100_000, 400_000, 0.01)
 
 
 def _rates(trace: list[tuple[float, int]], origin: float) -> tuple[list[float], list[float]]:
@@ -31,10 +35,21 @@ def _rates(trace: list[tuple[float, int]], origin: float) -> tuple[list[float], 
     return xs, ys
 
 
+def overlap_rates(rx_traces: list[list[tuple[float, int]]]) -> list[float]:
+    """Each flow's receive rate (fabric b/s) while all of them were running, from the receiver's samples."""
+    start, end = max(t[0][0] for t in rx_traces), min(t[-1][0] for t in rx_traces)
+    out = []
+    for trace in rx_traces:
+        pts = [(t, b) for t, b in trace if start <= t <= end]
+        out.append((pts[-1][1] - pts[0][1]) * 8 / (pts[-1][0] - pts[0][0]))
+    return out
+
+
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
     only(params, {"bytes"}, "dcqcn")
     nbytes = size_param(params, "bytes", "16MiB", "dcqcn")
     runs: dict[str, Any] = {}
+    settings = settings if settings.ecn is not None else replace(settings, ecn=ECN)
     for cc in ("dcqcn", "none"):
         with fabric(FPFTopo(gpus=3, planes=1, leaves=1), settings) as net:
             net.engine.sample_queues([("p0l0", "p0l0-eth3")], 2e-6)
@@ -50,12 +65,13 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         runs[cc] = {
             "data_ok": server["data_ok"],
             "flow_bw_fabric_bps": [c["bw_fabric_bps"] for c in clients],
+            "flow_rate_while_both_fabric_bps": overlap_rates(server["rx_traces"]),
             "cnps_received": [c["cnps"] for c in clients],
             "cnps_sent": server["cnps_sent"],
             "ecn_marked": port["ecn_marked"],
             "over_kmax_fraction": port["over_kmax"][3] / max(1, port["ecn_enqueued"][3]),
             "queue_samples": len(busy),
-            "time_over_kmax_fraction": sum(q >= 400_000 for q in busy) / max(1, len(busy)),
+            "time_over_kmax_fraction": sum(q >= settings.ecn[1] for q in busy) / max(1, len(busy)),
             "_queue": queue,
             "queue_hwm_bytes": port["queue_hwm"][3],
             "pfc_frames": port["pfc_tx"],
@@ -66,7 +82,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
     runs["none"].pop("_traces")
     queues = {cc: runs[cc].pop("_queue") for cc in runs}
     result = {"scenario": "dcqcn", "dilation": settings.dilation, "bytes_per_flow": nbytes, **runs}
-    a, b = runs["dcqcn"]["flow_bw_fabric_bps"]
+    a, b = runs["dcqcn"]["flow_rate_while_both_fabric_bps"]
     result["passed"] = (runs["dcqcn"]["data_ok"] and runs["none"]["data_ok"] and min(a, b) >= 0.8 * max(a, b)
                         and runs["dcqcn"]["over_kmax_fraction"] < 0.5 < runs["none"]["over_kmax_fraction"])
 
@@ -79,7 +95,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
             t0 = q[0][0]
             qax.plot([(t - t0) * 1e6 for t, _ in q], [b / 1e3 for _, b in q], style, color="grey", linewidth=0.7,
                      label=f"queue, {cc}")
-        qax.axhline(400, color="red", linewidth=0.6)
+        qax.axhline(settings.ecn[1] / 1e3, color="red", linewidth=0.6)
         qax.set_ylabel("queue to the receiver (KB); red: Kmax")
         qax.legend(fontsize=7, loc="upper right")
         for i, trace in enumerate(traces):

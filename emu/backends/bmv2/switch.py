@@ -3,11 +3,9 @@
 Every way a start can fail says why and where the log is, and leaves no
 process behind: the compiled program missing or not JSON, the Thrift port
 taken, the binary not installed, the switch exiting or not answering.
-Links: BMv2 paces queues in packets, not bytes, and has no delay, so each
-link gets one netem qdisc (rate and delay) on the switch side where the
-kernel has netem. Where it has not, the start is refused: a configured
-delay is never dropped silently. (The native engine carrying BMv2's links
-as wires, `--links engine`, is not built yet.)
+Links: BMv2 paces queues in packets, not bytes, and has no delay, so the
+links get their rate and delay from netem qdiscs or from the native
+engine's link model (emu.backends.bmv2.links).
 """
 
 from __future__ import annotations
@@ -22,11 +20,13 @@ import time
 from dataclasses import dataclass, field
 
 from emu.backends.bmv2.cli import bmv2_port, queue_commands, table_commands
+from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
+from emu.net.cleanup import BMV2_LOG_DIR
 from emu.net.switch import FabricSwitch, build_spec
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DEFAULT_JSON = os.path.join(REPO, "p4", "build", "fabric.json")
-LOG_DIR = "/tmp/emu-bmv2"
+LOG_DIR = BMV2_LOG_DIR
 INSTALL_HINT = ("install BMv2 (simple_switch and simple_switch_CLI) from p4lang's packages or a "
                 "behavioral-model build, and p4c to compile p4/fabric.p4 (`make p4`)")
 
@@ -161,33 +161,41 @@ class Bmv2FabricSwitch(FabricSwitch):
     @classmethod
     def batchStartup(cls, switches: tuple, settings=None) -> tuple:  # noqa: N802 (Mininet's name)
         settings = settings or switches[0].settings
-        if not netem_available():
-            raise Bmv2Error("this kernel has no netem, so BMv2's links cannot carry their rate and delay, and "
-                            "`--links engine` is not built yet; refusing rather than dropping the delays silently")
+        try:
+            links = choose_links(settings.links, netem=netem_available())
+        except LinkModeError as exc:
+            raise Bmv2Error(str(exc)) from None
+        for n, sw in enumerate(switches):  # everything knowable is checked before anything is made
+            Bmv2Process(sw.name, [], cls.thrift_base + n).check()
         built = build_spec(switches, settings)
         _static_neighbours(switches)
-        procs = []
+        wires = EngineLinks(built.spec) if links == "engine" else None
+        procs: list[Bmv2Process] = []
         try:
+            taken = wires.start() if wires is not None else {}
             for n, (sw, spec) in enumerate(zip(switches, built.spec.switches, strict=True)):
-                proc = Bmv2Process(sw.name, [(bmv2_port(p.index), p.ifname) for p in spec.ports],
-                                   cls.thrift_base + n)
+                ports = [(bmv2_port(p.index), taken.get((sw.name, p.index), p.ifname)) for p in spec.ports]
+                proc = Bmv2Process(sw.name, ports, cls.thrift_base + n)
                 proc.start()
                 procs.append(proc)
                 cmds = table_commands(spec.tables, port_macs=[p.mac for p in spec.ports],
-                                      dscp_to_tc=list(spec.qos.dscp_to_tc))
+                                      dscp_to_tc=list(spec.qos.dscp_to_tc), ecn_threshold_pkts=_ecn_pkts(spec))
                 for p in spec.ports:
                     cmds += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation, depth_pkts=64)
-                    rate = p.rate_bps / settings.dilation
-                    delay_ms = p.delay_s * settings.dilation * 1e3
-                    subprocess.run(["tc", "qdisc", "replace", "dev", p.ifname, "root", "netem", "delay",
-                                    f"{delay_ms:.6f}ms", "rate", f"{int(rate)}bit"], check=True,
-                                   capture_output=True)
+                    if wires is None:
+                        _netem_link(p.ifname, rate_bps=p.rate_bps, delay_s=p.delay_s, dilation=settings.dilation)
                 proc.load(cmds)
                 sw.bmv2 = proc
+                sw.wires = wires
         except BaseException:
             for proc in procs:
                 proc.stop()
+            if wires is not None:
+                wires.stop()
+            shutil.rmtree(built.spec.run_dir, ignore_errors=True)
             raise
+        if wires is None:
+            shutil.rmtree(built.spec.run_dir, ignore_errors=True)  # only the engine keeps a run directory
         return switches
 
     @classmethod
@@ -197,7 +205,26 @@ class Bmv2FabricSwitch(FabricSwitch):
             if proc is not None:
                 proc.stop()
                 sw.bmv2 = None
+        for wires in {id(w): w for sw in switches if (w := getattr(sw, "wires", None)) is not None}.values():
+            wires.stop()
+        for sw in switches:
+            sw.wires = None
         return ()
+
+
+def _ecn_pkts(spec) -> dict[int, int]:
+    """fabric.p4 marks on enq_qdepth, in packets: Kmin of the lossless class at a 1500-byte mean frame."""
+    ecn = spec.qos.ecn.get(3)
+    return {p.index: max(1, ecn.kmin // 1500) for p in spec.ports} if ecn is not None else {}
+
+
+def _netem_link(ifname: str, *, rate_bps: float, delay_s: float, dilation: float) -> None:
+    rate = rate_bps / dilation
+    delay_ms = delay_s * dilation * 1e3
+    r = subprocess.run(["tc", "qdisc", "replace", "dev", ifname, "root", "netem", "delay", f"{delay_ms:.6f}ms",
+                        "rate", f"{int(rate)}bit"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Bmv2Error(f"tc netem on {ifname} failed: {r.stderr.strip()}")
 
 
 __all__ = ["Bmv2Error", "Bmv2Process", "Bmv2FabricSwitch"]

@@ -1,0 +1,47 @@
+"""DCQCN's reaction point, step by step in fabric time (no network)."""
+
+from __future__ import annotations
+
+import pytest
+
+from emu.roce.cc import Dcqcn, DcqcnParams, make
+
+LINE = 100e9
+
+
+def test_cnp_cuts_by_half_alpha_and_remembers_the_target():
+    cc = Dcqcn(LINE)
+    cc.tick(0.0)
+    cc.on_cnp(1e-6)
+    assert cc.target == LINE and cc.rate == pytest.approx(LINE / 2)  # alpha starts at 1
+    assert cc.alpha == pytest.approx(1.0)  # (1 - g) * 1 + g
+    cc.on_cnp(2e-6)
+    assert cc.target == pytest.approx(LINE / 2) and cc.rate == pytest.approx(LINE / 4)
+
+
+def test_fast_recovery_then_additive_increase():
+    p = DcqcnParams()
+    cc = Dcqcn(LINE, p)
+    cc.tick(0.0)
+    cc.on_cnp(0.0)
+    rates = []
+    for k in range(1, p.fast_recovery_steps + 3):
+        cc.tick(k * p.increase_period_s)
+        rates.append(cc.rate)
+    # Fast recovery halves the distance to the target each period and does not raise the target.
+    assert rates[0] == pytest.approx(0.75 * LINE) and rates[1] == pytest.approx(0.875 * LINE)
+    assert cc.target == pytest.approx(min(LINE, LINE + 2 * p.ai_fraction * LINE))  # additive steps, capped at line
+
+
+def test_alpha_decays_without_cnps():
+    p = DcqcnParams()
+    cc = Dcqcn(LINE, p)
+    cc.tick(0.0)
+    cc.on_cnp(0.0)
+    cc.tick(10 * p.alpha_period_s)
+    assert cc.alpha == pytest.approx((1 - p.g) ** 10)  # the CNP restarted the alpha timer
+
+
+def test_unknown_congestion_control_is_named():
+    with pytest.raises(ValueError, match="unknown congestion control 'bbr'; known: dcqcn, none"):
+        make("bbr", LINE)

@@ -1,0 +1,125 @@
+"""The engine carrying another data plane's links: wire boxes, and BMv2's link modes."""
+
+from __future__ import annotations
+
+import pytest
+
+from emu.backends.bmv2.links import LinkModeError, choose_links, wire_name, wire_spec
+from emu.dataplane.fabric import VirtualFabric
+from emu.dataplane.spec import EngineSpec, SpecError, SwitchSpec
+from emu.units import WIRE_OVERHEAD_BYTES
+from tests.helpers import host_port, star
+from tests.test_switch import udp4
+
+RATE, DELAY = 10e9, 3e-6
+
+
+def box() -> VirtualFabric:
+    """One BMv2 switch's wire box: port 0 the host link, port 1 the handover to simple_switch."""
+    return VirtualFabric(wire_spec(star(1, rate=RATE, delay=DELAY)))
+
+
+def ser(frame: bytes) -> float:
+    return (len(frame) + WIRE_OVERHEAD_BYTES) * 8 / RATE
+
+
+def test_host_to_p4_crosses_the_host_link_once_unchanged():
+    vf = box()
+    frame = udp4(0, 1, size=1000)
+    vf.send("s0", "s0-eth0", frame, t=0.0)
+    vf.run()
+    ((t, out),) = vf.received[("s0", wire_name("s0", 0, "w"))]
+    assert out == frame  # no MAC rewrite, no TTL: the P4 switch does the switching
+    assert t == pytest.approx(ser(frame) + DELAY)  # the host NIC and link; the handover adds nothing
+
+
+def test_p4_to_host_is_paced_at_the_link_rate_and_delayed():
+    vf = box()
+    sw = vf.switches["s0"]
+    frame = udp4(1, 0, size=1000)
+    for _ in range(5):
+        vf.loop.at(0.0, lambda t, f: sw.ingress(1, t, f), frame)
+    vf.run()
+    times = [t for t, _ in vf.received[("s0", "s0-eth0")]]
+    assert times[0] == pytest.approx(ser(frame) + DELAY)
+    assert all(b - a == pytest.approx(ser(frame)) for a, b in zip(times, times[1:], strict=False))
+
+
+def test_wire_queue_overflow_is_counted_not_raised():
+    vf = box()
+    sw = vf.switches["s0"]
+    frame = udp4(1, 0, size=8000)
+    n = 2 * (1 << 20) // len(frame)  # twice the box's per-port queue, all at once
+    for _ in range(n):
+        vf.loop.at(0.0, lambda t, f: sw.ingress(1, t, f), frame)
+    vf.run()
+    got = len(vf.received[("s0", "s0-eth0")])
+    assert 0 < got < n and sw.ports[0].drops["wire_overflow"] == n - got
+
+
+def test_wire_spec_keeps_links_and_peers_and_drops_switching():
+    native = star(2, rate=RATE, delay=DELAY)
+    (w,) = wire_spec(native).switches
+    assert [p.ifname for p in w.ports] == ["s0-eth0", "s0-eth1", wire_name("s0", 0, "w"), wire_name("s0", 1, "w")]
+    assert w.wires == (2, 3, 0, 1)
+    assert [p.peer_kind for p in w.ports] == ["host", "host", "p4", "p4"]
+    assert [(p.rate_bps, p.delay_s) for p in w.ports[:2]] == [(RATE, DELAY)] * 2
+    assert not w.tables.routes and not w.ports[0].ipv4 and not w.qos.pfc and not w.qos.ecn
+
+
+def test_wire_names_fit_linux_and_say_emu():
+    assert wire_name("p0l0", 3, "b") == "emubp0l0-3"
+    long = wire_name("bag-region-east-ss12", 40, "w")
+    assert len(long) <= 15 and long.startswith("emuw") and long != wire_name("bag-region-east-ss12", 41, "w")
+
+
+def test_wires_must_pair_ports_both_ways():
+    ports = tuple(host_port(i) for i in range(3))
+    with pytest.raises(SpecError, match="wires must pair every port"):
+        SwitchSpec(name="w", ports=ports, wires=(1, 2, 0))
+    with pytest.raises(SpecError, match="wires must pair every port"):
+        EngineSpec(switches=(SwitchSpec(name="w", ports=ports[:2], wires=(0, 1)),))
+
+
+@pytest.mark.parametrize(("asked", "netem", "chosen"), [
+    ("auto", True, "netem"), ("auto", False, "engine"), ("engine", True, "engine"), ("netem", True, "netem")])
+def test_link_mode_choice(asked, netem, chosen):
+    assert choose_links(asked, netem=netem) == chosen
+
+
+def test_netem_links_without_netem_is_one_clear_error():
+    with pytest.raises(LinkModeError, match="no netem.*--links engine"):
+        choose_links("netem", netem=False)
+    with pytest.raises(LinkModeError, match="auto, netem, engine"):
+        choose_links("tc", netem=True)
+
+
+@pytest.mark.root
+def test_engine_links_keep_the_delay_with_another_switch_in_the_middle(no_leftovers):
+    """A Linux bridge stands where simple_switch would: the engine carries both host links, so a
+    ping crosses four link delays (dilated) on a kernel with no netem."""
+    import re
+
+    from emu.backends.bmv2.links import EngineLinks
+    from emu.bench.lab import host_mac, pair_spec
+    from emu.net.netns import Lab, ip_batch
+
+    dilation, delay = 1000.0, 2e-6
+    with Lab("wire") as lab:
+        for i in range(2):
+            lab.add_host(i, mac=host_mac(i), ip4=f"10.9.0.{2 + i}/24")
+        links = EngineLinks(pair_spec(lab, rate_bps=10e9, delay_s=delay, dilation=dilation))
+        handover = links.start()
+        try:
+            br = "emuwirebr"
+            lab.root_ifs.append(br)
+            ip_batch([f"link add {br} type bridge", f"link set {br} up"]
+                     + [f"link set {name} master {br}" for name in handover.values()])
+            out = lab.exec(0, ["ping", "-c", "5", "-i", "0.05", "-W", "2", "10.9.0.3"]).stdout
+            stats = links.engine.stats()
+        finally:
+            links.stop()
+    rtt_fabric = float(re.search(r"= ([\d.]+)/", out).group(1)) / 1e3 / dilation
+    assert 4 * delay <= rtt_fabric < 1.3 * 4 * delay, out
+    box = stats["switches"]["bench"]["ports"]
+    assert box["emuwbench-0"]["rx_packets"] >= 5 and box["emuwbench-1"]["rx_packets"] >= 5  # both ways via BMv2's side
