@@ -41,7 +41,7 @@ class DcqcnParams:
     # Steps as fractions of line rate, so that the same settings serve 100G and 800G ports; larger
     # than the paper's 40 Mb/s at 40G because emulated transfers last milliseconds, not seconds.
     ai_fraction: float = 0.01
-    hai_fraction: float = 0.05
+    hai_fraction: float = 0.02
     min_rate_fraction: float = 0.01
 
 

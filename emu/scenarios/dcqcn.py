@@ -104,7 +104,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         for i, rt in enumerate(rate_traces):
             if rt:
                 ax.step([(t - origin) * 1e6 for t, _ in rt], [r / 1e9 for _, r in rt], where="post", linestyle="--",
-                        linewidth=0.8, label=f"sender {i} rate after CNP")
+                        linewidth=0.8, label=f"sender {i} rate (DCQCN)")
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("Gb/s")
         ax.set_title(f"DCQCN, two flows into one 100G port (D={settings.dilation:g})")
