@@ -6,10 +6,10 @@
  * simple_switch_CLI commands. Tables:
  *
  *   dscp_to_priority  exact meta.dscp       -> set_priority(prio)      (queue, with --priority-queues 8)
- *   ipv4_lpm          lpm ipv4.dst          -> set_group(gid, size, spray) | drop
- *   ipv6_lpm          lpm ipv6.dst          -> set_group(gid, size, spray) | drop
+ *   ipv4_lpm          lpm ipv4.dst          -> set_group(gid, members, spray) | drop
+ *   ipv6_lpm          lpm ipv6.dst          -> set_group(gid, members, spray) | drop
  *   nexthop_member    exact (gid, member)   -> set_nexthop(port, dmac, smac)
- *   my_sid            lpm ipv6.dst          -> srv6_end | srv6_end_x(gid, size) | srv6_end_dt6
+ *   my_sid            lpm ipv6.dst          -> srv6_end | srv6_end_x(gid, members) | srv6_end_dt6
  *   srv6_encap        lpm ipv6.dst          -> h_encaps_1(src, s1) | h_encaps_2(src, s1, s2) | h_encaps_3(...)
  *   ecn_threshold     exact egress_port     -> set_ecn_threshold(pkts)
  *
@@ -195,9 +195,9 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard
         size = 64;
     }
 
-    action set_group(bit<16> gid, bit<16> size, bit<1> spray) {
+    action set_group(bit<16> gid, bit<16> members, bit<1> spray) {
         meta.gid = gid;
-        meta.group_size = size;
+        meta.group_size = members;
         meta.spray = spray;
         meta.routed = 1;
     }
@@ -231,9 +231,9 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard
         hdr.srh.segments_left = hdr.srh.segments_left - 1;
         hdr.ipv6.dst = meta.next_sid;
     }
-    action srv6_end_x(bit<16> gid, bit<16> size) {
+    action srv6_end_x(bit<16> gid, bit<16> members) {
         srv6_end();
-        set_group(gid, size, 0);
+        set_group(gid, members, 1w0);
     }
     action srv6_end_dt6() {
         // Remove the outer IPv6 header and the SRH; the inner packet is routed by ipv6_lpm.

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from emu.backends.bmv2.cli import Bmv2TableError, queue_commands, table_commands
+from emu.backends.bmv2.runtime import Bmv2RuntimeError, InstalledTables, counter_value
 from emu.control.model import EncapPolicy, MySid, SwitchTables
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 
 MACS = ["02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03"]
 
 
-def small_fpf() -> dict[str, SwitchTables]:
+def small_fpf(*, l0_s1_down: bool = False) -> dict[str, SwitchTables]:
     """One plane: leaves l0 (gpu0 on port 0) and l1 (gpu1 on port 0), spines s0 and s1."""
     g = FabricGraph()
     for n in ("l0", "l1", "s0", "s1"):
@@ -20,6 +21,8 @@ def small_fpf() -> dict[str, SwitchTables]:
     g.add_link("l0", 2, "02:00:00:00:00:03", "s1", 0, "02:00:00:00:0b:00", 100e9)
     g.add_link("l1", 1, "02:00:00:00:01:02", "s0", 1, "02:00:00:00:0a:01", 100e9)
     g.add_link("l1", 2, "02:00:00:00:01:03", "s1", 1, "02:00:00:00:0b:01", 100e9)
+    for d in g.links_between("l0", "s1") if l0_s1_down else []:
+        d["up"] = False
     return compute_tables(g, [Attachment("10.0.0.2/32", "l0", 0, "02:aa:00:00:00:00"),
                               Attachment("10.0.1.2/32", "l1", 0, "02:aa:00:00:00:01")])
 
@@ -84,3 +87,45 @@ def test_too_many_segments_is_refused_with_the_limit():
 def test_queue_rate_is_packets_per_second_of_the_dilated_link():
     assert queue_commands(0, rate_bps=100e9, dilation=1000, depth_pkts=64) == [
         "set_queue_rate 8333 1", "set_queue_depth 64 1"]
+
+
+def cli_output(commands: list[str]) -> str:
+    """What simple_switch_CLI prints for table_add commands: handles count per table from 0."""
+    out, per_table = [], {}
+    for c in commands:
+        table = c.split()[1]
+        h = per_table[table] = per_table.get(table, -1) + 1
+        out.append(f"RuntimeCmd: Adding entry to match table FabricIngress.{table}\nEntry has been added with handle {h}")
+    return "\n".join(out) + "\nRuntimeCmd: \n"
+
+
+def test_a_failure_is_a_diff_made_before_broken():
+    installed = InstalledTables()
+    first, adds = installed.update(table_commands(small_fpf()["l0"], port_macs=MACS))
+    assert first == table_commands(small_fpf()["l0"], port_macs=MACS) and len(adds) == 5
+    installed.added(adds, cli_output(first))
+    cmds, adds = installed.update(table_commands(small_fpf(l0_s1_down=True)["l0"], port_macs=MACS))
+    # gpu1's route shrinks to the one spine left before that spine's slot goes: no packet meets a hole.
+    assert cmds == [
+        "table_modify ipv4_lpm set_group 1 => 1 1 0",
+        "table_delete nexthop_member 2",
+    ] and adds == []
+    back, adds = installed.update(table_commands(small_fpf()["l0"], port_macs=MACS))
+    assert back == [
+        "table_add nexthop_member set_nexthop 1 1 => 3 02:00:00:00:0b:00 02:00:00:00:00:03",
+        "table_modify ipv4_lpm set_group 1 => 1 2 0",
+    ]
+    installed.added(adds, cli_output(back[:1]))
+    assert installed.entries[("nexthop_member", "1 1")][1] == 0
+
+
+def test_missing_handles_are_an_error_not_a_guess():
+    installed = InstalledTables()
+    cmds, adds = installed.update(table_commands(small_fpf()["l0"], port_macs=MACS))
+    with pytest.raises(Bmv2RuntimeError, match="added 4 of 5 entries"):
+        installed.added(adds, cli_output(cmds[:4]))
+
+
+def test_counter_values_are_read_from_the_cli_answer():
+    assert counter_value("RuntimeCmd: tx_port[1]=  BmCounterValue(bytes=9800, packets=100)") == (100, 9800)
+    assert counter_value("RuntimeCmd: ecn_marked[2]=  BmCounterValue(packets=7, bytes=0)") == (7, 0)

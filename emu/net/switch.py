@@ -92,13 +92,7 @@ class FabricSwitch(Switch):
         settings = settings or switches[0].settings
         built = build_spec(switches, settings)
         spec = built.spec
-        nodes = {id(n): n for sw in switches for n in (sw, *(_other(i).node for i in _ports(sw)))}
-        record(
-            spec.run_dir,
-            interfaces=[i.name for sw in switches for i in _ports(sw)],
-            pids=[n.pid for n in nodes.values() if getattr(n, "pid", None)],
-            hosts={n.name: n.pid for n in nodes.values() if not isinstance(n, FabricSwitch)},
-        )
+        record_nodes(spec.run_dir, switches)
         engine = Engine(spec)
         engine.start()
         control = FabricController(engine, built.graph, built.attachments, port_names=built.port_names,
@@ -124,6 +118,17 @@ class FabricSwitch(Switch):
             sw.engine = None
             sw.control = None
         return ()
+
+
+def record_nodes(run_dir: str, switches: tuple[FabricSwitch, ...]) -> None:
+    """What `emu clean` needs after a crash: the switches' interfaces, the node shells, the hosts."""
+    nodes = {id(n): n for sw in switches for n in (sw, *(_other(i).node for i in _ports(sw)))}
+    record(
+        run_dir,
+        interfaces=[i.name for sw in switches for i in _ports(sw)],
+        pids=[n.pid for n in nodes.values() if getattr(n, "pid", None)],
+        hosts={n.name: n.pid for n in nodes.values() if not isinstance(n, FabricSwitch)},
+    )
 
 
 def _ports(sw: FabricSwitch) -> list:

@@ -19,7 +19,6 @@ from dataclasses import replace
 
 from emu.dataplane.engine import Engine
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
-from emu.net.cleanup import record
 from emu.net.netns import ip_batch
 from emu.net.switch import configure_root_side
 
@@ -69,7 +68,8 @@ def wire_spec(native: EngineSpec) -> EngineSpec:
 
 
 class EngineLinks:
-    """The engine carrying a P4 fabric's links. start() returns the interface each P4 port takes."""
+    """The engine carrying a P4 fabric's links. start() returns the interface each P4 port takes.
+    Its veths are named emu*, which `emu clean` removes after a crash without a record."""
 
     def __init__(self, native: EngineSpec) -> None:
         self.spec = wire_spec(native)
@@ -82,7 +82,6 @@ class EngineLinks:
                 for s in self.spec.switches for k in range(len(s.ports) // 2)}
 
     def start(self) -> dict[tuple[str, int], str]:
-        record(self.spec.run_dir, interfaces=[i for pair in self.pairs for i in pair], pids=[])
         try:
             ip_batch([f"link add {b} type veth peer name {w}" for b, w in self.pairs])
             configure_root_side([i for pair in self.pairs for i in pair])

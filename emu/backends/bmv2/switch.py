@@ -19,10 +19,12 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from emu.backends.bmv2.cli import bmv2_port, queue_commands, table_commands
+from emu.backends.bmv2.cli import bmv2_port, queue_commands
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
+from emu.backends.bmv2.runtime import Bmv2DataPlane
+from emu.control.runtime import FabricController
 from emu.net.cleanup import BMV2_LOG_DIR
-from emu.net.switch import FabricSwitch, build_spec
+from emu.net.switch import FabricSwitch, build_spec, record_nodes
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DEFAULT_JSON = os.path.join(REPO, "p4", "build", "fabric.json")
@@ -96,12 +98,14 @@ class Bmv2Process:
                                 f"within {timeout:.0f}s (log: {self.log_path})")
             time.sleep(0.05)
 
-    def load(self, commands: list[str]) -> None:
+    def load(self, commands: list[str]) -> str:
+        """Run commands through simple_switch_CLI; its output (handles, counter values) is returned."""
         r = subprocess.run(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
                            input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=120)
         bad = [line for line in r.stdout.splitlines() if "Error" in line or "Invalid" in line]
         if r.returncode != 0 or bad:
             raise Bmv2Error(f"{self.name}: simple_switch_CLI refused entries: {'; '.join(bad[:5]) or r.stderr.strip()}")
+        return r.stdout
 
     def _tail(self) -> str:
         try:
@@ -168,47 +172,45 @@ class Bmv2FabricSwitch(FabricSwitch):
         for n, sw in enumerate(switches):  # everything knowable is checked before anything is made
             Bmv2Process(sw.name, [], cls.thrift_base + n).check()
         built = build_spec(switches, settings)
+        record_nodes(built.spec.run_dir, switches)
         _static_neighbours(switches)
         wires = EngineLinks(built.spec) if links == "engine" else None
-        procs: list[Bmv2Process] = []
+        specs = list(built.spec.switches)
+        plane = Bmv2DataPlane(specs, {}, dilation=settings.dilation, wires=wires, run_dir=built.spec.run_dir,
+                              ecn_pkts={s.name: _ecn_pkts(s) for s in specs})
         try:
             taken = wires.start() if wires is not None else {}
-            for n, (sw, spec) in enumerate(zip(switches, built.spec.switches, strict=True)):
+            for n, (sw, spec) in enumerate(zip(switches, specs, strict=True)):
                 ports = [(bmv2_port(p.index), taken.get((sw.name, p.index), p.ifname)) for p in spec.ports]
                 proc = Bmv2Process(sw.name, ports, cls.thrift_base + n)
+                plane.procs[sw.name] = proc
                 proc.start()
-                procs.append(proc)
-                cmds = table_commands(spec.tables, port_macs=[p.mac for p in spec.ports],
-                                      dscp_to_tc=list(spec.qos.dscp_to_tc), ecn_threshold_pkts=_ecn_pkts(spec))
+                queues = []
                 for p in spec.ports:
-                    cmds += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation, depth_pkts=64)
+                    queues += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation, depth_pkts=64)
                     if wires is None:
                         _netem_link(p.ifname, rate_bps=p.rate_bps, delay_s=p.delay_s, dilation=settings.dilation)
-                proc.load(cmds)
-                sw.bmv2 = proc
-                sw.wires = wires
+                plane.set_tables(sw.name, spec.tables, extra=queues)
+            control = FabricController(plane, built.graph, built.attachments, port_names=built.port_names,
+                                       dilation=settings.dilation, spray=settings.spray, timing=settings.control,
+                                       local=built.local)
         except BaseException:
-            for proc in procs:
-                proc.stop()
-            if wires is not None:
-                wires.stop()
-            shutil.rmtree(built.spec.run_dir, ignore_errors=True)
+            plane.stop()
             raise
-        if wires is None:
-            shutil.rmtree(built.spec.run_dir, ignore_errors=True)  # only the engine keeps a run directory
+        for sw in switches:
+            sw.engine = plane
+            sw.control = control
         return switches
 
     @classmethod
     def batchShutdown(cls, switches: tuple) -> tuple:  # noqa: N802
+        for c in {id(sw.control): sw.control for sw in switches if sw.control is not None}.values():
+            c.close()
         for sw in switches:
-            proc = getattr(sw, "bmv2", None)
-            if proc is not None:
-                proc.stop()
-                sw.bmv2 = None
-        for wires in {id(w): w for sw in switches if (w := getattr(sw, "wires", None)) is not None}.values():
-            wires.stop()
-        for sw in switches:
-            sw.wires = None
+            if sw.engine is not None:
+                sw.engine.stop()
+            sw.engine = None
+            sw.control = None
         return ()
 
 

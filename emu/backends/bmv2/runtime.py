@@ -1,0 +1,176 @@
+"""BMv2 switches as the control plane's data plane: table updates as diffs, port state, counters.
+
+FabricController talks to its data plane through set_tables, set_port and
+stats. Bmv2DataPlane answers them for a fabric of simple_switch processes,
+so failures, SRv6 policies and capacity changes reach BMv2 from the same
+code that drives the native engine. A table update is a diff against what
+the switch holds, keyed by (table, match key): new entries are added and
+changed ones modified before stale ones are deleted (make before break),
+using the handles simple_switch_CLI printed when each entry was added.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+from emu.backends.bmv2.cli import bmv2_port, table_commands
+from emu.control.model import SwitchTables
+from emu.dataplane.spec import SwitchSpec
+
+_HANDLE = re.compile(r"Entry has been added with handle (\d+)")
+_PACKETS = re.compile(r"packets=(\d+)")
+_BYTES = re.compile(r"bytes=(\d+)")
+
+
+class Bmv2RuntimeError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Entry:
+    table: str
+    key: str
+    action: str
+    params: str
+
+    @classmethod
+    def parse(cls, command: str) -> Entry:
+        """`table_add TABLE ACTION KEY... => PARAMS...` as cli.table_commands writes it."""
+        left, _, params = command.partition("=>")
+        words = left.split()
+        if len(words) < 4 or words[0] != "table_add":
+            raise Bmv2RuntimeError(f"not a table_add command: {command!r}")
+        return cls(words[1], " ".join(words[3:]), words[2], params.strip())
+
+    def add(self) -> str:
+        return f"table_add {self.table} {self.action} {self.key} => {self.params}".rstrip()
+
+    def modify(self, handle: int) -> str:
+        return f"table_modify {self.table} {self.action} {handle} => {self.params}".rstrip()
+
+
+@dataclass
+class InstalledTables:
+    """What one switch holds: entry by (table, key), with the handle BMv2 gave it."""
+
+    entries: dict[tuple[str, str], tuple[Entry, int]] = field(default_factory=dict)
+
+    def update(self, commands: list[str]) -> tuple[list[str], list[Entry]]:
+        """The commands that turn what is installed into `commands` (table_add lines), and the
+        entries those commands add, in order, to be given their handles by `added`."""
+        want = {}
+        for c in commands:
+            e = Entry.parse(c)
+            want[(e.table, e.key)] = e
+        out, adds = [], []
+        for k, e in want.items():
+            have = self.entries.get(k)
+            if have is None:
+                out.append(e.add())
+                adds.append(e)
+            elif have[0] != e:
+                out.append(e.modify(have[1]))
+                self.entries[k] = (e, have[1])
+        for k in [k for k in self.entries if k not in want]:
+            out.append(f"table_delete {k[0]} {self.entries.pop(k)[1]}")
+        return out, adds
+
+    def added(self, adds: list[Entry], cli_output: str) -> None:
+        handles = [int(h) for h in _HANDLE.findall(cli_output)]
+        if len(handles) != len(adds):
+            raise Bmv2RuntimeError(f"simple_switch_CLI added {len(handles)} of {len(adds)} entries")
+        for e, h in zip(adds, handles, strict=True):
+            self.entries[(e.table, e.key)] = (e, h)
+
+
+def counter_value(cli_output: str) -> tuple[int, int]:
+    """(packets, bytes) from a `counter_read` answer (BmCounterValue(bytes=.., packets=..))."""
+    p, b = _PACKETS.search(cli_output), _BYTES.search(cli_output)
+    return (int(p.group(1)) if p else 0, int(b.group(1)) if b else 0)
+
+
+class Bmv2DataPlane:
+    """The fabric's simple_switch processes behind the interface FabricController drives."""
+
+    def __init__(self, specs: list[SwitchSpec], procs: dict[str, Any], *, dilation: float, wires: Any = None,
+                 run_dir: str = "", ecn_pkts: dict[str, dict[int, int]] | None = None) -> None:
+        self.specs = {s.name: s for s in specs}
+        self.procs = procs
+        self.dilation = dilation
+        self.wires = wires  # EngineLinks, when the engine carries the links
+        self.ecn_pkts = ecn_pkts or {}
+        self.installed = {s.name: InstalledTables() for s in specs}
+        self.run_dir = run_dir  # what `emu clean` reads after a crash; removed at stop
+
+    def commands(self, switch: str, tables: SwitchTables) -> list[str]:
+        s = self.specs[switch]
+        return table_commands(tables, port_macs=[p.mac for p in s.ports], dscp_to_tc=list(s.qos.dscp_to_tc),
+                              ecn_threshold_pkts=self.ecn_pkts.get(switch))
+
+    def set_tables(self, switch: str, tables: dict[str, Any] | SwitchTables, extra: list[str] | None = None) -> None:
+        t = tables if isinstance(tables, SwitchTables) else SwitchTables.from_dict(tables)
+        inst = self.installed[switch]
+        cmds, adds = inst.update(self.commands(switch, t))
+        if cmds or extra:
+            inst.added(adds, self.procs[switch].load(cmds + list(extra or [])))
+
+    def set_port(self, switch: str, port: str, up: bool) -> None:
+        """A failed link: the engine's wire stops carrying it, or the interface goes down."""
+        if self.wires is not None and self.wires.engine is not None:
+            self.wires.engine.set_port(switch, port, up)
+        else:
+            r = subprocess.run(["ip", "link", "set", "dev", port, "up" if up else "down"], capture_output=True,
+                               text=True)
+            if r.returncode != 0:
+                raise Bmv2RuntimeError(f"{switch}: cannot set {port} {'up' if up else 'down'}: {r.stderr.strip()}")
+
+    def stats(self) -> dict[str, Any]:
+        """BMv2's own port counters, in the engine's stats layout (the fields BMv2 has)."""
+        out: dict[str, Any] = {"switches": {}, "backend": "bmv2", "dilation": self.dilation, "workers": []}
+        if self.wires is not None and self.wires.engine is not None:
+            # The engine's workers carry the links: their lateness is this fabric's fidelity too.
+            out["workers"] = self.wires.engine.stats()["workers"]
+        counters = (("FabricIngress.rx_port", "rx"), ("FabricEgress.tx_port", "tx"),
+                    ("FabricEgress.ecn_marked", "ecn"), ("FabricIngress.pfc_rx", "pfc"))
+        for name, s in self.specs.items():
+            cmds = [f"counter_read {c} {bmv2_port(p.index)}" for p in s.ports for c, _ in counters]
+            answers = self.procs[name].load(cmds).split("RuntimeCmd:")
+            values = [counter_value(a) for a in answers if "BmCounterValue" in a or "packets=" in a]
+            if len(values) != len(cmds):
+                raise Bmv2RuntimeError(f"{name}: read {len(values)} of {len(cmds)} counters")
+            ports = {}
+            for i, p in enumerate(s.ports):
+                (rxp, rxb), (txp, txb), (ecn, _), (pfc, _) = values[4 * i: 4 * i + 4]
+                ports[p.ifname] = {"rx_packets": rxp, "rx_bytes": rxb, "tx_packets": txp, "tx_bytes": txb,
+                                   "ecn_marked": ecn, "pfc_rx": pfc}
+            out["switches"][name] = {"ports": ports}
+        return out
+
+    def _native_only(self, what: str) -> Any:
+        raise Bmv2RuntimeError(f"{what} is native-only: BMv2 has no cable probes, shared buffer or queue sampling")
+
+    def probe_rtts(self, *a: Any, **k: Any) -> list[float]:
+        return self._native_only("measuring cables")
+
+    def set_headroom(self, *a: Any, **k: Any) -> None:
+        self._native_only("PFC headroom")
+
+    def sample_queues(self, *a: Any, **k: Any) -> None:
+        self._native_only("queue sampling")
+
+    def stop(self) -> None:
+        """Idempotent: Mininet's links and switches each ask, in their own order."""
+        for proc in self.procs.values():
+            proc.stop()
+        if self.wires is not None:
+            self.wires.stop()
+            self.wires = None
+        if self.run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+__all__ = ["Bmv2DataPlane", "Bmv2RuntimeError", "Entry", "InstalledTables", "counter_value"]
