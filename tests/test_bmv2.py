@@ -47,12 +47,91 @@ def test_missing_binary_says_what_to_install(tmp_path):
         Bmv2Process("s1", [], 19092, json_path=str(ok)).check()
 
 
+needs_bmv2 = pytest.mark.skipif(not (HAVE_BMV2 and HAVE_P4C),
+                                reason="needs BMv2 (simple_switch, simple_switch_CLI) and p4c, not installable here")
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    subprocess.run(["make", "p4"], check=True)
+
+
 @pytest.mark.root
 @pytest.mark.mininet
-@pytest.mark.skipif(not (HAVE_BMV2 and HAVE_P4C), reason="needs BMv2 (simple_switch) and p4c, not installable here")
-def test_fpf_two_planes_pingall_on_bmv2(no_leftovers):
-    subprocess.run(["make", "p4"], check=True)
+@needs_bmv2
+@pytest.mark.parametrize("links", ["engine", "netem"])
+def test_fpf_two_planes_pingall_on_bmv2(links, compiled, no_leftovers):
+    from emu.backends.bmv2.switch import netem_available
+
+    if links == "netem" and not netem_available():
+        pytest.skip("this kernel has no netem")
     r = subprocess.run([sys.executable, "-m", "emu.cli.main", "up", "fpf", "--gpus", "3", "--planes", "2",
-                        "--backend", "bmv2", "--test", "pingall", "--json"], capture_output=True, text=True,
-                       timeout=600)
+                        "--backend", "bmv2", "--links", links, "--test", "pingall", "--json"], capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["loss_percent"] == 0
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+def test_ecn_marks_under_congestion_on_bmv2(compiled, no_leftovers):
+    """Two MetaRoCE flows into one port: BMv2's queue passes the threshold and marks CE; the receiver
+    answers with CNPs. The links are the engine's, so this holds without netem."""
+    from emu.net.fabric import FabricNet
+    from emu.net.switch import RunSettings
+    from emu.roce.run import PerfRun, mininet_popen
+    from emu.topo.fpf import FPFTopo
+
+    net = FabricNet(FPFTopo(gpus=3, planes=1, leaves=1),
+                    settings=RunSettings(dilation=5000, backend="bmv2", links="engine", ecn=(30_000, 120_000, 1.0)))
+    net.start()
+    try:
+        clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
+                                  mininet_popen(net.get("gpu2")), nbytes=4 << 20, dilation=5000, cc="dcqcn",
+                                  lat_iters=0, timeout=300).wait()
+        port = net.engine.stats()["switches"]["p0l0"]["ports"]["p0l0-eth3"]
+    finally:
+        net.stop()
+    assert server["data_ok"]
+    assert port["ecn_marked"] > 0 and server["counters"]["ce_marked"] > 0 and server["cnps_sent"] > 0
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+def test_srv6_end_encaps_and_dt6_on_rbb_bmv2(compiled, tmp_path, no_leftovers):
+    """The srv6-te scenario on BMv2: H.Encaps at pe0 (a policy the controller writes at run time),
+    End at r4 and r3, End.DT6 at pe1; traffic leaves r1 and comes back when the policy is cleared."""
+    from emu.net.switch import RunSettings
+    from emu.scenarios.srv6_te import run
+
+    r = run({}, RunSettings(dilation=1000, backend="bmv2", links="engine"), str(tmp_path))
+    assert r["passed"], r["routers_crossed"]
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_static_neighbours_cover_gateways_and_same_subnet_hosts_only(no_leftovers):
+    """What stands in for ARP and NDP on BMv2, checked on a fabric built without it."""
+    from emu.backends.bmv2.switch import _static_neighbours
+    from emu.net.fabric import FabricNet
+    from emu.net.switch import RunSettings
+    from emu.topo.fpf import FPFTopo
+
+    net = FabricNet(FPFTopo(gpus=4, planes=2, leaves=2), settings=RunSettings())
+    net.start()
+    try:
+        _static_neighbours(tuple(net.switches))
+        table = net.get("gpu0").cmd("ip neigh show nud permanent; ip -6 neigh show nud permanent")
+        gpu0 = net.get("gpu0")
+        leaf_port = next(i.MAC() for i in net.get("p1l0").intfList()
+                         if i.link is not None and gpu0 in (i.link.intf1.node, i.link.intf2.node))
+    finally:
+        net.stop()
+    rows = {line.split()[0]: line.split() for line in table.splitlines() if "lladdr" in line}
+    # Plane 1: the gateway and gpu1 (same leaf, same /24 and /64), both at the leaf port's MAC.
+    for addr in ("10.1.0.1", "10.1.0.3", "fdfa:1:0::1", "fdfa:1:0::3"):
+        assert addr.replace(":0::", "::") in rows, (addr, table)
+    assert rows["10.1.0.3"][rows["10.1.0.3"].index("lladdr") + 1] == leaf_port
+    assert not any(a.startswith(("10.0.1.", "10.1.1.", "fdfa:0:1::", "fdfa:1:1::")) for a in rows)  # other leaf

@@ -62,3 +62,37 @@ def test_topology_script_runs_as_a_plain_script(no_leftovers):
     r = subprocess.run([sys.executable, "topologies/fpf.py", "--gpus", "2", "--planes", "2", "--leaves", "1",
                         "--test", "pingall"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_stats_table_shows_what_bmv2_does_not_count_as_a_dash():
+    from rich.console import Console
+
+    from emu.cli.render import stats_table
+
+    port = {"rx_packets": 12, "rx_bytes": 1200, "tx_packets": 10, "tx_bytes": 15000, "ecn_marked": 3, "pfc_rx": 0}
+    stats = {"backend": "bmv2", "dilation": 1000.0, "workers": [], "switches": {"p0l0": {"ports": {"p0l0-eth1": port}}}}
+    console = Console(width=200, record=True)
+    console.print(stats_table(stats))
+    row = next(line for line in console.export_text().splitlines() if "p0l0-eth1" in line)
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells == ["p0l0", "p0l0-eth1", "12", "10", "14.6KiB", "-", "3", "-/0", "-", "-"], cells
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("args", "says"), [
+    (["up", "fpf", "--links", "engine", "--test", "pingall"], "--links is for --backend bmv2"),
+    (["bench", "engine", "--backend", "bmv2"], "measures the native engine"),
+])
+def test_link_and_backend_options_out_of_place_are_one_clear_error(args, says, no_leftovers):
+    r = emu(*args)
+    assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.root
+def test_bmv2_links_netem_without_netem_says_use_engine(no_leftovers):
+    from emu.backends.bmv2.switch import netem_available
+
+    if netem_available():
+        pytest.skip("this kernel has netem: `--links netem` is valid here")
+    r = emu("up", "fpf", "--backend", "bmv2", "--links", "netem", "--test", "pingall")
+    assert r.returncode != 0 and "use `--links engine`" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -19,11 +19,13 @@ def stats_table(stats: dict[str, Any], *, only_active: bool = True) -> Table:
         for port, p in s["ports"].items():
             if only_active and not (p["rx_packets"] or p["tx_packets"]):
                 continue
-            drops = ", ".join(f"{k}={v}" for k, v in sorted(p["drops"].items())) or "-"
+            # BMv2 counts fewer things than the engine: what a backend does not count shows as "-".
+            drops = ", ".join(f"{k}={v}" for k, v in sorted(p.get("drops", {}).items())) or "-"
             t.add_row(
                 sw, port, str(p["rx_packets"]), str(p["tx_packets"]), format_size(p["tx_bytes"]), drops,
-                str(p["ecn_marked"]), f"{p['pfc_tx']}/{p['pfc_rx']}", format_time(sum(p["paused_s"])),
-                format_size(max(p["queue_hwm"])),
+                str(p["ecn_marked"]), f"{p.get('pfc_tx', '-')}/{p['pfc_rx']}",
+                format_time(sum(p["paused_s"])) if "paused_s" in p else "-",
+                format_size(max(p["queue_hwm"])) if "queue_hwm" in p else "-",
             )
     return t
 

@@ -29,7 +29,7 @@ def drops_by_reason(stats: dict) -> dict[str, int]:
     out: dict[str, int] = {}
     for sw in stats["switches"].values():
         for port in sw["ports"].values():
-            for reason, n in port["drops"].items():
+            for reason, n in port.get("drops", {}).items():  # BMv2 counts no drops by reason
                 out[reason] = out.get(reason, 0) + n
     return out
 

@@ -126,10 +126,11 @@ class Bmv2Process:
 
 
 def _static_neighbours(switches: tuple) -> None:
-    """fabric.p4 answers no ARP or NDP: give each host its gateway's MAC, and every same-subnet
-    address it might ask for directly, pointing at the switch port (the fabric is routed)."""
+    """fabric.p4 answers no ARP or NDP: give each host interface its gateways' MAC and the MAC for
+    every other host address in its subnets, all pointing at the switch port (the fabric is routed)."""
     import ipaddress
 
+    links = []  # (host interface, switch port MAC, LinkParams, the host's addresses on it)
     for sw in switches:
         for intf in sw.intfList():
             link = getattr(intf, "link", None)
@@ -138,17 +139,18 @@ def _static_neighbours(switches: tuple) -> None:
             peer = link.intf2 if link.intf1 is intf else link.intf1
             if isinstance(peer.node, FabricSwitch):
                 continue
-            lp, mac = link.fabric, intf.mac or intf.MAC()
-            cmds = []
-            for gw in (lp.gw4, lp.gw6):
-                if not gw:
-                    continue
-                net = ipaddress.ip_interface(gw).network
-                cmds.append(f"ip neigh replace {gw.split('/')[0]} lladdr {mac} dev {peer.name}")
-                if net.version == 4 and net.prefixlen >= 24:
-                    cmds += [f"ip neigh replace {a} lladdr {mac} dev {peer.name}" for a in net.hosts()]
-            if cmds:
-                peer.node.cmd("; ".join(cmds))
+            lp = link.fabric
+            ip4 = lp.host_ip4 or (f"{peer.IP()}/{peer.prefixLen}" if peer.IP() else "")
+            links.append((peer, intf.mac or intf.MAC(), lp, [a for a in (ip4, lp.host_ip6) if a]))
+    everyone = [ipaddress.ip_interface(a).ip for *_, addrs in links for a in addrs]
+    for peer, mac, lp, addrs in links:
+        mine = {ipaddress.ip_interface(a).ip for a in addrs}
+        nets = [ipaddress.ip_interface(a).network for a in (lp.gw4, lp.gw6, *addrs) if a]
+        wanted = {ipaddress.ip_interface(g).ip for g in (lp.gw4, lp.gw6) if g}
+        wanted |= {a for a in everyone if a not in mine and any(a in n for n in nets)}
+        if wanted:
+            peer.node.cmd("; ".join(f"ip neigh replace {a} lladdr {mac} dev {peer.name}" for a in sorted(
+                wanted, key=lambda a: (a.version, int(a)))))
 
 
 def netem_available() -> bool:
@@ -187,7 +189,8 @@ class Bmv2FabricSwitch(FabricSwitch):
                 proc.start()
                 queues = []
                 for p in spec.ports:
-                    queues += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation, depth_pkts=64)
+                    queues += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation,
+                                             depth_pkts=max(64, settings.buffer_per_port // 1500))
                     if wires is None:
                         _netem_link(p.ifname, rate_bps=p.rate_bps, delay_s=p.delay_s, dilation=settings.dilation)
                 plane.set_tables(sw.name, spec.tables, extra=queues)
