@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -96,3 +97,13 @@ def test_bmv2_links_netem_without_netem_says_use_engine(no_leftovers):
         pytest.skip("this kernel has netem: `--links netem` is valid here")
     r = emu("up", "fpf", "--backend", "bmv2", "--links", "netem", "--test", "pingall")
     assert r.returncode != 0 and "use `--links engine`" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.root
+def test_bench_collective_on_bmv2_without_the_program_says_make_p4(no_leftovers):
+    from emu.backends.bmv2.switch import DEFAULT_JSON
+
+    if os.path.exists(DEFAULT_JSON):
+        pytest.skip("p4/build/fabric.json exists: the backend would start")
+    r = emu("bench", "collective", "allreduce", "--backend", "bmv2", "--gpus", "2")
+    assert r.returncode != 0 and "make p4" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -37,12 +37,7 @@ def _settings(args: argparse.Namespace):
     from emu.units import parse_time
 
     timing = ControlTiming(detection_s=parse_time(args.detection), hold_down_s=parse_time(args.hold_down))
-    if args.backend == "bmv2":
-        from emu.backends.bmv2.links import choose_links
-        from emu.backends.bmv2.switch import Bmv2Process, netem_available
-
-        choose_links(args.links, netem=netem_available())
-        Bmv2Process("check", [], 9090).check()
+    _check_backend(args.backend, args.links)
     ecn = None
     if args.ecn:
         parts = args.ecn.split(",")
@@ -55,6 +50,16 @@ def _settings(args: argparse.Namespace):
                        workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                        measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
                        links=args.links)
+
+
+def _check_backend(backend: str, links: str) -> None:
+    """A BMv2 run is checked for its link mode and its tools before anything is built."""
+    if backend == "bmv2":
+        from emu.backends.bmv2.links import choose_links
+        from emu.backends.bmv2.switch import Bmv2Process, netem_available
+
+        choose_links(links, netem=netem_available())
+        Bmv2Process("check", [], 9090).check()
 
 
 def _need_root() -> None:
@@ -127,7 +132,12 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     if args.name != "collective" and (args.backend != "native" or args.links != "auto"):
         raise ValueError(f"`emu bench {args.name}` measures the native engine; --backend and --links are for "
                          "`emu bench collective`")
-    settings = _settings(args) if args.name == "collective" else None
+    settings = None
+    if args.name == "collective":
+        from emu.net.switch import RunSettings
+
+        _check_backend(args.backend, args.links)
+        settings = RunSettings(backend=args.backend, links=args.links)
     result = run_bench(args.name, _topo_params(extra), dilation=args.dilation, op=args.op or "", settings=settings)
     if args.name == "collective" and not args.json:
         from emu.bench.collective import table
