@@ -83,6 +83,7 @@ def test_stats_table_shows_what_bmv2_does_not_count_as_a_dash():
 @pytest.mark.parametrize(("args", "says"), [
     (["up", "fpf", "--links", "engine", "--test", "pingall"], "--links is for --backend bmv2"),
     (["bench", "engine", "--backend", "bmv2"], "measures the native engine"),
+    (["bench", "link", "--links", "netem"], "not 'netem'"),
 ])
 def test_link_and_backend_options_out_of_place_are_one_clear_error(args, says, no_leftovers):
     r = emu(*args)

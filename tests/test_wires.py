@@ -100,26 +100,12 @@ def test_engine_links_keep_the_delay_with_another_switch_in_the_middle(no_leftov
     ping crosses four link delays (dilated) on a kernel with no netem."""
     import re
 
-    from emu.backends.bmv2.links import EngineLinks
-    from emu.bench.lab import host_mac, pair_spec
-    from emu.net.netns import Lab, ip_batch
+    from emu.bench.lab import wired_pair
 
     dilation, delay = 1000.0, 2e-6
-    with Lab("wire") as lab:
-        for i in range(2):
-            lab.add_host(i, mac=host_mac(i), ip4=f"10.9.0.{2 + i}/24")
-        links = EngineLinks(pair_spec(lab, rate_bps=10e9, delay_s=delay, dilation=dilation))
-        handover = links.start()
-        try:
-            br = "emuwirebr"
-            lab.root_ifs.append(br)
-            ip_batch([f"link add {br} type bridge", f"link set {br} up"]
-                     + [f"link set {name} master {br}" for name in handover.values()])
-            out = lab.exec(0, ["ping", "-c", "5", "-i", "0.05", "-W", "2", "10.9.0.3"]).stdout
-            stats = links.engine.stats()
-        finally:
-            links.stop()
+    with wired_pair("wire", rate_bps=10e9, delay_s=delay, dilation=dilation) as (lab, engine):
+        out = lab.exec(0, ["ping", "-c", "5", "-i", "0.05", "-W", "2", "10.9.0.3"]).stdout
+        ports = engine.stats()["switches"]["bench"]["ports"]
     rtt_fabric = float(re.search(r"= ([\d.]+)/", out).group(1)) / 1e3 / dilation
     assert 4 * delay <= rtt_fabric < 1.3 * 4 * delay, out
-    box = stats["switches"]["bench"]["ports"]
-    assert box["emuwbench-0"]["rx_packets"] >= 5 and box["emuwbench-1"]["rx_packets"] >= 5  # both ways via BMv2's side
+    assert ports["emuwbench-0"]["rx_packets"] >= 5 and ports["emuwbench-1"]["rx_packets"] >= 5  # both ways via BMv2's side

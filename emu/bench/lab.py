@@ -61,3 +61,26 @@ def bridge_pair(tag: str) -> Iterator[Lab]:
             ip_batch([f"link set {lab.root_if(i)} master {br}"])
         yield lab
 
+
+
+@contextmanager
+def wired_pair(tag: str, *, rate_bps: float, delay_s: float, dilation: float) -> Iterator[tuple[Lab, Engine]]:
+    """h0 (10.9.0.2) and h1 (10.9.0.3) on a Linux bridge whose two links the engine carries as wires:
+    how `--links engine` carries a P4 switch's links, with the bridge standing where simple_switch would."""
+    from emu.backends.bmv2.links import EngineLinks
+    from emu.net.netns import ip_batch
+
+    with Lab(f"{tag}{os.getpid() % 10000}") as lab:
+        for i in range(2):
+            lab.add_host(i, mac=host_mac(i), ip4=f"10.9.0.{2 + i}/24")
+        links = EngineLinks(pair_spec(lab, rate_bps=rate_bps, delay_s=delay_s, dilation=dilation))
+        handover = links.start()
+        try:
+            br = f"emu{lab.tag}br"[:15]
+            lab.root_ifs.append(br)
+            ip_batch([f"link add {br} type bridge", f"link set {br} up"]
+                     + [f"link set {name} master {br}" for name in handover.values()])
+            assert links.engine is not None
+            yield lab, links.engine
+        finally:
+            links.stop()

@@ -1,7 +1,8 @@
 """`emu bench link`: does a link deliver the rate and round-trip time it was configured with?
 
 h0 -- engine switch -- h1, every link at `rate` with `distance` of fibre, at
-dilation D. Rate: a paced UDP stream offered 10 % above line rate; h1 times
+dilation D. With `--links engine` the switch is a Linux bridge and the
+engine carries both links as wires, as it carries a BMv2 fabric's links. Rate: a paced UDP stream offered 10 % above line rate; h1 times
 first to last arrival and counts wire bytes (frame + FCS, preamble and gap).
 RTT: ping, median of `pings`, against 4 x (propagation + serialisation of
 the echo frame), since the echo crosses the host link and the switch's
@@ -19,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from emu.bench.lab import engine_pair
+from emu.bench.lab import engine_pair, wired_pair
 from emu.net.fidelity import fidelity_warnings
 from emu.units import WIRE_OVERHEAD_BYTES, parse_distance, parse_rate, parse_size, propagation_delay
 
@@ -34,9 +35,14 @@ def run(params: dict[str, str], *, dilation: float) -> dict[str, Any]:
     size = int(params.get("size", 1400))
     pings = int(params.get("pings", 20))
     delay = propagation_delay(distance)
+    links = params.get("links", "native")
+    if links not in ("native", "engine"):
+        raise ValueError(f"link bench: measures an engine switch, or with --links engine the engine's wires; "
+                         f"not {links!r}")
+    pair, dst = (wired_pair, "10.9.0.3") if links == "engine" else (engine_pair, "10.9.1.2")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    with engine_pair("l", rate_bps=rate, delay_s=delay, dilation=dilation) as (lab, engine):
-        ping = lab.exec(0, ["ping", "-c", str(pings), "-i", "0.05", "-W", "5", "10.9.1.2"], check=False).stdout
+    with pair("l", rate_bps=rate, delay_s=delay, dilation=dilation) as (lab, engine):
+        ping = lab.exec(0, ["ping", "-c", str(pings), "-i", "0.05", "-W", "5", dst], check=False).stdout
         rtts = [float(x) / 1e3 for x in re.findall(r"time=([\d.]+) ms", ping)]
         if len(rtts) < pings // 2:
             raise RuntimeError(f"link bench: only {len(rtts)} of {pings} pings came back:\n{ping}")
@@ -45,7 +51,7 @@ def run(params: dict[str, str], *, dilation: float) -> dict[str, Any]:
                        stdout=subprocess.PIPE, text=True, env=env)
         assert rx.stdout is not None
         rx.stdout.readline()
-        lab.exec(0, py + ["send", "10.9.1.2", str(PORT), "--bytes", str(nbytes), "--size", str(size),
+        lab.exec(0, py + ["send", dst, str(PORT), "--bytes", str(nbytes), "--size", str(size),
                           "--rate", str(1.1 * rate / dilation)], timeout=600)
         got = json.loads(rx.communicate(timeout=120)[0])
         stats = engine.stats()
@@ -58,6 +64,7 @@ def run(params: dict[str, str], *, dilation: float) -> dict[str, Any]:
     measured_rtt = statistics.median(rtts) / dilation
     return {
         "bench": "link",
+        "switch": "Linux bridge, links carried by engine wires" if links == "engine" else "native engine",
         "dilation": dilation,
         "rate_bps": rate,
         "distance_m": distance,

@@ -129,16 +129,20 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.bench import run_bench
 
     _need_root()
-    if args.name != "collective" and (args.backend != "native" or args.links != "auto"):
-        raise ValueError(f"`emu bench {args.name}` measures the native engine; --backend and --links are for "
-                         "`emu bench collective`")
+    params = _topo_params(extra)
+    if args.name != "collective" and args.backend != "native":
+        raise ValueError(f"`emu bench {args.name}` measures the native engine; --backend is for `emu bench collective`")
+    if args.name == "engine" and args.links != "auto":
+        raise ValueError("`emu bench engine` compares the engine with a bridge; --links is for `link` and `collective`")
+    if args.name == "link" and args.links != "auto":
+        params["links"] = "engine" if args.links == "engine" else "netem"
     settings = None
     if args.name == "collective":
         from emu.net.switch import RunSettings
 
         _check_backend(args.backend, args.links)
         settings = RunSettings(backend=args.backend, links=args.links)
-    result = run_bench(args.name, _topo_params(extra), dilation=args.dilation, op=args.op or "", settings=settings)
+    result = run_bench(args.name, params, dilation=args.dilation, op=args.op or "", settings=settings)
     if args.name == "collective" and not args.json:
         from emu.bench.collective import table
 
@@ -245,7 +249,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("op", nargs="?", help="for `collective`: allreduce, allgather, reducescatter, sendrecv")
     p.add_argument("--dilation", type=float, default=None, help="default: 1000 for `link`, 10000 for `collective`")
     p.add_argument("--backend", choices=("native", "bmv2"), default="native", help="for `collective`")
-    p.add_argument("--links", choices=("auto", "netem", "engine"), default="auto", help="for `collective` on bmv2")
+    p.add_argument("--links", choices=("auto", "netem", "engine"), default="auto",
+                   help="`collective` on bmv2: what carries the links; `link --links engine`: measure the engine's "
+                        "wires (a bridge in the switch's place) instead of an engine switch")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_bench)
     return ap
