@@ -135,3 +135,18 @@ def test_static_neighbours_cover_gateways_and_same_subnet_hosts_only(no_leftover
         assert addr.replace(":0::", "::") in rows, (addr, table)
     assert rows["10.1.0.3"][rows["10.1.0.3"].index("lladdr") + 1] == leaf_port
     assert not any(a.startswith(("10.0.1.", "10.1.1.", "fdfa:0:1::", "fdfa:1:1::")) for a in rows)  # other leaf
+
+
+@pytest.mark.root
+def test_netem_refused_by_the_kernel_is_one_error_naming_the_interface(no_leftovers):
+    from emu.backends.bmv2.switch import _netem_link, netem_available
+    from emu.net.netns import ip_batch
+
+    if netem_available():
+        pytest.skip("this kernel has netem")
+    ip_batch(["link add emutcx0 type veth peer name emutcx1"])
+    try:
+        with pytest.raises(Bmv2Error, match="tc netem on emutcx0 failed"):
+            _netem_link("emutcx0", rate_bps=100e9, delay_s=5e-6, dilation=1000)
+    finally:
+        ip_batch(["link del emutcx0"], check=False)

@@ -193,6 +193,10 @@ class Bmv2FabricSwitch(FabricSwitch):
                                              depth_pkts=max(64, settings.buffer_per_port // 1500))
                     if wires is None:
                         _netem_link(p.ifname, rate_bps=p.rate_bps, delay_s=p.delay_s, dilation=settings.dilation)
+                        if p.peer_kind == "host":  # the host's side of its link too, or it sends unshaped
+                            host_if = _peer_intf(sw, p.ifname)
+                            _netem_link(host_if.name, rate_bps=p.rate_bps, delay_s=p.delay_s,
+                                        dilation=settings.dilation, node=host_if.node)
                 plane.set_tables(sw.name, spec.tables, extra=queues)
             control = FabricController(plane, built.graph, built.attachments, port_names=built.port_names,
                                        dilation=settings.dilation, spray=settings.spray, timing=settings.control,
@@ -223,13 +227,22 @@ def _ecn_pkts(spec) -> dict[int, int]:
     return {p.index: max(1, ecn.kmin // 1500) for p in spec.ports} if ecn is not None else {}
 
 
-def _netem_link(ifname: str, *, rate_bps: float, delay_s: float, dilation: float) -> None:
-    rate = rate_bps / dilation
-    delay_ms = delay_s * dilation * 1e3
-    r = subprocess.run(["tc", "qdisc", "replace", "dev", ifname, "root", "netem", "delay", f"{delay_ms:.6f}ms",
-                        "rate", f"{int(rate)}bit"], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise Bmv2Error(f"tc netem on {ifname} failed: {r.stderr.strip()}")
+def _peer_intf(sw, ifname: str):
+    intf = sw.intf(ifname)
+    return intf.link.intf2 if intf.link.intf1 is intf else intf.link.intf1
+
+
+def _netem_link(ifname: str, *, rate_bps: float, delay_s: float, dilation: float, node=None) -> None:
+    """One netem qdisc: the dilated rate and delay of the link leaving `ifname` (in `node`'s namespace)."""
+    cmd = ["tc", "qdisc", "replace", "dev", ifname, "root", "netem", "delay", f"{delay_s * dilation * 1e3:.6f}ms",
+           "rate", f"{int(rate_bps / dilation)}bit"]
+    if node is None:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        code, err = r.returncode, r.stderr
+    else:
+        _, err, code = node.pexec(cmd)
+    if code != 0:
+        raise Bmv2Error(f"tc netem on {ifname} failed: {err.strip()}")
 
 
 __all__ = ["Bmv2Error", "Bmv2Process", "Bmv2FabricSwitch"]
