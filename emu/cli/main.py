@@ -135,7 +135,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     if args.name == "engine" and args.links != "auto":
         raise ValueError("`emu bench engine` compares the engine with a bridge; --links is for `link` and `collective`")
     if args.name == "link" and args.links != "auto":
-        params["links"] = "engine" if args.links == "engine" else "netem"
+        params["links"] = args.links
     settings = None
     if args.name == "collective":
         from emu.net.switch import RunSettings

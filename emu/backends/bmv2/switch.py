@@ -28,7 +28,6 @@ from emu.net.switch import FabricSwitch, build_spec, record_nodes
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DEFAULT_JSON = os.path.join(REPO, "p4", "build", "fabric.json")
-LOG_DIR = BMV2_LOG_DIR
 INSTALL_HINT = ("install BMv2 (simple_switch and simple_switch_CLI) from p4lang's packages or a "
                 "behavioral-model build, and p4c to compile p4/fabric.p4 (`make p4`)")
 
@@ -58,7 +57,7 @@ class Bmv2Process:
 
     @property
     def log_path(self) -> str:
-        return os.path.join(LOG_DIR, f"{self.name}.log")
+        return os.path.join(BMV2_LOG_DIR, f"{self.name}.log")
 
     def check(self) -> None:
         """Everything that can be known wrong before a process starts."""
@@ -77,7 +76,7 @@ class Bmv2Process:
 
     def start(self, timeout: float = 10.0) -> None:
         self.check()
-        os.makedirs(LOG_DIR, exist_ok=True)
+        os.makedirs(BMV2_LOG_DIR, exist_ok=True)
         cmd = ["simple_switch", "--thrift-port", str(self.thrift_port), "--log-file", self.log_path[:-4],
                "--log-flush", "--log-level", "warn"]
         for num, ifname in self.ports:
