@@ -33,6 +33,7 @@ lint: setup
 
 p4:
 	@command -v p4c-bm2-ss >/dev/null || { echo "p4c-bm2-ss not found: install p4c (p4lang's packages or a source build) to compile p4/fabric.p4"; exit 2; }
+	mkdir -p p4/build
 	p4c-bm2-ss --std p4-16 -o p4/build/fabric.json p4/fabric.p4
 
 clean:

@@ -318,7 +318,8 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard
         }
         if (meta.routed == 1) {
             if (meta.spray == 1) {
-                hash(meta.member, HashAlgorithm.random, 16w0, { hdr.ipv4.dst, hdr.ipv6.dst }, meta.group_size);
+                // BMv2 has no HashAlgorithm.random: v1model's random() is the per-packet choice.
+                random(meta.member, 16w0, meta.group_size - 1);
             } else if (hdr.ipv4.isValid()) {
                 hash(meta.member, HashAlgorithm.crc16, 16w0,
                      { hdr.ipv4.src, hdr.ipv4.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },

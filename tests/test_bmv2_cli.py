@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emu.backends.bmv2.cli import Bmv2TableError, queue_commands, table_commands
-from emu.backends.bmv2.runtime import Bmv2RuntimeError, InstalledTables, counter_value
+from emu.backends.bmv2.runtime import Bmv2RuntimeError, InstalledTables, counter_values
 from emu.control.model import EncapPolicy, MySid, SwitchTables
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 
@@ -127,5 +127,9 @@ def test_missing_handles_are_an_error_not_a_guess():
 
 
 def test_counter_values_are_read_from_the_cli_answer():
-    assert counter_value("RuntimeCmd: tx_port[1]=  BmCounterValue(bytes=9800, packets=100)") == (100, 9800)
-    assert counter_value("RuntimeCmd: ecn_marked[2]=  BmCounterValue(packets=7, bytes=0)") == (7, 0)
+    """simple_switch_CLI 1.15's own words, two answers in one session's output."""
+    out = ("Obtaining JSON from switch...\nDone\nControl utility for runtime P4 table manipulation\n"
+           "RuntimeCmd: FabricIngress.rx_port[1]= (762 bytes, 9 packets)\n"
+           "RuntimeCmd: FabricEgress.ecn_marked[12]= (0 bytes, 7 packets)\nRuntimeCmd: \n")
+    assert counter_values(out) == {("FabricIngress.rx_port", 1): (9, 762), ("FabricEgress.ecn_marked", 12): (7, 0)}
+    assert counter_values("RuntimeCmd: Invalid counter operation (INVALID_INDEX)") == {}

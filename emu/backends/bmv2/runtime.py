@@ -22,8 +22,8 @@ from emu.control.model import SwitchTables
 from emu.dataplane.spec import SwitchSpec
 
 _HANDLE = re.compile(r"Entry has been added with handle (\d+)")
-_PACKETS = re.compile(r"packets=(\d+)")
-_BYTES = re.compile(r"bytes=(\d+)")
+# simple_switch_CLI's answer to `counter_read NAME I`: "NAME[I]= (B bytes, P packets)".
+_COUNTER = re.compile(r"([\w.]+)\[(\d+)\]=\s*\((\d+) bytes, (\d+) packets\)")
 
 
 class Bmv2RuntimeError(RuntimeError):
@@ -87,10 +87,11 @@ class InstalledTables:
             self.entries[(e.table, e.key)] = (e, h)
 
 
-def counter_value(cli_output: str) -> tuple[int, int]:
-    """(packets, bytes) from a `counter_read` answer (BmCounterValue(bytes=.., packets=..))."""
-    p, b = _PACKETS.search(cli_output), _BYTES.search(cli_output)
-    return (int(p.group(1)) if p else 0, int(b.group(1)) if b else 0)
+def counter_values(cli_output: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """{(counter, index): (packets, bytes)} from the answers to `counter_read` commands.
+    Keyed by name and index, not by position, so a missing answer is noticed, not shifted."""
+    return {(m.group(1), int(m.group(2))): (int(m.group(4)), int(m.group(3)))
+            for m in _COUNTER.finditer(cli_output)}
 
 
 class Bmv2DataPlane:
@@ -138,13 +139,16 @@ class Bmv2DataPlane:
                     ("FabricEgress.ecn_marked", "ecn"), ("FabricIngress.pfc_rx", "pfc"))
         for name, s in self.specs.items():
             cmds = [f"counter_read {c} {bmv2_port(p.index)}" for p in s.ports for c, _ in counters]
-            answers = self.procs[name].load(cmds).split("RuntimeCmd:")
-            values = [counter_value(a) for a in answers if "BmCounterValue" in a or "packets=" in a]
-            if len(values) != len(cmds):
-                raise Bmv2RuntimeError(f"{name}: read {len(values)} of {len(cmds)} counters")
+            values = counter_values(self.procs[name].load(cmds))
+            missing = [(c, bmv2_port(p.index)) for p in s.ports for c, _ in counters
+                       if (c, bmv2_port(p.index)) not in values]
+            if missing:
+                raise Bmv2RuntimeError(f"{name}: no answer for {len(missing)} of {len(cmds)} counters, "
+                                       f"e.g. {missing[0][0]}[{missing[0][1]}]")
             ports = {}
-            for i, p in enumerate(s.ports):
-                (rxp, rxb), (txp, txb), (ecn, _), (pfc, _) = values[4 * i: 4 * i + 4]
+            for p in s.ports:
+                i = bmv2_port(p.index)
+                (rxp, rxb), (txp, txb), (ecn, _), (pfc, _) = (values[(c, i)] for c, _ in counters)
                 ports[p.ifname] = {"rx_packets": rxp, "rx_bytes": rxb, "tx_packets": txp, "tx_bytes": txb,
                                    "ecn_marked": ecn, "pfc_rx": pfc}
             out["switches"][name] = {"ports": ports}
@@ -173,4 +177,4 @@ class Bmv2DataPlane:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
-__all__ = ["Bmv2DataPlane", "Bmv2RuntimeError", "Entry", "InstalledTables", "counter_value"]
+__all__ = ["Bmv2DataPlane", "Bmv2RuntimeError", "Entry", "InstalledTables", "counter_values"]
