@@ -19,14 +19,18 @@ import tempfile
 from dataclasses import replace
 from typing import Any
 
+from emu.fidelity import Part, engine_parts, line, packet_time_s, verdict
 from emu.net.switch import RunSettings
+from emu.roce.transport import HEADERS
 from emu.scenarios.common import child_env, fabric
 from emu.topo import make_topo
+from emu.topo.common import host_ports
 from emu.units import parse_size
 
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
           "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
 DEFAULT_DILATION = 10000.0
+MTU = 1024  # RoCE payload per packet
 
 
 def run(op: str, params: dict[str, str], *, dilation: float | None = None,
@@ -48,18 +52,29 @@ def run(op: str, params: dict[str, str], *, dilation: float | None = None,
     try:
         with fabric(topo, replace(settings or RunSettings(), dilation=d)) as net:
             hosts = sorted(net.hosts, key=lambda h: (len(h.name), h.name))
+            ports = {h.name: host_ports(topo, h.name) for h in hosts}
             cmd = [sys.executable, "-m", "emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
-                   "--sizes", ",".join(map(str, sizes)), "--dilation", str(d), "--cc", cc]
-            procs = [h.popen(cmd + ["--rank", str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env=child_env(), text=True) for r, h in enumerate(hosts)]
+                   "--sizes", ",".join(map(str, sizes)), "--dilation", str(d), "--cc", cc, "--mtu", str(MTU)]
+            procs = [h.popen(cmd + ["--rank", str(r), "--name", h.name,
+                                    "--addrs", ",".join(a for a, _ in ports[h.name]),
+                                    "--plane-rate", str(min(rate for _, rate in ports[h.name]))],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), text=True)
+                     for r, h in enumerate(hosts)]
             results = []
             for r, p in enumerate(procs):
                 out, err = p.communicate(timeout=900)
                 if p.returncode != 0:
                     raise RuntimeError(f"rank {r} failed: {err.strip()[-600:]}")
                 results.append(json.loads(out))
+            stats = net.engine.stats()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    plane_rate = min(rate for p in ports.values() for _, rate in p)
+    gpu_rate = min(sum(rate for _, rate in p) for p in ports.values())
+    parts = engine_parts(stats) + [Part(**f) for res in results for f in res["fidelity"]]
+    fidelity = verdict(parts, dilation=d, packet_s=packet_time_s(plane_rate, MTU + HEADERS))
+    # The bandwidth bound: every GPU's ports busy all the time, less RoCE/UDP/IPv6/Ethernet headers.
+    bound = gpu_rate / 8 * MTU / (MTU + HEADERS) / 1e9
     rows = []
     for k, size in enumerate(sizes):
         t = max(res["rows"][k]["time_fabric_s"] for res in results)
@@ -68,10 +83,13 @@ def run(op: str, params: dict[str, str], *, dilation: float | None = None,
         rows.append({"size": total, "count": size // 4, "type": "int32", "redop": "sum", "root": -1,
                      "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * FACTOR[op](n),
                      "wrong": sum(res["rows"][k]["wrong"] for res in results)})
+    for r in rows:
+        r["busbw_of_bound"] = r["busbw_GBps"] / bound
     return {"bench": "collective", "op": op, "topo": topo_name, "params": params, "nranks": n, "dilation": d,
-            "backend": (settings or RunSettings()).backend,
+            "backend": (settings or RunSettings()).backend, "mtu": MTU,
             "rows": rows, "avg_busbw_GBps": sum(r["busbw_GBps"] for r in rows) / len(rows),
-            "wrong": sum(r["wrong"] for r in rows)}
+            "wrong": sum(r["wrong"] for r in rows), "bound_busbw_GBps": bound,
+            "retransmits": sum(res.get("retransmits", 0) for res in results), "fidelity": fidelity}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -79,9 +97,13 @@ def table(result: dict[str, Any]) -> str:
     lines = [f"# {result['op']} on {result['topo']}, {result['nranks']} ranks, MetaRoCE, {algo}; "
              f"fabric units at D={result['dilation']:g}",
              f"#{'size':>12} {'count':>10} {'type':>6} {'redop':>6} {'root':>5} {'time(us)':>10} "
-             f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'#wrong':>7}"]
+             f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'of bound':>9} {'#wrong':>7}"]
     for r in result["rows"]:
         lines.append(f" {r['size']:>12} {r['count']:>10} {r['type']:>6} {r['redop']:>6} {r['root']:>5} "
-                     f"{r['time_us']:>10.2f} {r['algbw_GBps']:>12.2f} {r['busbw_GBps']:>12.2f} {r['wrong']:>7}")
+                     f"{r['time_us']:>10.2f} {r['algbw_GBps']:>12.2f} {r['busbw_GBps']:>12.2f} "
+                     f"{r['busbw_of_bound']:>8.0%} {r['wrong']:>7}")
     lines.append(f"# Avg bus bandwidth    : {result['avg_busbw_GBps']:.3f}")
+    lines.append(f"# Bound (line rate less headers, MTU {result['mtu']}): {result['bound_busbw_GBps']:.2f} GB/s "
+                 f"per GPU; retransmits {result['retransmits']}")
+    lines.append(f"# {line(result['fidelity'])}")
     return "\n".join(lines)

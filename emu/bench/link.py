@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from emu.bench.lab import engine_pair, wired_pair
-from emu.net.fidelity import fidelity_warnings
+from emu.net.fidelity import fabric_fidelity
 from emu.units import WIRE_OVERHEAD_BYTES, parse_distance, parse_rate, parse_size, propagation_delay
 
 PORT = 9100
@@ -55,7 +55,6 @@ def run(params: dict[str, str], *, dilation: float) -> dict[str, Any]:
                           "--rate", str(1.1 * rate / dilation)], timeout=600)
         got = json.loads(rx.communicate(timeout=120)[0])
         stats = engine.stats()
-        fidelity = stats["workers"][0]["fidelity"]
     frames = got["received_bytes"] // size
     wire = (size + UDP_HEADERS + WIRE_OVERHEAD_BYTES) * 8
     achieved = (frames - 1) * wire / got["wall_s"] * dilation if got["wall_s"] else 0.0
@@ -75,8 +74,7 @@ def run(params: dict[str, str], *, dilation: float) -> dict[str, Any]:
         "rtt_error": abs(measured_rtt / expected_rtt - 1),
         "frames": frames,
         "pings": len(rtts),
-        "fidelity": fidelity,
-        "fidelity_warnings": fidelity_warnings(stats),
+        "fidelity": fabric_fidelity(stats, rate_bps=rate, frame_bytes=size + UDP_HEADERS),
         "how": f"UDP {size} B at 1.1 x line rate, {nbytes} B, wire rate from first to last arrival; "
                f"median of {len(rtts)} pings vs 4 x (propagation + serialisation); fabric units at D={dilation:g}",
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),

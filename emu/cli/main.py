@@ -122,7 +122,7 @@ def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
     result = run_scenario(args.name, _topo_params(extra), _settings(args), out_dir=args.out,
                           dilation_given=args.dilation is not None)
     _emit(result, args.json)
-    return 0 if result.get("passed", True) else 1
+    return _fidelity_exit(result, args.strict, 0 if result.get("passed", True) else 1)
 
 
 def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
@@ -143,13 +143,14 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         _check_backend(args.backend, args.links)
         settings = RunSettings(backend=args.backend, links=args.links)
     result = run_bench(args.name, params, dilation=args.dilation, op=args.op or "", settings=settings)
+    code = 0 if result.get("wrong", 0) == 0 else 1
     if args.name == "collective" and not args.json:
         from emu.bench.collective import table
 
         print(table(result))
-        return 0 if result["wrong"] == 0 else 1
-    _emit(result, args.json)
-    return 0 if result.get("wrong", 0) == 0 else 1
+    else:
+        _emit(result, args.json)
+    return _fidelity_exit(result, args.strict, code, printed=args.name == "collective" and not args.json)
 
 
 def cmd_roce(args: argparse.Namespace, extra: list[str]) -> int:
@@ -184,6 +185,20 @@ def cmd_roce(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if server["data_ok"] else 1
 
 
+def _fidelity_exit(result: dict[str, Any], strict: bool, code: int, printed: bool = False) -> int:
+    """Print the fidelity verdict in one line (stderr, so --json output stays one object); with
+    --strict, a result whose fidelity is not ok, or was not measured, fails."""
+    from emu.fidelity import line
+
+    fid = result.get("fidelity")
+    if not printed:
+        err.print(line(fid), style=None if fid and fid["ok"] else "yellow", highlight=False, markup=False)
+    if strict and not (fid and fid["ok"]):
+        err.print("[red]--strict: the result's fidelity is not ok[/red]")
+        return code or 3
+    return code
+
+
 def _emit(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(result))
@@ -211,6 +226,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured-headroom", action="store_true",
                    help="size every switch link's PFC headroom from probe round trips at start")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--strict", action="store_true",
+                   help="exit non-zero (3) when the result's fidelity is not ok or was not measured")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -253,6 +270,8 @@ def parser() -> argparse.ArgumentParser:
                    help="`collective` on bmv2: what carries the links; `link --links engine`: measure the engine's "
                         "wires (a bridge in the switch's place) instead of an engine switch")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--strict", action="store_true",
+                   help="exit non-zero (3) when the result's fidelity is not ok or was not measured")
     p.set_defaults(fn=cmd_bench)
     return ap
 

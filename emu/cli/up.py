@@ -10,9 +10,10 @@ from mininet.log import setLogLevel
 from rich.console import Console
 
 from emu.cli.mncli import FabricCLI
+from emu.fidelity import line
 from emu.net.cleanup import _root_interfaces, _worker_pids
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fidelity_warnings
+from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.topo import make_topo
 
@@ -61,7 +62,7 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
                                  "failed": [f"{a}->{b}" for a, b in (r4.failed + r6.failed)[:20]]}
             passed = r4.loss == 0 and r6.loss == 0
             stats = net.engine.stats()
-            result["fidelity_warnings"] = fidelity_warnings(stats)
+            result["fidelity"] = fabric_fidelity(stats)
             result["drops"] = drops_by_reason(stats)
     finally:
         if net is not None:
@@ -82,8 +83,8 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
             if ping:
                 console.print(f"pingall: IPv4 {ping['ipv4_loss_pct']:.1f}% loss, IPv6 {ping['ipv6_loss_pct']:.1f}% "
                               f"loss ({ping['received']}/{ping['sent']} replies, {ping['retried']} needed a second try)")
-            for w in result.get("fidelity_warnings", []):
-                console.print(f"[yellow]warning: {w}[/yellow]")
+            if "fidelity" in result:
+                console.print(line(result["fidelity"]), markup=False, highlight=False)
             console.print(f"up {result['up_s']} s, down {result['down_s']} s, left behind: "
                           f"{', '.join(result['left_behind']) or 'nothing'}")
             console.print("[green]PASSED[/green]" if passed else "[red]FAILED[/red]")

@@ -18,15 +18,18 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
+from emu.fidelity import Lateness, Part
 from emu.roce.perf import publish, wait_for
 from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
 
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
 SIGNALS = 64
+START_MARGIN_S = 0.05  # wall time between the last rank's arrival and the common start
 
 
 def pattern(rank: int, size: int) -> np.ndarray:
@@ -38,7 +41,8 @@ class Ring:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
         self.r, self.n = args.rank, args.nranks
-        self.dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc)
+        addrs = args.addrs.split(",") if args.addrs else host_plane_addresses()
+        self.dev = Device(addrs, dilation=args.dilation, cc=args.cc, plane_rate_bps=args.plane_rate, mtu=args.mtu)
         biggest = max(args.sizes) * (self.n if args.op == "allgather" else 1)
         self.data = self.dev.reg_mr(biggest)
         self.stage = self.dev.reg_mr(biggest)  # reduce-scatter chunks land here
@@ -50,6 +54,9 @@ class Ring:
         self.mesh: dict[int, QueuePair] = (
             {p: self.dev.create_qp() for p in range(self.n) if p != self.r} if args.op == "alltoall" else {})
         self.round = 0
+        # Wall time this rank spends on itself while it should be moving data (the reduction,
+        # a late start): what a GPU would not spend, so it counts against fidelity.
+        self.harness = Lateness(1024)
 
     def connect(self) -> None:
         me = {"right": self.right.qpn, "left": self.left.qpn, "addrs": [p.addr for p in self.dev.planes],
@@ -68,9 +75,21 @@ class Ring:
             self.peers[p] = info
 
     def barrier(self, tag: str) -> None:
-        publish(self.a.dir, f"{tag}-{self.r}", {})
+        publish(self.a.dir, f"{tag}-{self.r}", {"t": time.monotonic()})
         for i in range(self.n):
             wait_for(self.a.dir, f"{tag}-{i}", self.a.timeout, self.dev)
+
+    def start_together(self, tag: str) -> float:
+        """A barrier that also agrees on a start instant (the monotonic clock is the machine's, shared by
+        every namespace): each rank's time runs from the same moment, so the file-polling skew of the
+        barrier, which would scale with 1/D in fabric time, is not in the result."""
+        publish(self.a.dir, f"{tag}-{self.r}", {"t": time.monotonic()})
+        start = max(wait_for(self.a.dir, f"{tag}-{i}", self.a.timeout, self.dev)["t"] for i in range(self.n))
+        start += START_MARGIN_S
+        while (now := time.monotonic()) < start:
+            self.dev.progress(min(0.001, start - now))
+        self.harness.add(now - start)
+        return start
 
     # -- one step: write a chunk to the right, then its signal ------------------------------
 
@@ -110,7 +129,9 @@ class Ring:
             send_c, recv_c = (r - s) % n, (r - s - 1) % n
             self.send(self.data, send_c * chunk, chunk, self.peer["stage"], send_c * chunk)
             self.wait_signal()
+            t = time.monotonic()
             self.ints(self.data, recv_c * chunk, chunk)[:] += self.ints(self.stage, recv_c * chunk, chunk)
+            self.harness.add(time.monotonic() - t)
 
     def all_gather(self, size: int, first: int) -> None:
         """Circulate chunk `first + r` (already final on rank r) until every rank has all n."""
@@ -187,19 +208,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dilation", type=float, default=1000.0)
     ap.add_argument("--cc", default="none")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--name", default="", help="the host's name, for fidelity reports")
+    ap.add_argument("--addrs", default="", help="this host's plane addresses, comma-separated (default: read)")
+    ap.add_argument("--plane-rate", type=float, default=100e9, help="each plane's line rate, b/s (fabric)")
+    ap.add_argument("--mtu", type=int, default=1024, help="RoCE path MTU: payload bytes per packet")
     a = ap.parse_args(argv)
     ring = Ring(a)
     ring.connect()
     rows: list[dict[str, Any]] = []
+    ring.dev.reset_fidelity()  # set-up and rendezvous are not timed, so not judged either
     for k, size in enumerate(a.sizes):
         ring.fill(size)
-        ring.barrier(f"start{k}")
-        t0 = time.monotonic()
+        t0 = ring.start_together(f"start{k}")
         wrong = ring.run_op(size)
         wall = time.monotonic() - t0
         rows.append({"size": size, "time_fabric_s": wall / a.dilation, "wrong": wrong})
         ring.barrier(f"end{k}")
-    print(json.dumps({"rank": a.rank, "rows": rows, "planes": ring.dev.plane_stats(), "pid": os.getpid()}),
+    name = a.name or f"rank{a.rank}"
+    fidelity = [*ring.dev.fidelity(name), asdict(Part.from_summary(f"rank {a.rank} harness", "rank",
+                                                                   ring.harness.summary()))]
+    print(json.dumps({"rank": a.rank, "rows": rows, "planes": ring.dev.plane_stats(), "pid": os.getpid(),
+                      "fidelity": fidelity, "retransmits": sum(qp.retransmits for qp in ring.dev.qps.values())}),
           flush=True)
     return 0
 

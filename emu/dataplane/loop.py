@@ -17,9 +17,10 @@ import itertools
 import os
 import select
 import time
-from array import array
 from collections.abc import Callable
 from typing import Any
+
+from emu.fidelity import Lateness
 
 Callback = Callable[[float, Any], None]
 
@@ -103,34 +104,6 @@ class TimerFd:
 
     def close(self) -> None:
         os.close(self.fd)
-
-
-class Lateness:
-    """How late callbacks run against their schedule: the engine's fidelity monitor."""
-
-    def __init__(self, size: int = 8192) -> None:
-        self.samples = array("d", [0.0]) * size
-        self.size = size
-        self.count = 0
-        self.max = 0.0
-
-    def add(self, late: float) -> None:
-        self.samples[self.count % self.size] = late
-        self.count += 1
-        if late > self.max:
-            self.max = late
-
-    def summary(self) -> dict[str, float]:
-        n = min(self.count, self.size)
-        if n == 0:
-            return {"events": 0, "p50_s": 0.0, "p99_s": 0.0, "max_s": 0.0}
-        s = sorted(self.samples[:n])
-        return {
-            "events": self.count,
-            "p50_s": s[n // 2],
-            "p99_s": s[min(n - 1, (n * 99) // 100)],
-            "max_s": self.max,
-        }
 
 
 class WallLoop(Loop):

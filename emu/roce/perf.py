@@ -63,7 +63,8 @@ def server(args: argparse.Namespace) -> dict[str, Any]:
     return {"role": "server", "qpn": ends[0][1].qpn, "qpns": [qp.qpn for _, qp in ends], "data_ok": all(ok),
             "bad_requests": sum(qp.bad for _, qp in ends), "counters": dev.counters,
             "cnps_sent": sum(qp.cnps_sent for _, qp in ends), "planes": dev.plane_stats(),
-            "rx_traces": [[(t / args.dilation, b) for t, b in qp.rx_trace] for _, qp in ends]}
+            "rx_traces": [[(t / args.dilation, b) for t, b in qp.rx_trace] for _, qp in ends],
+            "fidelity": dev.fidelity("server")}
 
 
 def client(args: argparse.Namespace) -> dict[str, Any]:
@@ -85,6 +86,7 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
         dev.poll_cq()
         lats.append((time.monotonic() - t) / args.dilation)
     # Bandwidth: the whole buffer in messages of `message` bytes, all posted at once.
+    dev.reset_fidelity()
     t0 = time.monotonic()
     wr = 0
     for off in range(0, args.bytes, args.message):
@@ -105,7 +107,7 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
         "rate_trace": qp.rate_trace,
         "plane_trace": [(t / args.dilation, b) for t, b in dev.plane_trace],
         "lat_fabric_s": {"min": lats[0], "typical": lats[len(lats) // 2], "max": lats[-1]} if lats else {},
-        "planes": dev.plane_stats(),
+        "planes": dev.plane_stats(), "fidelity": dev.fidelity(f"client {args.index}"),
     }
 
 

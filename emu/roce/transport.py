@@ -29,9 +29,10 @@ import socket
 import struct
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from emu.fidelity import Lateness, Part
 from emu.roce import wire
 from emu.roce.cc import CongestionControl, make
 
@@ -42,7 +43,9 @@ TC_CNP = 48 << 2
 DUP_THRESH = 3
 LOSS_TO_DOWN = 8
 ENTROPY = 4
-_TCLASS_CMSG = socket.CMSG_SPACE(4)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_CMSG_SPACE = socket.CMSG_SPACE(4) + socket.CMSG_SPACE(16)  # traffic class + kernel arrival stamp
+_TIMESPEC = struct.Struct("qq")
 
 
 class RoceError(RuntimeError):
@@ -120,6 +123,7 @@ class QueuePair:
         self.cum_acked = -1
         self.wrs: deque[tuple[int, Segment, int]] = deque()  # (wr_id, its last segment, bytes)
         self.next_send = 0.0
+        self.ready_at = 0.0  # when the queue last became non-empty (wall): a send is due no earlier
         self.srtt = 0.0
         self.retransmits = 0
         self.rate_trace: list[tuple[float, float]] = []  # (fabric s, bps): on every CNP and every sample
@@ -151,6 +155,8 @@ class QueuePair:
             raise RoceError("the queue pair is not connected")
         if offset < 0 or length < 0 or offset + length > mr.size:
             raise RoceError(f"write of {length} B at {offset} is outside the {mr.size} B region")
+        if not self.pending:
+            self.ready_at = time.monotonic()  # segmenting below counts against the first send
         mtu = self.dev.mtu
         view = memoryview(mr.buf)
         first = True
@@ -191,9 +197,10 @@ class Device:
         self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
         self.next_sample = 0.0
         self.plane_trace: list[tuple[float, list[int]]] = []  # (wall s, bytes sent per plane), sampled
-        self.poller = select.poll()
-        for p in self.planes:
-            self.poller.register(p.rx.fileno(), select.POLLIN)
+        self.rx_fds = [p.rx.fileno() for p in self.planes]
+        # Fidelity: sends against their paced slot, receives against the kernel's arrival stamp.
+        self.send_late = Lateness()
+        self.recv_late = Lateness()
 
     # -- resources --------------------------------------------------------------
 
@@ -215,6 +222,7 @@ class Device:
         rx = sock(wire.ROCE_PORT, 0)
         rx.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
         rx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+        rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         tx = [sock(0, TC_DATA) for _ in range(ENTROPY)]
         ctl, cnp = sock(0, TC_ACK), sock(0, TC_CNP)
         return Plane(i, addr, wire.ip6(addr), rx, tx, [s.getsockname()[1] for s in tx], ctl, ctl.getsockname()[1],
@@ -264,7 +272,9 @@ class Device:
         for qp in self.qps.values():
             if qp.pending and len(qp.inflight) < self.window:
                 wait = min(wait, max(0.0, qp.next_send - now), *(max(0.0, p.next_free - now) for p in self.planes))
-        self.poller.poll(wait * 1000 if wait > 0.0005 else 0)
+        # select() sleeps with microsecond resolution (poll and epoll round up to whole ms, a
+        # packet time at D = 10 000): no busy loop, so the engine's workers keep the cores.
+        select.select(self.rx_fds, (), (), wait)
 
     def run_until_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -324,7 +334,9 @@ class Device:
             plane = self._pick_plane(qp, now)
             if plane is None:
                 return
+            due = max(qp.next_send, plane.next_free, qp.ready_at)
             self._transmit(qp, qp.pending.popleft(), plane, now)
+            self.send_late.add(now - due)
 
     def _recover(self, qp: QueuePair, now: float) -> None:
         """Retransmit what SACKs or the timer say is lost, on another plane."""
@@ -376,10 +388,11 @@ class Device:
     # -- receiving ----------------------------------------------------------------------
 
     def _receive(self, now: float) -> None:
+        wall = time.time()  # the kernel stamps arrivals on the realtime clock
         for plane in self.planes:
             for _ in range(256):
                 try:
-                    data, anc, _, addr = plane.rx.recvmsg(65535, _TCLASS_CMSG)
+                    data, anc, _, addr = plane.rx.recvmsg(65535, _CMSG_SPACE)
                 except BlockingIOError:
                     break
                 plane.stats["rx_packets"] += 1
@@ -387,6 +400,9 @@ class Device:
                 for level, kind, val in anc:
                     if level == socket.IPPROTO_IPV6 and kind == socket.IPV6_TCLASS and len(val) >= 4:
                         tclass = struct.unpack("i", val[:4])[0]
+                    elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(val) >= 16:
+                        sec, ns = _TIMESPEC.unpack_from(val)
+                        self.recv_late.add(wall - sec - ns * 1e-9)
                 self._packet(plane, data, addr, tclass, now)
 
     def _packet(self, plane: Plane, data: bytes, addr: Any, tclass: int, now: float) -> None:
@@ -531,9 +547,19 @@ class Device:
     def plane_stats(self) -> list[dict[str, Any]]:
         return [{"plane": p.index, "addr": p.addr, "healthy": p.healthy, **p.stats} for p in self.planes]
 
+    def reset_fidelity(self) -> None:
+        self.send_late.reset()
+        self.recv_late.reset()
 
-def host_plane_addresses(prefix: str = "fdfa:") -> list[str]:
-    """This namespace's global IPv6 addresses on the fabric, in plane order (interface suffix)."""
+    def fidelity(self, name: str) -> list[dict[str, Any]]:
+        """This endpoint's parts (fidelity.Part fields), to be carried to the harness as JSON."""
+        return [asdict(Part.from_summary(f"endpoint {name} send", "endpoint", self.send_late.summary())),
+                asdict(Part.from_summary(f"endpoint {name} receive", "endpoint", self.recv_late.summary()))]
+
+
+def host_plane_addresses(prefix: str = "") -> list[str]:
+    """This namespace's global IPv6 addresses, in plane order (interface suffix). A fabric host has
+    only fabric ports, so whatever the topology's address plan, these are its planes."""
     out = os.popen("ip -6 -o addr show scope global").read().splitlines()
     found = []
     for line in out:

@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from emu.net.fidelity import fidelity_warnings
+from emu.fidelity import combine
+from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.roce.run import PerfRun, mininet_popen
+from emu.roce.transport import HEADERS
 from emu.scenarios.common import fabric, only, save, size_param
 from emu.topo.fpf import FPFTopo
 
@@ -75,13 +77,14 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
             "_queue": queue,
             "queue_hwm_bytes": port["queue_hwm"][3],
             "pfc_frames": port["pfc_tx"],
-            "fidelity_warnings": fidelity_warnings(stats),
+            "fidelity": fabric_fidelity(stats, frame_bytes=1024 + HEADERS, endpoints=[*clients, server]),
             "_traces": (server["rx_traces"], [c["rate_trace"] for c in clients]),
         }
     traces, rate_traces = runs["dcqcn"].pop("_traces")
     runs["none"].pop("_traces")
     queues = {cc: runs[cc].pop("_queue") for cc in runs}
-    result = {"scenario": "dcqcn", "dilation": settings.dilation, "bytes_per_flow": nbytes, **runs}
+    result = {"scenario": "dcqcn", "dilation": settings.dilation, "bytes_per_flow": nbytes, **runs,
+              "fidelity": combine({cc: run["fidelity"] for cc, run in runs.items()})}
     a, b = runs["dcqcn"]["flow_rate_while_both_fabric_bps"]
     result["passed"] = (runs["dcqcn"]["data_ok"] and runs["none"]["data_ok"] and min(a, b) >= 0.8 * max(a, b)
                         and runs["dcqcn"]["over_kmax_fraction"] < 0.5 < runs["none"]["over_kmax_fraction"])

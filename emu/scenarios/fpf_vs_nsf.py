@@ -14,8 +14,9 @@ from typing import Any
 
 import networkx as nx
 
+from emu.fidelity import combine
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fidelity_warnings
+from emu.net.fidelity import fabric_fidelity
 from emu.net.link import FabricLink
 from emu.net.switch import RunSettings
 from emu.scenarios.common import fabric, int_param, only, save
@@ -54,7 +55,7 @@ def measure(net: FabricNet, dst_ip: str, dilation: float) -> dict[str, Any]:
         "switches": len(net.switches),
         "links": len(net.links),
         "bisection_bps": bisection_bps(net, gpus),
-        "fidelity_warnings": fidelity_warnings(net.engine.stats()),
+        "fidelity": fabric_fidelity(net.engine.stats()),
     }
 
 
@@ -70,7 +71,8 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
                         rate=f"{100 * planes}G"), settings) as net:
         nsf = measure(net, net.get(f"gpu{far}").IP(), settings.dilation)
     result = {"scenario": "fpf-vs-nsf", "dilation": settings.dilation, "gpus": gpus, "planes": planes,
-              "between": ["gpu0", f"gpu{far}"], "fpf": fpf, "nsf": nsf}
+              "between": ["gpu0", f"gpu{far}"], "fpf": fpf, "nsf": nsf,
+              "fidelity": combine({"fpf": fpf["fidelity"], "nsf": nsf["fidelity"]})}
     result["passed"] = (fpf["replies"] > 0 and nsf["replies"] > 0 and fpf["switch_hops"] < nsf["switch_hops"]
                         and fpf["base_rtt_fabric_s"] < nsf["base_rtt_fabric_s"])
 

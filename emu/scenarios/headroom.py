@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from emu.dataplane.buffer import pfc_headroom
-from emu.net.fidelity import fidelity_warnings
+from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.scenarios.common import (
     DSCP_LOSSLESS,
@@ -49,6 +49,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
     topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts=2, bags=1, rate="400G",
                    fabric_rate="800G", bag_rates="800G", distance=f"{true_m}m")
     phases = []
+    senders: list[dict[str, Any]] = []
     with fabric(topo, settings) as net:
         control = net.control
         dst = net.get("h100x0").IP()
@@ -59,6 +60,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
             flows = [Flow(src, "h100x0", dst, PORT, nbytes, parse_rate("400G"), tos=DSCP_LOSSLESS << 2 | ECT0)
                      for src in ("h000x0", "h000x1")]
             sent, got = Traffic(net, flows, dilation=settings.dilation).wait()
+            senders.extend(sent)
             after = totals(net.engine.stats())
             return {
                 "phase": name,
@@ -86,7 +88,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         "drops_short_headroom": short["drops_lossless"],
         "drops_measured_headroom": measured["drops_lossless"],
         "phases": phases,
-        "fidelity_warnings": fidelity_warnings(stats),
+        "fidelity": fabric_fidelity(stats, rate_bps=800e9, senders=senders),
     }
     result["passed"] = (short["drops_lossless"] > 0 and measured["drops_lossless"] == 0
                         and abs(far.length_m - true_m) < 0.05 * true_m)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emu.net.fidelity import fidelity_warnings
+from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.scenarios.common import (
     DSCP_LOSSLESS,
@@ -71,7 +71,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         "drops_socket": t["drops_by_reason"].get("rx_socket_overflow", 0),
         "receive_fabric_s": rx["wall_s"] / settings.dilation,
         "goodput_fabric_bps": delivered * 8 / rx["wall_s"] * settings.dilation if rx["wall_s"] else 0.0,
-        "fidelity_warnings": fidelity_warnings(stats),
+        "fidelity": fabric_fidelity(stats, rate_bps=rate, frame_bytes=size + 42, senders=sent),
     }
     if settings.pfc:
         result["passed"] = t["drops_lossless"] == 0 and t["pfc_frames"] > 0 and delivered == offered

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from emu.net.fidelity import fidelity_warnings
+from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.scenarios.common import (
     Flow,
@@ -71,7 +71,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         "delivered_after_failure_by_plane": after,
         "others_complete": all(by_plane[p] == offered[p] for p in others),
         "failed_plane_lost_bytes": offered[failed] - by_plane[failed],
-        "fidelity_warnings": fidelity_warnings(stats),
+        "fidelity": fabric_fidelity(stats, rate_bps=rate, senders=sent),
     }
     result["passed"] = result["others_complete"] and result["failed_plane_lost_bytes"] > 0 and all(
         after[p] > 0 for p in others)

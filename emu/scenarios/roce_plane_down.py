@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from emu.net.fidelity import fidelity_warnings
+from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.roce.run import PerfRun, mininet_popen
+from emu.roce.transport import HEADERS
 from emu.scenarios.common import ScenarioError, fabric, int_param, only, save, size_param
 from emu.topo.fpf import FPFTopo
 
@@ -50,7 +51,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         "data_packets_on_failed_plane_after_detection": p["tx_after_down"],
         "probes_on_failed_plane": p["probes"],
         "bytes_by_plane": [q["tx_bytes"] for q in client["planes"]],
-        "fidelity_warnings": fidelity_warnings(stats),
+        "fidelity": fabric_fidelity(stats, frame_bytes=1024 + HEADERS, endpoints=[client, server]),
     }
     result["passed"] = server["data_ok"] and not p["healthy"] and p["tx_after_down"] == 0
     trace = client["plane_trace"]

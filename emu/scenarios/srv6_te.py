@@ -14,7 +14,7 @@ import re
 import statistics
 from typing import Any
 
-from emu.net.fidelity import fidelity_warnings
+from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.scenarios.common import Flow, Traffic, fabric, int_param, only, save
 from emu.topo.rbb import RBBParams, RBBTopo, dt6_sid, end_sid
@@ -66,7 +66,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         "dilation": settings.dilation,
         "segments": long_way,
         "phases": phases,
-        "fidelity_warnings": fidelity_warnings(stats),
+        "fidelity": fabric_fidelity(stats, rate_bps=400e9),
     }
     # The flow is `packets` datagrams: a router it crossed forwarded at least that many in the phase.
     crossed = {ph["phase"]: sorted(r for r, n in ph["forwarded_by_router"].items() if n >= packets) for ph in phases}

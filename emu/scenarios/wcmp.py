@@ -18,7 +18,7 @@ from typing import Any
 
 from emu.control.runtime import ControlTiming
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fidelity_warnings
+from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.scenarios.common import Flow, Traffic, fabric, int_param, only, save, size_param
 from emu.topo.bag import BAGTopo
@@ -96,7 +96,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         "flap_without_damping": plain,
         "flap_with_damping": {**damped, "hold_down_fabric_s": HOLD_DOWN_S},
         "detection_fabric_s": DETECTION_S,
-        "fidelity_warnings": fidelity_warnings(stats),
+        "fidelity": fabric_fidelity(stats, rate_bps=400e9),
     }
     result["passed"] = error < 0.1 and damped["route_updates"] < plain["route_updates"]
 

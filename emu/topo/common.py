@@ -48,5 +48,17 @@ def host_link(topo: Topo, host: str, switch: str, *, port: int, net4: str, net6:
     )
 
 
+def host_ports(topo: Topo, host: str) -> list[tuple[str, float]]:
+    """(IPv6 address, rate in b/s) of each of `host`'s fabric ports in port order: the host's part of
+    the topology's own address plan, which MetaRoCE endpoints use as their planes."""
+    ports = []
+    for a, b, info in topo.links(sort=True, withInfo=True):
+        if host in (a, b) and info.get("host_ip6"):
+            port = info.get("port1") if info.get("node1", a) == host else info.get("port2")
+            ports.append((port if port is not None else len(ports), info["host_ip6"].split("/")[0],
+                          parse_rate(info["rate"])))
+    return [(addr, rate) for _, addr, rate in sorted(ports)]
+
+
 def fabric_link(topo: Topo, a: str, b: str, *, rate: str, distance: str) -> None:
     topo.addLink(a, b, cls=FabricLink, rate=rate, distance=distance)

@@ -15,6 +15,8 @@ import socket
 import sys
 import time
 
+from emu.fidelity import Lateness
+
 HEADER = 42  # Ethernet + IPv4 + UDP in front of each datagram
 
 
@@ -39,19 +41,23 @@ def send(dst: str, port: int, *, nbytes: int, size: int, rate_bps: float, tos: i
     count = (nbytes + size - 1) // size
     per_pkt = (size + HEADER + 24) * 8 / rate_bps
     sent = errors = 0
+    late = Lateness()  # each datagram against its paced slot: the generator's fidelity
     t0 = time.monotonic()
     for i in range(count):
         due = t0 + i * per_pkt
         now = time.monotonic()
         if due > now + 0.0005:
             time.sleep(due - now)
+            now = time.monotonic()
+        late.add(now - due if now > due else 0.0)
         payload[0:4] = i.to_bytes(4, "big")
         try:
             socks[i % len(socks)].send(payload)
             sent += size
         except OSError:
             errors += 1
-    return {"sent_bytes": sent, "packets": count - errors, "errors": errors, "wall_s": time.monotonic() - t0}
+    return {"sent_bytes": sent, "packets": count - errors, "errors": errors, "wall_s": time.monotonic() - t0,
+            "lateness": late.summary()}
 
 
 def recv(port: int, *, expect: int, idle: float, timeout: float, bin_s: float, v6: bool) -> dict:

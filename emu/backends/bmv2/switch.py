@@ -27,7 +27,8 @@ from emu.net.cleanup import BMV2_LOG_DIR
 from emu.net.switch import FabricSwitch, build_spec, record_nodes
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-DEFAULT_JSON = os.path.join(REPO, "p4", "build", "fabric.json")
+# `make p4` writes the program here; EMU_BMV2_JSON points the backend at another build.
+DEFAULT_JSON = os.environ.get("EMU_BMV2_JSON") or os.path.join(REPO, "p4", "build", "fabric.json")
 INSTALL_HINT = ("install BMv2 (simple_switch and simple_switch_CLI) from p4lang's packages or a "
                 "behavioral-model build, and p4c to compile p4/fabric.p4 (`make p4`)")
 

@@ -1,0 +1,140 @@
+"""Did everything that keeps fabric time keep it? One verdict per result.
+
+A figure the emulator prints is the fabric's only if every part that runs on a
+fabric-time schedule ran on time: the engine's workers (each timer callback
+against its due time), MetaRoCE endpoints (each paced send against the moment
+its wire was free, each received packet against the kernel's arrival stamp),
+collective ranks (wall time spent outside the transport between steps) and
+traffic generators (each datagram against its paced slot). Each part records
+its lateness in wall seconds; the verdict converts to fabric time (divide by
+the dilation D) and to packet times (one MTU frame on the fastest link), and
+compares each part's p99 with a threshold stated in the result.
+
+Why packet times: a part late by less than one frame's serialisation can only
+shift packets within the granularity the fabric itself has; late by several,
+it changes queueing, pacing and round trips, and the figure measures the
+machine running the emulator. This module is a leaf (standard library only),
+so the engine, the endpoints and the harnesses all use the same recorder.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# p99 lateness allowed, in packet times (one MTU frame on the fastest link of the run).
+THRESHOLD_PACKET_TIMES = 2.0
+STATISTIC = "p99"
+
+
+class Lateness:
+    """Lateness samples (wall seconds) in a fixed ring: the last `size` events, no allocation."""
+
+    def __init__(self, size: int = 8192) -> None:
+        self.samples = array("d", [0.0]) * size
+        self.size = size
+        self.count = 0
+        self.max = 0.0
+
+    def add(self, late: float) -> None:
+        self.samples[self.count % self.size] = late
+        self.count += 1
+        if late > self.max:
+            self.max = late
+
+    def reset(self) -> None:
+        """Start a new measurement window (e.g. after set-up, before the timed part)."""
+        self.count = 0
+        self.max = 0.0
+
+    def summary(self) -> dict[str, float]:
+        n = min(self.count, self.size)
+        if n == 0:
+            return {"events": 0, "p50_s": 0.0, "p99_s": 0.0, "max_s": 0.0}
+        s = sorted(self.samples[:n])
+        return {"events": self.count, "p50_s": s[n // 2], "p99_s": s[min(n - 1, (n * 99) // 100)],
+                "max_s": self.max}
+
+
+@dataclass(frozen=True)
+class Part:
+    """One clock-keeping part's lateness over a run, in wall seconds."""
+
+    name: str  # "engine worker 0", "endpoint gpu3 send", "rank 2 harness"
+    kind: str  # engine | endpoint | rank | traffic
+    events: int
+    p99_s: float
+    max_s: float
+
+    @classmethod
+    def from_summary(cls, name: str, kind: str, s: dict[str, float]) -> Part:
+        return cls(name, kind, int(s["events"]), float(s["p99_s"]), float(s["max_s"]))
+
+
+def packet_time_s(rate_bps: float, frame_bytes: int = 1500) -> float:
+    """Fabric seconds one frame takes on a link of `rate_bps` (the verdict's unit)."""
+    return frame_bytes * 8 / rate_bps
+
+
+def verdict(parts: list[Part], *, dilation: float, packet_s: float,
+            threshold_packets: float = THRESHOLD_PACKET_TIMES, missing: list[str] | None = None) -> dict[str, Any]:
+    """The `fidelity` object of a result. `packet_s` is one packet time in fabric seconds;
+    `missing` names parts that keep fabric time but could not report (then `ok` is null)."""
+    rows = []
+    for p in parts:
+        late_ns = p.p99_s / dilation * 1e9
+        rows.append({**asdict(p), "p99_fabric_ns": late_ns, "max_fabric_ns": p.max_s / dilation * 1e9,
+                     "p99_packet_times": late_ns / (packet_s * 1e9),
+                     "ok": late_ns <= threshold_packets * packet_s * 1e9})
+    worst = max(rows, key=lambda r: r["p99_fabric_ns"], default=None)
+    bad = [r for r in rows if not r["ok"]]
+    ok: bool | None = (not bad) if not missing else (False if bad else None)
+    return {
+        "ok": ok, "dilation": dilation, "statistic": STATISTIC,
+        "threshold": {"packet_times": threshold_packets, "fabric_ns": threshold_packets * packet_s * 1e9,
+                      "packet_fabric_ns": packet_s * 1e9},
+        "worst": None if worst is None else {k: worst[k] for k in ("name", "kind", "p99_fabric_ns",
+                                                                   "p99_packet_times", "p99_s")},
+        "behind": [r["name"] for r in bad], "missing": list(missing or []), "parts": rows,
+    }
+
+
+def combine(fids: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """One verdict for a result made of several runs (e.g. with and without DCQCN), by run name:
+    ok only if every run was, the worst part of all, every part named with its run."""
+    runs = list(fids.items())
+    oks = [f["ok"] for _, f in runs]
+    worst = max((f["worst"] | {"name": f"{k}: {f['worst']['name']}"} for k, f in runs if f["worst"]),
+                key=lambda w: w["p99_fabric_ns"], default=None)
+    first = runs[0][1]
+    return {"ok": None if None in oks else all(oks), "dilation": first["dilation"], "statistic": STATISTIC,
+            "threshold": first["threshold"], "worst": worst,
+            "behind": [f"{k}: {b}" for k, f in runs for b in f["behind"]],
+            "missing": sorted({m for _, f in runs for m in f["missing"]}),
+            "parts": [p | {"name": f"{k}: {p['name']}"} for k, f in runs for p in f["parts"]]}
+
+
+def engine_parts(stats: dict[str, Any]) -> list[Part]:
+    """The engine workers' parts, from `Engine.stats()` (BMv2 runs report the wire boxes' workers)."""
+    return [Part.from_summary(f"engine worker {w['worker']}", "engine", w["fidelity"]) for w in stats["workers"]]
+
+
+def line(fid: dict[str, Any] | None) -> str:
+    """The verdict in one line, as the CLI prints it."""
+    if not fid:
+        return "fidelity: not measured for this result"
+    t = fid["threshold"]
+    w = fid["worst"]
+    worst = (f"worst {w['name']} {STATISTIC} {w['p99_fabric_ns']:.0f} ns late "
+             f"({w['p99_packet_times']:.2f} packet times)") if w else "no part reported"
+    limit = f"limit {t['packet_times']:g} packet times = {t['fabric_ns']:.0f} ns, D={fid['dilation']:g}"
+    if fid["ok"] is None:
+        return f"fidelity: UNKNOWN ({', '.join(fid['missing'])} cannot report); {worst}; {limit}"
+    if fid["ok"]:
+        return f"fidelity: ok; {worst}; {limit}"
+    return (f"fidelity: NOT OK, {', '.join(fid['behind'][:4])}{' ...' if len(fid['behind']) > 4 else ''} fell "
+            f"behind; {worst}; {limit}: these figures are partly the emulator's; raise --dilation")
+
+
+__all__ = ["Lateness", "Part", "THRESHOLD_PACKET_TIMES", "combine", "engine_parts", "line", "packet_time_s", "verdict"]

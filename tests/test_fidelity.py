@@ -1,0 +1,55 @@
+"""The fidelity verdict: lateness converted to fabric time and packet times, judged per part."""
+
+from __future__ import annotations
+
+import pytest
+
+from emu.fidelity import Lateness, Part, combine, line, packet_time_s, verdict
+
+D = 10_000
+PKT = packet_time_s(100e9, 1250)  # 100 ns of fabric time
+
+
+def test_lateness_summary_and_reset():
+    late = Lateness(size=100)
+    for i in range(100):
+        late.add(i * 1e-6)
+    s = late.summary()
+    assert s["events"] == 100 and s["p50_s"] == pytest.approx(50e-6) and s["p99_s"] == pytest.approx(99e-6)
+    late.reset()
+    assert late.summary()["events"] == 0
+
+
+def test_a_part_late_by_more_than_the_threshold_fails_and_is_named():
+    on_time = Part("engine worker 0", "engine", 1000, p99_s=0.5e-3, max_s=2e-3)  # 50 ns fabric: 0.5 packets
+    late = Part("endpoint gpu3 send", "endpoint", 1000, p99_s=5e-3, max_s=9e-3)  # 500 ns fabric: 5 packets
+    v = verdict([on_time, late], dilation=D, packet_s=PKT)
+    assert v["ok"] is False and v["behind"] == ["endpoint gpu3 send"]
+    assert v["worst"]["name"] == "endpoint gpu3 send"
+    assert v["worst"]["p99_fabric_ns"] == pytest.approx(500) and v["worst"]["p99_packet_times"] == pytest.approx(5)
+    assert v["threshold"]["fabric_ns"] == pytest.approx(200)  # 2 packet times
+    assert "endpoint gpu3 send" in line(v) and "NOT OK" in line(v)
+
+
+def test_the_same_lateness_is_fine_at_a_higher_dilation():
+    late = Part("endpoint gpu3 send", "endpoint", 1000, p99_s=5e-3, max_s=9e-3)
+    assert verdict([late], dilation=10 * D, packet_s=PKT)["ok"] is True
+
+
+def test_a_part_that_cannot_report_leaves_the_verdict_unknown():
+    v = verdict([Part("engine worker 0", "engine", 10, 0.0, 0.0)], dilation=D, packet_s=PKT,
+                missing=["BMv2 simple_switch"])
+    assert v["ok"] is None and "UNKNOWN" in line(v) and "BMv2 simple_switch" in line(v)
+
+
+def test_combined_runs_are_ok_only_if_each_is():
+    good = verdict([Part("engine worker 0", "engine", 10, 1e-4, 1e-4)], dilation=D, packet_s=PKT)
+    bad = verdict([Part("engine worker 0", "engine", 10, 1e-2, 1e-2)], dilation=D, packet_s=PKT)
+    c = combine({"dcqcn": good, "none": bad})
+    assert c["ok"] is False and c["behind"] == ["none: engine worker 0"]
+    assert c["worst"]["name"] == "none: engine worker 0"
+    assert combine({"a": good, "b": good})["ok"] is True
+
+
+def test_no_result_means_not_measured():
+    assert "not measured" in line(None)
