@@ -25,6 +25,10 @@ from typing import Any
 
 # p99 lateness allowed, in packet times (one MTU frame on the fastest link of the run).
 THRESHOLD_PACKET_TIMES = 2.0
+# A paced sender that is late starts its next slot late: its mean lateness, in packet times, is
+# the share of line rate it lost. Allowed: 5 %. (Measured: a 256 KiB allreduce whose endpoints
+# were 0.19 packet times late on average took 28 % longer than at a D where they were 0.02.)
+PACED_MEAN_PACKET_TIMES = 0.05
 STATISTIC = "p99"
 
 
@@ -36,10 +40,12 @@ class Lateness:
         self.size = size
         self.count = 0
         self.max = 0.0
+        self.total = 0.0
 
     def add(self, late: float) -> None:
         self.samples[self.count % self.size] = late
         self.count += 1
+        self.total += late
         if late > self.max:
             self.max = late
 
@@ -47,14 +53,15 @@ class Lateness:
         """Start a new measurement window (e.g. after set-up, before the timed part)."""
         self.count = 0
         self.max = 0.0
+        self.total = 0.0
 
     def summary(self) -> dict[str, float]:
         n = min(self.count, self.size)
         if n == 0:
-            return {"events": 0, "p50_s": 0.0, "p99_s": 0.0, "max_s": 0.0}
+            return {"events": 0, "p50_s": 0.0, "p99_s": 0.0, "max_s": 0.0, "mean_s": 0.0}
         s = sorted(self.samples[:n])
         return {"events": self.count, "p50_s": s[n // 2], "p99_s": s[min(n - 1, (n * 99) // 100)],
-                "max_s": self.max}
+                "max_s": self.max, "mean_s": self.total / self.count}
 
 
 @dataclass(frozen=True)
@@ -66,10 +73,13 @@ class Part:
     events: int
     p99_s: float
     max_s: float
+    mean_s: float = 0.0
+    paced: bool = False  # a sender that restarts its schedule when late: lateness is lost rate
 
     @classmethod
-    def from_summary(cls, name: str, kind: str, s: dict[str, float]) -> Part:
-        return cls(name, kind, int(s["events"]), float(s["p99_s"]), float(s["max_s"]))
+    def from_summary(cls, name: str, kind: str, s: dict[str, float], paced: bool = False) -> Part:
+        return cls(name, kind, int(s["events"]), float(s["p99_s"]), float(s["max_s"]), float(s.get("mean_s", 0.0)),
+                   paced)
 
 
 def packet_time_s(rate_bps: float, frame_bytes: int = 1500) -> float:
@@ -84,18 +94,24 @@ def verdict(parts: list[Part], *, dilation: float, packet_s: float,
     rows = []
     for p in parts:
         late_ns = p.p99_s / dilation * 1e9
+        mean_pt = p.mean_s / dilation / packet_s
         rows.append({**asdict(p), "p99_fabric_ns": late_ns, "max_fabric_ns": p.max_s / dilation * 1e9,
-                     "p99_packet_times": late_ns / (packet_s * 1e9),
-                     "ok": late_ns <= threshold_packets * packet_s * 1e9})
-    worst = max(rows, key=lambda r: r["p99_fabric_ns"], default=None)
+                     "p99_packet_times": late_ns / (packet_s * 1e9), "mean_packet_times": mean_pt,
+                     "ok": late_ns <= threshold_packets * packet_s * 1e9
+                     and (not p.paced or mean_pt <= PACED_MEAN_PACKET_TIMES)})
+    # The worst part: one that failed, the furthest past its limit; else the latest at p99.
+    worst = max(rows, key=lambda r: (not r["ok"], max(r["p99_packet_times"] / threshold_packets,
+                                                      r["mean_packet_times"] / PACED_MEAN_PACKET_TIMES
+                                                      if r["paced"] else 0.0)), default=None)
     bad = [r for r in rows if not r["ok"]]
     ok: bool | None = (not bad) if not missing else (False if bad else None)
     return {
         "ok": ok, "dilation": dilation, "statistic": STATISTIC,
         "threshold": {"packet_times": threshold_packets, "fabric_ns": threshold_packets * packet_s * 1e9,
-                      "packet_fabric_ns": packet_s * 1e9},
+                      "packet_fabric_ns": packet_s * 1e9, "paced_mean_packet_times": PACED_MEAN_PACKET_TIMES},
         "worst": None if worst is None else {k: worst[k] for k in ("name", "kind", "p99_fabric_ns",
-                                                                   "p99_packet_times", "p99_s")},
+                                                                   "p99_packet_times", "p99_s", "paced",
+                                                                   "mean_packet_times")},
         "behind": [r["name"] for r in bad], "missing": list(missing or []), "parts": rows,
     }
 
@@ -127,8 +143,10 @@ def line(fid: dict[str, Any] | None) -> str:
     t = fid["threshold"]
     w = fid["worst"]
     worst = (f"worst {w['name']} {STATISTIC} {w['p99_fabric_ns']:.0f} ns late "
-             f"({w['p99_packet_times']:.2f} packet times)") if w else "no part reported"
-    limit = f"limit {t['packet_times']:g} packet times = {t['fabric_ns']:.0f} ns, D={fid['dilation']:g}"
+             f"({w['p99_packet_times']:.2f} packet times"
+             + (f", mean {w['mean_packet_times']:.3f}" if w.get("paced") else "") + ")") if w else "no part reported"
+    limit = (f"limits p99 {t['packet_times']:g} packet times = {t['fabric_ns']:.0f} ns, paced senders' mean "
+             f"{t.get('paced_mean_packet_times', PACED_MEAN_PACKET_TIMES):g}; D={fid['dilation']:g}")
     if fid["ok"] is None:
         return f"fidelity: UNKNOWN ({', '.join(fid['missing'])} cannot report); {worst}; {limit}"
     if fid["ok"]:

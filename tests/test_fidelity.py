@@ -53,3 +53,13 @@ def test_combined_runs_are_ok_only_if_each_is():
 
 def test_no_result_means_not_measured():
     assert "not measured" in line(None)
+
+
+def test_a_paced_sender_late_on_average_loses_rate_and_fails():
+    """p99 within the limit, but every send 0.1 packet times late: 10 % of line rate lost."""
+    sender = Part("endpoint gpu0 send", "endpoint", 1000, p99_s=1e-3, max_s=1e-3, mean_s=0.1e-3, paced=True)
+    jitter = Part("engine worker 0", "engine", 1000, p99_s=1e-3, max_s=1e-3, mean_s=0.1e-3)
+    assert verdict([jitter], dilation=D, packet_s=PKT)["ok"] is True  # the engine loses no rate when late
+    v = verdict([sender, jitter], dilation=D, packet_s=PKT)
+    assert v["ok"] is False and v["behind"] == ["endpoint gpu0 send"]
+    assert v["worst"]["mean_packet_times"] == pytest.approx(0.1)

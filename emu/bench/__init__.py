@@ -7,7 +7,7 @@ from typing import Any
 from emu.net.switch import RunSettings
 
 
-def run_bench(name: str, params: dict[str, str], *, dilation: float | None = None, op: str = "",
+def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None = None, op: str = "",
               settings: RunSettings | None = None) -> dict[str, Any]:
     if name == "engine":
         from emu.bench import engine
@@ -16,7 +16,9 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | None = Non
     if name == "link":
         from emu.bench import link
 
-        return link.run(params, dilation=dilation or 1000.0)
+        if dilation == "auto":
+            raise ValueError("`emu bench link` measures the link model at a D you choose (default 1000)")
+        return link.run(params, dilation=float(dilation or 1000.0))
     if name == "collective":
         from emu.bench import collective
 

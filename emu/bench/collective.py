@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import replace
 from typing import Any
 
+from emu.bench.dilation import run_auto
 from emu.fidelity import Part, engine_parts, line, packet_time_s, verdict
 from emu.net.switch import RunSettings
 from emu.roce.transport import HEADERS
@@ -29,13 +30,13 @@ from emu.units import parse_size
 
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
           "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
-DEFAULT_DILATION = 10000.0
 MTU = 1024  # RoCE payload per packet
 
 
-def run(op: str, params: dict[str, str], *, dilation: float | None = None,
+def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
         settings: RunSettings | None = None) -> dict[str, Any]:
-    """`settings` carries the backend and switch options; its dilation is replaced by `dilation`."""
+    """`settings` carries the backend and switch options; its dilation is replaced by `dilation`
+    (a number, or "auto" / None: the smallest D this machine keeps on time, see bench.dilation)."""
     if op not in FACTOR:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(FACTOR)}")
     params = dict(params)
@@ -47,12 +48,27 @@ def run(op: str, params: dict[str, str], *, dilation: float | None = None,
     if n < 2:
         raise ValueError("a collective needs at least 2 hosts")
     sizes = [max(4 * n, s // (4 * n) * 4 * n) for s in sizes]  # whole int32 chunks per rank
-    d = dilation or DEFAULT_DILATION
+    ports = {h: host_ports(topo, h) for h in topo.hosts()}
+
+    def at(d: float) -> dict[str, Any]:
+        return _measure(op, topo, topo_name, params, ports, sizes, cc, d, settings)
+
+    if dilation is None or dilation == "auto":
+        # Every host sends at line rate through the whole collective (ring and direct alike).
+        load = sum(rate for p in ports.values() for _, rate in p) / ((MTU + HEADERS) * 8)
+        shape = f"{topo_name}-{n}x{max(len(p) for p in ports.values())}"
+        return run_auto(at, load, f"collective-{(settings or RunSettings()).backend}-{shape}",
+                        say=lambda m: print(m, file=sys.stderr, flush=True))
+    return at(float(dilation))
+
+
+def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], ports: dict[str, list[tuple[str, float]]],
+             sizes: list[int], cc: str, d: float, settings: RunSettings | None) -> dict[str, Any]:
+    n = len(ports)
     tmp = tempfile.mkdtemp(prefix="emu-coll-")
     try:
         with fabric(topo, replace(settings or RunSettings(), dilation=d)) as net:
             hosts = sorted(net.hosts, key=lambda h: (len(h.name), h.name))
-            ports = {h.name: host_ports(topo, h.name) for h in hosts}
             cmd = [sys.executable, "-m", "emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
                    "--sizes", ",".join(map(str, sizes)), "--dilation", str(d), "--cc", cc, "--mtu", str(MTU)]
             procs = [h.popen(cmd + ["--rank", str(r), "--name", h.name,

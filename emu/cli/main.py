@@ -46,7 +46,7 @@ def _settings(args: argparse.Namespace):
         from emu.units import parse_size
 
         ecn = (parse_size(parts[0]), parse_size(parts[1]), float(parts[2]))
-    return RunSettings(dilation=args.dilation or 1000.0, pfc=not args.no_pfc, spray=args.spray,
+    return RunSettings(dilation=float(_dilation(args, auto=False) or 1000.0), pfc=not args.no_pfc, spray=args.spray,
                        workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                        measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
                        links=args.links)
@@ -60,6 +60,33 @@ def _check_backend(backend: str, links: str) -> None:
 
         choose_links(links, netem=netem_available())
         Bmv2Process("check", [], 9090).check()
+
+
+def dilation_arg(text: str) -> float | str:
+    """--dilation: a finite number > 0, or "auto" (benches that calibrate it)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        d = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or auto, got {text!r}") from None
+    if not (d > 0 and d != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (wall time = fabric time x D), got {text!r}")
+    return d
+
+
+def _dilation(args: argparse.Namespace, *, auto: bool) -> float | str | None:
+    """The option, else EMU_DILATION, checked the same way; "auto" only where `auto` is supported."""
+    d = args.dilation
+    if d is None and os.environ.get("EMU_DILATION"):
+        try:
+            d = dilation_arg(os.environ["EMU_DILATION"])
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"EMU_DILATION: {exc}") from None
+    if d == "auto" and not auto:
+        raise ValueError(f"--dilation auto is for `emu bench collective`; `emu {args.command}` takes a number "
+                         "(scenarios have a default each, stated in their result)")
+    return d
 
 
 def _need_root() -> None:
@@ -120,7 +147,7 @@ def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
 
     _need_root()
     result = run_scenario(args.name, _topo_params(extra), _settings(args), out_dir=args.out,
-                          dilation_given=args.dilation is not None)
+                          dilation_given=_dilation(args, auto=False) is not None)
     _emit(result, args.json)
     return _fidelity_exit(result, args.strict, 0 if result.get("passed", True) else 1)
 
@@ -142,7 +169,8 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
 
         _check_backend(args.backend, args.links)
         settings = RunSettings(backend=args.backend, links=args.links)
-    result = run_bench(args.name, params, dilation=args.dilation, op=args.op or "", settings=settings)
+    result = run_bench(args.name, params, dilation=_dilation(args, auto=args.name == "collective"),
+                       op=args.op or "", settings=settings)
     code = 0 if result.get("wrong", 0) == 0 else 1
     if args.name == "collective" and not args.json:
         from emu.bench.collective import table
@@ -209,8 +237,9 @@ def _emit(result: dict[str, Any], as_json: bool) -> None:
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dilation", type=float, default=float(os.environ["EMU_DILATION"]) if "EMU_DILATION" in os.environ else None,
-                   help="wall time = fabric time x D (default 1000, a 100G link at 100 Mb/s; scenarios pick their own)")
+    p.add_argument("--dilation", type=dilation_arg, default=None,
+                   help="wall time = fabric time x D (default: EMU_DILATION, else 1000, a 100G link at 100 Mb/s; "
+                        "scenarios pick their own)")
     p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
     p.add_argument("--workers", type=int, default=0, help="engine worker processes (default: one per core)")
@@ -264,7 +293,9 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="measure the engine against the kernel")
     p.add_argument("name", choices=("engine", "link", "collective"))
     p.add_argument("op", nargs="?", help="for `collective`: allreduce, allgather, reducescatter, sendrecv")
-    p.add_argument("--dilation", type=float, default=None, help="default: 1000 for `link`, 10000 for `collective`")
+    p.add_argument("--dilation", type=dilation_arg, default=None,
+                   help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "
+                        "time, retried larger if the run falls behind); `link` defaults to 1000")
     p.add_argument("--backend", choices=("native", "bmv2"), default="native", help="for `collective`")
     p.add_argument("--links", choices=("auto", "netem", "engine"), default="auto",
                    help="`collective` on bmv2: what carries the links; `link --links engine`: measure the engine's "

@@ -14,7 +14,7 @@ def fabric_fidelity(stats: dict[str, Any], *, rate_bps: float = 100e9, frame_byt
     and MetaRoCE endpoints' results (`endpoints`, each with its `fidelity` parts). The packet time is
     one `frame_bytes` frame at `rate_bps`, the fastest link the run's traffic uses."""
     all_parts = engine_parts(stats) + list(parts or [])
-    all_parts += [Part.from_summary(f"traffic sender {i}", "traffic", s["lateness"])
+    all_parts += [Part.from_summary(f"traffic sender {i}", "traffic", s["lateness"], paced=True)
                   for i, s in enumerate(senders or []) if "lateness" in s]
     all_parts += [Part(**f) for e in endpoints or [] for f in e.get("fidelity", [])]
     # BMv2's simple_switch keeps no schedule it could report against: its runs are never judged ok.

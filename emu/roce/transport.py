@@ -553,7 +553,7 @@ class Device:
 
     def fidelity(self, name: str) -> list[dict[str, Any]]:
         """This endpoint's parts (fidelity.Part fields), to be carried to the harness as JSON."""
-        return [asdict(Part.from_summary(f"endpoint {name} send", "endpoint", self.send_late.summary())),
+        return [asdict(Part.from_summary(f"endpoint {name} send", "endpoint", self.send_late.summary(), paced=True)),
                 asdict(Part.from_summary(f"endpoint {name} receive", "endpoint", self.recv_late.summary()))]
 
 

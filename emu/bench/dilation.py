@@ -1,0 +1,124 @@
+"""`--dilation auto`: the smallest D at which this machine keeps a run on time.
+
+The emulator's work is per packet: every MetaRoCE packet is built, sent,
+forwarded by the engine at every hop and received, each step costing CPU time
+on this machine. A run whose hosts offer P packets per second of fabric time
+needs P x c CPU seconds per fabric second (c: CPU seconds per packet, all
+steps together); with k cores used at most half, D = P x c / (k / 2). The
+cost c is this machine's, learnt from runs and cached per machine: a run
+judged by its fidelity verdict tells whether D was enough, and from the
+worst part's lateness, by how much it was not. At auto D a run that comes
+back with fidelity not ok is run again at a larger D (at most three tries),
+so a result at auto D has fidelity ok or says that it could not get there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+from collections.abc import Callable
+from typing import Any
+
+CACHE = "/var/cache/emu/calibration.json"
+UTILISATION = 0.5  # leave half the cores' time for the kernel, wake-ups and bursts
+# CPU s per fabric packet before this machine has taught us: measured here (2 cores, x86), a 4-GPU
+# x 2-plane allreduce (88 Mpps) needed D = 20 000 to 50 000: 230-570 us. Per-packet costs are not
+# constant (small fabrics pay wake-ups more than CPU), hence what is learnt is kept per fabric shape.
+DEFAULT_COST_S = 200e-6
+TRIES = 3
+
+
+def machine_key() -> str:
+    """What makes costs comparable: the CPU model, the number of cores, the Python."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{model}|{os.cpu_count()}|{platform.python_version()}"
+
+
+def _load() -> dict[str, Any]:
+    try:
+        with open(CACHE) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def cost_per_packet(kind: str) -> tuple[float, str]:
+    """(CPU seconds per packet, where the figure comes from) for work of this kind."""
+    entry = _load().get(machine_key(), {}).get(kind)
+    if isinstance(entry, dict) and entry.get("cost_s", 0) > 0:
+        return float(entry["cost_s"]), f"learnt on this machine from {entry.get('runs', 1)} run(s)"
+    return DEFAULT_COST_S, "default (this machine has no calibration yet)"
+
+
+def learn(kind: str, cost_s: float) -> None:
+    """Keep the cost that gave fidelity ok on this machine for this kind of run (the latest)."""
+    data = _load()
+    entry = data.setdefault(machine_key(), {}).setdefault(kind, {"cost_s": 0.0, "runs": 0})
+    entry["cost_s"] = cost_s
+    entry["runs"] = int(entry.get("runs", 0)) + 1
+    try:
+        os.makedirs(os.path.dirname(CACHE), mode=0o755, exist_ok=True)
+        tmp = f"{CACHE}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, CACHE)
+    except OSError:
+        pass  # a read-only machine still runs, it only does not remember
+
+
+def nice(d: float) -> float:
+    """Round up to 1, 2 or 5 x a power of ten: dilations people can compare."""
+    e = 10 ** math.floor(math.log10(d))
+    return next(m * e for m in (1, 2, 5, 10) if m * e >= d * 0.999)
+
+
+def choose(load_pps: float, kind: str) -> tuple[float, str]:
+    """D for a run offering `load_pps` packets per fabric second, and why."""
+    cost, source = cost_per_packet(kind)
+    cores = os.cpu_count() or 1
+    d = nice(max(1000.0, load_pps * cost / (cores * UTILISATION)))
+    why = (f"{load_pps / 1e6:.0f} Mpps offered x {cost * 1e6:.0f} us of CPU per packet ({source}) "
+           f"/ {cores} cores at {UTILISATION:.0%}")
+    return d, why
+
+
+def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
+             say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run at the chosen D; while fidelity is not ok, again at a D scaled by how late the worst
+    part was. The result records every try and why its D was chosen."""
+    d, why = choose(load_pps, kind)
+    tries = []
+    result: dict[str, Any] = {}
+    for attempt in range(TRIES):
+        say(f"dilation auto: D={d:g} ({why})")
+        result = run(d)
+        fid = result.get("fidelity") or {}
+        tries.append({"dilation": d, "ok": fid.get("ok"), "why": why})
+        if fid.get("ok"):
+            cores = os.cpu_count() or 1
+            learn(kind, d * cores * UTILISATION / load_pps)
+            break
+        if fid.get("ok") is None or attempt == TRIES - 1:
+            break  # unknown fidelity cannot be fixed by a larger D; or out of tries
+        w, t = fid.get("worst") or {}, fid["threshold"]
+        # How far past its limit the worst part was: p99 against the jitter limit, or a paced
+        # sender's mean against its limit; lateness in fabric time shrinks as 1/D.
+        over = max(w.get("p99_packet_times", 0.0) / t["packet_times"],
+                   w.get("mean_packet_times", 0.0) / t["paced_mean_packet_times"] if w.get("paced") else 0.0)
+        factor = max(2.0, 1.5 * over)
+        why = f"the run at D={d:g} fell behind ({w.get('name', '?')}, {over:.1f}x its limit): x{factor:.1f}"
+        d = nice(d * factor)
+    result["dilation_auto"] = {"chosen": d, "tries": tries}
+    return result
+
+
+__all__ = ["choose", "cost_per_packet", "learn", "machine_key", "nice", "run_auto"]

@@ -1,0 +1,52 @@
+"""Collective results carry a fidelity verdict, and a result judged ok does not depend on D."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from emu.bench.collective import run
+from emu.roce.transport import HEADERS
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet]
+FABRIC = {"gpus": "4", "planes": "2", "leaves": "1", "sizes": "256KiB"}
+
+
+def test_too_small_a_dilation_is_flagged_with_the_part_that_fell_behind(no_leftovers):
+    """D = 100: 200G per GPU would be 2 Gb/s of Python per host; the verdict must say so."""
+    r = subprocess.run([sys.executable, "-m", "emu.cli.main", "bench", "collective", "allreduce", "--topo", "fpf",
+                        "--gpus", "4", "--planes", "2", "--leaves", "1", "--sizes", "64KiB", "--dilation", "100",
+                        "--json", "--strict"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3, r.stderr  # --strict: the result exists but is not the fabric's
+    result = json.loads(r.stdout)
+    fid = result["fidelity"]
+    assert result["wrong"] == 0 and fid["ok"] is False and fid["behind"]
+    assert fid["worst"]["name"] in fid["behind"] and fid["worst"]["kind"] in ("endpoint", "engine", "rank")
+    assert "NOT OK" in r.stderr and fid["worst"]["name"] in r.stderr
+
+
+def test_the_same_allreduce_at_two_dilations_agrees_within_5_percent(no_leftovers):
+    a = run("allreduce", dict(FABRIC), dilation=50_000)
+    b = run("allreduce", dict(FABRIC), dilation=150_000)
+    assert a["fidelity"]["ok"] and b["fidelity"]["ok"], (a["fidelity"]["worst"], b["fidelity"]["worst"])
+    assert a["wrong"] == b["wrong"] == 0
+    ta, tb = a["rows"][0]["time_us"], b["rows"][0]["time_us"]
+    assert abs(ta / tb - 1) < 0.05, (ta, tb)
+    assert 0.3 < a["rows"][0]["busbw_of_bound"] <= 1.0  # and it is a sane share of the line rate
+
+
+def test_auto_dilation_gives_a_result_with_fidelity_ok(no_leftovers, tmp_path, monkeypatch):
+    """From no calibration (the default cost), whatever D it takes; what worked is remembered."""
+    from emu.bench import dilation
+
+    monkeypatch.setattr(dilation, "CACHE", str(tmp_path / "calibration.json"))
+    r = run("allreduce", dict(FABRIC), dilation="auto")
+    assert r["fidelity"]["ok"] is True and r["wrong"] == 0
+    assert r["dilation_auto"]["chosen"] == r["dilation"] and r["dilation_auto"]["tries"][-1]["ok"] is True
+    cost, source = dilation.cost_per_packet("collective-native-fpf-4x2")
+    load = 8 * 100e9 / ((1024 + HEADERS) * 8)  # 4 GPUs x 2 planes of 100G, in RoCE packets per second
+    assert "learnt" in source and cost == pytest.approx(r["dilation"] * dilation.UTILISATION * os.cpu_count() / load)
