@@ -46,3 +46,16 @@ def test_check_rejects_a_flipped_bit():
     sealed[40] ^= 1
     assert not wire.check(wire.ip6(SRC), wire.ip6(DST), 50000, sealed)
     assert not wire.check(wire.ip6(SRC), wire.ip6(DST), 50000, b"short")
+
+
+def test_scatter_gather_frame_is_the_sealed_packet_byte_for_byte():
+    """The endpoints send header, payload view and ICRC without copying; the bytes must not change."""
+    src, dst = wire.ip6("fdfa:0:0::2"), wire.ip6("fdfa:0:1::2")
+    payload = bytes(range(256)) * 4
+    for ack_req in (False, True):
+        head, body, crc = wire.data_frame(src, dst, 49152, 0x123456, 0xABCDEF, 1 << 40, 0xDEADBEEF,
+                                          memoryview(payload), ack_req=ack_req)
+        want = wire.seal(src, dst, 49152, wire.data_packet(0x123456, 0xABCDEF, 1 << 40, 0xDEADBEEF, payload,
+                                                           ack_req=ack_req))
+        assert head + bytes(body) + crc == want
+        assert wire.check(src, dst, 49152, want)

@@ -19,8 +19,12 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
         if dilation == "auto":
             raise ValueError("`emu bench link` measures the link model at a D you choose (default 1000)")
         return link.run(params, dilation=float(dilation or 1000.0))
+    if name == "roce":
+        from emu.bench import roce
+
+        return roce.run(params)
     if name == "collective":
         from emu.bench import collective
 
         return collective.run(op or "allreduce", params, dilation=dilation, settings=settings)
-    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective")
+    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce")

@@ -48,17 +48,18 @@ def engine_pair(tag: str, *, rate_bps: float, delay_s: float, dilation: float) -
 
 
 @contextmanager
-def bridge_pair(tag: str) -> Iterator[Lab]:
-    """The same two hosts on one Linux bridge (10.9.0.2 and 10.9.0.3, one subnet)."""
+def bridge_pair(tag: str, *, mtu: int = 1500) -> Iterator[Lab]:
+    """The same two hosts on one Linux bridge (10.9.0.2 and 10.9.0.3, fd09::2 and fd09::3, one subnet)."""
     from emu.net.netns import ip_batch
 
     with Lab(f"{tag}{os.getpid() % 10000}") as lab:
         br = f"emu{lab.tag}br"[:15]
         lab.root_ifs.append(br)
-        ip_batch([f"link add {br} type bridge", f"link set {br} up"])
+        ip_batch([f"link add {br} type bridge", f"link set {br} up mtu {max(mtu, 1500)}"])
         for i in range(2):
-            lab.add_host(i, mac=host_mac(i), ip4=f"10.9.0.{2 + i}/24")
+            lab.add_host(i, mac=host_mac(i), ip4=f"10.9.0.{2 + i}/24", ip6=f"fd09::{2 + i}/64")
             ip_batch([f"link set {lab.root_if(i)} master {br}"])
+            ip_batch([f"link set eth0 mtu {mtu}"], ns=lab.ns(i))
         yield lab
 
 

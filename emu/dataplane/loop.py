@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from emu.fidelity import Lateness
+from emu.fidelity import Lateness, tight_timers
 
 Callback = Callable[[float, Any], None]
 
@@ -111,6 +111,7 @@ class WallLoop(Loop):
 
     def __init__(self) -> None:
         super().__init__()
+        tight_timers()
         self.epoll = select.epoll()
         self.timer = TimerFd()
         self.epoll.register(self.timer.fd, select.EPOLLIN)

@@ -48,7 +48,8 @@ def pattern(size: int, seed: int) -> bytearray:
 
 def server(args: argparse.Namespace) -> dict[str, Any]:
     """One queue pair and one region per client; client i writes pattern(seed + i)."""
-    dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc)
+    dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc, mtu=args.mtu,
+                 plane_rate_bps=args.plane_rate)
     ends = []
     for i in range(args.clients):
         mr, qp = dev.reg_mr(args.bytes), dev.create_qp()
@@ -68,7 +69,8 @@ def server(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def client(args: argparse.Namespace) -> dict[str, Any]:
-    dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc)
+    dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc, mtu=args.mtu,
+                 plane_rate_bps=args.plane_rate)
     mr = dev.reg_mr(args.bytes)
     mr.buf[:] = pattern(args.bytes, args.seed + args.index)
     qp = dev.create_qp()
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lat-iters", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--clients", type=int, default=1, help="server: how many clients write to it")
+    ap.add_argument("--mtu", type=int, default=1024, help="RoCE path MTU: payload bytes per packet")
+    ap.add_argument("--plane-rate", type=float, default=100e9, help="each plane's line rate, b/s (fabric)")
     ap.add_argument("--index", type=int, default=0, help="client: which of the server's clients this is")
     args = ap.parse_args(argv)
     out = server(args) if args.role == "server" else client(args)

@@ -29,11 +29,13 @@ class PerfRun:
     """Start a server and one or more clients writing to it; `wait()` returns (client results, server)."""
 
     def __init__(self, src: Popen | list[Popen], dst: Popen, *, nbytes: int, dilation: float, cc: str = "none",
-                 message: int = 1 << 20, timeout: float = 300.0, lat_iters: int = 5) -> None:
+                 message: int = 1 << 20, timeout: float = 300.0, lat_iters: int = 5, mtu: int = 1024,
+                 plane_rate_bps: float = 100e9) -> None:
         self.dir = tempfile.mkdtemp(prefix="emu-roce-")
         srcs = src if isinstance(src, list) else [src]
         args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--cc", cc, "--message", str(message),
-                "--timeout", str(timeout), "--lat-iters", str(lat_iters)]
+                "--timeout", str(timeout), "--lat-iters", str(lat_iters), "--mtu", str(mtu),
+                "--plane-rate", str(plane_rate_bps)]
         py = [sys.executable, "-m", "emu.roce.perf"]
         self.timeout = timeout
         self.many = isinstance(src, list)

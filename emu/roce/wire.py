@@ -44,11 +44,25 @@ _UDP = struct.Struct("!HHHH")
 _ICRC = struct.Struct("<I")
 
 
+_HEAD_CRC: dict[tuple[bytes, bytes, int, int, int], int] = {}
+
+
+def _head_crc(src: bytes, dst: bytes, sport: int, dport: int, udp_len: int) -> int:
+    """CRC of the masked IPv6 + UDP pseudo-header: the same for every packet of one flow and size,
+    so it is computed once (the endpoints' hot path) and kept in a bounded table."""
+    key = (src, dst, sport, dport, udp_len)
+    crc = _HEAD_CRC.get(key)
+    if crc is None:
+        if len(_HEAD_CRC) > 4096:
+            _HEAD_CRC.clear()
+        crc = _HEAD_CRC[key] = zlib.crc32(_FF8 + _IP6_HEAD.pack(0x6FFFFFFF, udp_len, 17, 0xFF) + src + dst
+                                          + _UDP.pack(sport, dport, udp_len, 0xFFFF))
+    return crc
+
+
 def icrc(src: bytes, dst: bytes, sport: int, body: bytes | bytearray | memoryview, dport: int = ROCE_PORT) -> int:
     """ICRC of a RoCEv2/IPv6 packet whose UDP payload is `body` (BTH onward) + the 4 ICRC bytes."""
-    udp_len = 8 + len(body) + 4
-    head = _FF8 + _IP6_HEAD.pack(0x6FFFFFFF, udp_len, 17, 0xFF) + src + dst + _UDP.pack(sport, dport, udp_len, 0xFFFF)
-    crc = zlib.crc32(head)
+    crc = _head_crc(src, dst, sport, dport, 8 + len(body) + 4)
     crc = zlib.crc32(bytes(body[:4]) + b"\xff" + bytes(body[5:12]), crc)
     return zlib.crc32(body[12:], crc)
 
@@ -56,6 +70,21 @@ def icrc(src: bytes, dst: bytes, sport: int, body: bytes | bytearray | memoryvie
 def seal(src: bytes, dst: bytes, sport: int, body: bytes) -> bytes:
     """Append the ICRC (little-endian, as on the wire)."""
     return body + _ICRC.pack(icrc(src, dst, sport, body))
+
+
+_DATA = struct.Struct("!BBHIIQII")  # BTH + RETH of a WRITE ONLY
+
+
+def data_frame(src: bytes, dst: bytes, sport: int, dest_qp: int, psn: int, va: int, rkey: int,
+               payload: bytes | memoryview, *, ack_req: bool) -> tuple[bytes, bytes | memoryview, bytes]:
+    """A data packet as three pieces for one scatter-gather send (header, the payload as it lies
+    in the memory region, ICRC): nothing is copied. Same bytes as seal(src, dst, sport, data_packet(...))."""
+    n = len(payload)
+    psn_field = (ack_req << 31) | (psn & PSN_MASK)
+    head = _DATA.pack(OP_WRITE_ONLY, 0, 0xFFFF, dest_qp & PSN_MASK, psn_field, va, rkey, n)
+    masked = _DATA.pack(OP_WRITE_ONLY, 0, 0xFFFF, 0xFF000000 | (dest_qp & PSN_MASK), psn_field, va, rkey, n)
+    crc = zlib.crc32(payload, zlib.crc32(masked, _head_crc(src, dst, sport, ROCE_PORT, 8 + 28 + n + 4)))
+    return head, payload, _ICRC.pack(crc)
 
 
 def check(src: bytes, dst: bytes, sport: int, packet: bytes | memoryview, dport: int = ROCE_PORT) -> bool:

@@ -18,6 +18,7 @@ SCENARIOS = {
     "wcmp": "emu.scenarios.wcmp",
     "dcqcn": "emu.scenarios.dcqcn",
     "roce-plane-down": "emu.scenarios.roce_plane_down",
+    "bag-collective": "emu.scenarios.bag_collective",
 }
 
 
@@ -26,6 +27,8 @@ def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, ou
     if name not in SCENARIOS:
         raise ScenarioError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
     module = importlib.import_module(SCENARIOS[name])
+    if getattr(module, "AUTO_DILATION", False):  # it picks D per run itself unless one is given
+        return module.run(params, settings, out_dir, auto=not dilation_given)
     if not dilation_given:
         settings = replace(settings, dilation=getattr(module, "DEFAULT_DILATION", settings.dilation))
     return module.run(params, settings, out_dir)
