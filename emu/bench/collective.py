@@ -26,7 +26,7 @@ from emu.roce.transport import HEADERS
 from emu.scenarios.common import child_env, fabric
 from emu.topo import make_topo
 from emu.topo.common import host_ports
-from emu.units import parse_size
+from emu.units import format_size, parse_size
 
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
           "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
@@ -99,13 +99,41 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], ports: 
         rows.append({"size": total, "count": size // 4, "type": "int32", "redop": "sum", "root": -1,
                      "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * FACTOR[op](n),
                      "wrong": sum(res["rows"][k]["wrong"] for res in results)})
+    steps = STEPS[op](n)
     for r in rows:
         r["busbw_of_bound"] = r["busbw_GBps"] / bound
+        # What the bound leaves out: each step's fixed cost (a write's completion, then its signal,
+        # one round trip and a half at least), which small sizes are made of.
+        wire_us = r["busbw_GBps"] / bound * r["time_us"]
+        r["gap_per_step_us"] = (r["time_us"] - wire_us) / steps
+    retransmits = sum(res.get("retransmits", 0) for res in results)
     return {"bench": "collective", "op": op, "topo": topo_name, "params": params, "nranks": n, "dilation": d,
             "backend": (settings or RunSettings()).backend, "mtu": MTU,
             "rows": rows, "avg_busbw_GBps": sum(r["busbw_GBps"] for r in rows) / len(rows),
-            "wrong": sum(r["wrong"] for r in rows), "bound_busbw_GBps": bound,
-            "retransmits": sum(res.get("retransmits", 0) for res in results), "fidelity": fidelity}
+            "wrong": sum(r["wrong"] for r in rows), "bound_busbw_GBps": bound, "steps": steps,
+            "retransmits": retransmits, "attribution": attribution(stats, retransmits, fidelity),
+            "fidelity": fidelity}
+
+
+STEPS = {"allreduce": lambda n: 2 * (n - 1), "allgather": lambda n: n - 1, "reducescatter": lambda n: n - 1,
+         "alltoall": lambda n: 1, "sendrecv": lambda n: 1}
+
+
+def attribution(stats: dict[str, Any], retransmits: int, fidelity: dict[str, Any]) -> dict[str, Any]:
+    """Where a shortfall from the bound can come from, as measured in this run: the most queued
+    switch ports (ECMP collisions and incast show here), drops, ECN and PFC, retransmissions, and
+    the endpoints' own lateness (the emulator's share, if any)."""
+    queues = sorted(((max(p.get("queue_hwm", [0])), f"{sw}/{name}") for sw, s in stats["switches"].items()
+                     for name, p in s["ports"].items()), reverse=True)[:3]
+    ports = [p for s in stats["switches"].values() for p in s["ports"].values()]
+    paced = [p for p in fidelity["parts"] if p["paced"]]
+    # .get: BMv2 counts fewer things than the engine (no drops by reason, no PFC sent).
+    return {"most_queued": [{"port": port, "queue_hwm_bytes": q} for q, port in queues if q > 0],
+            "drops": sum(sum(p.get("drops", {}).values()) for p in ports),
+            "ecn_marked": sum(p.get("ecn_marked", 0) for p in ports),
+            "pfc_frames": sum(p.get("pfc_tx", 0) for p in ports),
+            "retransmits": retransmits,
+            "endpoint_send_mean_packet_times": max((p["mean_packet_times"] for p in paced), default=0.0)}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -119,7 +147,13 @@ def table(result: dict[str, Any]) -> str:
                      f"{r['time_us']:>10.2f} {r['algbw_GBps']:>12.2f} {r['busbw_GBps']:>12.2f} "
                      f"{r['busbw_of_bound']:>8.0%} {r['wrong']:>7}")
     lines.append(f"# Avg bus bandwidth    : {result['avg_busbw_GBps']:.3f}")
-    lines.append(f"# Bound (line rate less headers, MTU {result['mtu']}): {result['bound_busbw_GBps']:.2f} GB/s "
-                 f"per GPU; retransmits {result['retransmits']}")
+    a = result["attribution"]
+    queued = ", ".join(f"{q['port']} {format_size(q['queue_hwm_bytes'])}" for q in a["most_queued"]) or "none"
+    lines.append(f"# Bound (line rate less headers, MTU {result['mtu']}): {result['bound_busbw_GBps']:.2f} GB/s; "
+                 f"the rest is {result['steps']} steps x the gap per step (last size: "
+                 f"{result['rows'][-1]['gap_per_step_us']:.2f} us)")
+    lines.append(f"# Gap, measured: most queued {queued}; drops {a['drops']}, ECN {a['ecn_marked']}, PFC "
+                 f"{a['pfc_frames']}, retransmits {a['retransmits']}; endpoints' mean send lateness "
+                 f"{a['endpoint_send_mean_packet_times']:.3f} packet times")
     lines.append(f"# {line(result['fidelity'])}")
     return "\n".join(lines)

@@ -18,6 +18,19 @@ import sys
 import time
 from typing import Any
 
+from emu.dataplane.protocol import (
+    Ping,
+    Probe,
+    ProbeResult,
+    QueueSamples,
+    Request,
+    SampleQueues,
+    SetHeadroom,
+    SetPort,
+    SetTables,
+    Stats,
+    encode,
+)
 from emu.dataplane.spec import EngineSpec
 from emu.dataplane.worker import control_path
 
@@ -73,7 +86,7 @@ class Engine:
                 while True:
                     self._check_alive(i)
                     try:
-                        if self.request(i, {"cmd": "ping"}, timeout=1.0).get("ok"):
+                        if self.request(i, Ping(), timeout=1.0).get("ok"):
                             break
                     except OSError:
                         pass
@@ -113,11 +126,11 @@ class Engine:
         for i in range(len(self.procs)):
             self._check_alive(i)
 
-    def request(self, index: int, msg: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+    def request(self, index: int, msg: Request, timeout: float = 5.0) -> dict[str, Any]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect(control_path(self.run_dir, index))
-            s.sendall(json.dumps(msg).encode() + b"\n")
+            s.sendall(encode(msg))
             data = b""
             while not data.endswith(b"\n"):
                 chunk = s.recv(1 << 20)
@@ -131,7 +144,7 @@ class Engine:
         self.check()
         out: dict[str, Any] = {"dilation": self.spec.dilation, "switches": {}, "workers": []}
         for i in range(self.spec.workers):
-            r = self.request(i, {"cmd": "stats"})
+            r = self.request(i, Stats())
             out["switches"].update(r["switches"])
             out["workers"].append({"worker": i, "fidelity": r["fidelity"], "uptime_s": r["uptime_s"]})
         return out
@@ -143,27 +156,26 @@ class Engine:
         raise EngineError(f"no switch named {switch!r}")
 
     def set_port(self, switch: str, port: str, up: bool) -> None:
-        self._ask(switch, {"cmd": "port", "port": port, "up": up})
+        self._ask(switch, SetPort(switch, port, up))
 
-    def _ask(self, switch: str, msg: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
-        r = self.request(self.worker_of(switch), {**msg, "switch": switch}, timeout=timeout)
+    def _ask(self, switch: str, msg: Request, timeout: float = 5.0) -> dict[str, Any]:
+        r = self.request(self.worker_of(switch), msg, timeout=timeout)
         if not r.get("ok"):
             raise EngineError(f"{switch}: {r.get('error', 'request refused')}")
         return r
 
     def set_tables(self, switch: str, tables: dict[str, Any]) -> None:
-        self._ask(switch, {"cmd": "tables", "tables": tables})
+        self._ask(switch, SetTables(switch, tables))
 
     def set_headroom(self, switch: str, port: str, nbytes: int) -> None:
-        self._ask(switch, {"cmd": "headroom", "port": port, "bytes": nbytes})
+        self._ask(switch, SetHeadroom(switch, port, nbytes))
 
     def probe_rtts(self, switch: str, port: str, count: int = 5, timeout: float = 10.0) -> list[float]:
         """Round trips of `count` probes across one link, in fabric seconds."""
-        pid = self._ask(switch, {"cmd": "probe", "port": port, "count": count,
-                                 "spacing_s": max(0.001, 1e-6 * self.spec.dilation)})["probe"]
+        pid = self._ask(switch, Probe(switch, port, count, max(0.001, 1e-6 * self.spec.dilation)))["probe"]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            rtts = self._ask(switch, {"cmd": "probe_result", "probe": pid})["rtts_s"]
+            rtts = self._ask(switch, ProbeResult(switch, pid))["rtts_s"]
             if len(rtts) >= count:
                 return [r / self.spec.dilation for r in rtts]
             time.sleep(0.01)
@@ -175,7 +187,7 @@ class Engine:
         for sw, port in ports:
             by_worker.setdefault(self.worker_of(sw), []).append((sw, port))
         for w, mine in by_worker.items():
-            r = self.request(w, {"cmd": "sample_queues", "ports": mine, "interval_s": interval_fabric_s})
+            r = self.request(w, SampleQueues([list(p) for p in mine], interval_fabric_s))
             if not r.get("ok"):
                 raise EngineError(r.get("error", "sampling refused"))
 
@@ -183,7 +195,7 @@ class Engine:
         """Per port: (fabric seconds since the worker started, bytes queued)."""
         out: dict[str, list[tuple[float, int]]] = {}
         for w in range(self.spec.workers):
-            r = self.request(w, {"cmd": "queue_samples"}, timeout=30)
+            r = self.request(w, QueueSamples(), timeout=30)
             for i, name in enumerate(r.get("ports", [])):
                 out[name] = [(t, q[i]) for t, q in r["samples"]]
         return out

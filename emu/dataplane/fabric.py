@@ -15,14 +15,15 @@ from typing import Any
 
 from emu.dataplane.loop import Loop
 from emu.dataplane.spec import EngineSpec, PortSpec
-from emu.dataplane.switch import Switch
+from emu.dataplane.switch import Switch, WireBox
 
 ExternalDeliver = Callable[[Switch, PortSpec], Callable[[float, Any], None]]
 
 
 def build_switches(spec: EngineSpec, loop: Any, worker: int | None, external: ExternalDeliver) -> dict[str, Switch]:
     mine = [s for s in spec.switches if worker is None or s.worker == worker]
-    switches = {s.name: Switch(s, loop, dilation=spec.dilation) for s in mine}
+    # The one place a switch's kind is chosen: a wire box for a P4 switch's links, else the pipeline.
+    switches = {s.name: (WireBox if s.wires else Switch)(s, loop, dilation=spec.dilation) for s in mine}
     for sw in switches.values():
         for ps in sw.spec.ports:
             port = sw.ports[ps.index]

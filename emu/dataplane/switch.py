@@ -17,6 +17,7 @@ import ipaddress
 import random
 import struct
 import zlib
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -101,9 +102,6 @@ class Switch:
         self.rng = random.Random(spec.seed)
         self.hash_mult = self.rng.getrandbits(32) | 1
         nports = len(spec.ports)
-        self.wire_to = list(spec.wires)
-        if self.wire_to:
-            self.ingress = self._wire_ingress  # type: ignore[method-assign]
         self.cpu = nports  # index of the switch's own (CPU) port in buffer accounting
         self.ports: list[Port] = []
         self.local4: dict[int, bytes] = {}
@@ -129,10 +127,10 @@ class Switch:
                 rate_bps=float("inf") if handover else p.rate_bps,
                 delay=0.0 if handover else p.delay,
                 deliver=_unwired,
-                on_dequeue=None if self.wire_to else partial(self._dequeued, ps.index),
+                on_dequeue=self._on_dequeue(ps.index),
                 strict=qos.strict,
                 weights=qos.weights,
-                limit_bytes=qos.buffer_per_port if self.wire_to else 0,  # a wire box has no MMU
+                limit_bytes=self.egress_limit_bytes,
             )
             if ps.peer_kind == "host":
                 p.nic = Transmitter(
@@ -244,21 +242,14 @@ class Switch:
             return CONTROL_TC
         return 0
 
-    # -- ingress pipeline -------------------------------------------------------------
+    # The shared buffer limits egress queues; a wire box's queues are bounded by their own size.
+    egress_limit_bytes = 0
 
-    def _wire_ingress(self, port: int, t: float, frame: bytes) -> None:
-        """A wire box: what enters one end leaves by the other, through that end's link model.
-        The P4 switch beside it does the switching (and the ECN marking, at its own queues)."""
-        p = self.ports[port]
-        p.rx_packets += 1
-        p.rx_bytes += len(frame)
-        out = self.ports[self.wire_to[port]]
-        if not (p.up and out.up):
-            p.drop("link_down")
-            return
-        tc = self.classify(frame)
-        if not out.tx.enqueue(t, tc, frame):
-            out.drop("wire_overflow", tc)
+    def _on_dequeue(self, port: int) -> Callable[..., Any] | None:
+        """What a port's transmitter calls as a frame leaves: buffer release, PFC XON."""
+        return partial(self._dequeued, port)
+
+    # -- ingress pipeline -------------------------------------------------------------
 
     def ingress(self, port: int, t: float, frame: bytes) -> None:
         p = self.ports[port]
@@ -654,3 +645,30 @@ class Switch:
 
 def _unwired(t: float, frame: Any) -> None:
     raise RuntimeError("port delivery is not wired")
+
+
+class WireBox(Switch):
+    """The links of a P4 switch, carried by the engine: what enters one end of a wire leaves by the
+    other, through that end's link model (rate, delay, a queue of the port's buffer size). The
+    P4 switch beside it does the switching and marks ECN at its own queues; the box keeps only
+    counters and link state. Its own class, so the switch pipeline has no mode to test for."""
+
+    def __init__(self, spec: SwitchSpec, loop: Any, *, dilation: float) -> None:
+        self.egress_limit_bytes = spec.qos.buffer_per_port
+        super().__init__(spec, loop, dilation=dilation)
+        self.wire_to = list(spec.wires)
+
+    def _on_dequeue(self, port: int) -> Callable[..., Any] | None:
+        return None  # no shared buffer to release, no PFC of its own
+
+    def ingress(self, port: int, t: float, frame: bytes) -> None:
+        p = self.ports[port]
+        p.rx_packets += 1
+        p.rx_bytes += len(frame)
+        out = self.ports[self.wire_to[port]]
+        if not (p.up and out.up):
+            p.drop("link_down")
+            return
+        tc = self.classify(frame)
+        if not out.tx.enqueue(t, tc, frame):
+            out.drop("wire_overflow", tc)

@@ -26,6 +26,20 @@ from emu.control.model import SwitchTables
 from emu.dataplane.fabric import build_switches
 from emu.dataplane.loop import WallLoop
 from emu.dataplane.pcap import PcapWriter
+from emu.dataplane.protocol import (
+    Ping,
+    Probe,
+    ProbeResult,
+    QueueSamples,
+    Request,
+    SampleQueues,
+    SetHeadroom,
+    SetPort,
+    SetTables,
+    Stats,
+    Stop,
+    decode,
+)
 from emu.dataplane.ring import RxRing
 from emu.dataplane.spec import EngineSpec, PortSpec
 from emu.dataplane.switch import Switch
@@ -149,7 +163,7 @@ class Worker:
                     if not chunk:
                         break
                     data += chunk
-                reply = self.handle(json.loads(data or b"{}"))
+                reply = self.handle(decode(data))
             except Exception as exc:  # a bad request must not take the worker down
                 reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             try:
@@ -157,59 +171,48 @@ class Worker:
             except OSError:
                 pass
 
-    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
-        cmd = req.get("cmd")
+    def handle(self, req: Request) -> dict[str, Any]:
+        """One request, dispatched on its type (emu/dataplane/protocol.py defines them)."""
         now = time.monotonic()
-        if cmd == "ping":
-            return {"ok": True, "worker": self.index, "switches": sorted(self.switches)}
-        if cmd == "stats":
-            self._collect_socket_drops()
-            return {
-                "ok": True,
-                "worker": self.index,
-                "dilation": self.spec.dilation,
-                "uptime_s": now - self.t0,
-                "fidelity": self.loop.lateness.summary(),
-                "switches": {n: sw.stats(now) for n, sw in self.switches.items()},
-            }
-        if cmd == "port":
-            sw, idx = self._port(req)
-            sw.set_port_up(idx, bool(req["up"]))
-            return {"ok": True}
-        if cmd == "tables":
-            sw = self.switches[req["switch"]]
-            sw.load_tables(SwitchTables.from_dict(req["tables"]))
-            return {"ok": True}
-        if cmd == "headroom":
-            sw, idx = self._port(req)
-            sw.mmu.set_headroom(idx, int(req["bytes"]))
-            return {"ok": True}
-        if cmd == "probe":
-            sw, idx = self._port(req)
-            self._probes += 1
-            pid = self._probes
-            for seq in range(int(req.get("count", 5))):
-                self.loop.at(now + seq * float(req.get("spacing_s", 0.002)), self._probe_one, (sw, idx, pid, seq))
-            return {"ok": True, "probe": pid}
-        if cmd == "probe_result":
-            sw = self.switches[req["switch"]]
-            return {"ok": True, "rtts_s": sw.probe_rtts.get(int(req["probe"]), [])}
-        if cmd == "sample_queues":
-            # Queue depth over time, for the ports asked for: (engine time, bytes queued) pairs.
-            self.sampled = [self._port({"switch": sw, "port": port}) for sw, port in req["ports"]]
-            self.sample_names = [f"{sw}/{port}" for sw, port in req["ports"]]
-            self.samples = deque(maxlen=int(req.get("max", 50_000)))
-            self.sample_every = float(req["interval_s"]) * self.spec.dilation
-            self.loop.at(now, self._sample, None)
-            return {"ok": True}
-        if cmd == "queue_samples":
-            d = self.spec.dilation
-            return {"ok": True, "ports": self.sample_names,
-                    "samples": [((t - self.t0) / d, q) for t, q in self.samples]}
-        if cmd == "stop":
-            self.loop.running = False
-            return {"ok": True}
-        return {"ok": False, "error": f"unknown command {cmd!r}"}
+        match req:
+            case Ping():
+                return {"ok": True, "worker": self.index, "switches": sorted(self.switches)}
+            case Stats():
+                self._collect_socket_drops()
+                return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "uptime_s": now - self.t0,
+                        "fidelity": self.loop.lateness.summary(),
+                        "switches": {n: sw.stats(now) for n, sw in self.switches.items()}}
+            case SetPort(switch, port, up):
+                sw, idx = self._port(switch, port)
+                sw.set_port_up(idx, bool(up))
+            case SetTables(switch, tables):
+                self._switch(switch).load_tables(SwitchTables.from_dict(tables))
+            case SetHeadroom(switch, port, nbytes):
+                sw, idx = self._port(switch, port)
+                sw.mmu.set_headroom(idx, int(nbytes))
+            case Probe(switch, port, count, spacing_s):
+                sw, idx = self._port(switch, port)
+                self._probes += 1
+                pid = self._probes
+                for seq in range(int(count)):
+                    self.loop.at(now + seq * float(spacing_s), self._probe_one, (sw, idx, pid, seq))
+                return {"ok": True, "probe": pid}
+            case ProbeResult(switch, probe):
+                return {"ok": True, "rtts_s": self._switch(switch).probe_rtts.get(int(probe), [])}
+            case SampleQueues(ports, interval_s, most):
+                # Queue depth over time, for the ports asked for: (engine time, bytes queued) pairs.
+                self.sampled = [self._port(sw, port) for sw, port in ports]
+                self.sample_names = [f"{sw}/{port}" for sw, port in ports]
+                self.samples = deque(maxlen=int(most))
+                self.sample_every = float(interval_s) * self.spec.dilation
+                self.loop.at(now, self._sample, None)
+            case QueueSamples():
+                d = self.spec.dilation
+                return {"ok": True, "ports": self.sample_names,
+                        "samples": [((t - self.t0) / d, q) for t, q in self.samples]}
+            case Stop():
+                self.loop.running = False
+        return {"ok": True}
 
     def _collect_socket_drops(self) -> None:
         """Frames the kernel dropped because this worker did not read them in time."""
@@ -227,13 +230,17 @@ class Worker:
         self.samples.append((t, [sw.ports[i].tx.queued() for sw, i in self.sampled]))
         self.loop.at(t + self.sample_every, self._sample, None)
 
-    def _port(self, req: dict[str, Any]) -> tuple[Switch, int]:
-        sw = self.switches.get(req.get("switch", ""))
+    def _switch(self, name: str) -> Switch:
+        sw = self.switches.get(name)
         if sw is None:
-            raise KeyError(f"worker {self.index} has no switch {req.get('switch')!r}")
-        idx = next((p.index for p in sw.ports if p.name == req.get("port")), None)
+            raise KeyError(f"worker {self.index} has no switch {name!r}")
+        return sw
+
+    def _port(self, switch: str, port: str) -> tuple[Switch, int]:
+        sw = self._switch(switch)
+        idx = next((p.index for p in sw.ports if p.name == port), None)
         if idx is None:
-            raise KeyError(f"{sw.name} has no port {req.get('port')!r}")
+            raise KeyError(f"{sw.name} has no port {port!r}")
         return sw, idx
 
     @staticmethod

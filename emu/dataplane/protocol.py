@@ -1,0 +1,116 @@
+"""The engine's control protocol: each request one typed message, defined once for both ends.
+
+The engine (emu/dataplane/engine.py) sends these to a worker's control socket
+as one JSON line; the worker (emu/dataplane/worker.py) decodes them back into
+the same classes and dispatches on the class. A message with an unknown type
+or wrong fields is refused with one error line, never acted on. Replies stay
+plain JSON objects with `ok` and, on failure, `error`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+class ProtocolError(ValueError):
+    """A control message that is not one of the requests below, or has the wrong fields."""
+
+
+@dataclass(frozen=True)
+class Ping:
+    """Is the worker up? Answers with its index and switches."""
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Counters of the worker's switches and its lateness (fidelity) summary."""
+
+
+@dataclass(frozen=True)
+class SetPort:
+    switch: str
+    port: str
+    up: bool
+
+
+@dataclass(frozen=True)
+class SetTables:
+    switch: str
+    tables: dict[str, Any]  # SwitchTables.to_dict()
+
+
+@dataclass(frozen=True)
+class SetHeadroom:
+    switch: str
+    port: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Send `count` probes across one link, `spacing_s` apart (wall seconds); answers a probe id."""
+
+    switch: str
+    port: str
+    count: int = 5
+    spacing_s: float = 0.002
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    switch: str
+    probe: int
+
+
+@dataclass(frozen=True)
+class SampleQueues:
+    """Sample the bytes queued on these (switch, port) egress ports every `interval_s` of fabric time."""
+
+    ports: list[list[str]]
+    interval_s: float
+    max: int = 50_000
+
+
+@dataclass(frozen=True)
+class QueueSamples:
+    """The samples taken since SampleQueues."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """End the worker's loop."""
+
+
+Request = (Ping | Stats | SetPort | SetTables | SetHeadroom | Probe | ProbeResult | SampleQueues | QueueSamples
+           | Stop)
+REQUESTS: dict[str, type] = {c.__name__: c for c in (Ping, Stats, SetPort, SetTables, SetHeadroom, Probe,
+                                                      ProbeResult, SampleQueues, QueueSamples, Stop)}
+
+
+def encode(msg: Request) -> bytes:
+    return json.dumps({"type": type(msg).__name__, **asdict(msg)}).encode() + b"\n"
+
+
+def decode(line: bytes) -> Request:
+    try:
+        d = json.loads(line)
+    except ValueError as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(d, dict):
+        raise ProtocolError("a request is a JSON object")
+    cls = REQUESTS.get(str(d.pop("type", "")))
+    if cls is None:
+        raise ProtocolError(f"unknown request type; known: {', '.join(REQUESTS)}")
+    names = {f.name for f in fields(cls)}
+    if set(d) - names:
+        raise ProtocolError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(set(d) - names))}")
+    try:
+        return cls(**d)
+    except TypeError as exc:
+        raise ProtocolError(f"{cls.__name__}: {exc}") from None
+
+
+__all__ = ["REQUESTS", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "SampleQueues",
+           "SetHeadroom", "SetPort", "SetTables", "Stats", "Stop", "decode", "encode"]

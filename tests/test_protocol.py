@@ -1,0 +1,36 @@
+"""The engine's control protocol: typed requests survive the wire; anything else is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from emu.dataplane.protocol import (
+    REQUESTS,
+    Ping,
+    Probe,
+    ProtocolError,
+    SampleQueues,
+    SetPort,
+    SetTables,
+    decode,
+    encode,
+)
+
+
+@pytest.mark.parametrize("msg", [Ping(), SetPort("p0l0", "p0l0-eth1", False), Probe("s", "s-eth0", 3, 0.01),
+                                 SetTables("p0l0", {"routes": [], "groups": []}),
+                                 SampleQueues([["p0l0", "p0l0-eth3"]], 1e-5)])
+def test_every_request_round_trips(msg):
+    assert decode(encode(msg)) == msg
+
+
+def test_unknown_types_and_fields_are_refused_not_guessed():
+    with pytest.raises(ProtocolError, match="unknown request type"):
+        decode(b'{"type": "Reboot"}\n')
+    with pytest.raises(ProtocolError, match="unknown field"):
+        decode(b'{"type": "SetPort", "switch": "a", "port": "b", "up": true, "force": 1}\n')
+    with pytest.raises(ProtocolError, match="SetPort"):
+        decode(b'{"type": "SetPort", "switch": "a"}\n')
+    with pytest.raises(ProtocolError, match="not JSON"):
+        decode(b"{nope\n")
+    assert set(REQUESTS) >= {"Ping", "Stats", "SetPort", "SetTables", "Stop"}
