@@ -11,7 +11,7 @@
  *   nexthop_member    exact (gid, member)   -> set_nexthop(port, dmac, smac)
  *   my_sid            lpm ipv6.dst          -> srv6_end | srv6_end_x(gid, members) | srv6_end_dt6
  *   srv6_encap        lpm ipv6.dst          -> h_encaps_1(src, s1) | h_encaps_2(src, s1, s2) | h_encaps_3(...)
- *   ecn_threshold     exact egress_port     -> set_ecn_threshold(pkts)
+ *   ecn_red           exact egress_port     -> set_ecn_red(kmin, kmax, step)   RED on enq_qdepth (packets)
  *
  * A group is a slot table: `size` members, 0..size-1; weights are repeated
  * members (as the engine's slot tables). The member is a CRC-16 of the
@@ -81,7 +81,9 @@ struct metadata_t {
     bit<8>  seg_index;
     bit<128> next_sid;
     bit<8>  l4_proto;
-    bit<19> ecn_threshold;
+    bit<32> ecn_kmin;
+    bit<32> ecn_kmax;
+    bit<32> ecn_step;
     bit<6>  dscp;
 }
 
@@ -337,25 +339,49 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard
 control FabricEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
     counter(512, CounterType.packets_and_bytes) tx_port;
     counter(512, CounterType.packets) ecn_marked;
+    // ECN-capable packets seen and marked, by the queue depth they found (packets, 63 = 63 or more):
+    // the marking probability as a function of depth, read from outside.
+    counter(64, CounterType.packets) ecn_depth_seen;
+    counter(64, CounterType.packets) ecn_depth_marked;
 
-    action set_ecn_threshold(bit<19> pkts) { meta.ecn_threshold = pkts; }
-    table ecn_threshold {
+    // RED as the engine does it: no mark below kmin, always at kmax or more, and in between with
+    // probability pmax x (depth - kmin) / (kmax - kmin) = (depth - kmin) x step / 65536, where the
+    // control plane computes step = pmax x 65536 / (kmax - kmin) (no division in the data plane).
+    action set_ecn_red(bit<32> kmin, bit<32> kmax, bit<32> step) {
+        meta.ecn_kmin = kmin;
+        meta.ecn_kmax = kmax;
+        meta.ecn_step = step;
+    }
+    table ecn_red {
         key = { std.egress_port: exact; }
-        actions = { set_ecn_threshold; NoAction; }
-        default_action = set_ecn_threshold(19w10);
+        actions = { set_ecn_red; NoAction; }
+        default_action = set_ecn_red(10, 10, 65536);
         size = 512;
     }
 
     apply {
         tx_port.count((bit<32>)std.egress_port);
-        ecn_threshold.apply();
-        if (std.enq_qdepth >= meta.ecn_threshold) {
-            if (hdr.ipv4.isValid() && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)) {
-                hdr.ipv4.ecn = 3;
+        bit<1> ect = 0;
+        if (hdr.ipv4.isValid() && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)) { ect = 1; }
+        if (hdr.ipv6.isValid() && (hdr.ipv6.ecn == 1 || hdr.ipv6.ecn == 2)) { ect = 1; }
+        if (ect == 1) {
+            ecn_red.apply();
+            bit<32> depth = (bit<32>)std.enq_qdepth;
+            bit<32> bucket = depth;
+            if (depth > 63) { bucket = 63; }
+            ecn_depth_seen.count(bucket);
+            bit<1> mark = 0;
+            if (depth >= meta.ecn_kmax) {
+                mark = 1;
+            } else if (depth > meta.ecn_kmin) {
+                bit<32> r;
+                random(r, 32w0, 32w65535);
+                if (r < (depth - meta.ecn_kmin) * meta.ecn_step) { mark = 1; }
+            }
+            if (mark == 1) {
+                if (hdr.ipv4.isValid()) { hdr.ipv4.ecn = 3; } else { hdr.ipv6.ecn = 3; }
                 ecn_marked.count((bit<32>)std.egress_port);
-            } else if (hdr.ipv6.isValid() && (hdr.ipv6.ecn == 1 || hdr.ipv6.ecn == 2)) {
-                hdr.ipv6.ecn = 3;
-                ecn_marked.count((bit<32>)std.egress_port);
+                ecn_depth_marked.count(bucket);
             }
         }
     }

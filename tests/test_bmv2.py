@@ -89,10 +89,23 @@ def test_ecn_marks_under_congestion_on_bmv2(compiled, no_leftovers):
                                   mininet_popen(net.get("gpu2")), nbytes=4 << 20, dilation=5000, cc="dcqcn",
                                   lat_iters=0, timeout=300).wait()
         port = net.engine.stats()["switches"]["p0l0"]["ports"]["p0l0-eth3"]
+        curve = net.engine.ecn_by_depth("p0l0")
     finally:
         net.stop()
     assert server["data_ok"]
     assert port["ecn_marked"] > 0 and server["counters"]["ce_marked"] > 0 and server["cnps_sent"] > 0
+    # RED, not a step: Kmin 20 and Kmax 80 packets (30 KB, 120 KB at 1500 B), Pmax 1. Below Kmin
+    # nothing is marked; between, the marked fraction grows with depth, as (depth - 20) / 60.
+    def fraction(lo: int, hi: int) -> tuple[float, int]:
+        seen = sum(curve[d][0] for d in range(lo, hi + 1))
+        return sum(curve[d][1] for d in range(lo, hi + 1)) / max(1, seen), seen
+
+    below, n_below = fraction(0, 20)
+    low, n_low = fraction(24, 38)  # expected about 0.07-0.30, mean near 0.18
+    high, n_high = fraction(44, 62)  # expected about 0.40-0.70, mean near 0.55
+    assert n_below > 0 and below == 0, curve
+    assert n_low >= 50 and n_high >= 50, curve
+    assert 0.05 < low < 0.35 < 0.4 < high < 0.75, (low, high, curve)
 
 
 @pytest.mark.root

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emu.backends.bmv2.cli import Bmv2TableError, queue_commands, table_commands
+from emu.backends.bmv2.cli import Bmv2TableError, queue_commands, red_params, table_commands
 from emu.backends.bmv2.runtime import Bmv2RuntimeError, InstalledTables, counter_values
 from emu.control.model import EncapPolicy, MySid, SwitchTables
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
@@ -29,7 +29,7 @@ def small_fpf(*, l0_s1_down: bool = False) -> dict[str, SwitchTables]:
 
 def test_fpf_leaf_commands():
     cmds = table_commands(small_fpf()["l0"], port_macs=MACS, dscp_to_tc=[3 if d == 26 else 0 for d in range(64)],
-                          ecn_threshold_pkts={1: 10, 2: 10})
+                          ecn_red={1: red_params(100_000, 400_000, 0.01), 2: (10, 20, 6554)})
     assert cmds == [
         "table_add dscp_to_priority set_priority 26 => 3",
         "table_add nexthop_member set_nexthop 0 0 => 1 02:aa:00:00:00:00 02:00:00:00:00:01",
@@ -37,9 +37,15 @@ def test_fpf_leaf_commands():
         "table_add nexthop_member set_nexthop 1 1 => 3 02:00:00:00:0b:00 02:00:00:00:00:03",
         "table_add ipv4_lpm set_group 10.0.0.2/32 => 0 1 0",
         "table_add ipv4_lpm set_group 10.0.1.2/32 => 1 2 0",
-        "table_add ecn_threshold set_ecn_threshold 2 => 10",
-        "table_add ecn_threshold set_ecn_threshold 3 => 10",
+        "table_add ecn_red set_ecn_red 2 => 66 266 3",
+        "table_add ecn_red set_ecn_red 3 => 10 20 6554",
     ]
+
+
+def test_red_params_are_the_engines_thresholds_in_packets_and_a_slope_per_65536():
+    assert red_params(100_000, 400_000, 0.01) == (66, 266, 3)  # 1 % over 200 packets: 655.36 / 200
+    assert red_params(30_000, 120_000, 1.0) == (20, 80, 1092)
+    assert red_params(1000, 1000, 0.5) == (1, 2, 32768)  # never a zero-width band
 
 
 def test_rbb_edge_router_commands():

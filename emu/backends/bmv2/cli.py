@@ -33,7 +33,8 @@ def bmv2_port(index: int) -> int:
 
 
 def table_commands(tables: SwitchTables, *, port_macs: list[str], dscp_to_tc: list[int] | None = None,
-                   ecn_threshold_pkts: dict[int, int] | None = None) -> list[str]:
+                   ecn_red: dict[int, tuple[int, int, int]] | None = None) -> list[str]:
+    """`ecn_red`: per port (Kmin, Kmax in packets, step = Pmax x 65536 / (Kmax - Kmin)), see red_params."""
     tables.validate()
     out: list[str] = []
     for dscp, tc in enumerate(dscp_to_tc or []):
@@ -66,9 +67,17 @@ def table_commands(tables: SwitchTables, *, port_macs: list[str], dscp_to_tc: li
         if n > MAX_SEGMENTS:
             raise Bmv2TableError(f"policy for {e.prefix} has {n} segments; fabric.p4 carries at most {MAX_SEGMENTS}")
         out.append(f"table_add srv6_encap h_encaps_{n} {e.prefix} => {e.source} {' '.join(e.segments)}")
-    for port, pkts in sorted((ecn_threshold_pkts or {}).items()):
-        out.append(f"table_add ecn_threshold set_ecn_threshold {bmv2_port(port)} => {pkts}")
+    for port, (kmin, kmax, step) in sorted((ecn_red or {}).items()):
+        out.append(f"table_add ecn_red set_ecn_red {bmv2_port(port)} => {kmin} {kmax} {step}")
     return out
+
+
+def red_params(kmin_bytes: int, kmax_bytes: int, pmax: float, mean_frame: int = 1500) -> tuple[int, int, int]:
+    """The engine's RED thresholds in what fabric.p4 can compare: BMv2 counts its queues in packets
+    (at a mean frame size), and has no division, so the slope comes precomputed per 1/65536."""
+    kmin = max(1, kmin_bytes // mean_frame)
+    kmax = max(kmin + 1, kmax_bytes // mean_frame)
+    return kmin, kmax, max(1, round(min(1.0, pmax) * 65536 / (kmax - kmin)))
 
 
 def queue_commands(port: int, *, rate_bps: float, dilation: float, depth_pkts: int, mean_frame: int = 1500) -> list[str]:

@@ -98,19 +98,19 @@ class Bmv2DataPlane:
     """The fabric's simple_switch processes behind the interface FabricController drives."""
 
     def __init__(self, specs: list[SwitchSpec], procs: dict[str, Any], *, dilation: float, wires: Any = None,
-                 run_dir: str = "", ecn_pkts: dict[str, dict[int, int]] | None = None) -> None:
+                 run_dir: str = "", ecn_red: dict[str, dict[int, tuple[int, int, int]]] | None = None) -> None:
         self.specs = {s.name: s for s in specs}
         self.procs = procs
         self.dilation = dilation
         self.wires = wires  # EngineLinks, when the engine carries the links
-        self.ecn_pkts = ecn_pkts or {}
+        self.ecn_red = ecn_red or {}
         self.installed = {s.name: InstalledTables() for s in specs}
         self.run_dir = run_dir  # what `emu clean` reads after a crash; removed at stop
 
     def commands(self, switch: str, tables: SwitchTables) -> list[str]:
         s = self.specs[switch]
         return table_commands(tables, port_macs=[p.mac for p in s.ports], dscp_to_tc=list(s.qos.dscp_to_tc),
-                              ecn_threshold_pkts=self.ecn_pkts.get(switch))
+                              ecn_red=self.ecn_red.get(switch))
 
     def set_tables(self, switch: str, tables: dict[str, Any] | SwitchTables, extra: list[str] | None = None) -> None:
         t = tables if isinstance(tables, SwitchTables) else SwitchTables.from_dict(tables)
@@ -153,6 +153,17 @@ class Bmv2DataPlane:
                                    "ecn_marked": ecn, "pfc_rx": pfc}
             out["switches"][name] = {"ports": ports}
         return out
+
+    def ecn_by_depth(self, switch: str) -> list[tuple[int, int]]:
+        """(ECN-capable packets seen, marked) by the queue depth they found, 0..63 packets (63: or more):
+        fabric.p4's RED as a measured curve."""
+        cmds = [f"counter_read FabricEgress.{c} {i}" for i in range(64) for c in ("ecn_depth_seen", "ecn_depth_marked")]
+        v = counter_values(self.procs[switch].load(cmds))
+        try:
+            return [(v[("FabricEgress.ecn_depth_seen", i)][0], v[("FabricEgress.ecn_depth_marked", i)][0])
+                    for i in range(64)]
+        except KeyError as exc:
+            raise Bmv2RuntimeError(f"{switch}: no answer for counter {exc}") from None
 
     def _native_only(self, what: str) -> Any:
         raise Bmv2RuntimeError(f"{what} is native-only: BMv2 has no cable probes, shared buffer or queue sampling")

@@ -19,7 +19,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from emu.backends.bmv2.cli import bmv2_port, queue_commands
+from emu.backends.bmv2.cli import bmv2_port, queue_commands, red_params
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.runtime import Bmv2DataPlane
 from emu.control.runtime import FabricController
@@ -179,7 +179,7 @@ class Bmv2FabricSwitch(FabricSwitch):
         wires = EngineLinks(built.spec) if links == "engine" else None
         specs = list(built.spec.switches)
         plane = Bmv2DataPlane(specs, {}, dilation=settings.dilation, wires=wires, run_dir=built.spec.run_dir,
-                              ecn_pkts={s.name: _ecn_pkts(s) for s in specs})
+                              ecn_red={s.name: _ecn_red(s) for s in specs})
         try:
             taken = wires.start() if wires is not None else {}
             for n, (sw, spec) in enumerate(zip(switches, specs, strict=True)):
@@ -221,10 +221,10 @@ class Bmv2FabricSwitch(FabricSwitch):
         return ()
 
 
-def _ecn_pkts(spec) -> dict[int, int]:
-    """fabric.p4 marks on enq_qdepth, in packets: Kmin of the lossless class at a 1500-byte mean frame."""
+def _ecn_red(spec) -> dict[int, tuple[int, int, int]]:
+    """fabric.p4 runs RED on enq_qdepth with the lossless class's Kmin, Kmax and Pmax (in packets)."""
     ecn = spec.qos.ecn.get(3)
-    return {p.index: max(1, ecn.kmin // 1500) for p in spec.ports} if ecn is not None else {}
+    return {p.index: red_params(ecn.kmin, ecn.kmax, ecn.pmax) for p in spec.ports} if ecn is not None else {}
 
 
 def _peer_intf(sw, ifname: str):

@@ -1,4 +1,5 @@
-"""Collective results carry a fidelity verdict, and a result judged ok does not depend on D."""
+"""Collectives and MetaRoCE on every fabric: a fidelity verdict on each result, results that do not
+depend on D where it is ok, the BAG latency cliff."""
 
 from __future__ import annotations
 
@@ -50,3 +51,35 @@ def test_auto_dilation_gives_a_result_with_fidelity_ok(no_leftovers, tmp_path, m
     cost, source = dilation.cost_per_packet("collective-native-fpf-4x2")
     load = 8 * 100e9 / ((1024 + HEADERS) * 8)  # 4 GPUs x 2 planes of 100G, in RoCE packets per second
     assert "learnt" in source and cost == pytest.approx(r["dilation"] * dilation.UTILISATION * os.cpu_count() / load)
+
+
+@pytest.mark.parametrize("topo", ["nsf", "rbb"])
+def test_metaroce_perf_on_fabrics_with_their_own_address_plan(topo, no_leftovers):
+    """nsf (fdfb:) and rbb (fd00:): the endpoints find their planes from the host, not a fixed prefix."""
+    from emu.net.fabric import FabricNet
+    from emu.net.switch import RunSettings
+    from emu.roce.run import PerfRun, mininet_popen
+    from emu.topo import make_topo
+
+    t = make_topo(topo, {"gpus": "4"} if topo == "nsf" else {})
+    net = FabricNet(t, settings=RunSettings(dilation=20000))
+    net.start()
+    try:
+        a, b = sorted(net.hosts, key=lambda h: h.name)[:2]
+        client, server = PerfRun(mininet_popen(a), mininet_popen(b), nbytes=1 << 20, dilation=20000,
+                                 plane_rate_bps=400e9 if topo == "rbb" else 800e9, lat_iters=2).wait()
+    finally:
+        net.stop()
+    assert server["data_ok"] and client["completions_ok"] == client["completions"] > 0
+    assert client["fidelity"] and server["fidelity"]
+
+
+def test_bag_collective_shows_the_long_haul_cliff(tmp_path, no_leftovers):
+    from emu.net.switch import RunSettings
+    from emu.scenarios.bag_collective import run as bag
+
+    r = bag({"distance": "2km", "size": "64KiB"}, RunSettings(dilation=100_000), str(tmp_path), auto=False)
+    assert r["within_building"]["wrong"] == r["across_buildings"]["wrong"] == 0
+    assert r["time_ratio"] >= 2, r["time_ratio"]  # 2 km: 10 us each way, against about 2 us in a building
+    assert r["fidelity"]["ok"] and r["passed"]
+    assert (tmp_path / "bag-collective.png").stat().st_size > 0 and (tmp_path / "bag-collective.json").exists()
