@@ -161,3 +161,13 @@ def test_netem_refused_by_the_kernel_is_one_error_naming_the_interface(no_leftov
             _netem_link("emutcx0", rate_bps=100e9, delay_s=5e-6, dilation=1000)
     finally:
         ip_batch(["link del emutcx0"], check=False)
+
+
+@pytest.mark.root
+@needs_bmv2
+def test_bench_engine_measures_bmv2_beside_the_engine_and_the_bridge(compiled, no_leftovers):
+    from emu.bench.engine import run
+
+    r = run({"seconds": "1", "repetitions": "1"}, backend="bmv2")
+    assert r["bmv2_pps"] > 1000 and r["engine_pps"] > 0 and r["bridge_pps"] > 0
+    assert r["engine_over_bmv2"] == pytest.approx(r["engine_pps"] / r["bmv2_pps"], rel=0.01)

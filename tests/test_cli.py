@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -82,7 +83,7 @@ def test_stats_table_shows_what_bmv2_does_not_count_as_a_dash():
 @pytest.mark.root
 @pytest.mark.parametrize(("args", "says"), [
     (["up", "fpf", "--links", "engine", "--test", "pingall"], "--links is for --backend bmv2"),
-    (["bench", "engine", "--backend", "bmv2"], "measures the native engine"),
+    (["bench", "link", "--backend", "bmv2"], "measures the native engine"),
     (["bench", "link", "--links", "netem"], "not 'netem'"),
 ])
 def test_link_and_backend_options_out_of_place_are_one_clear_error(args, says, no_leftovers):
@@ -106,3 +107,14 @@ def test_bench_collective_on_bmv2_without_the_program_says_make_p4(no_leftovers)
                        capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, EMU_BMV2_JSON="/nonexistent/emu-test/fabric.json"))
     assert r.returncode != 0 and "make p4" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.root
+def test_scenarios_bmv2_cannot_run_say_what_it_lacks_before_building(no_leftovers):
+    subprocess.run(["make", "p4"], check=True, capture_output=True)
+    if shutil.which("simple_switch") is None:
+        pytest.skip("needs BMv2 (README, BMv2 and p4c): without it the backend check refuses first")
+    for name, lack in (("incast", "PFC"), ("headroom", "headroom"), ("dcqcn", "queue depth")):
+        r = emu("scenario", name, "--backend", "bmv2", "--json")
+        assert r.returncode == 1 and "cannot run on --backend bmv2" in r.stderr and lack in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr

@@ -12,7 +12,7 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
     if name == "engine":
         from emu.bench import engine
 
-        return engine.run(params)
+        return engine.run(params, backend=settings.backend if settings else "native")
     if name == "link":
         from emu.bench import link
 

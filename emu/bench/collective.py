@@ -130,6 +130,8 @@ def attribution(stats: dict[str, Any], retransmits: int, fidelity: dict[str, Any
     # .get: BMv2 counts fewer things than the engine (no drops by reason, no PFC sent).
     return {"most_queued": [{"port": port, "queue_hwm_bytes": q} for q, port in queues if q > 0],
             "drops": sum(sum(p.get("drops", {}).values()) for p in ports),
+            "drops_by_reason": {r: sum(p.get("drops", {}).get(r, 0) for p in ports)
+                                for r in sorted({r for p in ports for r in p.get("drops", {})})},
             "ecn_marked": sum(p.get("ecn_marked", 0) for p in ports),
             "pfc_frames": sum(p.get("pfc_tx", 0) for p in ports),
             "retransmits": retransmits,

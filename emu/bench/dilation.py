@@ -102,7 +102,9 @@ def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
         say(f"dilation auto: D={d:g} ({why})")
         result = run(d)
         fid = result.get("fidelity") or {}
-        tries.append({"dilation": d, "ok": fid.get("ok"), "why": why})
+        tries.append({"dilation": d, "ok": fid.get("ok"), "why": why,
+                      "rows": [{k: r[k] for k in ("size", "time_us", "busbw_GBps") if k in r}
+                               for r in result.get("rows", [])]})
         if fid.get("ok"):
             cores = os.cpu_count() or 1
             learn(kind, d * cores * UTILISATION / load_pps)

@@ -20,7 +20,9 @@ def switch_mac(i: int) -> str:
     return f"02:e0:00:00:02:{i:02x}"
 
 
-def pair_spec(lab: Lab, *, rate_bps: float, delay_s: float, dilation: float, qos: QosSpec | None = None) -> EngineSpec:
+def pair_spec(lab: Lab, *, rate_bps: float, delay_s: float, dilation: float, qos: QosSpec | None = None,
+              engine: bool = True) -> EngineSpec:
+    """`engine` False: the tables and ports only, for a data plane that is not the engine (no run folder)."""
     tables = SwitchTables()
     ports = []
     for i in range(2):
@@ -30,7 +32,7 @@ def pair_spec(lab: Lab, *, rate_bps: float, delay_s: float, dilation: float, qos
                               delay_s=delay_s, peer_kind="host", peer_mac=host_mac(i),
                               ipv4=(f"10.9.{i}.1/24",)))
     sw = SwitchSpec(name="bench", ports=tuple(ports), tables=tables, qos=qos or QosSpec())
-    return EngineSpec(switches=(sw,), dilation=dilation, run_dir=new_run_dir(), workers=1)
+    return EngineSpec(switches=(sw,), dilation=dilation, run_dir=new_run_dir() if engine else "", workers=1)
 
 
 @contextmanager
@@ -85,3 +87,25 @@ def wired_pair(tag: str, *, rate_bps: float, delay_s: float, dilation: float) ->
             yield lab, links.engine
         finally:
             links.stop()
+
+
+@contextmanager
+def bmv2_pair(tag: str, thrift_port: int = 9190) -> Iterator[Lab]:
+    """h0 (10.9.0.2) -- simple_switch running p4/fabric.p4 -- h1 (10.9.1.2), the same routes as
+    engine_pair from the same table model; static neighbours, as fabric.p4 answers no ARP."""
+    from emu.backends.bmv2.cli import table_commands
+    from emu.backends.bmv2.switch import Bmv2Process
+    from emu.net.netns import ip_batch
+
+    with Lab(f"{tag}{os.getpid() % 10000}") as lab:
+        for i in range(2):
+            lab.add_host(i, mac=host_mac(i), ip4=f"10.9.{i}.2/24", gw4=f"10.9.{i}.1", route4="10.9.0.0/16")
+            ip_batch([f"neigh replace 10.9.{i}.1 lladdr {switch_mac(i)} dev eth0 nud permanent"], ns=lab.ns(i))
+        sw = pair_spec(lab, rate_bps=1e15, delay_s=0.0, dilation=1.0, engine=False).switches[0]
+        proc = Bmv2Process(f"bench-{lab.tag}", [(1, lab.root_if(0)), (2, lab.root_if(1))], thrift_port)
+        proc.start()
+        try:
+            proc.load(table_commands(sw.tables, port_macs=[p.mac for p in sw.ports]))
+            yield lab
+        finally:
+            proc.stop()

@@ -157,13 +157,20 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
 
     _need_root()
     params = _topo_params(extra)
-    if args.name != "collective" and args.backend != "native":
-        raise ValueError(f"`emu bench {args.name}` measures the native engine; --backend is for `emu bench collective`")
+    if args.name not in ("collective", "engine") and args.backend != "native":
+        raise ValueError(f"`emu bench {args.name}` measures the native engine; --backend is for `collective` "
+                         "and `engine`")
     if args.name == "engine" and args.links != "auto":
         raise ValueError("`emu bench engine` compares the engine with a bridge; --links is for `link` and `collective`")
     if args.name == "link" and args.links != "auto":
         params["links"] = args.links
     settings = None
+    if args.name == "engine" and args.backend == "bmv2":
+        from emu.backends.bmv2.switch import Bmv2Process
+        from emu.net.switch import RunSettings
+
+        Bmv2Process("check", [], 9190).check()
+        settings = RunSettings(backend="bmv2")
     if args.name == "collective":
         from emu.net.switch import RunSettings
 

@@ -27,6 +27,9 @@ def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, ou
     if name not in SCENARIOS:
         raise ScenarioError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
     module = importlib.import_module(SCENARIOS[name])
+    lacks = getattr(module, "BMV2_LACKS", "")
+    if settings.backend == "bmv2" and lacks:  # said before anything is built
+        raise ScenarioError(f"{name} cannot run on --backend bmv2: {lacks}")
     if getattr(module, "AUTO_DILATION", False):  # it picks D per run itself unless one is given
         return module.run(params, settings, out_dir, auto=not dilation_given)
     if not dilation_given:

@@ -46,6 +46,7 @@ def overlap_rates(rx_traces: list[list[tuple[float, int]]]) -> list[float]:
         out.append((pts[-1][1] - pts[0][1]) * 8 / (pts[-1][0] - pts[0][0]))
     return out
 
+BMV2_LACKS = "it samples queue depth over time, which only the native engine does"
 
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
     only(params, {"bytes"}, "dcqcn")

@@ -36,6 +36,7 @@ DEFAULT_DILATION = 10000.0
 PORT = 9400
 SHORT_M = 100.0
 
+BMV2_LACKS = "it needs PFC and per-port headroom, which only the native engine's shared buffer has"
 
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
     only(params, {"distance", "bytes"}, "headroom")

@@ -33,6 +33,7 @@ from emu.topo.fpf import FPFTopo
 DEFAULT_DILATION = 10000.0  # keeps 7 line-rate senders within one Python worker's budget
 PORT = 9000
 
+BMV2_LACKS = "it needs PFC, and fabric.p4 does not generate pause frames yet (BMv2 cannot pause a queue; docs/p4.md)"
 
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
     only(params, {"senders", "bytes", "size", "rate", "leaves", "spines"}, "incast")
