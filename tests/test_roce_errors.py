@@ -73,3 +73,22 @@ def test_a_nak_fails_the_work_request(dev):
     deliver(d, wire.ack_packet(qp.qpn, 0, 0, 1, bytes(32), syndrome=wire.SYNDROME_NAK_ACCESS))
     (c,) = d.poll_cq()
     assert c.wr_id == 7 and c.status.startswith("remote access error")
+
+
+def test_an_immediate_completes_only_once_everything_before_it_is_placed(dev):
+    """A write with immediate that overtakes earlier packets (another plane) waits for them."""
+    d, qp, mr = dev
+    deliver(d, wire.data_packet(qp.qpn, 1, mr.va + 8, mr.rkey, b"tail", ack_req=False, imm=5))
+    assert d.poll_recv() == [] and bytes(mr.buf[8:12]) == b"tail"  # placed, but PSN 0 is missing
+    deliver(d, wire.data_packet(qp.qpn, 0, mr.va, mr.rkey, b"head", ack_req=False))
+    got = d.poll_recv()
+    assert [(c.wr_id, c.qpn) for c in got] == [(5, qp.qpn)] and qp.expected == 2
+    deliver(d, wire.data_packet(qp.qpn, 1, mr.va + 8, mr.rkey, b"tail", ack_req=False, imm=5))  # a retransmit
+    assert d.poll_recv() == []  # a duplicate completes nothing
+
+
+def test_a_truncated_immediate_is_counted_not_placed(dev):
+    d, qp, mr = dev
+    body = wire.data_packet(qp.qpn, 0, mr.va, mr.rkey, b"", ack_req=False, imm=1)
+    deliver(d, body[:30])
+    assert d.counters["truncated"] == 1 and qp.expected == 0 and d.poll_recv() == []

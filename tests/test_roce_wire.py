@@ -59,3 +59,16 @@ def test_scatter_gather_frame_is_the_sealed_packet_byte_for_byte():
                                                            ack_req=ack_req))
         assert head + bytes(body) + crc == want
         assert wire.check(src, dst, 49152, want)
+
+
+def test_write_with_immediate_is_what_scapy_reads_and_sends_the_same_bytes():
+    """Opcode 0x0B, the immediate after the RETH, a valid ICRC, and the scatter-gather frame unchanged."""
+    body = wire.data_packet(0x42, 77, 0x2000, 9, b"slice" * 30, ack_req=False, imm=0xCAFE0001)
+    raw = on_wire(body)
+    assert raw[-4:] == scapy_icrc(raw)
+    assert IPv6(raw)[BTH].opcode == 0x0B and wire.parse_imm(body) == 0xCAFE0001
+    assert wire.parse_reth(body) == (0x2000, 9, 150)
+    src, dst = wire.ip6(SRC), wire.ip6(DST)
+    head, view, crc = wire.data_frame(src, dst, 50000, 0x42, 77, 0x2000, 9, memoryview(b"slice" * 30),
+                                      ack_req=False, imm=0xCAFE0001)
+    assert head + bytes(view) + crc == wire.seal(src, dst, 50000, body)

@@ -154,7 +154,9 @@ def table(result: dict[str, Any]) -> str:
     lines.append(f"# Bound (line rate less headers, MTU {result['mtu']}): {result['bound_busbw_GBps']:.2f} GB/s; "
                  f"the rest is {result['steps']} steps x the gap per step (last size: "
                  f"{result['rows'][-1]['gap_per_step_us']:.2f} us)")
-    lines.append(f"# Gap, measured: most queued {queued}; drops {a['drops']}, ECN {a['ecn_marked']}, PFC "
+    reasons = ", ".join(f"{r} {n}" for r, n in a["drops_by_reason"].items() if n)
+    drops = f"{a['drops']} ({reasons})" if reasons else str(a["drops"])
+    lines.append(f"# Gap, measured: most queued {queued}; drops {drops}, ECN {a['ecn_marked']}, PFC "
                  f"{a['pfc_frames']}, retransmits {a['retransmits']}; endpoints' mean send lateness "
                  f"{a['endpoint_send_mean_packet_times']:.3f} packet times")
     lines.append(f"# {line(result['fidelity'])}")

@@ -3,11 +3,13 @@
     python -m emu.collectives.rank DIR --rank R --nranks N --op allreduce --sizes 65536,1048576
 
 Each rank has one queue pair to its right neighbour and one from its left.
-A step writes a chunk into the right neighbour's memory; when the write's
-completion says it is placed, a 4-byte step counter is written after it, and
-the neighbour, watching that counter in its own memory, knows the chunk is
-whole. Elements are int32, reduced by sum. Every rank starts from a pattern
-that depends on its rank, so the result is checked element by element
+A ring step writes a chunk into the right neighbour's memory, as a write with
+immediate: the neighbour's receive completion says the chunk is whole. The
+chunk goes in slices, and a rank forwards slice j of the next step as soon as
+slice j of this one has arrived (and, in reduce-scatter, been reduced), so
+the ring is a pipeline, as NCCL's is: the link never waits a whole chunk for a
+hop's latency. Elements are int32, reduced by sum. Every rank starts from a
+pattern that depends on its rank, so the result is checked element by element
 (#wrong, as nccl-tests counts it).
 """
 
@@ -28,7 +30,7 @@ from emu.roce.perf import publish, wait_for
 from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
 
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
-SIGNALS = 64
+SLICE = 256 << 10  # bytes a ring step sends per message (the pipeline's grain)
 START_MARGIN_S = 0.05  # wall time between the last rank's arrival and the common start
 
 
@@ -46,21 +48,21 @@ class Ring:
         biggest = max(args.sizes) * (self.n if args.op == "allgather" else 1)
         self.data = self.dev.reg_mr(biggest)
         self.stage = self.dev.reg_mr(biggest)  # reduce-scatter chunks land here
-        self.sig = self.dev.reg_mr(4 * SIGNALS)
-        self.src = self.dev.reg_mr(4 * SIGNALS)  # the counters we write to the right
         self.right: QueuePair = self.dev.create_qp()
         self.left: QueuePair = self.dev.create_qp()
         # Alltoall talks to everyone directly: one more QP per peer.
         self.mesh: dict[int, QueuePair] = (
             {p: self.dev.create_qp() for p in range(self.n) if p != self.r} if args.op == "alltoall" else {})
-        self.round = 0
+        self.msg = 0  # messages posted so far, counted alike on every rank: the immediates
+        self.got: set[int] = set()  # immediates received and not yet waited for
         # Wall time this rank spends on itself while it should be moving data (the reduction,
         # a late start): what a GPU would not spend, so it counts against fidelity.
         self.harness = Lateness(1024)
+        self.done_at = 0.0  # when the last operation's communication finished (wall)
 
     def connect(self) -> None:
         me = {"right": self.right.qpn, "left": self.left.qpn, "addrs": [p.addr for p in self.dev.planes],
-              "data": self.data.info(), "stage": self.stage.info(), "sig": self.sig.info(),
+              "data": self.data.info(), "stage": self.stage.info(),
               "mesh": {str(p): qp.qpn for p, qp in self.mesh.items()}}
         publish(self.a.dir, f"rank{self.r}", me)
         rn = wait_for(self.a.dir, f"rank{(self.r + 1) % self.n}", self.a.timeout)
@@ -91,29 +93,25 @@ class Ring:
         self.harness.add(now - start)
         return start
 
-    # -- one step: write a chunk to the right, then its signal ------------------------------
-
-    def send(self, mr: MemoryRegion, off: int, nbytes: int, remote: dict[str, int], roff: int) -> None:
-        self.round += 1
-        slot = self.round % SIGNALS
-        self.src.buf[4 * slot: 4 * slot + 4] = self.round.to_bytes(4, "little")
-        if nbytes:
-            self.right.post_write(self.round, mr, off, nbytes, remote["va"] + roff, remote["rkey"])
-        self.dev.run_until_idle(self.a.timeout)
-        self.right.post_write(-self.round, self.src, 4 * slot, 4, self.peer["sig"]["va"] + 4 * slot,
-                              self.peer["sig"]["rkey"])
-
-    def wait_signal(self) -> None:
-        slot = self.round % SIGNALS
-        want = self.round.to_bytes(4, "little")
+    def wait_imm(self, want: int) -> None:
+        """Turn the crank until the write with immediate `want` is whole in our memory."""
         deadline = time.monotonic() + self.a.timeout
-        while self.sig.buf[4 * slot: 4 * slot + 4] != want:
+        while want not in self.got:
+            self.got.update(c.wr_id for c in self.dev.poll_recv())
+            if want in self.got:
+                break
             if time.monotonic() > deadline:
-                raise TimeoutError(f"rank {self.r}: step {self.round} never arrived from the left")
+                raise TimeoutError(f"rank {self.r}: message {want} never arrived")
             self.dev.progress(0.0005)
-        self.dev.run_until_idle(self.a.timeout)
+        self.got.discard(want)
 
-    # -- the collectives ----------------------------------------------------------------------
+    def finish(self) -> None:
+        """Our own writes acknowledged: the buffers are ours again."""
+        self.dev.run_until_idle(self.a.timeout)
+        self.dev.poll_cq()
+        self.done_at = time.monotonic()
+
+    # -- the ring -------------------------------------------------------------------------------
 
     def ints(self, mr: MemoryRegion, start: int = 0, nbytes: int | None = None) -> np.ndarray:
         return np.frombuffer(mr.buf, dtype=np.int32, count=(nbytes if nbytes is not None else mr.size) // 4,
@@ -122,59 +120,67 @@ class Ring:
     def fill(self, size: int) -> None:
         self.ints(self.data, 0, size)[:] = pattern(self.r, size)
 
-    def reduce_scatter(self, size: int) -> None:
-        n, r = self.n, self.r
-        chunk = size // n
-        for s in range(n - 1):
-            send_c, recv_c = (r - s) % n, (r - s - 1) % n
-            self.send(self.data, send_c * chunk, chunk, self.peer["stage"], send_c * chunk)
-            self.wait_signal()
-            t = time.monotonic()
-            self.ints(self.data, recv_c * chunk, chunk)[:] += self.ints(self.stage, recv_c * chunk, chunk)
-            self.harness.add(time.monotonic() - t)
+    def ring(self, steps: list[tuple[int, str, bool]], chunk: int) -> None:
+        """Run ring steps as one pipeline. Step s sends chunk c (byte offset c * chunk) of our data into
+        the right neighbour's `dst` region ("stage" or "data") at the same offset; what we receive at
+        step s is the chunk we send at step s + 1 (the left neighbour runs one chunk behind us), and
+        when the step reduces, it lands in stage and is added into data before it goes on."""
+        grain = max(4, min(self.a.slice, chunk) // 4 * 4)
+        cuts = [(lo, min(chunk, lo + grain)) for lo in range(0, chunk, grain)]
+        k, base = len(cuts), self.msg
+        for s in range(len(steps) + 1):
+            for j, (lo, hi) in enumerate(cuts):
+                if s > 0:  # slice j of the step before: ours once it has arrived (and been reduced)
+                    self.wait_imm(base + (s - 1) * k + j)
+                    c, _, reduce = steps[s - 1]
+                    c = (c - 1) % self.n
+                    if reduce:
+                        t = time.monotonic()
+                        off = c * chunk + lo
+                        self.ints(self.data, off, hi - lo)[:] += self.ints(self.stage, off, hi - lo)
+                        self.harness.add(time.monotonic() - t)
+                if s < len(steps):
+                    c, dst, _ = steps[s]
+                    off = c * chunk + lo
+                    region = self.peer[dst]
+                    self.right.post_write(base + s * k + j, self.data, off, hi - lo, region["va"] + off,
+                                          region["rkey"], imm=base + s * k + j)
+                    self.dev.progress(0.0)  # start it now, not after the next wait
+        self.msg = base + len(steps) * k
+        self.finish()
 
-    def all_gather(self, size: int, first: int) -> None:
+    def reduce_scatter_steps(self) -> list[tuple[int, str, bool]]:
+        return [((self.r - s) % self.n, "stage", True) for s in range(self.n - 1)]
+
+    def all_gather_steps(self, first: int) -> list[tuple[int, str, bool]]:
         """Circulate chunk `first + r` (already final on rank r) until every rank has all n."""
-        n, r = self.n, self.r
-        chunk = size // n
-        for s in range(n - 1):
-            c = (r + first - s) % n
-            self.send(self.data, c * chunk, chunk, self.peer["data"], c * chunk)
-            self.wait_signal()
+        return [((self.r + first - s) % self.n, "data", False) for s in range(self.n - 1)]
 
     def alltoall(self, size: int) -> None:
-        """Chunk p of my buffer to rank p's stage at my slot; then one signal to each, slot = my rank."""
+        """Chunk p of my buffer to rank p's stage at my slot, each a write with immediate."""
         n, r = self.n, self.r
         chunk = size // n
-        self.round += 1
         for s in range(1, n):
             p = (r + s) % n
             self.mesh[p].post_write(s, self.data, p * chunk, chunk, self.peers[p]["stage"]["va"] + r * chunk,
-                                    self.peers[p]["stage"]["rkey"])
-        self.dev.run_until_idle(self.a.timeout)
-        self.src.buf[4 * r: 4 * r + 4] = self.round.to_bytes(4, "little")
-        for p, qp in self.mesh.items():
-            qp.post_write(-self.round, self.src, 4 * r, 4, self.peers[p]["sig"]["va"] + 4 * r, self.peers[p]["sig"]["rkey"])
+                                    self.peers[p]["stage"]["rkey"], imm=self.msg + r)
         self.stage.buf[r * chunk:(r + 1) * chunk] = self.data.buf[r * chunk:(r + 1) * chunk]
-        want = self.round.to_bytes(4, "little")
-        deadline = time.monotonic() + self.a.timeout
-        while any(self.sig.buf[4 * p: 4 * p + 4] != want for p in self.mesh):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"rank {r}: alltoall round {self.round} incomplete")
-            self.dev.progress(0.0005)
-        self.dev.run_until_idle(self.a.timeout)
+        for p in range(n):
+            if p != r:
+                self.wait_imm(self.msg + p)  # each peer's immediate is its own rank
+        self.msg += n
+        self.finish()
 
     def run_op(self, size: int) -> int:
         """Run once; return the number of wrong elements."""
         op, n, r = self.a.op, self.n, self.r
         total = n * (n + 1) // 2  # the sum of the rank factors 1..n
+        chunk = size // n
         if op == "allreduce":
-            self.reduce_scatter(size)
-            self.all_gather(size, 1)
+            self.ring(self.reduce_scatter_steps() + self.all_gather_steps(1), chunk)
             return int(np.count_nonzero(self.ints(self.data, 0, size) != pattern(total - 1, size)))
         if op == "reducescatter":
-            self.reduce_scatter(size)
-            chunk = size // n
+            self.ring(self.reduce_scatter_steps(), chunk)
             c = (r + 1) % n
             want = pattern(total - 1, size)[c * chunk // 4:(c + 1) * chunk // 4]
             return int(np.count_nonzero(self.ints(self.data, c * chunk, chunk) != want))
@@ -183,7 +189,7 @@ class Ring:
             mine = self.ints(self.data, 0, size).copy()
             self.ints(self.data, 0, size * n)[:] = 0
             self.ints(self.data, r * size, size)[:] = mine
-            self.all_gather(size * n, 0)
+            self.ring(self.all_gather_steps(0), size)
             return sum(int(np.count_nonzero(self.ints(self.data, k * size, size) != pattern(k, size)))
                        for k in range(n))
         if op == "alltoall":
@@ -192,8 +198,7 @@ class Ring:
             return sum(int(np.count_nonzero(self.ints(self.stage, p * chunk * 4, chunk * 4)
                                             != pattern(p, size)[r * chunk:(r + 1) * chunk])) for p in range(n))
         if op == "sendrecv":
-            self.send(self.data, 0, size, self.peer["stage"], 0)
-            self.wait_signal()
+            self.ring([(0, "stage", False)], size)
             return int(np.count_nonzero(self.ints(self.stage, 0, size) != pattern((r - 1) % n, size)))
         raise ValueError(f"unknown op {op!r}")
 
@@ -212,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--addrs", default="", help="this host's plane addresses, comma-separated (default: read)")
     ap.add_argument("--plane-rate", type=float, default=100e9, help="each plane's line rate, b/s (fabric)")
     ap.add_argument("--mtu", type=int, default=1024, help="RoCE path MTU: payload bytes per packet")
+    ap.add_argument("--slice", type=int, default=SLICE, help="bytes per ring message (the pipeline's grain)")
     a = ap.parse_args(argv)
     ring = Ring(a)
     ring.connect()
@@ -221,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         ring.fill(size)
         t0 = ring.start_together(f"start{k}")
         wrong = ring.run_op(size)
-        wall = time.monotonic() - t0
+        wall = ring.done_at - t0  # the check of the result is not the collective's time
         rows.append({"size": size, "time_fabric_s": wall / a.dilation, "wrong": wrong})
         ring.barrier(f"end{k}")
     name = a.name or f"rank{a.rank}"

@@ -73,9 +73,10 @@ class MemoryRegion:
 
 @dataclass(frozen=True)
 class Completion:
-    wr_id: int
+    wr_id: int  # the work request's id; for a receive completion, the immediate
     status: str  # "ok" or the reason
     byte_len: int
+    qpn: int = 0
 
 
 @dataclass(slots=True)
@@ -90,6 +91,7 @@ class Segment:
     sends: int = 0
     probe: bool = False
     acked: bool = False
+    imm: int | None = None  # the last segment of a write with immediate carries it
 
 
 @dataclass
@@ -145,6 +147,7 @@ class QueuePair:
         self.cnps_sent = 0
         self.bad = 0
         self.rx_bytes = 0
+        self.imm_wait: dict[int, int] = {}  # PSN of a write-with-immediate's last packet -> immediate
         self.rx_trace: list[tuple[float, int]] = []  # (wall s, bytes placed so far), sampled
 
     def connect(self, remote_qpn: int, remote_addrs: list[str]) -> None:
@@ -154,8 +157,11 @@ class QueuePair:
         self.remote_addrs = list(remote_addrs)
         self.remote_planes = [wire.ip6(a) for a in remote_addrs]
 
-    def post_write(self, wr_id: int, mr: MemoryRegion, offset: int, length: int, remote_va: int, rkey: int) -> None:
-        """Write mr[offset:offset+length] to the peer's memory at remote_va (its key rkey)."""
+    def post_write(self, wr_id: int, mr: MemoryRegion, offset: int, length: int, remote_va: int, rkey: int,
+                   imm: int | None = None) -> None:
+        """Write mr[offset:offset+length] to the peer's memory at remote_va (its key rkey). With an
+        immediate (32 bits), the peer gets a receive completion carrying it once the whole write, and
+        everything posted before it, is placed."""
         if self.remote_qpn < 0:
             raise RoceError("the queue pair is not connected")
         if offset < 0 or length < 0 or offset + length > mr.size:
@@ -175,6 +181,9 @@ class QueuePair:
             self.pending.append(seg)
             pos += n
             first = False
+        assert seg is not None
+        if imm is not None:
+            seg.imm = imm & 0xFFFFFFFF
         self.wrs.append((wr_id, seg, length))
 
     def busy(self) -> bool:
@@ -198,6 +207,7 @@ class Device:
         self.qps: dict[int, QueuePair] = {}
         self.mrs: dict[int, MemoryRegion] = {}
         self.cq: deque[Completion] = deque()
+        self.recv_cq: deque[Completion] = deque()  # writes with immediate, whole and in order
         self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0}
         self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
         self.next_sample = 0.0
@@ -305,6 +315,12 @@ class Device:
         self.cq.clear()
         return out
 
+    def poll_recv(self) -> list[Completion]:
+        """Receive completions: one per write with immediate, in the order the peer posted them."""
+        out = list(self.recv_cq)
+        self.recv_cq.clear()
+        return out
+
     # -- sending ----------------------------------------------------------------------
 
     def _pick_plane(self, qp: QueuePair, now: float, avoid: int = -1) -> Plane | None:
@@ -321,12 +337,12 @@ class Device:
             qp.next_psn += 1
         k = seg.psn % ENTROPY  # the source port (flow entropy) rotates with the PSN
         frame = wire.data_frame(plane.addr_b, qp.remote_planes[plane.index], plane.tx_ports[k], qp.remote_qpn,
-                                seg.psn, seg.va, seg.rkey, seg.view, ack_req=seg.sends > 0 or seg.probe)
+                                seg.psn, seg.va, seg.rkey, seg.view, ack_req=seg.sends > 0 or seg.probe, imm=seg.imm)
         try:
             plane.tx[k].sendmsg(frame, (), 0, (qp.remote_addrs[plane.index], wire.ROCE_PORT))
         except BlockingIOError:
             return
-        size = len(seg.view) + HEADERS
+        size = len(seg.view) + HEADERS + (0 if seg.imm is None else wire.IMM_BYTES)
         plane.next_free = max(plane.next_free, now) + size * self.wall_s_per_byte
         qp.next_send = max(qp.next_send, now) + size * 8 * self.dilation / qp.cc.rate
         plane.stats["tx_packets"] += 1
@@ -433,7 +449,10 @@ class Device:
             self.counters["unknown_qp"] += 1
             return
         if op == wire.OP_WRITE_ONLY:
-            self._on_data(qp, plane, data, psn, ack_req, tclass, now)
+            self._on_data(qp, plane, data, psn, ack_req, tclass, now, None)
+        elif op == wire.OP_WRITE_ONLY_IMM:
+            self._on_data(qp, plane, data, psn, ack_req, tclass, now,
+                          wire.parse_imm(data) if len(data) >= wire.DATA_HEADER + wire.IMM_BYTES else -1)
         elif op == wire.OP_ACK:
             self._on_ack(qp, plane, data, psn, now)
         elif op == wire.OP_CNP:
@@ -450,13 +469,14 @@ class Device:
         return near + delta
 
     def _on_data(self, qp: QueuePair, plane: Plane, data: memoryview, wpsn: int, ack_req: bool, tclass: int,
-                 now: float) -> None:
-        if len(data) < wire.DATA_HEADER + wire.ICRC_BYTES:
+                 now: float, imm: int | None) -> None:
+        head = wire.DATA_HEADER if imm is None else wire.DATA_HEADER + wire.IMM_BYTES
+        if len(data) < head + wire.ICRC_BYTES or imm == -1:
             self.counters["truncated"] += 1
             return
         psn = self._unwrap(wpsn, qp.expected)
         va, rkey, length = wire.parse_reth(data)
-        payload = memoryview(data)[wire.DATA_HEADER: len(data) - wire.ICRC_BYTES]
+        payload = memoryview(data)[head: len(data) - wire.ICRC_BYTES]
         mr = self.mrs.get(rkey)
         if length != len(payload) or (length and (mr is None or va < mr.va or va + length > mr.va + mr.size)):
             qp.bad += 1
@@ -467,11 +487,16 @@ class Device:
             if length:
                 mr.buf[va - mr.va: va - mr.va + length] = payload
                 qp.rx_bytes += length
+            if imm is not None:
+                qp.imm_wait[psn] = imm
             if psn == qp.expected:
                 qp.expected += 1
                 while qp.expected in qp.beyond:
                     qp.beyond.discard(qp.expected)
                     qp.expected += 1
+                if qp.imm_wait:
+                    for p in sorted(k for k in qp.imm_wait if k < qp.expected):
+                        self.recv_cq.append(Completion(qp.imm_wait.pop(p), "ok", 0, qp.qpn))
             else:
                 qp.beyond.add(psn)
         qp.ack_plane = plane.index

@@ -4,7 +4,11 @@ Every data packet is an RDMA WRITE ONLY (0x0A) carrying its own RETH: the
 virtual address it belongs at, the R_Key, and its length. That is the
 deviation from plain RC that per-packet spraying needs (OpenAI's MRC and UET
 do the same): packets of one message cross different planes, arrive out of
-order, and are placed where they belong on arrival. ACKs (0x11) carry the
+order, and are placed where they belong on arrival. The last packet of a
+message may be a WRITE ONLY WITH IMMEDIATE (0x0B, 4 more bytes after the
+RETH): the responder reports the immediate as a receive completion once
+every PSN up to it is placed, so the peer learns a message is whole without
+waiting for the requester's ACK and a flag write behind it. ACKs (0x11) carry the
 AETH and then a selective-acknowledgement block of our own: the PSN it
 starts at and a 256-bit bitmap of PSNs received beyond the cumulative one.
 CNPs are opcode 0x81 with BECN set and 16 reserved bytes.
@@ -25,6 +29,7 @@ from emu import packet as pk
 
 ROCE_PORT = 4791
 OP_WRITE_ONLY = 0x0A
+OP_WRITE_ONLY_IMM = 0x0B
 OP_ACK = 0x11
 OP_CNP = 0x81
 SYNDROME_ACK = 0x1F
@@ -38,6 +43,7 @@ _FF8 = b"\xff" * 8
 _BTH = struct.Struct("!BBHII")
 _RETH = struct.Struct("!QII")
 _AETH = struct.Struct("!I")
+_IMM = struct.Struct("!I")
 _SACK = struct.Struct("!I32s")
 _IP6_HEAD = struct.Struct("!IHBB")
 _UDP = struct.Struct("!HHHH")
@@ -73,17 +79,24 @@ def seal(src: bytes, dst: bytes, sport: int, body: bytes) -> bytes:
 
 
 _DATA = struct.Struct("!BBHIIQII")  # BTH + RETH of a WRITE ONLY
+_DATA_IMM = struct.Struct("!BBHIIQIII")  # BTH + RETH + ImmDt of a WRITE ONLY WITH IMMEDIATE
 
 
 def data_frame(src: bytes, dst: bytes, sport: int, dest_qp: int, psn: int, va: int, rkey: int,
-               payload: bytes | memoryview, *, ack_req: bool) -> tuple[bytes, bytes | memoryview, bytes]:
+               payload: bytes | memoryview, *, ack_req: bool,
+               imm: int | None = None) -> tuple[bytes, bytes | memoryview, bytes]:
     """A data packet as three pieces for one scatter-gather send (header, the payload as it lies
     in the memory region, ICRC): nothing is copied. Same bytes as seal(src, dst, sport, data_packet(...))."""
     n = len(payload)
     psn_field = (ack_req << 31) | (psn & PSN_MASK)
-    head = _DATA.pack(OP_WRITE_ONLY, 0, 0xFFFF, dest_qp & PSN_MASK, psn_field, va, rkey, n)
-    masked = _DATA.pack(OP_WRITE_ONLY, 0, 0xFFFF, 0xFF000000 | (dest_qp & PSN_MASK), psn_field, va, rkey, n)
-    crc = zlib.crc32(payload, zlib.crc32(masked, _head_crc(src, dst, sport, ROCE_PORT, 8 + 28 + n + 4)))
+    qp, masked_qp = dest_qp & PSN_MASK, 0xFF000000 | (dest_qp & PSN_MASK)
+    if imm is None:
+        head = _DATA.pack(OP_WRITE_ONLY, 0, 0xFFFF, qp, psn_field, va, rkey, n)
+        masked = _DATA.pack(OP_WRITE_ONLY, 0, 0xFFFF, masked_qp, psn_field, va, rkey, n)
+    else:
+        head = _DATA_IMM.pack(OP_WRITE_ONLY_IMM, 0, 0xFFFF, qp, psn_field, va, rkey, n, imm & 0xFFFFFFFF)
+        masked = _DATA_IMM.pack(OP_WRITE_ONLY_IMM, 0, 0xFFFF, masked_qp, psn_field, va, rkey, n, imm & 0xFFFFFFFF)
+    crc = zlib.crc32(payload, zlib.crc32(masked, _head_crc(src, dst, sport, ROCE_PORT, 8 + len(head) + n + 4)))
     return head, payload, _ICRC.pack(crc)
 
 
@@ -93,8 +106,13 @@ def check(src: bytes, dst: bytes, sport: int, packet: bytes | memoryview, dport:
     return _ICRC.unpack_from(packet, len(packet) - 4)[0] == icrc(src, dst, sport, packet[:-4], dport)
 
 
-def data_packet(dest_qp: int, psn: int, va: int, rkey: int, payload: bytes | memoryview, *, ack_req: bool) -> bytes:
-    return pk.bth(OP_WRITE_ONLY, dest_qp, psn, ack_req=ack_req) + _RETH.pack(va, rkey, len(payload)) + bytes(payload)
+def data_packet(dest_qp: int, psn: int, va: int, rkey: int, payload: bytes | memoryview, *, ack_req: bool,
+                imm: int | None = None) -> bytes:
+    if imm is None:
+        return (pk.bth(OP_WRITE_ONLY, dest_qp, psn, ack_req=ack_req) + _RETH.pack(va, rkey, len(payload))
+                + bytes(payload))
+    return (pk.bth(OP_WRITE_ONLY_IMM, dest_qp, psn, ack_req=ack_req) + _RETH.pack(va, rkey, len(payload))
+            + _IMM.pack(imm & 0xFFFFFFFF) + bytes(payload))
 
 
 def ack_packet(dest_qp: int, cum_psn: int, msn: int, sack_base: int, bitmap: bytes,
@@ -117,6 +135,11 @@ def parse_reth(packet: bytes | memoryview) -> tuple[int, int, int]:
     return _RETH.unpack_from(packet, 12)
 
 
+def parse_imm(packet: bytes | memoryview) -> int:
+    """The immediate of a WRITE ONLY WITH IMMEDIATE (after BTH and RETH)."""
+    return _IMM.unpack_from(packet, 28)[0]
+
+
 def parse_ack(packet: bytes | memoryview) -> tuple[int, int, int, bytes]:
     """(syndrome, MSN, SACK base PSN, SACK bitmap) of an ACK whose BTH PSN is the cumulative one."""
     aeth = _AETH.unpack_from(packet, 12)[0]
@@ -132,4 +155,5 @@ def ip6(addr: str) -> bytes:
 
 
 DATA_HEADER = _BTH.size + _RETH.size
+IMM_BYTES = _IMM.size
 ICRC_BYTES = 4
