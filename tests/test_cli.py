@@ -118,3 +118,12 @@ def test_scenarios_bmv2_cannot_run_say_what_it_lacks_before_building(no_leftover
         r = emu("scenario", name, "--backend", "bmv2", "--json")
         assert r.returncode == 1 and "cannot run on --backend bmv2" in r.stderr and lack in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
+
+
+def test_emu_scenario_defaults_to_auto_dilation_and_says_the_d_it_chose(tmp_path, no_leftovers):
+    r = emu("scenario", "fpf-vs-nsf", "--gpus", "4", "--planes", "2", "--json", "--strict", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    chosen = result["dilation_auto"]["chosen"]
+    assert result["dilation"] == chosen >= 1000 and result["fidelity"]["ok"] is True
+    assert f"dilation auto: D={chosen:g} (" in r.stderr and "Mpps offered" in r.stderr

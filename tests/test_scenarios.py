@@ -13,8 +13,8 @@ PARAMS = {"senders": "5", "bytes": "512KiB"}
 
 
 def test_incast_pfc_is_what_makes_it_lossless(tmp_path, no_leftovers):
-    on = run_scenario("incast", PARAMS, RunSettings(dilation=10000, pfc=True, buffer_per_port=256 << 10), out_dir=str(tmp_path))
-    off = run_scenario("incast", PARAMS, RunSettings(dilation=10000, pfc=False, buffer_per_port=256 << 10), out_dir=str(tmp_path))
+    on = run_scenario("incast", PARAMS, RunSettings(pfc=True, buffer_per_port=256 << 10), dilation=10000, out_dir=str(tmp_path))
+    off = run_scenario("incast", PARAMS, RunSettings(pfc=False, buffer_per_port=256 << 10), dilation=10000, out_dir=str(tmp_path))
     assert on["drops_lossless"] == 0 and on["pfc_frames"] > 0
     assert on["delivered_bytes"] == on["offered_bytes"] > 0
     assert on["passed"]
@@ -25,15 +25,15 @@ def test_incast_pfc_is_what_makes_it_lossless(tmp_path, no_leftovers):
 
 
 def test_plane_down_other_planes_carry_on(tmp_path, no_leftovers):
-    r = run_scenario("plane-down", {"planes": "3", "bytes": "512KiB"}, RunSettings(dilation=10000),
-                     out_dir=str(tmp_path))
+    r = run_scenario("plane-down", {"planes": "3", "bytes": "512KiB"}, RunSettings(),
+                     dilation=10000, out_dir=str(tmp_path))
     assert r["others_complete"] and r["failed_plane_lost_bytes"] > 0
     assert all(v > 0 for p, v in r["delivered_after_failure_by_plane"].items() if p != 1)
     assert r["delivered_after_failure_by_plane"][1] == 0
 
 
 def test_srv6_policy_steers_the_flow_and_removing_it_brings_it_back(tmp_path, no_leftovers):
-    r = run_scenario("srv6-te", {"packets": "100"}, RunSettings(dilation=1000), out_dir=str(tmp_path))
+    r = run_scenario("srv6-te", {"packets": "100"}, RunSettings(), dilation=1000, out_dir=str(tmp_path))
     assert r["routers_crossed"]["shortest"] == ["r0", "r1", "r2"]
     assert r["routers_crossed"]["policy"] == ["r0", "r2", "r3", "r4"]
     assert r["routers_crossed"]["restored"] == ["r0", "r1", "r2"]
@@ -41,23 +41,41 @@ def test_srv6_policy_steers_the_flow_and_removing_it_brings_it_back(tmp_path, no
 
 
 def test_fpf_has_fewer_hops_and_lower_rtt_than_nsf(tmp_path, no_leftovers):
-    r = run_scenario("fpf-vs-nsf", {"gpus": "4", "planes": "2"}, RunSettings(dilation=1000), out_dir=str(tmp_path))
+    r = run_scenario("fpf-vs-nsf", {"gpus": "4", "planes": "2"}, RunSettings(), dilation=1000, out_dir=str(tmp_path))
     assert r["fpf"]["switch_hops"] == 3 and r["nsf"]["switch_hops"] == 5
     assert r["fpf"]["base_rtt_fabric_s"] < r["nsf"]["base_rtt_fabric_s"]
     assert r["fpf"]["bisection_bps"] > 0 and r["nsf"]["bisection_bps"] > 0
 
 
 def test_measured_headroom_stops_the_drops_a_short_one_causes(tmp_path, no_leftovers):
-    r = run_scenario("headroom", {"distance": "2km", "bytes": "2MiB"}, RunSettings(dilation=10000),
-                     out_dir=str(tmp_path))
+    r = run_scenario("headroom", {"distance": "2km", "bytes": "2MiB"}, RunSettings(),
+                     dilation=10000, out_dir=str(tmp_path))
     assert r["drops_short_headroom"] > 0
     assert r["drops_measured_headroom"] == 0
     assert abs(r["measured_km"] - r["true_km"]) < 0.05 * r["true_km"]
 
 
 def test_wcmp_shares_follow_capacity_and_damping_cuts_updates(tmp_path, no_leftovers):
-    r = run_scenario("wcmp", {"flows": "512", "bytes": "1MiB"}, RunSettings(dilation=1000), out_dir=str(tmp_path))
+    r = run_scenario("wcmp", {"flows": "512", "bytes": "1MiB"}, RunSettings(), dilation=1000, out_dir=str(tmp_path))
     # Equal-cost splitting would put 25 % on each link: 15 points off on every one.
     assert r["max_share_error"] < 0.08
     assert r["flap_with_damping"]["route_updates"] < r["flap_without_damping"]["route_updates"]
     assert r["after_failure_of_bag0x0-bag1x0"]["bag0x0-bag1x0"]["bytes"] == 0
+
+
+def test_a_scenario_at_auto_dilation_is_on_time_and_says_why(tmp_path, no_leftovers, monkeypatch):
+    """The default for scenarios: D from the offered load (3 planes of 100G), started from the scenario's
+    documented default and scaled by load; the result records each try and has fidelity ok."""
+    from emu.bench import dilation
+
+    monkeypatch.setattr(dilation, "CACHE", str(tmp_path / "calibration.json"))
+    said: list[str] = []
+    r = run_scenario("plane-down", {"planes": "3", "bytes": "512KiB"}, RunSettings(), out_dir=str(tmp_path),
+                     say=said.append)
+    auto = r["dilation_auto"]
+    assert r["fidelity"]["ok"] is True and r["others_complete"]
+    assert auto["chosen"] == r["dilation"] and auto["tries"][-1]["ok"] is True
+    assert said and f"D={auto['tries'][0]['dilation']:g}" in said[0] and "Mpps offered" in said[0]
+    assert 5000 <= auto["tries"][0]["dilation"] <= 10000  # 3/4 of the 4-plane default's load: 7500, rounded up
+    cost, source = dilation.cost_per_packet("scenario-plane-down-native")
+    assert "learnt" in source and cost == pytest.approx(dilation.cost_of(r["dilation"], 3 * 100e9 / (1442 * 8)))

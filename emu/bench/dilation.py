@@ -50,12 +50,18 @@ def _load() -> dict[str, Any]:
         return {}
 
 
-def cost_per_packet(kind: str) -> tuple[float, str]:
+def cost_per_packet(kind: str, default: float = DEFAULT_COST_S) -> tuple[float, str]:
     """(CPU seconds per packet, where the figure comes from) for work of this kind."""
     entry = _load().get(machine_key(), {}).get(kind)
     if isinstance(entry, dict) and entry.get("cost_s", 0) > 0:
         return float(entry["cost_s"]), f"learnt on this machine from {entry.get('runs', 1)} run(s)"
-    return DEFAULT_COST_S, "default (this machine has no calibration yet)"
+    return default, "default (this machine has no calibration yet)"
+
+
+def cost_of(dilation: float, load_pps: float) -> float:
+    """The per-packet cost that makes `choose` answer `dilation` for `load_pps`: how a D known to
+    work for a known load (a scenario's documented default) becomes a starting cost."""
+    return dilation * (os.cpu_count() or 1) * UTILISATION / load_pps
 
 
 def learn(kind: str, cost_s: float) -> None:
@@ -81,9 +87,9 @@ def nice(d: float) -> float:
     return next(m * e for m in (1, 2, 5, 10) if m * e >= d * 0.999)
 
 
-def choose(load_pps: float, kind: str) -> tuple[float, str]:
+def choose(load_pps: float, kind: str, default_cost: float = DEFAULT_COST_S) -> tuple[float, str]:
     """D for a run offering `load_pps` packets per fabric second, and why."""
-    cost, source = cost_per_packet(kind)
+    cost, source = cost_per_packet(kind, default_cost)
     cores = os.cpu_count() or 1
     d = nice(max(1000.0, load_pps * cost / (cores * UTILISATION)))
     why = (f"{load_pps / 1e6:.0f} Mpps offered x {cost * 1e6:.0f} us of CPU per packet ({source}) "
@@ -92,10 +98,10 @@ def choose(load_pps: float, kind: str) -> tuple[float, str]:
 
 
 def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
-             say: Callable[[str], None] = print) -> dict[str, Any]:
+             say: Callable[[str], None] = print, default_cost: float = DEFAULT_COST_S) -> dict[str, Any]:
     """Run at the chosen D; while fidelity is not ok, again at a D scaled by how late the worst
     part was. The result records every try and why its D was chosen."""
-    d, why = choose(load_pps, kind)
+    d, why = choose(load_pps, kind, default_cost)
     tries = []
     result: dict[str, Any] = {}
     for attempt in range(TRIES):
@@ -103,11 +109,11 @@ def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
         result = run(d)
         fid = result.get("fidelity") or {}
         tries.append({"dilation": d, "ok": fid.get("ok"), "why": why,
+                      "worst": (fid.get("worst") or {}).get("name"),
                       "rows": [{k: r[k] for k in ("size", "time_us", "busbw_GBps") if k in r}
                                for r in result.get("rows", [])]})
         if fid.get("ok"):
-            cores = os.cpu_count() or 1
-            learn(kind, d * cores * UTILISATION / load_pps)
+            learn(kind, cost_of(d, load_pps))
             break
         if fid.get("ok") is None or attempt == TRIES - 1:
             break  # unknown fidelity cannot be fixed by a larger D; or out of tries
@@ -123,4 +129,4 @@ def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
     return result
 
 
-__all__ = ["choose", "cost_per_packet", "learn", "machine_key", "nice", "run_auto"]
+__all__ = ["choose", "cost_of", "cost_per_packet", "learn", "machine_key", "nice", "run_auto"]

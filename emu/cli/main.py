@@ -46,7 +46,8 @@ def _settings(args: argparse.Namespace):
         from emu.units import parse_size
 
         ecn = (parse_size(parts[0]), parse_size(parts[1]), float(parts[2]))
-    return RunSettings(dilation=float(_dilation(args, auto=False) or 1000.0), pfc=not args.no_pfc, spray=args.spray,
+    d = _dilation(args, auto=args.command == "scenario")  # "auto" is decided per run, by run_scenario
+    return RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
                        workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                        measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
                        links=args.links)
@@ -84,8 +85,8 @@ def _dilation(args: argparse.Namespace, *, auto: bool) -> float | str | None:
         except argparse.ArgumentTypeError as exc:
             raise ValueError(f"EMU_DILATION: {exc}") from None
     if d == "auto" and not auto:
-        raise ValueError(f"--dilation auto is for `emu bench collective`; `emu {args.command}` takes a number "
-                         "(scenarios have a default each, stated in their result)")
+        raise ValueError(f"--dilation auto is for `emu scenario` and `emu bench collective`; `emu {args.command}` "
+                         "takes a number")
     return d
 
 
@@ -146,8 +147,9 @@ def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.scenarios import run_scenario
 
     _need_root()
+    d = _dilation(args, auto=True)
     result = run_scenario(args.name, _topo_params(extra), _settings(args), out_dir=args.out,
-                          dilation_given=_dilation(args, auto=False) is not None)
+                          dilation="auto" if d is None else d)
     _emit(result, args.json)
     return _fidelity_exit(result, args.strict, 0 if result.get("passed", True) else 1)
 
@@ -245,8 +247,8 @@ def _emit(result: dict[str, Any], as_json: bool) -> None:
 
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dilation", type=dilation_arg, default=None,
-                   help="wall time = fabric time x D (default: EMU_DILATION, else 1000, a 100G link at 100 Mb/s; "
-                        "scenarios pick their own)")
+                   help="wall time = fabric time x D, or auto (default: EMU_DILATION, else 1000 for `up`, a 100G "
+                        "link at 100 Mb/s; auto for scenarios: the smallest D this machine keeps on time)")
     p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
     p.add_argument("--workers", type=int, default=0, help="engine worker processes (default: one per core)")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from emu.bench.dilation import cost_of, run_auto
 from emu.net.switch import RunSettings
 from emu.scenarios.common import ScenarioError
 
@@ -23,15 +26,24 @@ SCENARIOS = {
 
 
 def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, out_dir: str,
-                 dilation_given: bool = False) -> dict[str, Any]:
+                 dilation: float | str = "auto", say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run scenario `name`. `dilation` replaces the settings' D: a number, or "auto", the smallest D
+    this machine keeps the scenario on time at (from its offered load and what runs here have taught,
+    bench.dilation), retried larger while the result's fidelity is not ok."""
     if name not in SCENARIOS:
         raise ScenarioError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
     module = importlib.import_module(SCENARIOS[name])
     lacks = getattr(module, "BMV2_LACKS", "")
     if settings.backend == "bmv2" and lacks:  # said before anything is built
         raise ScenarioError(f"{name} cannot run on --backend bmv2: {lacks}")
-    if getattr(module, "AUTO_DILATION", False):  # it picks D per run itself unless one is given
-        return module.run(params, settings, out_dir, auto=not dilation_given)
-    if not dilation_given:
-        settings = replace(settings, dilation=getattr(module, "DEFAULT_DILATION", settings.dilation))
-    return module.run(params, settings, out_dir)
+    if dilation != "auto":
+        settings = replace(settings, dilation=float(dilation))
+    if getattr(module, "AUTO_DILATION", False):  # it picks D per run itself
+        return module.run(params, settings, out_dir, auto=dilation == "auto")
+    if dilation != "auto":
+        return module.run(params, settings, out_dir)
+    # The scenario's documented default D, at its default load, is where an uncalibrated machine starts.
+    start_cost = cost_of(module.DEFAULT_DILATION, module.load_pps({}))
+    return run_auto(lambda d: module.run(params, replace(settings, dilation=d), out_dir), module.load_pps(params),
+                    f"scenario-{name}-{settings.backend}", say=say or (lambda m: print(m, file=sys.stderr)),
+                    default_cost=start_cost)

@@ -28,6 +28,11 @@ DEFAULT_DILATION = 5000.0  # below ~4000 the Python endpoints, not DCQCN, set th
 ECN = (100_000, 400_000, 0.01)
 
 
+def load_pps(params: dict[str, str]) -> float:
+    """Two 100G MetaRoCE writers (for --dilation auto)."""
+    return 2 * 100e9 / ((1024 + HEADERS) * 8)
+
+
 def _rates(trace: list[tuple[float, int]], origin: float) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for (t0, b0), (t1, b1) in zip(trace, trace[1:], strict=False):

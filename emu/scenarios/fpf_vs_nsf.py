@@ -26,6 +26,11 @@ from emu.topo.nsf import NSFTopo
 DEFAULT_DILATION = 1000.0
 
 
+def load_pps(params: dict[str, str]) -> float:
+    """Twenty pings a second: nothing to keep up with (for --dilation auto, which then takes its floor)."""
+    return 20.0
+
+
 def bisection_bps(net: FabricNet, gpus: list[str]) -> float:
     g = nx.DiGraph()
     for link in net.links:

@@ -36,6 +36,11 @@ DEFAULT_DILATION = 10000.0
 PORT = 9400
 SHORT_M = 100.0
 
+
+def load_pps(params: dict[str, str]) -> float:
+    """Two 400G senders in 1400-byte datagrams (for --dilation auto)."""
+    return 2 * 400e9 / (1442 * 8)
+
 BMV2_LACKS = "it needs PFC and per-port headroom, which only the native engine's shared buffer has"
 
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:

@@ -33,6 +33,12 @@ from emu.topo.fpf import FPFTopo
 DEFAULT_DILATION = 10000.0  # keeps 7 line-rate senders within one Python worker's budget
 PORT = 9000
 
+
+def load_pps(params: dict[str, str]) -> float:
+    """Packets per fabric second the senders offer together (for --dilation auto)."""
+    frame = int_param(params, "size", 1400, "incast") + 42
+    return int_param(params, "senders", 7, "incast") * rate_param(params, "rate", "100G", "incast") / (frame * 8)
+
 BMV2_LACKS = "it needs PFC, and fabric.p4 does not generate pause frames yet (BMv2 cannot pause a queue; docs/p4.md)"
 
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:

@@ -32,6 +32,11 @@ DEFAULT_DILATION = 10000.0
 PORT = 9200
 
 
+def load_pps(params: dict[str, str]) -> float:
+    """One line-rate flow per plane (for --dilation auto)."""
+    return int_param(params, "planes", 4, "plane-down") * rate_param(params, "rate", "100G", "plane-down") / (1442 * 8)
+
+
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
     only(params, {"planes", "bytes", "rate", "fail", "at"}, "plane-down")
     planes = int_param(params, "planes", 4, "plane-down")

@@ -22,6 +22,11 @@ from emu.topo.fpf import FPFTopo
 DEFAULT_DILATION = 10000.0
 
 
+def load_pps(params: dict[str, str]) -> float:
+    """One MetaRoCE writer spraying 100G planes (for --dilation auto)."""
+    return int_param(params, "planes", 4, "roce-plane-down") * 100e9 / ((1024 + HEADERS) * 8)
+
+
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
     only(params, {"planes", "bytes", "fail"}, "roce-plane-down")
     planes = int_param(params, "planes", 4, "roce-plane-down")

@@ -24,6 +24,11 @@ PORT = 9300
 DST = "fd00:1:0::2"
 
 
+def load_pps(params: dict[str, str]) -> float:
+    """One 10G flow of 1000-byte datagrams (for --dilation auto)."""
+    return 10e9 / (1042 * 8)
+
+
 def _forwarded(stats: dict[str, Any], routers: list[str]) -> dict[str, int]:
     return {r: sum(p["tx_packets"] for p in stats["switches"][r]["ports"].values()) for r in routers}
 

@@ -29,6 +29,11 @@ DETECTION_S = 50e-6
 HOLD_DOWN_S = 2e-3
 
 
+def load_pps(params: dict[str, str]) -> float:
+    """The 300G flow, in 1400-byte datagrams (for --dilation auto)."""
+    return 300e9 / (1442 * 8)
+
+
 def _long_haul_ports(net: FabricNet) -> dict[str, tuple[str, str, float]]:
     """'bag0xA-bag1xB' -> (switch, region-0 port, capacity)."""
     out = {}
