@@ -12,13 +12,23 @@
  *   my_sid            lpm ipv6.dst          -> srv6_end | srv6_end_x(gid, members) | srv6_end_dt6
  *   srv6_encap        lpm ipv6.dst          -> h_encaps_1(src, s1) | h_encaps_2(src, s1, s2) | h_encaps_3(...)
  *   ecn_red           exact egress_port     -> set_ecn_red(kmin, kmax, step)   RED on enq_qdepth (packets)
+ *   pfc_threshold     exact (port, prio)    -> set_pfc(xoff, xon, refresh)     lossless priorities only
  *
  * A group is a slot table: `size` members, 0..size-1; weights are repeated
  * members (as the engine's slot tables). The member is a CRC-16 of the
  * 5-tuple modulo size (ECMP), or a random one per packet (spraying).
  *
- * What BMv2 cannot do: pause a queue. PFC frames (EtherType 0x8808) are
- * parsed, counted per port and dropped; lossless behaviour is native-only.
+ * PFC, split as in a real switch between the pipeline and the MAC
+ * (docs/p4.md): BMv2 cannot pause one of its own queues, so this program
+ * accounts buffer per (ingress port, priority) in registers and sends
+ * 802.1Qbb XOFF out of the ingress port when a lossless priority passes
+ * its XOFF threshold, XON when it falls to XON; the MAC beside each port
+ * (the engine's wire box) honours pauses it receives by holding that
+ * priority. A frame stays charged until the MAC has put it on the wire:
+ * egress tags it with its ingress port and priority (in the source MAC,
+ * which the MAC restores), and the MAC returns the bytes in credit frames
+ * (EtherType 0x88b5) once they left, so frames held by a pause still
+ * count against this switch's XOFF, and back-pressure goes hop by hop.
  */
 
 #include <core.p4>
@@ -30,6 +40,9 @@ const bit<16> ETH_IPV4 = 0x0800;
 const bit<16> ETH_IPV6 = 0x86dd;
 const bit<16> ETH_VLAN = 0x8100;
 const bit<16> ETH_PFC  = 0x8808;
+const bit<16> ETH_CREDIT = 0x88b5;  // IEEE 802 local experimental: the MAC's buffer credits
+const bit<16> PFC_OPCODE = 0x0101;
+const bit<48> PFC_DST = 0x0180c2000001;
 const bit<8>  PROTO_UDP = 17;
 const bit<8>  PROTO_TCP = 6;
 const bit<8>  PROTO_ROUTING = 43;
@@ -39,6 +52,8 @@ const bit<16> ROCE_PORT = 4791;
 header ethernet_t { bit<48> dst; bit<48> src; bit<16> ether_type; }
 header vlan_t { bit<3> pcp; bit<1> dei; bit<12> vid; bit<16> ether_type; }
 header pfc_t { bit<16> opcode; bit<16> class_enable; bit<128> pause_times; }
+// Bytes of (ingress port, priority) that left this switch's MAC: the charge to release.
+header credit_t { bit<16> port; bit<8> prio; bit<32> bytes; }
 header ipv4_t {
     bit<4> version; bit<4> ihl; bit<6> dscp; bit<2> ecn; bit<16> total_len;
     bit<16> identification; bit<3> flags; bit<13> frag_offset; bit<8> ttl;
@@ -61,6 +76,7 @@ struct headers_t {
     ethernet_t ethernet;
     vlan_t vlan;
     pfc_t pfc;
+    credit_t credit;
     ipv4_t ipv4;
     ipv6_t ipv6;
     srh_t srh;
@@ -85,6 +101,18 @@ struct metadata_t {
     bit<32> ecn_kmax;
     bit<32> ecn_step;
     bit<6>  dscp;
+    // PFC accounting: the (port, priority) charged, whether egress tags the frame for its credit,
+    // and what a cloned pause frame carries to egress.
+    bit<9>  acct_port;
+    bit<3>  acct_prio;
+    bit<1>  charged;
+    bit<32> acct_add;
+    bit<32> acct_sub;
+    bit<32> pfc_xoff;
+    bit<32> pfc_xon;
+    bit<48> pfc_refresh;
+    @field_list(1) bit<3>  pause_prio;
+    @field_list(1) bit<16> pause_quanta;
 }
 
 parser FabricParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -96,9 +124,11 @@ parser FabricParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
             ETH_IPV4: parse_ipv4;
             ETH_IPV6: parse_ipv6;
             ETH_PFC: parse_pfc;
+            ETH_CREDIT: parse_credit;
             default: accept;
         }
     }
+    state parse_credit { pkt.extract(hdr.credit); transition accept; }
     state parse_vlan {
         pkt.extract(hdr.vlan);
         transition select(hdr.vlan.ether_type) {
@@ -186,8 +216,40 @@ control FabricVerifyChecksum(inout headers_t hdr, inout metadata_t meta) { apply
 control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
     counter(512, CounterType.packets_and_bytes) rx_port;
     counter(512, CounterType.packets) pfc_rx;
+    counter(512, CounterType.packets) pfc_xoff_sent;  // by the port the pause went out of
+    counter(512, CounterType.packets) pfc_xon_sent;
+    // Index port * 8 + priority: bytes charged, XOFF in force, when the last XOFF went (us).
+    register<bit<32>>(4096) pfc_used;
+    register<bit<1>>(4096) pfc_paused;
+    register<bit<48>>(4096) pfc_last;
 
-    action drop() { mark_to_drop(std); }
+    action set_pfc(bit<32> xoff, bit<32> xon, bit<48> refresh) {
+        meta.pfc_xoff = xoff;
+        meta.pfc_xon = xon;
+        meta.pfc_refresh = refresh;
+    }
+    table pfc_threshold {
+        key = { meta.acct_port: exact; meta.acct_prio: exact; }
+        actions = { set_pfc; NoAction; }
+        default_action = NoAction();
+        size = 4096;
+    }
+
+    // A pause frame for meta.acct_prio out of meta.acct_port: a clone of this packet, rewritten in egress.
+    action send_pause(bit<16> quanta) {
+        meta.pause_prio = meta.acct_prio;
+        meta.pause_quanta = quanta;
+        clone_preserving_field_list(CloneType.I2E, (bit<32>)meta.acct_port, 1);
+    }
+
+
+    // Every packet the pipeline drops on purpose, by ingress port: the rest of what came in and did
+    // not go out (less the pause frames cloned) is what simple_switch's queues dropped.
+    counter(512, CounterType.packets) dropped;
+    action drop() {
+        mark_to_drop(std);
+        dropped.count((bit<32>)std.ingress_port);
+    }
 
     action set_priority(bit<3> prio) { std.priority = prio; }
     table dscp_to_priority {
@@ -297,41 +359,82 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard
 
     apply {
         rx_port.count((bit<32>)std.ingress_port);
-        if (hdr.pfc.isValid()) {
+        if (hdr.pfc.isValid()) {  // the MAC honours pauses; one that reaches the pipeline is only counted
             pfc_rx.count((bit<32>)std.ingress_port);
             drop();
             return;
         }
-        dscp_to_priority.apply();
-        if (hdr.ipv4.isValid()) {
-            if (hdr.ipv4.ttl <= 1) { drop(); return; }
-            hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
-            ipv4_lpm.apply();
-        } else if (hdr.ipv6.isValid()) {
-            if (hdr.ipv6.hop_limit <= 1) { drop(); return; }
-            switch (my_sid.apply().action_run) {
-                srv6_end_x: { }
-                default: {
-                    if (!hdr.srh.isValid()) { srv6_encap.apply(); }
-                    ipv6_lpm.apply();
+        if (hdr.credit.isValid()) {
+            meta.acct_port = (bit<9>)hdr.credit.port;
+            meta.acct_prio = (bit<3>)hdr.credit.prio;
+            meta.acct_sub = hdr.credit.bytes;
+            drop();
+        } else {
+            // Routing: classify, TTL, LPM, SRv6, next-hop choice; a drop returns here.
+            dscp_to_priority.apply();
+            if (hdr.ipv4.isValid()) {
+                if (hdr.ipv4.ttl <= 1) { drop(); return; }
+                hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+                ipv4_lpm.apply();
+            } else if (hdr.ipv6.isValid()) {
+                if (hdr.ipv6.hop_limit <= 1) { drop(); return; }
+                switch (my_sid.apply().action_run) {
+                    srv6_end_x: { }
+                    default: {
+                        if (!hdr.srh.isValid()) { srv6_encap.apply(); }
+                        ipv6_lpm.apply();
+                    }
+                }
+                hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
+            }
+            if (meta.routed == 1) {
+                if (meta.spray == 1) {
+                    // BMv2 has no HashAlgorithm.random: v1model's random() is the per-packet choice.
+                    random(meta.member, 16w0, meta.group_size - 1);
+                } else if (hdr.ipv4.isValid()) {
+                    hash(meta.member, HashAlgorithm.crc16, 16w0,
+                         { hdr.ipv4.src, hdr.ipv4.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
+                         meta.group_size);
+                } else {
+                    hash(meta.member, HashAlgorithm.crc16, 16w0,
+                         { hdr.ipv6.src, hdr.ipv6.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
+                         meta.group_size);
+                }
+                nexthop_member.apply();
+            }
+            if (meta.routed == 0) { drop(); return; }  // not IP, or no route: nothing goes to port 0
+            if (std.egress_spec == 511) { return; }
+            meta.acct_port = std.ingress_port;
+            meta.acct_prio = std.priority;
+            meta.acct_add = std.packet_length;
+        }
+        // Charge or release bytes of (acct_port, acct_prio); XOFF past the threshold (again once
+        // `refresh` has passed, before the peer's pause runs out), XON at or below xon.
+        if (pfc_threshold.apply().hit) {
+            if (meta.acct_add != 0) { meta.charged = 1; }
+            bit<32> i = (bit<32>)meta.acct_port * 8 + (bit<32>)meta.acct_prio;
+            bit<48> now = std.ingress_global_timestamp;
+            @atomic {
+                bit<32> used;
+                bit<1> paused;
+                bit<48> last;
+                pfc_used.read(used, i);
+                pfc_paused.read(paused, i);
+                pfc_last.read(last, i);
+                used = used + meta.acct_add;
+                if (used > meta.acct_sub) { used = used - meta.acct_sub; } else { used = 0; }
+                pfc_used.write(i, used);
+                if (used > meta.pfc_xoff && (paused == 0 || now - last >= meta.pfc_refresh)) {
+                    pfc_paused.write(i, 1);
+                    pfc_last.write(i, now);
+                    send_pause(16w0xffff);
+                    pfc_xoff_sent.count((bit<32>)meta.acct_port);
+                } else if (paused == 1 && used <= meta.pfc_xon) {
+                    pfc_paused.write(i, 0);
+                    send_pause(16w0);
+                    pfc_xon_sent.count((bit<32>)meta.acct_port);
                 }
             }
-            hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
-        }
-        if (meta.routed == 1) {
-            if (meta.spray == 1) {
-                // BMv2 has no HashAlgorithm.random: v1model's random() is the per-packet choice.
-                random(meta.member, 16w0, meta.group_size - 1);
-            } else if (hdr.ipv4.isValid()) {
-                hash(meta.member, HashAlgorithm.crc16, 16w0,
-                     { hdr.ipv4.src, hdr.ipv4.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
-                     meta.group_size);
-            } else {
-                hash(meta.member, HashAlgorithm.crc16, 16w0,
-                     { hdr.ipv6.src, hdr.ipv6.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
-                     meta.group_size);
-            }
-            nexthop_member.apply();
         }
     }
 }
@@ -361,6 +464,38 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta, inout standard_
 
     apply {
         tx_port.count((bit<32>)std.egress_port);
+        if (std.instance_type == 1) {
+            // An ingress clone: the 802.1Qbb frame send_pause asked for, 60 bytes (64 with FCS).
+            hdr.ethernet.dst = PFC_DST;
+            hdr.ethernet.src = 0x020000000000 | (bit<48>)std.egress_port;
+            hdr.ethernet.ether_type = ETH_PFC;
+            hdr.pfc.setValid();
+            hdr.pfc.opcode = PFC_OPCODE;
+            hdr.pfc.class_enable = (bit<16>)1 << (bit<8>)meta.pause_prio;
+            hdr.pfc.pause_times = (bit<128>)meta.pause_quanta << (bit<8>)(8w16 * (8w7 - (bit<8>)meta.pause_prio));
+            hdr.vlan.setInvalid();
+            hdr.credit.setInvalid();
+            hdr.ipv4.setInvalid();
+            hdr.ipv6.setInvalid();
+            hdr.srh.setInvalid();
+            hdr.segs[0].setInvalid();
+            hdr.segs[1].setInvalid();
+            hdr.segs[2].setInvalid();
+            hdr.segs[3].setInvalid();
+            hdr.inner_ipv6.setInvalid();
+            hdr.ports.setInvalid();
+            hdr.udp.setInvalid();
+            hdr.bth.setInvalid();
+            truncate(60);
+            return;
+        }
+        if (meta.charged == 1) {
+            // For the MAC: what to credit once this frame has left: the bytes charged, the ingress port
+            // and the priority. A group bit in a source MAC marks it (no sender has one); the MAC puts
+            // the port's own MAC back. Layout: 01 | bytes (16) | port (16) | priority (8).
+            hdr.ethernet.src = 0x010000000000 | ((bit<48>)(bit<16>)meta.acct_add << 24)
+                               | ((bit<48>)meta.acct_port << 8) | (bit<48>)meta.acct_prio;
+        }
         bit<1> ect = 0;
         if (hdr.ipv4.isValid() && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)) { ect = 1; }
         if (hdr.ipv6.isValid() && (hdr.ipv6.ecn == 1 || hdr.ipv6.ecn == 2)) { ect = 1; }
@@ -402,6 +537,7 @@ control FabricDeparser(packet_out pkt, in headers_t hdr) {
         pkt.emit(hdr.ethernet);
         pkt.emit(hdr.vlan);
         pkt.emit(hdr.pfc);
+        pkt.emit(hdr.credit);
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.ipv6);
         pkt.emit(hdr.srh);

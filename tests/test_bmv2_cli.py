@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from emu.backends.bmv2.cli import Bmv2TableError, queue_commands, red_params, table_commands
+from emu.backends.bmv2.cli import (
+    Bmv2TableError,
+    mirror_commands,
+    pfc_params,
+    queue_commands,
+    red_params,
+    table_commands,
+)
 from emu.backends.bmv2.runtime import Bmv2RuntimeError, InstalledTables, counter_values
 from emu.control.model import EncapPolicy, MySid, SwitchTables
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
+from emu.dataplane.buffer import pfc_headroom
 
 MACS = ["02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03"]
 
@@ -40,6 +48,29 @@ def test_fpf_leaf_commands():
         "table_add ecn_red set_ecn_red 2 => 66 266 3",
         "table_add ecn_red set_ecn_red 3 => 10 20 6554",
     ]
+
+
+def test_pfc_entries_per_port_and_lossless_priority_with_a_clone_session_each():
+    cmds = table_commands(small_fpf()["l0"], port_macs=MACS, pfc={0: (40_000, 20_000, 1000), 2: (9000, 4500, 7)},
+                          lossless=(3, 4))
+    assert [c for c in cmds if "pfc_threshold" in c] == [
+        "table_add pfc_threshold set_pfc 1 3 => 40000 20000 1000",
+        "table_add pfc_threshold set_pfc 1 4 => 40000 20000 1000",
+        "table_add pfc_threshold set_pfc 3 3 => 9000 4500 7",
+        "table_add pfc_threshold set_pfc 3 4 => 9000 4500 7",
+    ]
+    assert mirror_commands([0, 1]) == ["mirroring_add 1 1", "mirroring_add 2 2"]
+    assert not [c for c in table_commands(small_fpf()["l0"], port_macs=MACS) if "pfc" in c]  # PFC off: none
+
+
+def test_pfc_thresholds_leave_room_for_every_other_port_and_its_headroom():
+    """Six ports, a 256 KiB queue: five ingress ports may fill one queue together, each up to XOFF plus
+    what still arrives after it; that must fit. The refresh is half of 0xFFFF quanta, in wall us."""
+    queue = 256 << 10
+    xoff, xon, refresh = pfc_params(rate_bps=100e9, delay_s=0.5e-6, ports=6, queue_bytes=queue, dilation=10_000)
+    assert 5 * (xoff + pfc_headroom(100e9, 0.5e-6)) <= queue and xoff > 20_000 and xon == xoff // 2
+    assert refresh == pytest.approx(0xFFFF * 512 / 100e9 * 10_000 * 1e6 / 2, abs=1)
+    assert pfc_params(rate_bps=100e9, delay_s=1e-3, ports=6, queue_bytes=queue, dilation=1)[0] == 3000  # floor
 
 
 def test_red_params_are_the_engines_thresholds_in_packets_and_a_slope_per_65536():

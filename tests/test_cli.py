@@ -114,7 +114,7 @@ def test_scenarios_bmv2_cannot_run_say_what_it_lacks_before_building(no_leftover
     subprocess.run(["make", "p4"], check=True, capture_output=True)
     if shutil.which("simple_switch") is None:
         pytest.skip("needs BMv2 (README, BMv2 and p4c): without it the backend check refuses first")
-    for name, lack in (("incast", "PFC"), ("headroom", "headroom"), ("dcqcn", "queue depth")):
+    for name, lack in (("headroom", "headroom"), ("dcqcn", "queue depth")):
         r = emu("scenario", name, "--backend", "bmv2", "--json")
         assert r.returncode == 1 and "cannot run on --backend bmv2" in r.stderr and lack in r.stderr, r.stderr
         assert "Traceback" not in r.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from emu import packet as pk
 from emu.backends.bmv2.links import LinkModeError, choose_links, wire_name, wire_spec
 from emu.dataplane.fabric import VirtualFabric
 from emu.dataplane.spec import EngineSpec, SpecError, SwitchSpec
@@ -81,10 +82,12 @@ def test_wires_must_pair_ports_both_ways():
         EngineSpec(switches=(SwitchSpec(name="w", ports=ports[:2], wires=(0, 1)),))
 
 
-@pytest.mark.parametrize(("asked", "netem", "chosen"), [
-    ("auto", True, "netem"), ("auto", False, "engine"), ("engine", True, "engine"), ("netem", True, "netem")])
-def test_link_mode_choice(asked, netem, chosen):
-    assert choose_links(asked, netem=netem) == chosen
+@pytest.mark.parametrize(("asked", "netem", "pfc", "chosen"), [
+    ("auto", True, False, "netem"), ("auto", False, False, "engine"), ("engine", True, False, "engine"),
+    ("netem", True, False, "netem"), ("auto", True, True, "engine"), ("netem", True, True, "netem")])
+def test_link_mode_choice(asked, netem, pfc, chosen):
+    """auto takes the engine when PFC is on: netem honours no pause frame."""
+    assert choose_links(asked, netem=netem, pfc=pfc) == chosen
 
 
 def test_netem_links_without_netem_is_one_clear_error():
@@ -109,3 +112,67 @@ def test_engine_links_keep_the_delay_with_another_switch_in_the_middle(no_leftov
     rtt_fabric = float(re.search(r"= ([\d.]+)/", out).group(1)) / 1e3 / dilation
     assert 4 * delay <= rtt_fabric < 1.3 * 4 * delay, out
     assert ports["emuwbench-0"]["rx_packets"] >= 5 and ports["emuwbench-1"]["rx_packets"] >= 5  # both ways via BMv2's side
+
+
+# -- PFC on a P4 switch: the wire box is its MAC ----------------------------------------------
+
+LOSSLESS_TOS = 26 << 2  # DSCP 26 -> traffic class 3
+
+
+def tagged(frame: bytes, port: int, prio: int, charged: int) -> bytes:
+    """What fabric.p4's egress sends for a frame it charged: 01 | bytes | port | priority as source MAC."""
+    tag = bytes([1]) + charged.to_bytes(2, "big") + port.to_bytes(2, "big") + bytes([prio])
+    return frame[:6] + tag + frame[12:]
+
+
+def credits(vf: VirtualFabric) -> list[tuple[float, int, int, int]]:
+    """(time, port, priority, bytes) of every credit the box handed to the P4 switch."""
+    out = []
+    for t, f in vf.received.get(("s0", wire_name("s0", 0, "w")), []):
+        if f[12:14] == b"\x88\xb5":
+            out.append((t, int.from_bytes(f[14:16], "big"), f[16], int.from_bytes(f[17:21], "big")))
+    return out
+
+
+def test_a_charged_frame_leaves_with_the_port_mac_and_its_bytes_come_back_as_credit():
+    vf = box()
+    sw = vf.switches["s0"]
+    frame = udp4(1, 0, size=1000, tos=LOSSLESS_TOS)
+    vf.loop.at(0.0, lambda t, f: sw.ingress(1, t, f), tagged(frame, port=2, prio=3, charged=1034))
+    vf.run()
+    ((t_out, out),) = vf.received[("s0", "s0-eth0")]
+    assert out == frame[:6] + sw.ports[0].mac + frame[12:]  # the port's MAC back, nothing else changed
+    ((t_credit, port, prio, nbytes),) = credits(vf)
+    assert (port, prio, nbytes) == (2, 3, 1034) and t_credit <= t_out  # once it left, not once it arrived
+
+
+def test_a_pause_off_the_link_holds_that_priority_and_its_credit_until_xon():
+    vf = box()
+    sw = vf.switches["s0"]
+    lossless, other = udp4(1, 0, size=1000, tos=LOSSLESS_TOS), udp4(1, 0, size=1000)
+    vf.loop.at(0.0, lambda t, f: sw.ingress(0, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0xFFFF}))  # peer: XOFF 3
+    for i in range(3):
+        vf.loop.at(1e-6, lambda t, f: sw.ingress(1, t, f), tagged(lossless, 1, 3, 1000 + i))
+    vf.loop.at(1e-6, lambda t, f: sw.ingress(1, t, f), other)
+    vf.loop.at(20e-6, lambda t, f: sw.ingress(0, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0}))  # XON
+    vf.run()
+    out = vf.received[("s0", "s0-eth0")]
+    assert sw.ports[0].pfc_rx == 2 and sw.ports[0].tx.paused_seconds(1.0)[3] == pytest.approx(20e-6)
+    held = [t for t, f in out if f[15] == LOSSLESS_TOS]
+    assert len(held) == 3 and min(held) >= 20e-6  # nothing of class 3 left while paused
+    assert [t for t, f in out if f[15] == 0][0] < 20e-6  # the other class went on
+    owed = credits(vf)
+    assert sum(n for *_, n in owed) == 3000 + 3 and all(t >= 20e-6 for t, *_ in owed)
+
+
+def test_a_pause_from_the_p4_switch_to_a_host_stops_the_host_nic_model():
+    vf = box()
+    sw = vf.switches["s0"]
+    vf.loop.at(0.0, lambda t, f: sw.ingress(1, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0xFFFF}))
+    for _ in range(2):
+        vf.send("s0", "s0-eth0", udp4(0, 1, size=1000, tos=LOSSLESS_TOS), t=10e-6)
+    vf.loop.at(50e-6, lambda t, f: sw.ingress(1, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0}))
+    vf.run()
+    assert [f[12:14] for _, f in vf.received[("s0", "s0-eth0")]] == [b"\x88\x08"] * 2  # seen by tcpdump there
+    got = [t for t, _ in vf.received[("s0", wire_name("s0", 0, "w"))]]
+    assert len(got) == 2 and min(got) >= 50e-6 + DELAY and sw.ports[0].pfc_tx == 2

@@ -650,25 +650,88 @@ def _unwired(t: float, frame: Any) -> None:
 class WireBox(Switch):
     """The links of a P4 switch, carried by the engine: what enters one end of a wire leaves by the
     other, through that end's link model (rate, delay, a queue of the port's buffer size). The
-    P4 switch beside it does the switching and marks ECN at its own queues; the box keeps only
-    counters and link state. Its own class, so the switch pipeline has no mode to test for."""
+    P4 switch beside it does the switching and marks ECN at its own queues. Its own class, so the
+    switch pipeline has no mode to test for.
+
+    It is also that switch's MAC for PFC (docs/p4.md): a pause off a link holds that priority on
+    the link's transmitter; a pause the P4 program sends goes ahead of the data queues (to a host,
+    as on the engine, the host NIC model at this end honours it, since host kernels do not). A frame the P4 program charged to an ingress port
+    comes tagged in its source MAC (01 | bytes | port | priority); the box puts the port's MAC
+    back and, once the frame has left for the link (or was dropped), returns the bytes to the P4
+    switch in a credit frame, so what a pause holds here still counts against the switch's XOFF."""
+
+    CREDIT_BATCH = 6000  # bytes returned per credit frame at most; less once the queue is empty
 
     def __init__(self, spec: SwitchSpec, loop: Any, *, dilation: float) -> None:
         self.egress_limit_bytes = spec.qos.buffer_per_port
+        self.nlinks = len(spec.ports) // 2  # ports 0..n-1 face the links, n..2n-1 the P4 switch
+        self.credit: dict[tuple[int, int], int] = {}  # (link port, port << 3 | priority) -> bytes owed
         super().__init__(spec, loop, dilation=dilation)
         self.wire_to = list(spec.wires)
 
     def _on_dequeue(self, port: int) -> Callable[..., Any] | None:
-        return None  # no shared buffer to release, no PFC of its own
+        return partial(self._left, port) if port < self.nlinks else None
 
     def ingress(self, port: int, t: float, frame: bytes) -> None:
         p = self.ports[port]
         p.rx_packets += 1
         p.rx_bytes += len(frame)
         out = self.ports[self.wire_to[port]]
-        if not (p.up and out.up):
-            p.drop("link_down")
+        mac_control = len(frame) >= 14 and frame[12] == 0x88 and frame[13] == 0x08
+        if port < self.nlinks:  # off the link, for the P4 switch
+            if not (p.up and out.up):
+                p.drop("link_down")
+            elif mac_control:  # the peer pauses us: the MAC holds that priority, the pipeline never sees it
+                times = pk.parse_pfc(frame, 14)
+                if times is None:
+                    p.drop("malformed")
+                    return
+                p.pfc_rx += 1
+                p.tx.pause(t, times)
+            elif not out.tx.enqueue(t, self.classify(frame), frame):
+                out.drop("wire_overflow", self.classify(frame))
             return
+        link = out  # from the P4 switch, onto the link
+        if mac_control:
+            times = pk.parse_pfc(frame, 14)
+            if times is None:
+                p.drop("malformed")
+                return
+            link.pfc_tx += 1
+            arrive = t + (64 + 20) * link.tx.s_per_byte + link.delay
+            if link.up:
+                self.loop.at(arrive, link.tx.deliver, frame)
+            if link.nic is not None:  # a host: its NIC, modelled at this end, stops sending that priority
+                self.loop.at(arrive, self._host_paused, (link.index, times))
+            return
+        tag = -1
+        if len(frame) >= 14 and frame[6] & 1:
+            tag = (frame[9] << 8 | frame[10]) << 3 | (frame[11] & 7)
+            tag = tag << 16 | (frame[7] << 8 | frame[8])
+            frame = frame[:6] + link.mac + frame[12:]
         tc = self.classify(frame)
-        if not out.tx.enqueue(t, tc, frame):
-            out.drop("wire_overflow", tc)
+        if not (p.up and link.up):
+            link.drop("link_down", tc)
+        elif link.tx.enqueue(t, tc, frame, tag if tag >= 0 else None):
+            return
+        else:
+            link.drop("wire_overflow", tc)
+        if tag >= 0:
+            self._owe(t, link.index, tag, flush=True)
+
+    def _left(self, port: int, t: float, tc: int, frame: Any, tag: Any) -> Any:
+        """A frame leaves for the link: the bytes the P4 switch charged for it go back."""
+        if tag is not None:
+            self._owe(t, port, tag, flush=not self.ports[port].tx.qbytes[tc])
+        return frame
+
+    def _owe(self, t: float, port: int, tag: int, *, flush: bool) -> None:
+        key = (port, tag >> 16)
+        owed = self.credit.get(key, 0) + (tag & 0xFFFF)
+        if owed < self.CREDIT_BATCH and not flush:
+            self.credit[key] = owed
+            return
+        self.credit[key] = 0
+        handover = self.ports[port + self.nlinks]
+        frame = pk.credit_frame(handover.mac, tag >> 19, tag >> 16 & 7, owed)
+        handover.tx.enqueue(t, CONTROL_TC, frame)

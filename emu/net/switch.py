@@ -40,7 +40,7 @@ class RunSettings:
     measured_headroom: bool = False
     ecn: tuple[int, int, float] | None = None  # (Kmin bytes, Kmax bytes, Pmax) for classes 0 and 3
     backend: str = "native"  # or "bmv2": simple_switch running p4/fabric.p4
-    links: str = "auto"  # bmv2 only: netem, engine, or auto (netem where the kernel has it)
+    links: str = "auto"  # bmv2 only: netem, engine, or auto (engine with PFC on, else netem where the kernel has it)
 
     def __post_init__(self) -> None:
         try:

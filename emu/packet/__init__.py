@@ -125,6 +125,17 @@ def pfc_frame(src_mac: bytes, pause: dict[int, int]) -> bytes:
     return frame + b"\x00" * (60 - len(frame))
 
 
+CREDIT_ETHERTYPE = 0x88B5  # IEEE 802 local experimental
+CREDIT = struct.Struct("!HBI")
+
+
+def credit_frame(src_mac: bytes, port: int, prio: int, nbytes: int) -> bytes:
+    """Buffer credit for a P4 switch (p4/fabric.p4): `nbytes` charged to (ingress port, priority)
+    have left its MAC. Padded to 60 bytes."""
+    frame = ETH.pack(b"\xff" * 6, src_mac, CREDIT_ETHERTYPE) + CREDIT.pack(port, prio, nbytes)
+    return frame + b"\x00" * (60 - len(frame))
+
+
 def parse_pfc(frame: bytes | memoryview, offset: int = 14) -> dict[int, int] | None:
     """Pause times by priority from a PFC frame's MAC-control payload, or None if not PFC."""
     if len(frame) < offset + PFC.size:

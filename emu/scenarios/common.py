@@ -107,15 +107,19 @@ def totals(stats: dict[str, Any], lossless: tuple[int, ...] = (3,)) -> dict[str,
     """Fabric-wide sums of the engine's counters."""
     t: dict[str, Any] = {"drops_lossless": 0, "pfc_frames": 0, "ecn_marked": 0, "paused_fabric_s": 0.0,
                          "queue_hwm_bytes": 0, "drops_by_reason": {}}
+    # .get: a BMv2 fabric counts what its P4 program and its MACs (the engine's wire boxes) count;
+    # drops inside simple_switch's queues are inferred from its counters, per switch ("p4_queue").
     for sw in stats["switches"].values():
+        if sw.get("queue_drops"):  # BMv2: inside simple_switch, of no known class
+            t["drops_by_reason"]["p4_queue"] = t["drops_by_reason"].get("p4_queue", 0) + sw["queue_drops"]
         for port in sw["ports"].values():
-            for reason, n in port["drops"].items():
+            for reason, n in port.get("drops", {}).items():
                 t["drops_by_reason"][reason] = t["drops_by_reason"].get(reason, 0) + n
-            t["drops_lossless"] += sum(port["drops_tc"][tc] for tc in lossless)
-            t["pfc_frames"] += port["pfc_tx"]
-            t["ecn_marked"] += port["ecn_marked"]
-            t["paused_fabric_s"] += sum(port["paused_s"]) + sum(port.get("host_nic", {}).get("paused_s", [0.0]))
-            t["queue_hwm_bytes"] = max(t["queue_hwm_bytes"], max(port["queue_hwm"]))
+            t["drops_lossless"] += sum(port.get("drops_tc", [0] * 8)[tc] for tc in lossless)
+            t["pfc_frames"] += port.get("pfc_tx", 0)
+            t["ecn_marked"] += port.get("ecn_marked", 0)
+            t["paused_fabric_s"] += sum(port.get("paused_s", [])) + sum(port.get("host_nic", {}).get("paused_s", []))
+            t["queue_hwm_bytes"] = max(t["queue_hwm_bytes"], max(port.get("queue_hwm", [0])))
     return t
 
 

@@ -39,7 +39,6 @@ def load_pps(params: dict[str, str]) -> float:
     frame = int_param(params, "size", 1400, "incast") + 42
     return int_param(params, "senders", 7, "incast") * rate_param(params, "rate", "100G", "incast") / (frame * 8)
 
-BMV2_LACKS = "it needs PFC, and fabric.p4 does not generate pause frames yet (BMv2 cannot pause a queue; docs/p4.md)"
 
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
     only(params, {"senders", "bytes", "size", "rate", "leaves", "spines"}, "incast")
@@ -51,6 +50,9 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         raise ScenarioError(f"incast: senders must be in 1..63, got {senders}")
     if not 64 <= size <= 1458 or nbytes < size:
         raise ScenarioError("incast: datagram size must be in 64..1458 and bytes at least one datagram")
+    if settings.backend == "bmv2" and settings.pfc and settings.links == "netem":
+        raise ScenarioError("incast on BMv2 with PFC needs --links engine (or auto): netem honours no pause frame, "
+                            "the engine is each BMv2 port's MAC")
     gpus = senders + 1
     topo = FPFTopo(gpus=gpus, planes=1, leaves=min(int_param(params, "leaves", 2, "incast"), gpus),
                    spines=int_param(params, "spines", 2, "incast"), rate=f"{rate:g}")

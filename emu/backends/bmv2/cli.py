@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 
 from emu.control.model import Group, SwitchTables
+from emu.dataplane.buffer import pfc_headroom
 from emu.dataplane.tables import smooth_wrr
 
 SLOTS = 64
@@ -33,8 +34,11 @@ def bmv2_port(index: int) -> int:
 
 
 def table_commands(tables: SwitchTables, *, port_macs: list[str], dscp_to_tc: list[int] | None = None,
-                   ecn_red: dict[int, tuple[int, int, int]] | None = None) -> list[str]:
-    """`ecn_red`: per port (Kmin, Kmax in packets, step = Pmax x 65536 / (Kmax - Kmin)), see red_params."""
+                   ecn_red: dict[int, tuple[int, int, int]] | None = None,
+                   pfc: dict[int, tuple[int, int, int]] | None = None, lossless: tuple[int, ...] = ()) -> list[str]:
+    """`ecn_red`: per port (Kmin, Kmax in packets, step = Pmax x 65536 / (Kmax - Kmin)), see red_params.
+    `pfc`: per port (XOFF bytes, XON bytes, XOFF refresh in wall us) for each `lossless` priority, see
+    pfc_params; without it fabric.p4 charges nothing and sends no pause."""
     tables.validate()
     out: list[str] = []
     for dscp, tc in enumerate(dscp_to_tc or []):
@@ -69,7 +73,30 @@ def table_commands(tables: SwitchTables, *, port_macs: list[str], dscp_to_tc: li
         out.append(f"table_add srv6_encap h_encaps_{n} {e.prefix} => {e.source} {' '.join(e.segments)}")
     for port, (kmin, kmax, step) in sorted((ecn_red or {}).items()):
         out.append(f"table_add ecn_red set_ecn_red {bmv2_port(port)} => {kmin} {kmax} {step}")
+    for port, (xoff, xon, refresh) in sorted((pfc or {}).items()):
+        for prio in lossless:
+            out.append(f"table_add pfc_threshold set_pfc {bmv2_port(port)} {prio} => {xoff} {xon} {refresh}")
     return out
+
+
+def pfc_params(*, rate_bps: float, delay_s: float, ports: int, queue_bytes: int,
+               dilation: float) -> tuple[int, int, int]:
+    """fabric.p4's PFC thresholds for one ingress port: (XOFF, XON) in bytes charged to that port and
+    priority, and how often (wall us) an XOFF in force is sent again, at half its 0xFFFF quanta.
+
+    BMv2's queues are per egress port, of `queue_bytes`; in the worst case every other port fills
+    one queue at once, each with its XOFF and the headroom that still arrives after it (the link's
+    round trip at line rate and the frames in flight, as the engine's pfc_headroom). XON at half
+    XOFF, so a congested port sends few pause frames."""
+    headroom = pfc_headroom(rate_bps, delay_s)
+    xoff = max(2 * 1500, queue_bytes // max(1, ports - 1) - headroom)
+    refresh_us = int(0xFFFF * 512 / rate_bps * dilation * 1e6 / 2)
+    return xoff, xoff // 2, max(1, refresh_us)
+
+
+def mirror_commands(ports: list[int]) -> list[str]:
+    """One clone session per port, numbered as the port: where fabric.p4 sends its pause frames."""
+    return [f"mirroring_add {bmv2_port(p)} {bmv2_port(p)}" for p in ports]
 
 
 def red_params(kmin_bytes: int, kmax_bytes: int, pmax: float, mean_frame: int = 1500) -> tuple[int, int, int]:

@@ -6,10 +6,11 @@ the native engine's link model between every BMv2 port and its link: each
 BMv2 switch gets a wire box in the engine, one handover port per BMv2 port
 (a veth whose other end simple_switch takes) wired to the link as Mininet
 cabled it. A frame BMv2 sends crosses the link model once (serialisation
-at the link rate, propagation delay, PFC-free queue), and a frame arriving
-off a link is handed to BMv2 unshaped. So delays hold on any kernel.
-`auto` is netem where the kernel has it, else engine: a configured delay
-is never dropped.
+at the link rate, propagation delay, a queue the peer's pauses hold), and
+a frame arriving off a link is handed to BMv2 unshaped. So delays hold on
+any kernel, and the box is the port's MAC for PFC (WireBox). `auto` is the
+engine when PFC is on, else netem where the kernel has it: a configured
+delay is never dropped.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ class LinkModeError(RuntimeError):
     pass
 
 
-def choose_links(requested: str, *, netem: bool) -> str:
-    """The link mode a BMv2 fabric runs with, or one clear reason why the one asked for cannot be."""
+def choose_links(requested: str, *, netem: bool, pfc: bool = False) -> str:
+    """The link mode a BMv2 fabric runs with, or one clear reason why the one asked for cannot be.
+    auto: the engine when PFC is on (netem honours no pause frame; the engine is each port's MAC),
+    else netem where the kernel has it."""
     if requested not in LINK_MODES:
         raise LinkModeError(f"links must be one of {', '.join(LINK_MODES)}, got {requested!r}")
     if requested == "auto":
-        return "netem" if netem else "engine"
+        return "netem" if netem and not pfc else "engine"
     if requested == "netem" and not netem:
         raise LinkModeError("this kernel has no netem, so `--links netem` cannot carry the links' rate and delay; "
                             "use `--links engine` (the native engine carries them) or leave --links out")

@@ -98,19 +98,21 @@ class Bmv2DataPlane:
     """The fabric's simple_switch processes behind the interface FabricController drives."""
 
     def __init__(self, specs: list[SwitchSpec], procs: dict[str, Any], *, dilation: float, wires: Any = None,
-                 run_dir: str = "", ecn_red: dict[str, dict[int, tuple[int, int, int]]] | None = None) -> None:
+                 run_dir: str = "", ecn_red: dict[str, dict[int, tuple[int, int, int]]] | None = None,
+                 pfc: dict[str, dict[int, tuple[int, int, int]]] | None = None) -> None:
         self.specs = {s.name: s for s in specs}
         self.procs = procs
         self.dilation = dilation
         self.wires = wires  # EngineLinks, when the engine carries the links
         self.ecn_red = ecn_red or {}
+        self.pfc = pfc or {}  # per switch, per port: fabric.p4's (XOFF, XON, refresh); empty: no PFC
         self.installed = {s.name: InstalledTables() for s in specs}
         self.run_dir = run_dir  # what `emu clean` reads after a crash; removed at stop
 
     def commands(self, switch: str, tables: SwitchTables) -> list[str]:
         s = self.specs[switch]
         return table_commands(tables, port_macs=[p.mac for p in s.ports], dscp_to_tc=list(s.qos.dscp_to_tc),
-                              ecn_red=self.ecn_red.get(switch))
+                              ecn_red=self.ecn_red.get(switch), pfc=self.pfc.get(switch), lossless=s.qos.lossless)
 
     def set_tables(self, switch: str, tables: dict[str, Any] | SwitchTables, extra: list[str] | None = None) -> None:
         t = tables if isinstance(tables, SwitchTables) else SwitchTables.from_dict(tables)
@@ -130,13 +132,19 @@ class Bmv2DataPlane:
                 raise Bmv2RuntimeError(f"{switch}: cannot set {port} {'up' if up else 'down'}: {r.stderr.strip()}")
 
     def stats(self) -> dict[str, Any]:
-        """BMv2's own port counters, in the engine's stats layout (the fields BMv2 has)."""
+        """BMv2's own port counters in the engine's stats layout; with engine links, each port's MAC
+        side too (the wire box: drops, pauses received and how long they held the port, queues)."""
         out: dict[str, Any] = {"switches": {}, "backend": "bmv2", "dilation": self.dilation, "workers": []}
+        macs: dict[str, Any] = {}
         if self.wires is not None and self.wires.engine is not None:
             # The engine's workers carry the links: their lateness is this fabric's fidelity too.
-            out["workers"] = self.wires.engine.stats()["workers"]
+            engine = self.wires.engine.stats()
+            out["workers"] = engine["workers"]
+            macs = engine["switches"]
         counters = (("FabricIngress.rx_port", "rx"), ("FabricEgress.tx_port", "tx"),
-                    ("FabricEgress.ecn_marked", "ecn"), ("FabricIngress.pfc_rx", "pfc"))
+                    ("FabricEgress.ecn_marked", "ecn"), ("FabricIngress.pfc_rx", "pfc"),
+                    ("FabricIngress.pfc_xoff_sent", "xoff"), ("FabricIngress.pfc_xon_sent", "xon"),
+                    ("FabricIngress.dropped", "dropped"))
         for name, s in self.specs.items():
             cmds = [f"counter_read {c} {bmv2_port(p.index)}" for p in s.ports for c, _ in counters]
             values = counter_values(self.procs[name].load(cmds))
@@ -146,12 +154,25 @@ class Bmv2DataPlane:
                 raise Bmv2RuntimeError(f"{name}: no answer for {len(missing)} of {len(cmds)} counters, "
                                        f"e.g. {missing[0][0]}[{missing[0][1]}]")
             ports = {}
+            unaccounted = 0  # in, less dropped on purpose, less out that was not a cloned pause frame
             for p in s.ports:
                 i = bmv2_port(p.index)
-                (rxp, rxb), (txp, txb), (ecn, _), (pfc, _) = (values[(c, i)] for c, _ in counters)
-                ports[p.ifname] = {"rx_packets": rxp, "rx_bytes": rxb, "tx_packets": txp, "tx_bytes": txb,
-                                   "ecn_marked": ecn, "pfc_rx": pfc}
-            out["switches"][name] = {"ports": ports}
+                (rxp, rxb), (txp, txb), (ecn, _), (pfc, _), (xoff, _), (xon, _), (dropped, _) = (
+                    values[(c, i)] for c, _ in counters)
+                unaccounted += rxp - dropped - (txp - xoff - xon)
+                port = {"rx_packets": rxp, "rx_bytes": rxb, "tx_packets": txp, "tx_bytes": txb,
+                        "ecn_marked": ecn, "pfc_rx": pfc, "pfc_tx": xoff + xon, "pfc_xoff_p4": xoff, "pfc_xon_p4": xon}
+                mac = macs.get(name, {}).get("ports", {}).get(p.ifname)
+                if mac is not None:  # what the MAC saw: the pauses it honoured, what it held and dropped
+                    port.update({k: mac[k] for k in ("drops", "drops_tc", "paused_s", "queue_hwm") if k in mac})
+                    port["pfc_rx"] = mac["pfc_rx"]
+                    port["pfc_tx_mac"] = mac["pfc_tx"]
+                    if "host_nic" in mac:
+                        port["host_nic"] = mac["host_nic"]
+                ports[p.ifname] = port
+            # What simple_switch's own queues dropped (tail drops, which no P4 counter sees), read once
+            # the fabric is quiet: while packets are queued inside, they count here too.
+            out["switches"][name] = {"ports": ports, "queue_drops": max(0, unaccounted)}
         return out
 
     def ecn_by_depth(self, switch: str) -> list[tuple[int, int]]:

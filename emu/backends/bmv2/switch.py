@@ -16,10 +16,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
-from emu.backends.bmv2.cli import bmv2_port, queue_commands, red_params
+from emu.backends.bmv2.cli import bmv2_port, mirror_commands, pfc_params, queue_commands, red_params
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.runtime import Bmv2DataPlane
 from emu.control.runtime import FabricController
@@ -168,7 +169,7 @@ class Bmv2FabricSwitch(FabricSwitch):
     def batchStartup(cls, switches: tuple, settings=None) -> tuple:  # noqa: N802 (Mininet's name)
         settings = settings or switches[0].settings
         try:
-            links = choose_links(settings.links, netem=netem_available())
+            links = choose_links(settings.links, netem=netem_available(), pfc=settings.pfc)
         except LinkModeError as exc:
             raise Bmv2Error(str(exc)) from None
         for n, sw in enumerate(switches):  # everything knowable is checked before anything is made
@@ -178,8 +179,15 @@ class Bmv2FabricSwitch(FabricSwitch):
         _static_neighbours(switches)
         wires = EngineLinks(built.spec) if links == "engine" else None
         specs = list(built.spec.switches)
+        depth = max(64, settings.buffer_per_port // 1500)  # BMv2 queues count packets
+        pfc = {}
+        if settings.pfc and wires is not None:
+            pfc = {s.name: _pfc(s, depth * 1500, settings.dilation) for s in specs}
+        elif settings.pfc:
+            print("emu: PFC is off on this BMv2 fabric: with --links netem nothing honours a pause frame "
+                  "(--links engine makes the engine each port's MAC)", file=sys.stderr)
         plane = Bmv2DataPlane(specs, {}, dilation=settings.dilation, wires=wires, run_dir=built.spec.run_dir,
-                              ecn_red={s.name: _ecn_red(s) for s in specs})
+                              ecn_red={s.name: _ecn_red(s) for s in specs}, pfc=pfc)
         try:
             taken = wires.start() if wires is not None else {}
             for n, (sw, spec) in enumerate(zip(switches, specs, strict=True)):
@@ -187,10 +195,10 @@ class Bmv2FabricSwitch(FabricSwitch):
                 proc = Bmv2Process(sw.name, ports, cls.thrift_base + n)
                 plane.procs[sw.name] = proc
                 proc.start()
-                queues = []
+                queues = mirror_commands([p.index for p in spec.ports]) if pfc else []
                 for p in spec.ports:
                     queues += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation,
-                                             depth_pkts=max(64, settings.buffer_per_port // 1500))
+                                             depth_pkts=depth)
                     if wires is None:
                         _netem_link(p.ifname, rate_bps=p.rate_bps, delay_s=p.delay_s, dilation=settings.dilation)
                         if p.peer_kind == "host":  # the host's side of its link too, or it sends unshaped
@@ -225,6 +233,12 @@ def _ecn_red(spec) -> dict[int, tuple[int, int, int]]:
     """fabric.p4 runs RED on enq_qdepth with the lossless class's Kmin, Kmax and Pmax (in packets)."""
     ecn = spec.qos.ecn.get(3)
     return {p.index: red_params(ecn.kmin, ecn.kmax, ecn.pmax) for p in spec.ports} if ecn is not None else {}
+
+
+def _pfc(spec, queue_bytes: int, dilation: float) -> dict[int, tuple[int, int, int]]:
+    """fabric.p4's XOFF, XON and refresh for every port of a switch (its lossless classes)."""
+    return {p.index: pfc_params(rate_bps=p.rate_bps, delay_s=p.delay_s, ports=len(spec.ports),
+                                queue_bytes=queue_bytes, dilation=dilation) for p in spec.ports}
 
 
 def _peer_intf(sw, ifname: str):
