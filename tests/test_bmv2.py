@@ -112,19 +112,6 @@ def test_ecn_marks_under_congestion_on_bmv2(compiled, no_leftovers):
 
 @pytest.mark.root
 @pytest.mark.mininet
-@needs_bmv2
-def test_srv6_end_encaps_and_dt6_on_rbb_bmv2(compiled, tmp_path, no_leftovers):
-    """The srv6-te scenario on BMv2: H.Encaps at pe0 (a policy the controller writes at run time),
-    End at r4 and r3, End.DT6 at pe1; traffic leaves r1 and comes back when the policy is cleared."""
-    from emu.net.switch import RunSettings
-    from emu.scenarios.srv6_te import run
-
-    r = run({}, RunSettings(dilation=1000, backend="bmv2", links="engine"), str(tmp_path))
-    assert r["passed"], r["routers_crossed"]
-
-
-@pytest.mark.root
-@pytest.mark.mininet
 def test_static_neighbours_cover_gateways_and_same_subnet_hosts_only(no_leftovers):
     """What stands in for ARP and NDP on BMv2, checked on a fabric built without it."""
     from emu.backends.bmv2.switch import _static_neighbours
@@ -201,3 +188,26 @@ def test_incast_is_lossless_with_pfc_and_loses_without_on_both_backends(backend,
         assert off["drops_by_reason"]["p4_queue"] == lost
     else:
         assert off["drops_lossless"] == lost
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+@pytest.mark.parametrize("backend", ["native", "bmv2"])
+@pytest.mark.parametrize(("scenario", "params", "dilation"), [
+    ("srv6-te", {"packets": "100"}, 1000),
+    ("plane-down", {"planes": "2", "bytes": "256KiB"}, 10000),
+])
+def test_the_same_scenario_verdict_on_both_backends(scenario, params, dilation, backend, compiled, tmp_path,
+                                                    no_leftovers):
+    """The control plane is one; only the data plane differs. A policy steers the flow the same way
+    (the path proven from each backend's counters), a failed plane is left the same way."""
+    from emu.net.switch import RunSettings
+    from emu.scenarios import run_scenario
+
+    settings = RunSettings(backend=backend, links="engine" if backend == "bmv2" else "auto")
+    r = run_scenario(scenario, params, settings, dilation=dilation, out_dir=str(tmp_path))
+    assert r["passed"], r
+    if scenario == "srv6-te":
+        assert r["routers_crossed"] == {"shortest": ["r0", "r1", "r2"], "policy": ["r0", "r2", "r3", "r4"],
+                                        "restored": ["r0", "r1", "r2"]}

@@ -37,7 +37,6 @@ def _settings(args: argparse.Namespace):
     from emu.units import parse_time
 
     timing = ControlTiming(detection_s=parse_time(args.detection), hold_down_s=parse_time(args.hold_down))
-    _check_backend(args.backend, args.links)
     ecn = None
     if args.ecn:
         parts = args.ecn.split(",")
@@ -47,20 +46,19 @@ def _settings(args: argparse.Namespace):
 
         ecn = (parse_size(parts[0]), parse_size(parts[1]), float(parts[2]))
     d = _dilation(args, auto=args.command == "scenario")  # "auto" is decided per run, by run_scenario
-    return RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
-                       workers=args.workers, pcap_dir=args.pcap or "", control=timing,
-                       measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
-                       links=args.links)
+    settings = RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
+                           workers=args.workers, pcap_dir=args.pcap or "", control=timing,
+                           measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
+                           links=args.links)
+    _check_backend(settings)
+    return settings
 
 
-def _check_backend(backend: str, links: str) -> None:
-    """A BMv2 run is checked for its link mode and its tools before anything is built."""
-    if backend == "bmv2":
-        from emu.backends.bmv2.links import choose_links
-        from emu.backends.bmv2.switch import Bmv2Process, netem_available
+def _check_backend(settings: Any) -> None:
+    """Whatever the backend can know wrong (tools, link modes) is said before anything is built."""
+    from emu.net.backend import backend
 
-        choose_links(links, netem=netem_available())
-        Bmv2Process("check", [], 9090).check()
+    backend(settings.backend).check(settings, [])
 
 
 def dilation_arg(text: str) -> float | str:
@@ -176,8 +174,8 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     if args.name == "collective":
         from emu.net.switch import RunSettings
 
-        _check_backend(args.backend, args.links)
         settings = RunSettings(backend=args.backend, links=args.links)
+        _check_backend(settings)
     result = run_bench(args.name, params, dilation=_dilation(args, auto=args.name == "collective"),
                        op=args.op or "", settings=settings)
     code = 0 if result.get("wrong", 0) == 0 else 1

@@ -1,4 +1,4 @@
-"""FabricNet: Mininet with the native engine as the switches' data plane."""
+"""FabricNet: Mininet with the emulator's fabric switches, on the backend the settings name."""
 
 from __future__ import annotations
 
@@ -31,12 +31,7 @@ class PingResult:
 
 class FabricNet(Mininet):
     def __init__(self, topo: Any = None, *, settings: RunSettings | None = None, **kw: Any) -> None:
-        settings = settings or default_settings()
-        if settings.backend == "bmv2" and topo is not None:
-            from emu.backends.bmv2.switch import Bmv2FabricSwitch
-
-            for name in topo.switches():
-                topo.nodeInfo(name)["cls"] = Bmv2FabricSwitch
+        settings = settings or default_settings()  # settings.backend picks the data plane (emu.net.backend)
         kw.setdefault("switch", FabricSwitch)
         kw.setdefault("link", FabricLink)
         kw.setdefault("controller", None)

@@ -1,10 +1,11 @@
-"""FabricSwitch: a Mininet switch whose data plane is the native engine.
+"""FabricSwitch: a Mininet switch whose data plane is the native engine or BMv2.
 
 Mininet makes the node and its veth ends in the root namespace. When the
 network starts, `batchStartup` sees every FabricSwitch at once: it reads the
 wiring back from Mininet's links, computes routes, configures the hosts'
-plane addresses and routes, and starts one engine for the whole fabric. This
-works under FabricNet, a plain Mininet() and `mn --custom`.
+plane addresses and routes, and has the settings' backend (emu.net.backend)
+start one data plane for the whole fabric, which the controller drives.
+This works under FabricNet, a plain Mininet() and `mn --custom`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from mininet.node import Switch
 from emu.control.model import MySid
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.control.runtime import ControlTiming, FabricController
-from emu.dataplane.engine import Engine, new_run_dir
+from emu.dataplane.engine import new_run_dir
 from emu.dataplane.spec import EcnSpec, EngineSpec, PortSpec, QosSpec, SwitchSpec
+from emu.net.backend import BACKENDS, DataPlane, backend
 from emu.net.cleanup import record
 from emu.net.link import FabricLink, LinkParams
 from emu.net.netns import ip_batch, offload_off, run
@@ -49,8 +51,8 @@ class RunSettings:
             raise ValueError(str(exc)) from None
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0, got {self.workers}")
-        if self.backend not in ("native", "bmv2"):
-            raise ValueError(f"backend must be native or bmv2, got {self.backend!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.links not in ("auto", "netem", "engine"):
             raise ValueError(f"links must be auto, netem or engine, got {self.links!r}")
         if self.backend == "native" and self.links != "auto":
@@ -75,7 +77,7 @@ class FabricSwitch(Switch):
         self.loopback4 = loopback4
         self.loopback6 = loopback6
         self.sids = dict(sids or {})  # SRv6 SID -> End | End.DT6
-        self.engine: Engine | None = None
+        self.engine: DataPlane | None = None  # the fabric's data plane, whichever backend runs it
         self.control: FabricController | None = None
 
     def start(self, controllers: list) -> None:  # the engine starts in batchStartup
@@ -90,16 +92,20 @@ class FabricSwitch(Switch):
     @classmethod
     def batchStartup(cls, switches: tuple[FabricSwitch, ...], settings: RunSettings | None = None) -> tuple:
         settings = settings or switches[0].settings
+        chosen = backend(settings.backend)
+        chosen.check(settings, [sw.name for sw in switches])  # before anything is made
         built = build_spec(switches, settings)
-        spec = built.spec
-        record_nodes(spec.run_dir, switches)
-        engine = Engine(spec)
-        engine.start()
-        control = FabricController(engine, built.graph, built.attachments, port_names=built.port_names,
-                                   dilation=settings.dilation, spray=settings.spray, timing=settings.control,
-                                   local=built.local)
+        record_nodes(built.spec.run_dir, switches)
+        plane = chosen.start(switches, built, settings)
+        try:
+            control = FabricController(plane, built.graph, built.attachments, port_names=built.port_names,
+                                       dilation=settings.dilation, spray=settings.spray, timing=settings.control,
+                                       local=built.local)
+        except BaseException:
+            plane.stop()
+            raise
         for sw in switches:
-            sw.engine = engine
+            sw.engine = plane
             sw.control = control
         if settings.measured_headroom:
             for a, b in sorted({tuple(sorted((u, v))) for u, v in built.graph.graph.edges()}):
@@ -108,12 +114,12 @@ class FabricSwitch(Switch):
 
     @classmethod
     def batchShutdown(cls, switches: tuple[FabricSwitch, ...]) -> tuple:
-        engines = {id(sw.engine): sw.engine for sw in switches if sw.engine is not None}
+        planes = {id(sw.engine): sw.engine for sw in switches if sw.engine is not None}
         controls = {id(sw.control): sw.control for sw in switches if sw.control is not None}
         for c in controls.values():
             c.close()
-        for e in engines.values():
-            e.stop()
+        for plane in planes.values():
+            plane.stop()
         for sw in switches:
             sw.engine = None
             sw.control = None

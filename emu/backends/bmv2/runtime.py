@@ -107,6 +107,7 @@ class Bmv2DataPlane:
         self.ecn_red = ecn_red or {}
         self.pfc = pfc or {}  # per switch, per port: fabric.p4's (XOFF, XON, refresh); empty: no PFC
         self.installed = {s.name: InstalledTables() for s in specs}
+        self.down: set[tuple[str, str]] = set()  # (switch, port) the controller set down
         self.run_dir = run_dir  # what `emu clean` reads after a crash; removed at stop
 
     def commands(self, switch: str, tables: SwitchTables) -> list[str]:
@@ -130,6 +131,7 @@ class Bmv2DataPlane:
                                text=True)
             if r.returncode != 0:
                 raise Bmv2RuntimeError(f"{switch}: cannot set {port} {'up' if up else 'down'}: {r.stderr.strip()}")
+        (self.down.discard if up else self.down.add)((switch, port))
 
     def stats(self) -> dict[str, Any]:
         """BMv2's own port counters in the engine's stats layout; with engine links, each port's MAC
@@ -160,7 +162,8 @@ class Bmv2DataPlane:
                 (rxp, rxb), (txp, txb), (ecn, _), (pfc, _), (xoff, _), (xon, _), (dropped, _) = (
                     values[(c, i)] for c, _ in counters)
                 unaccounted += rxp - dropped - (txp - xoff - xon)
-                port = {"rx_packets": rxp, "rx_bytes": rxb, "tx_packets": txp, "tx_bytes": txb,
+                port = {"up": (name, p.ifname) not in self.down,
+                        "rx_packets": rxp, "rx_bytes": rxb, "tx_packets": txp, "tx_bytes": txb,
                         "ecn_marked": ecn, "pfc_rx": pfc, "pfc_tx": xoff + xon, "pfc_xoff_p4": xoff, "pfc_xon_p4": xon}
                 mac = macs.get(name, {}).get("ports", {}).get(p.ifname)
                 if mac is not None:  # what the MAC saw: the pauses it honoured, what it held and dropped

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from emu.backends.bmv2.cli import bmv2_port, mirror_commands, pfc_params, queue_commands, red_params
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.runtime import Bmv2DataPlane
-from emu.control.runtime import FabricController
 from emu.net.cleanup import BMV2_LOG_DIR
-from emu.net.switch import FabricSwitch, build_spec, record_nodes
+from emu.net.switch import FabricSwitch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 # `make p4` writes the program here; EMU_BMV2_JSON points the backend at another build.
@@ -160,22 +159,22 @@ def netem_available() -> bool:
     return _netem()
 
 
-class Bmv2FabricSwitch(FabricSwitch):
-    """A fabric switch whose data plane is simple_switch; routes from the same control plane."""
+class Bmv2Backend:
+    """simple_switch per switch, running p4/fabric.p4 with entries from the table model (emu.net.backend)."""
 
     thrift_base = 9090
 
-    @classmethod
-    def batchStartup(cls, switches: tuple, settings=None) -> tuple:  # noqa: N802 (Mininet's name)
-        settings = settings or switches[0].settings
+    def check(self, settings, switches: list[str]) -> None:
+        """The link mode, the program, the binaries and every switch's Thrift port."""
         try:
-            links = choose_links(settings.links, netem=netem_available(), pfc=settings.pfc)
+            choose_links(settings.links, netem=netem_available(), pfc=settings.pfc)
         except LinkModeError as exc:
             raise Bmv2Error(str(exc)) from None
-        for n, sw in enumerate(switches):  # everything knowable is checked before anything is made
-            Bmv2Process(sw.name, [], cls.thrift_base + n).check()
-        built = build_spec(switches, settings)
-        record_nodes(built.spec.run_dir, switches)
+        for n, name in enumerate(switches or ["check"]):
+            Bmv2Process(name, [], self.thrift_base + n).check()
+
+    def start(self, switches: tuple, built, settings) -> Bmv2DataPlane:
+        links = choose_links(settings.links, netem=netem_available(), pfc=settings.pfc)
         _static_neighbours(switches)
         wires = EngineLinks(built.spec) if links == "engine" else None
         specs = list(built.spec.switches)
@@ -192,7 +191,7 @@ class Bmv2FabricSwitch(FabricSwitch):
             taken = wires.start() if wires is not None else {}
             for n, (sw, spec) in enumerate(zip(switches, specs, strict=True)):
                 ports = [(bmv2_port(p.index), taken.get((sw.name, p.index), p.ifname)) for p in spec.ports]
-                proc = Bmv2Process(sw.name, ports, cls.thrift_base + n)
+                proc = Bmv2Process(sw.name, ports, self.thrift_base + n)
                 plane.procs[sw.name] = proc
                 proc.start()
                 queues = mirror_commands([p.index for p in spec.ports]) if pfc else []
@@ -206,27 +205,10 @@ class Bmv2FabricSwitch(FabricSwitch):
                             _netem_link(host_if.name, rate_bps=p.rate_bps, delay_s=p.delay_s,
                                         dilation=settings.dilation, node=host_if.node)
                 plane.set_tables(sw.name, spec.tables, extra=queues)
-            control = FabricController(plane, built.graph, built.attachments, port_names=built.port_names,
-                                       dilation=settings.dilation, spray=settings.spray, timing=settings.control,
-                                       local=built.local)
         except BaseException:
             plane.stop()
             raise
-        for sw in switches:
-            sw.engine = plane
-            sw.control = control
-        return switches
-
-    @classmethod
-    def batchShutdown(cls, switches: tuple) -> tuple:  # noqa: N802
-        for c in {id(sw.control): sw.control for sw in switches if sw.control is not None}.values():
-            c.close()
-        for sw in switches:
-            if sw.engine is not None:
-                sw.engine.stop()
-            sw.engine = None
-            sw.control = None
-        return ()
+        return plane
 
 
 def _ecn_red(spec) -> dict[int, tuple[int, int, int]]:
@@ -259,4 +241,4 @@ def _netem_link(ifname: str, *, rate_bps: float, delay_s: float, dilation: float
         raise Bmv2Error(f"tc netem on {ifname} failed: {err.strip()}")
 
 
-__all__ = ["Bmv2Error", "Bmv2Process", "Bmv2FabricSwitch"]
+__all__ = ["Bmv2Backend", "Bmv2Error", "Bmv2Process"]
