@@ -31,8 +31,9 @@ def test_too_small_a_dilation_is_flagged_with_the_part_that_fell_behind(no_lefto
 
 
 def test_the_same_allreduce_at_two_dilations_agrees_within_5_percent(no_leftovers):
-    a = run("allreduce", dict(FABRIC), dilation=50_000)
-    b = run("allreduce", dict(FABRIC), dilation=150_000)
+    # The pipelined ring keeps every endpoint busy: D = 50 000 is past this machine's limit at times.
+    a = run("allreduce", dict(FABRIC), dilation=100_000)
+    b = run("allreduce", dict(FABRIC), dilation=300_000)
     assert a["fidelity"]["ok"] and b["fidelity"]["ok"], (a["fidelity"]["worst"], b["fidelity"]["worst"])
     assert a["wrong"] == b["wrong"] == 0
     ta, tb = a["rows"][0]["time_us"], b["rows"][0]["time_us"]
@@ -78,7 +79,7 @@ def test_bag_collective_shows_the_long_haul_cliff(tmp_path, no_leftovers):
     from emu.net.switch import RunSettings
     from emu.scenarios.bag_collective import run as bag
 
-    r = bag({"distance": "2km", "size": "64KiB"}, RunSettings(dilation=100_000), str(tmp_path), auto=False)
+    r = bag({"distance": "2km", "size": "64KiB"}, RunSettings(dilation=300_000), str(tmp_path), auto=False)
     assert r["within_building"]["wrong"] == r["across_buildings"]["wrong"] == 0
     assert r["time_ratio"] >= 2, r["time_ratio"]  # 2 km: 10 us each way, against about 2 us in a building
     assert r["fidelity"]["ok"] and r["passed"]

@@ -12,6 +12,7 @@ import ipaddress
 
 from emu.control.model import Group, SwitchTables
 from emu.dataplane.buffer import pfc_headroom
+from emu.dataplane.switch import WireBox
 from emu.dataplane.tables import smooth_wrr
 
 SLOTS = 64
@@ -85,11 +86,13 @@ def pfc_params(*, rate_bps: float, delay_s: float, ports: int, queue_bytes: int,
     priority, and how often (wall us) an XOFF in force is sent again, at half its 0xFFFF quanta.
 
     BMv2's queues are per egress port, of `queue_bytes`; in the worst case every other port fills
-    one queue at once, each with its XOFF and the headroom that still arrives after it (the link's
-    round trip at line rate and the frames in flight, as the engine's pfc_headroom). XON at half
-    XOFF, so a congested port sends few pause frames."""
+    one queue at once, each with its XOFF, the headroom that still arrives after it (the link's
+    round trip at line rate and the frames in flight, as the engine's pfc_headroom) and the bytes the
+    MAC has not yet credited back (WireBox.CREDIT_BATCH). Divided by all ports, not the others, so
+    a two-port switch keeps half its queue in reserve. XON at half XOFF, so a congested port sends
+    few pause frames."""
     headroom = pfc_headroom(rate_bps, delay_s)
-    xoff = max(2 * 1500, queue_bytes // max(1, ports - 1) - headroom)
+    xoff = max(2 * 1500, queue_bytes // max(2, ports) - headroom - WireBox.CREDIT_BATCH)
     refresh_us = int(0xFFFF * 512 / rate_bps * dilation * 1e6 / 2)
     return xoff, xoff // 2, max(1, refresh_us)
 
