@@ -28,9 +28,11 @@ from typing import Any
 # p99 lateness allowed, in packet times (one MTU frame on the fastest link of the run).
 THRESHOLD_PACKET_TIMES = 2.0
 # A paced sender that is late starts its next slot late: its mean lateness, in packet times, is
-# the share of line rate it lost. Allowed: 5 %. (Measured: a 256 KiB allreduce whose endpoints
-# were 0.19 packet times late on average took 28 % longer than at a D where they were 0.02.)
-PACED_MEAN_PACKET_TIMES = 0.05
+# the share of line rate it lost, and a ring, where each rank waits on the one before, loses it
+# several times over. Allowed: 1.5 %. Measured, FPF 8x8 1 MiB allreduce (pipelined ring): mean
+# 0.043 at D = 5e5 took 35.7 us, 0.013 at 1e6 31.6 us, 0.002 at 2e6 31.0 us; so 0.05 passed a
+# result 15 % off, 0.015 keeps it within about 2 %.
+PACED_MEAN_PACKET_TIMES = 0.015
 STATISTIC = "p99"
 
 

@@ -30,8 +30,9 @@ def test_64mib_write_correct_and_sprayed_evenly(no_leftovers):
     net = fpf(planes=8)
     try:
         client, server = PerfRun(mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1")),
-                                 nbytes=64 << 20, dilation=20000).wait()  # 10 000: a loaded CI run marked
-    finally:                                                         # planes down on spurious losses
+                                 nbytes=64 << 20, dilation=20000).wait()
+        # At D = 10 000 a loaded CI run marked planes down on spurious losses (issue 10's note).
+    finally:
         net.stop()
     assert server["data_ok"] and client["completions_ok"] == client["completions"] == 64
     per_plane = [p["tx_bytes"] for p in client["planes"]]

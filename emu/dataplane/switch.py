@@ -688,8 +688,10 @@ class WireBox(Switch):
                     return
                 p.pfc_rx += 1
                 p.tx.pause(t, times)
-            elif not out.tx.enqueue(t, self.classify(frame), frame):
-                out.drop("wire_overflow", self.classify(frame))
+            else:
+                tc = self.classify(frame)
+                if not out.tx.enqueue(t, tc, frame):
+                    out.drop("wire_overflow", tc)
             return
         link = out  # from the P4 switch, onto the link
         if mac_control:
