@@ -13,7 +13,17 @@ cumulative PSN plus a SACK bitmap; the sender retransmits a PSN that three
 later ones overtook, or whose retransmission timer ran out, on another
 plane. Plane health: a plane that keeps losing packets stops getting new
 ones; a probe (a zero-length write) goes over it now and then, and when one
-is acknowledged over that plane, the plane is used again.
+is acknowledged over that plane, the plane is used again. A plane's losses
+count only since the last packet it alone carried was acknowledged (a late
+ACK is not a dead plane), a retransmission acknowledged sooner than the
+shortest round trip refunds the loss it was charged (the original arrived),
+and the last plane in use is never marked down: a device whose planes all
+look dead keeps retransmitting on one and probing the rest, it does not stop.
+
+The responder coalesces ACKs: one per ACK_EVERY data packets or ACK_DELAY_S
+of fabric time, whichever comes first, and at once for a packet that asks
+(a retransmission or a probe) or that ends a write with immediate. Every
+ACK is cumulative with the SACK bitmap, so a lost ACK costs nothing but time.
 
 Times inside are wall seconds; rates and timers are configured in fabric
 units and scaled by the dilation.
@@ -47,6 +57,8 @@ DUP_THRESH = 3
 # 50 us with the default timer slack, more than a packet's whole budget).
 BURST_S = 20e-6
 LOSS_TO_DOWN = 8
+ACK_EVERY = 16  # data packets per coalesced ACK
+ACK_DELAY_S = 0.5e-6  # fabric seconds an arrival waits for its ACK at most
 ENTROPY = 4
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _CMSG_SPACE = socket.CMSG_SPACE(4) + socket.CMSG_SPACE(16)  # traffic class + kernel arrival stamp
@@ -87,6 +99,7 @@ class Segment:
     view: memoryview
     wr: int
     plane: int = -1
+    charged: int = -1  # the plane its last retransmission charged with a loss
     sent_at: float = 0.0
     sends: int = 0
     probe: bool = False
@@ -132,6 +145,7 @@ class QueuePair:
         self.next_send = 0.0
         self.ready_at = 0.0  # when the queue last became non-empty (wall): a send is due no earlier
         self.srtt = 0.0
+        self.min_rtt = 0.0  # the shortest RTT sample: a quicker ACK of a retransmission was the original's
         self.retransmits = 0
         self.rate_trace: list[tuple[float, float]] = []  # (fabric s, bps): on every CNP and every sample
         self.highest_sacked = -1
@@ -140,8 +154,11 @@ class QueuePair:
         self.error: str | None = None
         # responder
         self.expected = 0
+        self.newest = -1  # the PSN that arrived last: each ACK echoes it, the requester's RTT sample
         self.beyond: set[int] = set()
         self.ack_due = False
+        self.ack_unsent = 0  # data packets arrived since the last ACK
+        self.ack_deadline = 0.0  # wall time by which a coalesced ACK goes out
         self.ack_plane = 0
         self.last_cnp = -1.0
         self.cnps_sent = 0
@@ -202,6 +219,7 @@ class Device:
         self.plane_rate = plane_rate_bps
         self.wall_s_per_byte = 8 * dilation / plane_rate_bps
         self.rto = rto_fabric_s * dilation
+        self.ack_delay = ACK_DELAY_S * dilation
         self.rng = random.Random(seed)
         self.planes = [self._open_plane(i, a) for i, a in enumerate(addrs)]
         self.qps: dict[int, QueuePair] = {}
@@ -281,7 +299,7 @@ class Device:
                 self.plane_trace.append((now, sent))
         now = time.monotonic()
         for qp in self.qps.values():
-            if qp.ack_due:
+            if qp.ack_due and now >= qp.ack_deadline:
                 self._send_ack(qp)
             qp.cc.tick(now / self.dilation)
             self._recover(qp, now)
@@ -291,6 +309,8 @@ class Device:
         for qp in self.qps.values():
             if qp.pending and len(qp.inflight) < self.window:
                 wait = min(wait, max(0.0, qp.next_send - now), *(max(0.0, p.next_free - now) for p in self.planes))
+            if qp.ack_due:
+                wait = min(wait, max(0.0, qp.ack_deadline - now))
         # select() sleeps with microsecond resolution (poll and epoll round up to whole ms, a
         # packet time at D = 10 000): no busy loop, so the engine's workers keep the cores.
         # Wake BURST_S before the next send is due: a wake-up a little late still sends on time.
@@ -331,17 +351,20 @@ class Device:
                 best = p
         return best if best is not None and best.next_free <= now + BURST_S else None
 
-    def _transmit(self, qp: QueuePair, seg: Segment, plane: Plane, now: float) -> None:
-        if seg.psn < 0:
-            seg.psn = qp.next_psn
-            qp.next_psn += 1
-        k = seg.psn % ENTROPY  # the source port (flow entropy) rotates with the PSN
+    def _transmit(self, qp: QueuePair, seg: Segment, plane: Plane, now: float) -> bool:
+        """Send seg on plane; False if the socket would block (nothing changed: try again later).
+        A new segment takes its PSN only once it is on the wire, so a PSN is never skipped."""
+        psn = seg.psn if seg.psn >= 0 else qp.next_psn
+        k = psn % ENTROPY  # the source port (flow entropy) rotates with the PSN
         frame = wire.data_frame(plane.addr_b, qp.remote_planes[plane.index], plane.tx_ports[k], qp.remote_qpn,
-                                seg.psn, seg.va, seg.rkey, seg.view, ack_req=seg.sends > 0 or seg.probe, imm=seg.imm)
+                                psn, seg.va, seg.rkey, seg.view, ack_req=seg.sends > 0 or seg.probe, imm=seg.imm)
         try:
             plane.tx[k].sendmsg(frame, (), 0, (qp.remote_addrs[plane.index], wire.ROCE_PORT))
         except BlockingIOError:
-            return
+            return False
+        if seg.psn < 0:
+            seg.psn = psn
+            qp.next_psn += 1
         size = len(seg.view) + HEADERS + (0 if seg.imm is None else wire.IMM_BYTES)
         plane.next_free = max(plane.next_free, now) + size * self.wall_s_per_byte
         qp.next_send = max(qp.next_send, now) + size * 8 * self.dilation / qp.cc.rate
@@ -353,6 +376,7 @@ class Device:
         seg.sent_at = now
         seg.sends += 1
         qp.inflight[seg.psn] = seg
+        return True
 
     def _send_data(self, qp: QueuePair, now: float) -> None:
         horizon = now + BURST_S
@@ -361,7 +385,9 @@ class Device:
             if plane is None:
                 return
             due = max(qp.next_send, plane.next_free, qp.ready_at)
-            self._transmit(qp, qp.pending.popleft(), plane, now)
+            if not self._transmit(qp, qp.pending[0], plane, now):
+                return
+            qp.pending.popleft()
             self.send_late.add(now - due if now > due else 0.0)
 
     def _recover(self, qp: QueuePair, now: float) -> None:
@@ -369,34 +395,35 @@ class Device:
         if not qp.inflight or (not qp.sacked_since and now < qp.rto_check):
             return
         qp.sacked_since = False
-        rto = max(self.rto, 4 * qp.srtt)
+        rto = max(self.rto, 4 * qp.srtt + self.ack_delay)
         qp.rto_check = now + rto / 4
         highest = qp.highest_sacked
         # Spraying reorders by design: a PSN counts as lost only when packets sent after it on
-        # every plane have overtaken it, and it is older than a smoothed round trip and a quarter.
+        # every plane have overtaken it, and it is older than two smoothed round trips and an ACK's delay.
         reorder = DUP_THRESH * len(self.planes)
         for seg in qp.inflight.values():  # insertion order is PSN order; a resend only rebinds its key
             if seg.psn > highest and now - seg.sent_at <= rto:
                 break  # later packets were sent later still
             if seg.acked:
                 continue
-            overtaken = highest - seg.psn >= reorder and qp.srtt > 0 and now - seg.sent_at > 2 * qp.srtt
+            overtaken = (highest - seg.psn >= reorder and qp.srtt > 0
+                         and now - seg.sent_at > 2 * qp.srtt + self.ack_delay)
             backoff = rto * (1 << min(seg.sends - 1, 6))  # each timeout of the same packet doubles its timer
             if (overtaken and seg.sends == 1) or now - seg.sent_at > backoff:
                 lost_on = self.planes[seg.plane]
                 others = any(p.healthy and p.index != seg.plane for p in self.planes)
                 # Never back onto the plane that lost it while another one is healthy: wait for a free one.
                 plane = self._pick_plane(qp, now, avoid=seg.plane if others else -1)
-                if plane is None:
+                if plane is None or not self._transmit(qp, seg, plane, now):
                     return
                 if not seg.probe:
+                    seg.charged = lost_on.index
                     lost_on.losses += 1
                     lost_on.stats["retransmits"] += 1
-                    if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN:
+                    if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and others:
                         lost_on.healthy = False
                         lost_on.probe_due = now + rto
                 qp.retransmits += 1
-                self._transmit(qp, seg, plane, now)
 
     def _probe_planes(self, now: float) -> None:
         for plane in self.planes:
@@ -406,9 +433,8 @@ class Device:
             for qp in self.qps.values():
                 if qp.remote_qpn < 0:
                     continue
-                seg = Segment(-1, 0, 0, memoryview(b""), -1, probe=True)
-                plane.stats["probes"] += 1
-                self._transmit(qp, seg, plane, now)
+                if self._transmit(qp, Segment(-1, 0, 0, memoryview(b""), -1, probe=True), plane, now):
+                    plane.stats["probes"] += 1
                 break
 
     # -- receiving ----------------------------------------------------------------------
@@ -500,10 +526,18 @@ class Device:
             else:
                 qp.beyond.add(psn)
         qp.ack_plane = plane.index
-        if ack_req:
-            self._send_ack(qp)  # at once, over the plane it came by: that is how a probe proves a plane
+        qp.newest = psn
+        if ack_req or imm is not None:
+            # At once, over the plane it came by (that is how a probe proves a plane); an immediate's
+            # ACK completes the requester's write, which a coalescing delay would only make late.
+            self._send_ack(qp)
         else:
-            qp.ack_due = True
+            if not qp.ack_due:
+                qp.ack_due = True
+                qp.ack_deadline = now + self.ack_delay
+            qp.ack_unsent += 1
+            if qp.ack_unsent >= ACK_EVERY:
+                self._send_ack(qp)
         if tclass & 3 == 3:
             self.counters["ce_marked"] += 1
             interval = qp.cc.cnp_interval_s * self.dilation
@@ -514,13 +548,14 @@ class Device:
 
     def _send_ack(self, qp: QueuePair, syndrome: int = wire.SYNDROME_ACK, plane: int | None = None) -> None:
         qp.ack_due = False
+        qp.ack_unsent = 0
         bits = bytearray(32)
         base = qp.expected
         for psn in qp.beyond:
             i = psn - base
             if 0 <= i < wire.SACK_BITS:
                 bits[i >> 3] |= 0x80 >> (i & 7)
-        pkt = wire.ack_packet(qp.remote_qpn, (qp.expected - 1) & wire.PSN_MASK, qp.expected, base, bytes(bits), syndrome)
+        pkt = wire.ack_packet(qp.remote_qpn, (qp.expected - 1) & wire.PSN_MASK, qp.newest, base, bytes(bits), syndrome)
         self._send_ctl(qp, qp.ack_plane if plane is None else plane, pkt)
 
     def _send_ctl(self, qp: QueuePair, plane_index: int, body: bytes, cnp: bool = False) -> None:
@@ -533,7 +568,7 @@ class Device:
             pass
 
     def _on_ack(self, qp: QueuePair, plane: Plane, data: memoryview, wpsn: int, now: float) -> None:
-        syndrome, _msn, base, bitmap = wire.parse_ack(data)
+        syndrome, echo, base, bitmap = wire.parse_ack(data)
         if syndrome != wire.SYNDROME_ACK:
             qp.error = f"remote access error (NAK 0x{syndrome:02x})"
             for wr_id, _, _ in qp.wrs:
@@ -544,6 +579,14 @@ class Device:
             return
         cum = self._unwrap(wpsn, max(qp.cum_acked, 0))
         base = self._unwrap(base, cum + 1)
+        # The RTT is sampled from the packet whose arrival this ACK answers, and only from it (TCP's
+        # timestamp echo): a packet acknowledged later, when a hole below it fills or past the reach
+        # of the SACK bitmap, would count the recovery's wait as a round trip and inflate the RTO.
+        newest = qp.inflight.get(self._unwrap(echo, cum))
+        if newest is not None and newest.sends == 1 and not newest.acked:
+            sample = now - newest.sent_at
+            qp.srtt = sample if qp.srtt == 0 else 0.875 * qp.srtt + 0.125 * sample
+            qp.min_rtt = sample if qp.min_rtt == 0 or sample < qp.min_rtt else qp.min_rtt
         done = []
         for psn in qp.inflight:
             if psn > cum:
@@ -555,33 +598,37 @@ class Device:
             bits &= ~(1 << top)
             seg = qp.inflight.get(base + wire.SACK_BITS - 1 - top)
             if seg is not None and not seg.acked:
-                self._acked(qp, seg, now)
+                self._acked(qp, seg, plane, now)
                 if seg.psn > qp.highest_sacked:
                     qp.highest_sacked = seg.psn
         qp.sacked_since = True
         for psn in done:
             seg = qp.inflight.pop(psn)
             if not seg.acked:
-                self._acked(qp, seg, now)
-            if seg.probe and seg.plane == plane.index and not self.planes[seg.plane].healthy:
-                p = self.planes[seg.plane]
-                p.healthy, p.losses = True, 0
+                self._acked(qp, seg, plane, now)
         if cum > qp.cum_acked:
             qp.cum_acked = cum
-            if plane.healthy:
-                plane.losses = max(0, plane.losses - 1)
         while qp.wrs and 0 <= qp.wrs[0][1].psn <= qp.cum_acked:
             wr_id, _, nbytes = qp.wrs.popleft()
             self.cq.append(Completion(wr_id, "ok", nbytes))
 
-    @staticmethod
-    def _acked(qp: QueuePair, seg: Segment, now: float) -> None:
-        """First acknowledgement of a segment (SACK or cumulative): the moment its RTT is known.
-        Sampling later, when the cumulative ACK finally passes it, would count a recovery's wait."""
+    def _acked(self, qp: QueuePair, seg: Segment, via: Plane, now: float) -> None:
+        """First acknowledgement of a segment (SACK or cumulative), `via` the plane the ACK came by:
+        what it proves of the planes."""
         seg.acked = True
+        carrier = self.planes[seg.plane]
         if seg.sends == 1:
-            sample = now - seg.sent_at
-            qp.srtt = sample if qp.srtt == 0 else 0.875 * qp.srtt + 0.125 * sample
+            if seg.probe:
+                if not carrier.healthy and carrier is via:  # the probe went and its ACK came back by it
+                    carrier.healthy, carrier.losses = True, 0
+            elif carrier.healthy:
+                carrier.losses = 0  # it delivered what it alone carried: its earlier "losses" were late
+        elif seg.charged >= 0 and now - seg.sent_at < 0.5 * qp.min_rtt:
+            # Acknowledged sooner than any copy could make the round trip: the earlier copy arrived,
+            # and the plane charged with losing it did not lose it.
+            lost = self.planes[seg.charged]
+            lost.losses = max(0, lost.losses - 1)
+            seg.charged = -1
 
     def plane_stats(self) -> list[dict[str, Any]]:
         return [{"plane": p.index, "addr": p.addr, "healthy": p.healthy, **p.stats} for p in self.planes]

@@ -10,7 +10,10 @@ RETH): the responder reports the immediate as a receive completion once
 every PSN up to it is placed, so the peer learns a message is whole without
 waiting for the requester's ACK and a flag write behind it. ACKs (0x11) carry the
 AETH and then a selective-acknowledgement block of our own: the PSN it
-starts at and a 256-bit bitmap of PSNs received beyond the cumulative one.
+starts at and a 256-bit bitmap of PSNs received beyond the cumulative one;
+their AETH's MSN field echoes the PSN whose arrival the ACK answers (the
+requester's RTT sample, as TCP's timestamp echo), since messages are
+counted by the requester and a sprayed, coalesced ACK needs the echo more.
 CNPs are opcode 0x81 with BECN set and 16 reserved bytes.
 
 The ICRC covers the IPv6 and UDP headers too, with the variant fields set
