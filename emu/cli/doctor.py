@@ -7,23 +7,14 @@ import shutil
 import subprocess
 import uuid
 
+from emu.net.netns import kernel_has_netem
+
 
 def _try(cmd: list[str]) -> bool:
     try:
         return subprocess.run(cmd, capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-
-
-def _netem() -> bool:
-    """Add a netem qdisc on a throwaway dummy device; only that answers whether the kernel has it."""
-    dev = f"emuq{uuid.uuid4().hex[:8]}"
-    if not _try(["ip", "link", "add", dev, "type", "dummy"]):
-        return False
-    try:
-        return _try(["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"])
-    finally:
-        _try(["ip", "link", "del", dev])
 
 
 def _veth() -> bool:
@@ -54,7 +45,7 @@ def doctor() -> dict[str, bool]:
         "root": root,
         "netns": root and _netns(),
         "veth": root and _veth(),
-        "netem": root and _netem(),
+        "netem": root and kernel_has_netem(),
         "mininet": mininet,
         "bmv2": shutil.which("simple_switch") is not None,
         "p4c": shutil.which("p4c-bm2-ss") is not None or shutil.which("p4c") is not None,

@@ -8,6 +8,7 @@ a failure part-way removes what was made.
 from __future__ import annotations
 
 import subprocess
+import uuid
 from dataclasses import dataclass, field
 
 PREFIX = "emu-"
@@ -114,3 +115,21 @@ def offload_off(ifname: str, ns: str = "") -> None:
 def list_project_namespaces() -> list[str]:
     out = run(["ip", "netns", "list"], check=False).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
+
+
+def kernel_has_netem() -> bool:
+    """Add a netem qdisc on a throwaway dummy device: only that answers whether the kernel has it
+    (a module list can be stale, and a container may forbid loading)."""
+    dev = f"emuq{uuid.uuid4().hex[:8]}"
+    try:
+        if subprocess.run(["ip", "link", "add", dev, "type", "dummy"], capture_output=True, timeout=10).returncode:
+            return False
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    try:
+        return subprocess.run(["tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms"],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        subprocess.run(["ip", "link", "del", dev], capture_output=True, timeout=10)

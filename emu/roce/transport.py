@@ -320,15 +320,28 @@ class Device:
         deadline = time.monotonic() + timeout
         while any(qp.busy() for qp in self.qps.values()):
             if time.monotonic() > deadline:
-                state = "; ".join(
-                    f"QP {qp.qpn:#x}: {len(qp.pending)} pending, {len(qp.inflight)} in flight "
-                    f"(oldest PSN {min(qp.inflight, default=-1)}, sent {qp.inflight[min(qp.inflight)].sends} times, "
-                    f"last on plane {qp.inflight[min(qp.inflight)].plane} "
-                    f"{time.monotonic() - qp.inflight[min(qp.inflight)].sent_at:.2f} s ago), acked to {qp.cum_acked}"
-                    for qp in self.qps.values() if qp.busy())
-                planes = ", ".join(f"plane {p.index} {'up' if p.healthy else 'down'}" for p in self.planes)
-                raise RoceError(f"transfer did not complete in {timeout:g} s: {state}; {planes}")
+                raise RoceError(f"transfer did not complete in {timeout:g} s: {self.describe()}")
             self.progress()
+
+    def describe(self) -> str:
+        """Where every busy queue pair stands, and the planes: what a stalled transfer reports."""
+        now = time.monotonic()
+        qps = []
+        for qp in self.qps.values():
+            if not qp.busy():
+                continue
+            text = f"QP {qp.qpn:#x}: {len(qp.pending)} pending, {len(qp.inflight)} in flight"
+            if qp.inflight:
+                old = qp.inflight[min(qp.inflight)]
+                text += (f" (oldest PSN {old.psn}, sent {old.sends} times, last on plane {old.plane} "
+                         f"{now - old.sent_at:.2f} s ago{', SACKed' if old.acked else ''})")
+            text += (f", acked to {qp.cum_acked}, highest SACKed {qp.highest_sacked}, srtt {qp.srtt * 1e3:.3f} ms, "
+                     f"RTO {max(self.rto, 4 * qp.srtt + self.ack_delay) * 1e3:.3f} ms, "
+                     f"next send in {(qp.next_send - now) * 1e3:.3f} ms, {qp.retransmits} retransmits")
+            qps.append(text)
+        planes = ", ".join(f"plane {p.index} {'up' if p.healthy else 'down'} (losses {p.losses}, "
+                           f"free in {(p.next_free - now) * 1e3:.3f} ms)" for p in self.planes)
+        return f"{'; '.join(qps)}; {planes}"
 
     def poll_cq(self) -> list[Completion]:
         out = list(self.cq)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -24,6 +25,7 @@ from emu.backends.bmv2.cli import bmv2_port, mirror_commands, pfc_params, queue_
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.runtime import Bmv2DataPlane
 from emu.net.cleanup import BMV2_LOG_DIR
+from emu.net.netns import kernel_has_netem
 from emu.net.switch import FabricSwitch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -47,6 +49,72 @@ def port_free(port: int) -> bool:
     return True
 
 
+class CliSession:
+    """One long-lived simple_switch_CLI per switch. A fresh CLI costs about 0.2 s of wall time to
+    start (Python, Thrift, the program's JSON) before its first command: a round of route updates
+    across a fabric then took seconds, long enough in fabric time to change what a scenario measures
+    (wcmp's damping). This one answers a round in milliseconds. Each batch ends with a marker the
+    CLI does not know; its "Unknown syntax" answer says the batch is done. Commands are written
+    while answers are read, so neither pipe fills and blocks the other."""
+
+    def __init__(self, name: str, thrift_port: int) -> None:
+        self.name = name
+        self.thrift_port = thrift_port
+        self.proc: subprocess.Popen | None = None
+        self.batches = 0
+
+    def _start(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            # Unbuffered: the CLI (Python) would otherwise hold its answers until it exits.
+            self.proc = subprocess.Popen(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            os.set_blocking(self.proc.stdout.fileno(), False)
+        return self.proc
+
+    def run(self, commands: list[str], timeout: float = 120.0) -> str:
+        proc = self._start()
+        self.batches += 1
+        mark = f"emu_end_of_batch_{self.batches}"
+        done = f"Unknown syntax: {mark}".encode()
+        todo = memoryview(("\n".join(commands) + f"\n{mark}\n").encode())
+        out = bytearray()
+        deadline = time.monotonic() + timeout
+        assert proc.stdin is not None and proc.stdout is not None
+        rfd, wfd = proc.stdout.fileno(), proc.stdin.fileno()
+        while done not in out:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close()
+                raise Bmv2Error(f"{self.name}: simple_switch_CLI gave no answer within {timeout:.0f}s")
+            readable, writable, _ = select.select([rfd], [wfd] if todo else [], [], left)
+            if writable:
+                try:
+                    todo = todo[os.write(wfd, todo[:65536]):]
+                except BrokenPipeError:
+                    todo = todo[:0]
+            if readable:
+                chunk = os.read(rfd, 1 << 16)
+                if not chunk:  # the CLI exited: it could not reach the switch, or the switch died
+                    self.close()
+                    text = out.decode(errors="replace").strip().splitlines()
+                    raise Bmv2Error(f"{self.name}: simple_switch_CLI exited: {' '.join(text[-3:]) or 'no output'}")
+                out += chunk
+        return out[: out.index(done)].decode(errors="replace")
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
 @dataclass
 class Bmv2Process:
     name: str
@@ -55,6 +123,7 @@ class Bmv2Process:
     json_path: str = DEFAULT_JSON
     priority_queues: int = 8
     proc: subprocess.Popen | None = field(default=None, repr=False)
+    cli: CliSession | None = field(default=None, repr=False)
 
     @property
     def log_path(self) -> str:
@@ -100,12 +169,13 @@ class Bmv2Process:
 
     def load(self, commands: list[str]) -> str:
         """Run commands through simple_switch_CLI; its output (handles, counter values) is returned."""
-        r = subprocess.run(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
-                           input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=120)
-        bad = [line for line in r.stdout.splitlines() if "Error" in line or "Invalid" in line]
-        if r.returncode != 0 or bad:
-            raise Bmv2Error(f"{self.name}: simple_switch_CLI refused entries: {'; '.join(bad[:5]) or r.stderr.strip()}")
-        return r.stdout
+        if self.cli is None:
+            self.cli = CliSession(self.name, self.thrift_port)
+        out = self.cli.run(commands)
+        bad = [line for line in out.splitlines() if "Error" in line or "Invalid" in line]
+        if bad:
+            raise Bmv2Error(f"{self.name}: simple_switch_CLI refused entries: {'; '.join(bad[:5])}")
+        return out
 
     def _tail(self) -> str:
         try:
@@ -115,6 +185,9 @@ class Bmv2Process:
             return "(no log)"
 
     def stop(self) -> None:
+        if self.cli is not None:
+            self.cli.close()
+            self.cli = None
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -154,9 +227,7 @@ def _static_neighbours(switches: tuple) -> None:
 
 
 def netem_available() -> bool:
-    from emu.cli.doctor import _netem
-
-    return _netem()
+    return kernel_has_netem()
 
 
 class Bmv2Backend:
