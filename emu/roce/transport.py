@@ -144,6 +144,7 @@ class QueuePair:
         self.wrs: deque[tuple[int, Segment, int]] = deque()  # (wr_id, its last segment, bytes)
         self.next_send = 0.0
         self.ready_at = 0.0  # when the queue last became non-empty (wall): a send is due no earlier
+        self.window_full = False  # sends wait for ACKs: not late while they do
         self.srtt = 0.0
         self.min_rtt = 0.0  # the shortest RTT sample: a quicker ACK of a retransmission was the original's
         self.retransmits = 0
@@ -392,7 +393,17 @@ class Device:
         return True
 
     def _send_data(self, qp: QueuePair, now: float) -> None:
+        if qp.window_full:
+            if len(qp.inflight) >= self.window:
+                return
+            # The fabric held this sender (its window was full, waiting for ACKs): it was not late,
+            # and its schedule starts again from the ACK that opened the window.
+            qp.window_full = False
+            qp.ready_at = max(qp.ready_at, now)
         horizon = now + BURST_S
+        if qp.pending and len(qp.inflight) >= self.window:
+            qp.window_full = True
+            return
         while qp.pending and len(qp.inflight) < self.window and qp.next_send <= horizon:
             plane = self._pick_plane(qp, now)
             if plane is None:
