@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
+import time
 
 import pytest
 
@@ -28,10 +31,48 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs Mininet and mnexec (apt-get install mininet)"))
 
 
+# Processes a run of ours may start: what must not outlive a test.
+_OURS = re.compile(r"emu|mininet:|simple_switch|mnexec|iperf3|tcpdump|tshark|\bping\b")
+
+
+def _snapshot() -> tuple[set[str], set[str], set[tuple[int, str]]]:
+    """Interfaces of the root namespace, named namespaces, and our kind of processes (pid, command
+    line): taken independently of emu.net.cleanup, so the fixture does not judge clean() by itself."""
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    links = {line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if line.count(":") >= 2}
+    try:
+        namespaces = set(os.listdir("/run/netns"))
+    except OSError:
+        namespaces = set()
+    procs = set()
+    me = os.getpid()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if int(pid) != me and state != "Z" and cmd and _OURS.search(cmd) and "pytest" not in cmd:
+            procs.add((int(pid), cmd))
+    return links, namespaces, procs
+
+
 @pytest.fixture
 def no_leftovers():
-    """Clean before; after the test, clean again and fail if anything had been left."""
+    """Clean before; after the test, compare what exists with what existed before it (interfaces,
+    namespaces, processes, each listed on its own) and fail on anything new; then clean up anyway."""
     clean()
+    before = _snapshot()
     yield
+    deadline = time.monotonic() + 3.0  # a process killed at the end may take a moment to go
+    while True:
+        after = _snapshot()
+        new = [sorted(a - b) for a, b in zip(after, before, strict=True)]
+        if not any(new) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     report = clean()
-    assert report.empty(), f"the test left things behind: {report}"
+    assert not any(new), (f"the test left things behind: interfaces {new[0]}, namespaces {new[1]}, "
+                          f"processes {new[2]} (emu clean found: {report})")

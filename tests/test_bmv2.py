@@ -68,6 +68,7 @@ def test_fpf_two_planes_pingall_on_bmv2(links, compiled, no_leftovers):
     assert r.returncode == 0, r.stderr
     ping = json.loads(r.stdout)["pingall"]
     assert ping["ipv4_loss_pct"] == 0 and ping["ipv6_loss_pct"] == 0
+    assert ping["retried"] <= ping["sent"] // 20, ping  # static neighbours: a first packet has nothing to wait on
 
 
 @pytest.mark.root
@@ -179,8 +180,8 @@ def test_incast_is_lossless_with_pfc_and_loses_without_on_both_backends(backend,
     params = {"senders": "5", "bytes": "512KiB"}
     on = run_scenario("incast", params, replace(base, pfc=True), dilation=20000, out_dir=str(tmp_path))
     off = run_scenario("incast", params, replace(base, pfc=False), dilation=20000, out_dir=str(tmp_path))
-    assert on["offered_bytes"] == off["offered_bytes"] == 5 * -(-(512 << 10) // 1400) * 1400  # whole datagrams
-    assert on["delivered_bytes"] == on["offered_bytes"] and on["drops_lossless"] == 0 and on["passed"]
+    assert on["planned_bytes"] == off["planned_bytes"] == 5 * -(-(512 << 10) // 1400) * 1400  # whole datagrams
+    assert on["delivered_bytes"] == on["planned_bytes"] and on["drops_lossless"] == 0 and on["passed"]
     assert on["pfc_frames"] > 0 and on["paused_fabric_s"] > 0
     assert off["delivered_bytes"] < off["offered_bytes"] and off["pfc_frames"] == 0
     lost = (off["offered_bytes"] - off["delivered_bytes"]) // 1400

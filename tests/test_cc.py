@@ -24,13 +24,21 @@ def test_fast_recovery_then_additive_increase():
     cc = Dcqcn(LINE, p)
     cc.tick(0.0)
     cc.on_cnp(0.0)
-    rates = []
+    cc.on_cnp(0.0)  # a second CNP: the target is now half the line rate, with room to grow
+    target, cut = cc.target, cc.rate
+    assert target == pytest.approx(0.5 * LINE) and cut < target
+    rates, targets = [], []
     for k in range(1, p.fast_recovery_steps + 3):
         cc.tick(k * p.increase_period_s)
         rates.append(cc.rate)
-    # Fast recovery halves the distance to the target each period and does not raise the target.
-    assert rates[0] == pytest.approx(0.75 * LINE) and rates[1] == pytest.approx(0.875 * LINE)
-    assert cc.target == pytest.approx(min(LINE, LINE + 2 * p.ai_fraction * LINE))  # additive steps, capped at line
+        targets.append(cc.target)
+    # Fast recovery halves the distance to the target each period and does not raise the target...
+    assert rates[0] == pytest.approx((cut + target) / 2) and rates[1] == pytest.approx((rates[0] + target) / 2)
+    assert targets[:p.fast_recovery_steps] == [target] * p.fast_recovery_steps
+    # ...then each period raises the target by one additive step, and the rate follows it.
+    step = p.ai_fraction * LINE
+    assert targets[-2:] == [pytest.approx(target + step), pytest.approx(target + 2 * step)]
+    assert rates[-1] == pytest.approx((rates[-2] + target + 2 * step) / 2)
 
 
 def test_alpha_decays_without_cnps():

@@ -45,13 +45,14 @@ def test_plane_failure_mid_transfer(no_leftovers):
     try:
         run = PerfRun(mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1")), nbytes=16 << 20,
                       dilation=10000, lat_iters=0)
-        time.sleep(1.0)  # a second into a ~2.5 s transfer
+        net.wait_forwarded("p2l0", 1 << 20)  # a quarter of what plane 2 would carry: mid-transfer
         net.fail("plane", "2")
         client, server = run.wait()
     finally:
         net.stop()
     assert server["data_ok"] and client["completions_ok"] == client["completions"]
     p2 = client["planes"][2]
+    assert 1 << 20 <= p2["tx_bytes"] < 3 << 20, p2  # it failed while carrying its share, not before or after
     assert not p2["healthy"] and p2["retransmits"] > 0
     assert p2["tx_after_down"] == 0  # after detection only probes went that way
     assert all(p["healthy"] for i, p in enumerate(client["planes"]) if i != 2)

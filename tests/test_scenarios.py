@@ -16,7 +16,9 @@ def test_incast_pfc_is_what_makes_it_lossless(tmp_path, no_leftovers):
     on = run_scenario("incast", PARAMS, RunSettings(pfc=True, buffer_per_port=256 << 10), dilation=10000, out_dir=str(tmp_path))
     off = run_scenario("incast", PARAMS, RunSettings(pfc=False, buffer_per_port=256 << 10), dilation=10000, out_dir=str(tmp_path))
     assert on["drops_lossless"] == 0 and on["pfc_frames"] > 0
-    assert on["delivered_bytes"] == on["offered_bytes"] > 0
+    # Everything the parameters ask for arrived: 5 senders x 512 KiB in whole 1400-byte datagrams.
+    assert on["planned_bytes"] == 5 * -(-(512 << 10) // 1400) * 1400
+    assert on["delivered_bytes"] == on["planned_bytes"] and on["send_errors"] == 0
     assert on["passed"]
     assert off["drops_lossless"] > 0 and off["pfc_frames"] == 0
     assert off["delivered_bytes"] < off["offered_bytes"]
@@ -30,6 +32,10 @@ def test_plane_down_other_planes_carry_on(tmp_path, no_leftovers):
     assert r["others_complete"] and r["failed_plane_lost_bytes"] > 0
     assert all(v > 0 for p, v in r["delivered_after_failure_by_plane"].items() if p != 1)
     assert r["delivered_after_failure_by_plane"][1] == 0
+    # The failure came mid-flow (at 40 %, by the switch's counters): the failed plane had delivered
+    # part of its flow, not none (failed before traffic started) and not all (after it ended).
+    part = r["delivered_bytes_by_plane"][1] / r["offered_bytes_by_plane"][1]
+    assert 0.2 < part < 0.8, r["delivered_bytes_by_plane"]
 
 
 def test_srv6_policy_steers_the_flow_and_removing_it_brings_it_back(tmp_path, no_leftovers):
@@ -52,6 +58,9 @@ def test_measured_headroom_stops_the_drops_a_short_one_causes(tmp_path, no_lefto
                      dilation=10000, out_dir=str(tmp_path))
     assert r["drops_short_headroom"] > 0
     assert r["drops_measured_headroom"] == 0
+    measured = r["phases"][1]
+    assert measured["planned_bytes"] == 2 * -(-(2 << 20) // 1400) * 1400
+    assert measured["delivered_bytes"] == measured["planned_bytes"]  # not only no class-3 drop: nothing lost
     assert abs(r["measured_km"] - r["true_km"]) < 0.05 * r["true_km"]
 
 
@@ -60,7 +69,14 @@ def test_wcmp_shares_follow_capacity_and_damping_cuts_updates(tmp_path, no_lefto
     # Equal-cost splitting would put 25 % on each link: 15 points off on every one.
     assert r["max_share_error"] < 0.08
     assert r["flap_with_damping"]["route_updates"] < r["flap_without_damping"]["route_updates"]
-    assert r["after_failure_of_bag0x0-bag1x0"]["bag0x0-bag1x0"]["bytes"] == 0
+    assert r["delivered_bytes"] == r["planned_bytes"] > 0
+    failed = r["after_failure_of_bag0x0-bag1x0"]
+    assert failed["paths"]["bag0x0-bag1x0"]["bytes"] == 0
+    # The survivors re-weighted to 400/100/100 of 600G (2/3, 1/6, 1/6), not left at their old shares
+    # (4/9, 1/9 of what they carried) nor split evenly, and nothing was lost on the way.
+    assert failed["paths"]["bag0x1-bag1x1"]["capacity_share"] == pytest.approx(2 / 3)
+    assert failed["max_share_error"] < 0.08, failed["paths"]
+    assert failed["delivered_bytes"] == failed["planned_bytes"]
 
 
 def test_a_scenario_at_auto_dilation_is_on_time_and_says_why(tmp_path, no_leftovers, monkeypatch):

@@ -202,6 +202,14 @@ def test_ecn_marks_ect_packets_above_kmax_only():
     marked = [f for f in frames if f[IP].tos & 3 == 3]
     assert marked and all(f[IP].tos == 3 for f in marked)
     assert not any(f[IP].tos & 3 == 3 for f in frames if f[UDP].sport == 99)
+    # The queue only grows here, so in departure order the ECT frames are first unmarked (they found
+    # it below Kmax; pmax 0 marks nothing between Kmin and Kmax), then all marked.
+    ect = [f[IP].tos & 3 == 3 for f in frames if f[UDP].sport != 99]
+    unmarked = ect.index(True)
+    assert ect == [False] * unmarked + [True] * (len(ect) - unmarked), ect
+    # Two inputs into one output at the same rate: the queue grows a frame per two arrivals, so
+    # about 2 x Kmax / 1 KB frames find it below Kmax. A switch marking from Kmin would mark from ~4.
+    assert 7 <= unmarked <= 10, ect
     assert tb.switches["s0"].ports[0].ecn_marked == len(marked)
     for f in marked:  # checksum still right after the rewrite
         c = f[IP].chksum

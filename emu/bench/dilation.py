@@ -92,7 +92,9 @@ def choose(load_pps: float, kind: str, default_cost: float = DEFAULT_COST_S) -> 
     cost, source = cost_per_packet(kind, default_cost)
     cores = os.cpu_count() or 1
     d = nice(max(1000.0, load_pps * cost / (cores * UTILISATION)))
-    why = (f"{load_pps / 1e6:.0f} Mpps offered x {cost * 1e6:.0f} us of CPU per packet ({source}) "
+    # The cost is an effective one, CPU plus the slack that keeps every packet on time: far more
+    # than a packet's CPU alone, since a late packet is what fidelity judges.
+    why = (f"{load_pps / 1e6:.0f} Mpps offered x {cost * 1e6:.0f} us of effective cost per packet ({source}) "
            f"/ {cores} cores at {UTILISATION:.0%}")
     return d, why
 

@@ -47,7 +47,7 @@ def doctor() -> dict[str, bool]:
         "veth": root and _veth(),
         "netem": root and kernel_has_netem(),
         "mininet": mininet,
-        "bmv2": shutil.which("simple_switch") is not None,
+        "bmv2": shutil.which("simple_switch") is not None and shutil.which("simple_switch_CLI") is not None,
         "p4c": shutil.which("p4c-bm2-ss") is not None or shutil.which("p4c") is not None,
         "tshark": shutil.which("tshark") is not None,
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +112,22 @@ class FabricNet(Mininet):
                 retried += len(re.findall(r"^RETRY ", text, re.M))
                 failed += [(h.name, a) for a in bad]
         return PingResult(sent, received, tuple(failed), retried)
+
+    def forwarded(self, switch: str) -> int:
+        """Bytes `switch` has sent out of all its ports so far (its data plane's counters)."""
+        ports = self.engine.stats()["switches"][switch]["ports"]
+        return sum(p["tx_bytes"] for p in ports.values())
+
+    def wait_forwarded(self, switch: str, nbytes: int, timeout: float = 120.0) -> float:
+        """Wait until `switch` has sent `nbytes` more than when called; the wall seconds it took.
+        What a failure "mid-transfer" waits for: traffic under way, not a guess at when it starts."""
+        start = time.monotonic()
+        base = self.forwarded(switch)
+        while self.forwarded(switch) - base < nbytes:
+            if time.monotonic() - start > timeout:
+                raise TimeoutError(f"{switch} forwarded less than {nbytes} B in {timeout:g} s")
+            time.sleep(0.05)
+        return time.monotonic() - start
 
     @property
     def control(self) -> FabricController:

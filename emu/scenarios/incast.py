@@ -64,6 +64,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         stats = net.engine.stats()
     rx = got[("gpu0", PORT, False)]
     offered = sum(s["sent_bytes"] for s in sent)
+    planned = sum(f.wire_bytes for f in flows)  # from the parameters: a send that failed still counts
     delivered = rx["received_bytes"]
     t = totals(stats)
     result = {
@@ -72,9 +73,11 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         "pfc": settings.pfc,
         "senders": senders,
         "link_rate_bps": rate,
+        "planned_bytes": planned,
         "offered_bytes": offered,
+        "send_errors": sum(s["errors"] for s in sent),
         "delivered_bytes": delivered,
-        "lost_bytes": offered - delivered,
+        "lost_bytes": planned - delivered,
         **t,
         "drops_host_nic": t["drops_by_reason"].get("host_nic_overflow", 0),
         "drops_socket": t["drops_by_reason"].get("rx_socket_overflow", 0),
@@ -83,7 +86,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         "fidelity": fabric_fidelity(stats, rate_bps=rate, frame_bytes=size + 42, senders=sent),
     }
     if settings.pfc:
-        result["passed"] = t["drops_lossless"] == 0 and t["pfc_frames"] > 0 and delivered == offered
+        result["passed"] = t["drops_lossless"] == 0 and t["pfc_frames"] > 0 and delivered == planned
 
     def draw(ax: Any) -> None:
         for src, (xs, ys) in sorted(rate_series(rx, settings.dilation).items()):

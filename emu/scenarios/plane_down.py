@@ -48,11 +48,10 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         raise ScenarioError(f"plane-down: needs 2+ planes and a failed plane in 0..{planes - 1}")
     if not 0 < at < 1:
         raise ScenarioError("plane-down: `at` is the fraction of the transfer at which the plane fails, in (0, 1)")
-    duration_wall = nbytes * 8 / (rate / settings.dilation)
     with fabric(FPFTopo(gpus=2, planes=planes, leaves=1, rate=f"{rate:g}"), settings) as net:
         flows = [Flow("gpu0", "gpu1", f"10.{p}.0.3", PORT, nbytes, rate) for p in range(planes)]
         traffic = Traffic(net, flows, dilation=settings.dilation)
-        time.sleep(at * duration_wall)
+        net.wait_forwarded(f"p{failed}l0", int(at * nbytes))  # `at` into the failed plane's flow
         net.fail("plane", str(failed))
         failed_at = time.monotonic()
         sent, got = traffic.wait()

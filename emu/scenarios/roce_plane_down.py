@@ -34,11 +34,10 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
     nbytes = size_param(params, "bytes", "16MiB", "roce-plane-down")
     if planes < 2 or not 0 <= failed < planes:
         raise ScenarioError(f"roce-plane-down: needs 2+ planes and a failed plane in 0..{planes - 1}")
-    expected_wall = nbytes * 8 / (planes * 100e9 / settings.dilation) / 0.6  # at about 60 % of line rate
     with fabric(FPFTopo(gpus=2, planes=planes, leaves=1), settings) as net:
         run_ = PerfRun(mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1")), nbytes=nbytes,
                        dilation=settings.dilation, lat_iters=0)
-        time.sleep(0.4 * expected_wall + 0.3)
+        net.wait_forwarded(f"p{failed}l0", int(0.4 * nbytes / planes))  # 40 % into the plane's share
         net.fail("plane", str(failed))
         failed_at = time.monotonic() / settings.dilation
         client, server = run_.wait()
