@@ -222,6 +222,11 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard
     register<bit<32>>(4096) pfc_used;
     register<bit<1>>(4096) pfc_paused;
     register<bit<48>>(4096) pfc_last;
+    // This switch's odd hash multiplier, written at start (the native engine does the same). Every
+    // switch hashing the same 5-tuple with the same CRC picks correlated slots: the flows one switch
+    // sends to a neighbour all land on the same few slots there (ECMP polarisation), and WCMP after
+    // a failure sent nothing over one of the surviving links.
+    register<bit<32>>(1) hash_mult;
 
     action set_pfc(bit<32> xoff, bit<32> xon, bit<48> refresh) {
         meta.pfc_xoff = xoff;
@@ -391,14 +396,21 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard
                 if (meta.spray == 1) {
                     // BMv2 has no HashAlgorithm.random: v1model's random() is the per-packet choice.
                     random(meta.member, 16w0, meta.group_size - 1);
-                } else if (hdr.ipv4.isValid()) {
-                    hash(meta.member, HashAlgorithm.crc16, 16w0,
-                         { hdr.ipv4.src, hdr.ipv4.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
-                         meta.group_size);
                 } else {
-                    hash(meta.member, HashAlgorithm.crc16, 16w0,
-                         { hdr.ipv6.src, hdr.ipv6.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
-                         meta.group_size);
+                    bit<32> flow;
+                    bit<32> mult;
+                    if (hdr.ipv4.isValid()) {
+                        hash(flow, HashAlgorithm.crc32, 32w0,
+                             { hdr.ipv4.src, hdr.ipv4.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
+                             32w0xFFFFFFFF);
+                    } else {
+                        hash(flow, HashAlgorithm.crc32, 32w0,
+                             { hdr.ipv6.src, hdr.ipv6.dst, meta.l4_proto, hdr.ports.src_port, hdr.ports.dst_port },
+                             32w0xFFFFFFFF);
+                    }
+                    hash_mult.read(mult, 0);
+                    flow = flow * (mult | 1);  // the high bits mix every input bit, per switch
+                    hash(meta.member, HashAlgorithm.identity, 16w0, { flow[31:16] }, meta.group_size);
                 }
                 nexthop_member.apply();
             }

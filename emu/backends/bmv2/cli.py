@@ -9,6 +9,7 @@ builds its groups, so both backends split traffic the same way.
 from __future__ import annotations
 
 import ipaddress
+import random
 
 from emu.control.model import Group, SwitchTables
 from emu.dataplane.buffer import pfc_headroom
@@ -95,6 +96,12 @@ def pfc_params(*, rate_bps: float, delay_s: float, ports: int, queue_bytes: int,
     xoff = max(2 * 1500, queue_bytes // max(2, ports) - headroom - WireBox.CREDIT_BATCH)
     refresh_us = int(0xFFFF * 512 / rate_bps * dilation * 1e6 / 2)
     return xoff, xoff // 2, max(1, refresh_us)
+
+
+def hash_commands(seed: int) -> list[str]:
+    """This switch's odd hash multiplier (fabric.p4's hash_mult), drawn from its seed as the native
+    engine draws its own: switches with different seeds split the same flows differently."""
+    return [f"register_write FabricIngress.hash_mult 0 {random.Random(seed).getrandbits(32) | 1}"]
 
 
 def mirror_commands(ports: list[int]) -> list[str]:

@@ -21,7 +21,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from emu.backends.bmv2.cli import bmv2_port, mirror_commands, pfc_params, queue_commands, red_params
+from emu.backends.bmv2.cli import (
+    bmv2_port,
+    hash_commands,
+    mirror_commands,
+    pfc_params,
+    queue_commands,
+    red_params,
+)
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.runtime import Bmv2DataPlane
 from emu.net.cleanup import BMV2_LOG_DIR
@@ -265,7 +272,7 @@ class Bmv2Backend:
                 proc = Bmv2Process(sw.name, ports, self.thrift_base + n)
                 plane.procs[sw.name] = proc
                 proc.start()
-                queues = mirror_commands([p.index for p in spec.ports]) if pfc else []
+                queues = hash_commands(spec.seed) + (mirror_commands([p.index for p in spec.ports]) if pfc else [])
                 for p in spec.ports:
                     queues += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation,
                                              depth_pkts=depth)
