@@ -199,6 +199,7 @@ def test_incast_is_lossless_with_pfc_and_loses_without_on_both_backends(backend,
     ("srv6-te", {"packets": "100"}, 1000),
     ("plane-down", {"planes": "2", "bytes": "256KiB"}, 10000),
     ("wcmp", {"flows": "256", "bytes": "512KiB"}, 10000),
+    ("roce-plane-down", {"planes": "4", "bytes": "2MiB"}, 200000),
 ])
 def test_the_same_scenario_verdict_on_both_backends(scenario, params, dilation, backend, compiled, tmp_path,
                                                     no_leftovers):
@@ -219,3 +220,8 @@ def test_the_same_scenario_verdict_on_both_backends(scenario, params, dilation, 
         # Three changes: without damping each is its own round; with it, one round for the flap.
         assert r["flap_without_damping"]["recomputes"] == 3, r["flap_without_damping"]
         assert r["flap_with_damping"]["recomputes"] == 1, r["flap_with_damping"]
+    if scenario == "roce-plane-down":
+        # The sender steered around the failed plane the same way: marked down, nothing but probes
+        # sent over it afterwards, the data whole.
+        assert r["data_ok"] and r["failed_plane_marked_down"]
+        assert r["data_packets_on_failed_plane_after_detection"] == 0 and r["retransmits"] > 0
