@@ -56,6 +56,35 @@ def compiled():
     subprocess.run(["make", "p4"], check=True)
 
 
+@needs_bmv2
+def test_one_cli_session_answers_batches_larger_than_a_pipe(compiled, no_leftovers):
+    """Thousands of commands in one batch (answers far beyond a pipe's 64 KiB), twice, through the
+    same simple_switch_CLI; stopping the switch ends the CLI too."""
+    proc = Bmv2Process("cli-test", [], 19193)
+    proc.start()
+    try:
+        first = proc.load(["counter_read FabricIngress.rx_port 1"] * 3000)
+        cli = proc.cli.proc
+        second = proc.load(["register_write FabricIngress.hash_mult 0 12345",
+                            "register_read FabricIngress.hash_mult 0"])
+        assert first.count("FabricIngress.rx_port[1]= (0 bytes, 0 packets)") == 3000
+        assert "hash_mult[0]= 12345" in second
+        assert proc.cli.proc is cli  # the same process: no 0.2 s start per batch
+        with pytest.raises(Bmv2Error, match="refused"):
+            proc.load(["table_add no_such_table drop 1 =>"])
+    finally:
+        proc.stop()
+    assert cli.poll() is not None
+
+
+def test_switches_hash_with_their_own_odd_multiplier():
+    from emu.backends.bmv2.cli import hash_commands
+
+    mults = [int(hash_commands(seed)[0].split()[-1]) for seed in range(8)]
+    assert all(m % 2 for m in mults) and len(set(mults)) == 8
+    assert hash_commands(3) == hash_commands(3)  # from the seed: the same fabric hashes the same way
+
+
 @pytest.mark.root
 @pytest.mark.mininet
 @needs_bmv2

@@ -76,7 +76,10 @@ class CliSession:
             self.proc = subprocess.Popen(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            # Both ends non-blocking: a write larger than the room in the pipe then writes what fits
+            # instead of waiting for a CLI that is itself waiting for us to read its answers.
             os.set_blocking(self.proc.stdout.fileno(), False)
+            os.set_blocking(self.proc.stdin.fileno(), False)
         return self.proc
 
     def run(self, commands: list[str], timeout: float = 120.0) -> str:
@@ -98,6 +101,8 @@ class CliSession:
             if writable:
                 try:
                     todo = todo[os.write(wfd, todo[:65536]):]
+                except BlockingIOError:
+                    pass
                 except BrokenPipeError:
                     todo = todo[:0]
             if readable:
