@@ -143,3 +143,20 @@ def test_emu_scenario_defaults_to_auto_dilation_and_says_the_d_it_chose(tmp_path
     chosen = result["dilation_auto"]["chosen"]
     assert result["dilation"] == chosen >= 1000 and result["fidelity"]["ok"] is True
     assert f"dilation auto: D={chosen:g} (" in r.stderr and "Mpps offered" in r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_emu_scenario_as_a_command_json_no_pfc_and_exit_status(tmp_path, no_leftovers):
+    r = emu("scenario", "incast", "--senders", "3", "--bytes", "128KiB", "--no-pfc", "--dilation", "10000",
+            "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["scenario"] == "incast" and out["pfc"] is False and out["pfc_frames"] == 0
+    assert out["dilation"] == 10000 and "ok" in out["fidelity"]
+    assert (tmp_path / "incast-nopfc.json").exists() and (tmp_path / "incast-nopfc.png").exists()
+    bad = emu("scenario", "no-such-scenario")
+    assert bad.returncode != 0 and "unknown scenario 'no-such-scenario'" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
+    wrong = emu("scenario", "incast", "--senders", "0")
+    assert wrong.returncode != 0 and "senders must be in 1..63" in wrong.stderr and "Traceback" not in wrong.stderr

@@ -69,7 +69,10 @@ def test_measured_headroom_stops_the_drops_a_short_one_causes(tmp_path, no_lefto
 
 
 def test_wcmp_shares_follow_capacity_and_damping_cuts_updates(tmp_path, no_leftovers):
-    r = run_scenario("wcmp", {"flows": "512", "bytes": "1MiB"}, RunSettings(), dilation=1000, out_dir=str(tmp_path))
+    # At D = 1000 the engine falls behind here (worker p99 30 packet times late) and loses datagrams
+    # that the fabric would not: the test runs where fidelity holds, and checks that it does.
+    r = run_scenario("wcmp", {"flows": "256", "bytes": "512KiB"}, RunSettings(), dilation=10000, out_dir=str(tmp_path))
+    assert r["fidelity"]["ok"], r["fidelity"]["worst"]
     # Equal-cost splitting would put 25 % on each link: 15 points off on every one.
     assert r["max_share_error"] < 0.08
     assert r["flap_with_damping"]["route_updates"] < r["flap_without_damping"]["route_updates"]
