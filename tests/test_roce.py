@@ -52,7 +52,9 @@ def test_plane_failure_mid_transfer(no_leftovers):
         net.stop()
     assert server["data_ok"] and client["completions_ok"] == client["completions"]
     p2 = client["planes"][2]
-    assert 1 << 20 <= p2["tx_bytes"] < 3 << 20, p2  # it failed while carrying its share, not before or after
+    # It failed while carrying its share, not before or after (the leaf's 1 MiB counts headers and ACKs
+    # too: about 0.9 MiB of payload).
+    assert 1 << 19 <= p2["tx_bytes"] < 3 << 20, p2
     assert not p2["healthy"] and p2["retransmits"] > 0
     assert p2["tx_after_down"] == 0  # after detection only probes went that way
     assert all(p["healthy"] for i, p in enumerate(client["planes"]) if i != 2)

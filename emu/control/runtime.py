@@ -187,8 +187,11 @@ class FabricController:
                 self.pushed[sw] = d
                 self.updates += 1
 
-    def settle(self, timeout: float = 30.0) -> None:
-        """Wait until no update is pending."""
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait until no update is pending. By default for as long as a detection delay and a
+        hold-down take at this dilation (a 2 ms hold-down is 40 s of wall time at D = 20 000), and 30 s."""
+        if timeout is None:
+            timeout = 30.0 + 2 * (self.timing.detection_s + self.timing.hold_down_s) * self.dilation
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._due is not None or self._busy:
