@@ -30,11 +30,13 @@ NBYTES = 384 << 10
 
 class Wire:
     """A socket's sending side with faults: `drop(now)` true loses the frame, `delay` (wall s) holds it,
-    `refuse(n)` true answers the n-th send with EAGAIN as a full socket buffer does."""
+    `hold(now)` (a wall time, or 0) holds it until then, `refuse(n)` true answers the n-th send with
+    EAGAIN as a full socket buffer does."""
 
     def __init__(self, sock: Any, drop: Callable[[float], bool] = lambda now: False, delay: float = 0.0,
-                 refuse: Callable[[int], bool] = lambda n: False) -> None:
-        self.sock, self.drop, self.delay, self.refuse = sock, drop, delay, refuse
+                 refuse: Callable[[int], bool] = lambda n: False,
+                 hold: Callable[[float], float] = lambda now: 0.0) -> None:
+        self.sock, self.drop, self.delay, self.refuse, self.hold = sock, drop, delay, refuse, hold
         self.held: deque[tuple[float, bytes, Any]] = deque()
         self.sends = 0
         self.frames = 0
@@ -50,8 +52,9 @@ class Wire:
         now = time.monotonic()
         if self.drop(now):
             return len(data)
-        if self.delay:
-            self.held.append((now + self.delay, data, addr))
+        until = self.hold(now)
+        if self.delay or until:
+            self.held.append((max(now + self.delay, until), data, addr))
         else:
             self.sock.sendto(data, addr)
         return len(data)
@@ -77,7 +80,9 @@ def _private_namespace(addrs: list[str]) -> None:
 def _transfer(planes: int, faults: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Send NBYTES from a client to a server over `planes` planes with the faults asked for; what both
     saw. Faults: dead_plane (index, dead from the start), dead_all (wall s from the first send, for how
-    long), ack_delay (wall s on every ACK of one plane), refuse_every (n: every n-th data send EAGAIN)."""
+    long), ack_delay (wall s on every ACK of one plane), refuse_every (n: every n-th data send EAGAIN),
+    stall (index, wall s from the first send, for how long: that plane's data is held, then delivered,
+    as a stalled engine worker does)."""
     caddrs = [f"fd00::1:{i + 1}" for i in range(planes)]
     saddrs = [f"fd00::2:{i + 1}" for i in range(planes)]
     _private_namespace(caddrs + saddrs)
@@ -99,7 +104,15 @@ def _transfer(planes: int, faults: dict[str, Any], timeout: float) -> dict[str, 
             return dead or (window is not None and window[0] <= now - start < window[0] + window[1])
 
         every = faults.get("refuse_every", 0)
-        p.tx = [Wire(s, drop, refuse=lambda n, every=every: bool(every) and n % every == 0) for s in p.tx]
+        stall = faults.get("stall")
+
+        def hold(now: float, stall: Any = stall if stall and stall[0] == p.index else None) -> float:
+            if stall is not None and stall[1] <= now - start < stall[1] + stall[2]:
+                return start + stall[1] + stall[2]
+            return 0.0
+
+        p.tx = [Wire(s, drop, refuse=lambda n, every=every: bool(every) and n % every == 0, hold=hold)
+                for s in p.tx]
         wires += p.tx
     acks: list[Wire] = []
     for p in server.planes:
@@ -114,7 +127,7 @@ def _transfer(planes: int, faults: dict[str, Any], timeout: float) -> dict[str, 
                     f"acked to {cqp.cum_acked}, server expects {sqp.expected}"
             break
         now = time.monotonic()
-        for w in acks:
+        for w in acks + wires:
             w.pump(now)
         client.progress(0.0002)
         server.progress(0.0002)
@@ -128,7 +141,8 @@ def _transfer(planes: int, faults: dict[str, Any], timeout: float) -> dict[str, 
            "data_ok": dst.buf == src.buf, "healthy_at_end": healthy_at_end,
            "healthy_later": [p.healthy for p in client.planes], "planes": client.plane_stats(),
            "retransmits": cqp.retransmits, "data_packets": sum(p.stats["rx_packets"] for p in server.planes),
-           "acks_sent": sum(w.frames for w in acks), "refused": sum(w.sends - w.frames for w in wires)}
+           "acks_sent": sum(w.frames for w in acks), "refused": sum(w.sends - w.frames for w in wires),
+           "duplicates": server.counters["duplicates"]}
     client.close()
     server.close()
     return out
@@ -173,6 +187,8 @@ def test_a_dead_plane_is_marked_down_and_its_packets_resent_elsewhere():
     assert r["healthy_at_end"] == [True, True, False, True]
     dead = r["planes"][2]
     assert dead["retransmits"] >= 8 and dead["tx_after_down"] == 0
+    # Probes went on trying it, were lost, and held nothing up: they take no PSN of their own.
+    assert dead["probes"] > 0 and dead["downs"] == 1, dead
     assert all(p["retransmits"] == 0 for i, p in enumerate(r["planes"]) if i != 2), r["planes"]
 
 
@@ -195,3 +211,17 @@ def test_a_send_the_socket_refuses_is_sent_again_and_no_psn_is_skipped():
     r = transfer(refuse_every=7)
     assert r["refused"] > 10
     assert r["data_ok"] and r["completions"] == [(7, "ok")] and r["retransmits"] == 0
+
+
+def test_a_stalled_plane_is_not_a_dead_one():
+    # Plane 1's data is held for 60 ms of wall time (6 us of fabric, many round trips), then delivered:
+    # a stalled engine worker. Its packets are overtaken and resent elsewhere, and the plane may be
+    # marked down, but the duplicates prove it delivered: the losses are refunded and it is used again
+    # as soon as they arrive, not a retransmission timeout (seconds at a large D) later.
+    r = transfer(stall=(1, 0.01, 0.06))
+    assert r["data_ok"] and r["completions"] == [(7, "ok")]
+    stalled = r["planes"][1]
+    assert stalled["retransmits"] > 0 and r["duplicates"] > 0, r
+    assert stalled["spurious_retransmits"] == stalled["retransmits"], stalled
+    assert all(r["healthy_at_end"]), r["planes"]
+    assert all(p["retransmits"] == 0 for i, p in enumerate(r["planes"]) if i != 1), r["planes"]

@@ -35,6 +35,10 @@ def test_ack_and_cnp_are_what_scapy_reads():
     assert raw[-4:] == scapy_icrc(raw)
     ack = IPv6(raw)
     assert ack[BTH].opcode == 0x11 and ack[BTH].psn == 500 and ack[AETH].syndrome == 0x1F
+    # What our SACK block adds reads back, the duplicate flag apart from the base PSN.
+    assert wire.parse_ack(wire.ack_packet(9, 500, 3, 501, b"\x80" + bytes(31))[:]) == \
+        (0x1F, 3, 501, b"\x80" + bytes(31), False)
+    assert wire.parse_ack(wire.ack_packet(9, 500, 3, 0xFFFFFF, bytes(32), duplicate=True))[2:5:2] == (0xFFFFFF, True)
     cnp = IPv6(on_wire(wire.cnp_packet(9)))
     assert cnp[BTH].opcode == 0x81 and cnp[BTH].becn == 1 and cnp[BTH].dqpn == 9
 

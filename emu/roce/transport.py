@@ -12,13 +12,18 @@ receiver places it on arrival whatever the order; it acknowledges the
 cumulative PSN plus a SACK bitmap; the sender retransmits a PSN that three
 later ones overtook, or whose retransmission timer ran out, on another
 plane. Plane health: a plane that keeps losing packets stops getting new
-ones; a probe (a zero-length write) goes over it now and then, and when one
-is acknowledged over that plane, the plane is used again. A plane's losses
+ones; a probe goes over it now and then, and when one is acknowledged over
+that plane, the plane is used again. A probe is a zero-length write that
+repeats the last PSN acknowledged: it takes no new PSN, so a lost probe
+leaves no hole for the cumulative ACK to wait on and is never resent, and
+the responder answers it at once, as it answers any duplicate. A plane's losses
 count only since the last packet it alone carried was acknowledged (a late
-ACK is not a dead plane), a retransmission acknowledged sooner than the
-shortest round trip refunds the loss it was charged (the original arrived),
-and the last plane in use is never marked down: a device whose planes all
-look dead keeps retransmitting on one and probing the rest, it does not stop.
+ACK is not a dead plane); a duplicate arrival, which the responder reports
+(D-SACK), proves the plane charged with losing that packet only delayed it:
+the loss is refunded and, if it was down, the plane is used again at once
+(a stalled worker or a congested plane is not a dead one). The last plane
+in use is never marked down: a device whose planes all look dead keeps
+retransmitting on one and probing the rest, it does not stop.
 
 The responder coalesces ACKs: one per ACK_EVERY data packets or ACK_DELAY_S
 of fabric time, whichever comes first, and at once for a packet that asks
@@ -57,6 +62,7 @@ DUP_THRESH = 3
 # 50 us with the default timer slack, more than a packet's whole budget).
 BURST_S = 20e-6
 LOSS_TO_DOWN = 8
+CHARGED_KEPT = 4096  # retransmitted PSNs remembered for a late duplicate's refund
 ACK_EVERY = 16  # data packets per coalesced ACK
 ACK_DELAY_S = 0.5e-6  # fabric seconds an arrival waits for its ACK at most
 ENTROPY = 4
@@ -99,10 +105,8 @@ class Segment:
     view: memoryview
     wr: int
     plane: int = -1
-    charged: int = -1  # the plane its last retransmission charged with a loss
     sent_at: float = 0.0
     sends: int = 0
-    probe: bool = False
     acked: bool = False
     imm: int | None = None  # the last segment of a write with immediate carries it
 
@@ -123,9 +127,11 @@ class Plane:
     healthy: bool = True
     losses: int = 0
     probe_due: float = 0.0
+    probe_psn: int = -1  # the PSN the last probe over this plane repeated
     stats: dict[str, int] = field(default_factory=lambda: {"tx_packets": 0, "tx_bytes": 0, "rx_packets": 0,
                                                            "retransmits": 0, "probes": 0,
-                                                           "tx_after_down": 0})
+                                                           "tx_after_down": 0, "downs": 0,
+                                                           "spurious_retransmits": 0})
 
 
 class QueuePair:
@@ -146,8 +152,10 @@ class QueuePair:
         self.ready_at = 0.0  # when the queue last became non-empty (wall): a send is due no earlier
         self.window_full = False  # sends wait for ACKs: not late while they do
         self.srtt = 0.0
-        self.min_rtt = 0.0  # the shortest RTT sample: a quicker ACK of a retransmission was the original's
         self.retransmits = 0
+        # PSN -> the plane its last retransmission charged with losing it, until a duplicate arrival
+        # proves that plane innocent (kept past the cumulative ACK: the duplicate may come later).
+        self.charged: dict[int, int] = {}
         self.rate_trace: list[tuple[float, float]] = []  # (fabric s, bps): on every CNP and every sample
         self.highest_sacked = -1
         self.sacked_since = False
@@ -227,7 +235,8 @@ class Device:
         self.mrs: dict[int, MemoryRegion] = {}
         self.cq: deque[Completion] = deque()
         self.recv_cq: deque[Completion] = deque()  # writes with immediate, whole and in order
-        self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0}
+        self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0,
+                         "duplicates": 0}
         self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
         self.next_sample = 0.0
         self.plane_trace: list[tuple[float, list[int]]] = []  # (wall s, bytes sent per plane), sampled
@@ -371,7 +380,7 @@ class Device:
         psn = seg.psn if seg.psn >= 0 else qp.next_psn
         k = psn % ENTROPY  # the source port (flow entropy) rotates with the PSN
         frame = wire.data_frame(plane.addr_b, qp.remote_planes[plane.index], plane.tx_ports[k], qp.remote_qpn,
-                                psn, seg.va, seg.rkey, seg.view, ack_req=seg.sends > 0 or seg.probe, imm=seg.imm)
+                                psn, seg.va, seg.rkey, seg.view, ack_req=seg.sends > 0, imm=seg.imm)
         try:
             plane.tx[k].sendmsg(frame, (), 0, (qp.remote_addrs[plane.index], wire.ROCE_PORT))
         except BlockingIOError:
@@ -384,7 +393,7 @@ class Device:
         qp.next_send = max(qp.next_send, now) + size * 8 * self.dilation / qp.cc.rate
         plane.stats["tx_packets"] += 1
         plane.stats["tx_bytes"] += len(seg.view)
-        if not plane.healthy and not seg.probe:
+        if not plane.healthy:
             plane.stats["tx_after_down"] += 1
         seg.plane = plane.index
         seg.sent_at = now
@@ -440,25 +449,42 @@ class Device:
                 plane = self._pick_plane(qp, now, avoid=seg.plane if others else -1)
                 if plane is None or not self._transmit(qp, seg, plane, now):
                     return
-                if not seg.probe:
-                    seg.charged = lost_on.index
-                    lost_on.losses += 1
-                    lost_on.stats["retransmits"] += 1
-                    if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and others:
-                        lost_on.healthy = False
-                        lost_on.probe_due = now + rto
+                qp.charged[seg.psn] = lost_on.index
+                if len(qp.charged) > CHARGED_KEPT:
+                    del qp.charged[next(iter(qp.charged))]
+                lost_on.losses += 1
+                lost_on.stats["retransmits"] += 1
+                if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and others:
+                    lost_on.healthy = False
+                    lost_on.stats["downs"] += 1
+                    lost_on.probe_due = now + self._probe_interval()
                 qp.retransmits += 1
+
+    def _probe_interval(self) -> float:
+        """How often a plane marked down is probed (wall s): a retransmission timeout from the measured
+        round trip, not the RTO's floor (200 us of fabric is seconds of wall time at a large D, and a
+        plane wrongly down that long skews the spraying), and never more often than every 10 ms."""
+        srtt = max((qp.srtt for qp in self.qps.values()), default=0.0)
+        return max(4 * srtt + self.ack_delay if srtt else self.rto, 0.01)
 
     def _probe_planes(self, now: float) -> None:
         for plane in self.planes:
             if plane.healthy or now < plane.probe_due:
                 continue
-            plane.probe_due = now + max(self.rto, 0.01)
+            plane.probe_due = now + self._probe_interval()
             for qp in self.qps.values():
-                if qp.remote_qpn < 0:
+                if qp.remote_qpn < 0 or qp.cum_acked < 0:
                     continue
-                if self._transmit(qp, Segment(-1, 0, 0, memoryview(b""), -1, probe=True), plane, now):
-                    plane.stats["probes"] += 1
+                psn = qp.cum_acked
+                qp.charged.pop(psn, None)  # its answer is a duplicate's, and not a refund
+                frame = wire.data_frame(plane.addr_b, qp.remote_planes[plane.index], plane.tx_ports[0],
+                                        qp.remote_qpn, psn & wire.PSN_MASK, 0, 0, memoryview(b""), ack_req=True)
+                try:
+                    plane.tx[0].sendmsg(frame, (), 0, (qp.remote_addrs[plane.index], wire.ROCE_PORT))
+                except BlockingIOError:
+                    break
+                plane.probe_psn = psn
+                plane.stats["probes"] += 1
                 break
 
     # -- receiving ----------------------------------------------------------------------
@@ -533,7 +559,8 @@ class Device:
             self.counters["nak_sent"] += 1
             self._send_ack(qp, syndrome=wire.SYNDROME_NAK_ACCESS, plane=plane.index)
             return
-        if psn >= qp.expected and psn not in qp.beyond:
+        duplicate = psn < qp.expected or psn in qp.beyond
+        if not duplicate:
             if length:
                 mr.buf[va - mr.va: va - mr.va + length] = payload
                 qp.rx_bytes += length
@@ -551,8 +578,13 @@ class Device:
                 qp.beyond.add(psn)
         qp.ack_plane = plane.index
         qp.newest = psn
-        if ack_req or imm is not None:
-            # At once, over the plane it came by (that is how a probe proves a plane); an immediate's
+        if duplicate:
+            # Both copies came, or a probe: say so at once (D-SACK) over the plane it came by, so the
+            # requester refunds the plane it blamed, or sees a probe answered by the plane it tested.
+            self.counters["duplicates"] += 1
+            self._send_ack(qp, duplicate=True)
+        elif ack_req or imm is not None:
+            # At once, over the plane it came by; an immediate's
             # ACK completes the requester's write, which a coalescing delay would only make late.
             self._send_ack(qp)
         else:
@@ -570,7 +602,8 @@ class Device:
                 qp.cnps_sent += 1
                 self._send_ctl(qp, plane.index, wire.cnp_packet(qp.remote_qpn), cnp=True)
 
-    def _send_ack(self, qp: QueuePair, syndrome: int = wire.SYNDROME_ACK, plane: int | None = None) -> None:
+    def _send_ack(self, qp: QueuePair, syndrome: int = wire.SYNDROME_ACK, plane: int | None = None,
+                  duplicate: bool = False) -> None:
         qp.ack_due = False
         qp.ack_unsent = 0
         bits = bytearray(32)
@@ -579,7 +612,8 @@ class Device:
             i = psn - base
             if 0 <= i < wire.SACK_BITS:
                 bits[i >> 3] |= 0x80 >> (i & 7)
-        pkt = wire.ack_packet(qp.remote_qpn, (qp.expected - 1) & wire.PSN_MASK, qp.newest, base, bytes(bits), syndrome)
+        pkt = wire.ack_packet(qp.remote_qpn, (qp.expected - 1) & wire.PSN_MASK, qp.newest, base, bytes(bits), syndrome,
+                              duplicate)
         self._send_ctl(qp, qp.ack_plane if plane is None else plane, pkt)
 
     def _send_ctl(self, qp: QueuePair, plane_index: int, body: bytes, cnp: bool = False) -> None:
@@ -592,7 +626,7 @@ class Device:
             pass
 
     def _on_ack(self, qp: QueuePair, plane: Plane, data: memoryview, wpsn: int, now: float) -> None:
-        syndrome, echo, base, bitmap = wire.parse_ack(data)
+        syndrome, echo, base, bitmap, duplicate = wire.parse_ack(data)
         if syndrome != wire.SYNDROME_ACK:
             qp.error = f"remote access error (NAK 0x{syndrome:02x})"
             for wr_id, _, _ in qp.wrs:
@@ -606,11 +640,16 @@ class Device:
         # The RTT is sampled from the packet whose arrival this ACK answers, and only from it (TCP's
         # timestamp echo): a packet acknowledged later, when a hole below it fills or past the reach
         # of the SACK bitmap, would count the recovery's wait as a round trip and inflate the RTO.
-        newest = qp.inflight.get(self._unwrap(echo, cum))
+        echoed = self._unwrap(echo, cum)
+        if duplicate:
+            if not plane.healthy and echoed == plane.probe_psn:
+                plane.healthy, plane.losses = True, 0  # the probe went and its answer came back by it
+            else:
+                self._innocent(qp, echoed)
+        newest = qp.inflight.get(echoed)
         if newest is not None and newest.sends == 1 and not newest.acked:
             sample = now - newest.sent_at
             qp.srtt = sample if qp.srtt == 0 else 0.875 * qp.srtt + 0.125 * sample
-            qp.min_rtt = sample if qp.min_rtt == 0 or sample < qp.min_rtt else qp.min_rtt
         done = []
         for psn in qp.inflight:
             if psn > cum:
@@ -622,37 +661,39 @@ class Device:
             bits &= ~(1 << top)
             seg = qp.inflight.get(base + wire.SACK_BITS - 1 - top)
             if seg is not None and not seg.acked:
-                self._acked(qp, seg, plane, now)
+                self._acked(seg)
                 if seg.psn > qp.highest_sacked:
                     qp.highest_sacked = seg.psn
         qp.sacked_since = True
         for psn in done:
             seg = qp.inflight.pop(psn)
             if not seg.acked:
-                self._acked(qp, seg, plane, now)
+                self._acked(seg)
         if cum > qp.cum_acked:
             qp.cum_acked = cum
         while qp.wrs and 0 <= qp.wrs[0][1].psn <= qp.cum_acked:
             wr_id, _, nbytes = qp.wrs.popleft()
             self.cq.append(Completion(wr_id, "ok", nbytes))
 
-    def _acked(self, qp: QueuePair, seg: Segment, via: Plane, now: float) -> None:
-        """First acknowledgement of a segment (SACK or cumulative), `via` the plane the ACK came by:
-        what it proves of the planes."""
+    def _acked(self, seg: Segment) -> None:
+        """First acknowledgement of a segment (SACK or cumulative): a packet sent once proves that its
+        plane delivers, and its earlier "losses" were late."""
         seg.acked = True
-        carrier = self.planes[seg.plane]
         if seg.sends == 1:
-            if seg.probe:
-                if not carrier.healthy and carrier is via:  # the probe went and its ACK came back by it
-                    carrier.healthy, carrier.losses = True, 0
-            elif carrier.healthy:
-                carrier.losses = 0  # it delivered what it alone carried: its earlier "losses" were late
-        elif seg.charged >= 0 and now - seg.sent_at < 0.5 * qp.min_rtt:
-            # Acknowledged sooner than any copy could make the round trip: the earlier copy arrived,
-            # and the plane charged with losing it did not lose it.
-            lost = self.planes[seg.charged]
-            lost.losses = max(0, lost.losses - 1)
-            seg.charged = -1
+            carrier = self.planes[seg.plane]
+            carrier.healthy, carrier.losses = True, 0
+
+    def _innocent(self, qp: QueuePair, psn: int) -> None:
+        """PSN arrived twice: the plane charged with losing it delivered it late. Refund the loss; a
+        plane marked down on such evidence is used again (a delivered packet is proof enough)."""
+        index = qp.charged.pop(psn, -1)
+        if index < 0:
+            return
+        plane = self.planes[index]
+        plane.stats["spurious_retransmits"] += 1
+        plane.losses = max(0, plane.losses - 1)
+        if not plane.healthy:
+            plane.healthy, plane.losses = True, 0
 
     def plane_stats(self) -> list[dict[str, Any]]:
         return [{"plane": p.index, "addr": p.addr, "healthy": p.healthy, **p.stats} for p in self.planes]

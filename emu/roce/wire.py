@@ -14,6 +14,9 @@ starts at and a 256-bit bitmap of PSNs received beyond the cumulative one;
 their AETH's MSN field echoes the PSN whose arrival the ACK answers (the
 requester's RTT sample, as TCP's timestamp echo), since messages are
 counted by the requester and a sprayed, coalesced ACK needs the echo more.
+The top bit of the SACK base field says the echoed PSN arrived twice (TCP's
+D-SACK, RFC 2883): both copies of a retransmitted packet got through, so the
+plane blamed for losing the first only delayed it.
 CNPs are opcode 0x81 with BECN set and 16 reserved bytes.
 
 The ICRC covers the IPv6 and UDP headers too, with the variant fields set
@@ -40,6 +43,7 @@ SYNDROME_NAK_PSN = 0x60
 SYNDROME_NAK_INVALID = 0x61
 SYNDROME_NAK_ACCESS = 0x62
 SACK_BITS = 256
+DUPLICATE = 1 << 31  # in the SACK base field: the echoed PSN arrived twice
 PSN_MASK = 0xFFFFFF
 
 _FF8 = b"\xff" * 8
@@ -119,9 +123,9 @@ def data_packet(dest_qp: int, psn: int, va: int, rkey: int, payload: bytes | mem
 
 
 def ack_packet(dest_qp: int, cum_psn: int, msn: int, sack_base: int, bitmap: bytes,
-               syndrome: int = SYNDROME_ACK) -> bytes:
+               syndrome: int = SYNDROME_ACK, duplicate: bool = False) -> bytes:
     return (pk.bth(OP_ACK, dest_qp, cum_psn) + _AETH.pack(syndrome << 24 | (msn & PSN_MASK))
-            + _SACK.pack(sack_base & PSN_MASK, bitmap))
+            + _SACK.pack((sack_base & PSN_MASK) | (DUPLICATE if duplicate else 0), bitmap))
 
 
 def cnp_packet(dest_qp: int) -> bytes:
@@ -143,14 +147,15 @@ def parse_imm(packet: bytes | memoryview) -> int:
     return _IMM.unpack_from(packet, 28)[0]
 
 
-def parse_ack(packet: bytes | memoryview) -> tuple[int, int, int, bytes]:
-    """(syndrome, MSN, SACK base PSN, SACK bitmap) of an ACK whose BTH PSN is the cumulative one."""
+def parse_ack(packet: bytes | memoryview) -> tuple[int, int, int, bytes, bool]:
+    """(syndrome, MSN, SACK base PSN, SACK bitmap, echoed PSN arrived twice) of an ACK whose BTH PSN
+    is the cumulative one."""
     aeth = _AETH.unpack_from(packet, 12)[0]
     if len(packet) >= 16 + _SACK.size:
         base, bitmap = _SACK.unpack_from(packet, 16)
     else:
         base, bitmap = 0, bytes(32)
-    return aeth >> 24, aeth & PSN_MASK, base, bitmap
+    return aeth >> 24, aeth & PSN_MASK, base & PSN_MASK, bitmap, bool(base & DUPLICATE)
 
 
 def ip6(addr: str) -> bytes:
