@@ -1,0 +1,45 @@
+"""A packet-level emulator of AI data-center fabrics on Linux namespaces.
+
+    from emu import FabricNet, FPFTopo
+
+    with FabricNet(FPFTopo(gpus=2, planes=2), dilation=10_000) as net:
+        print(net.pingall_planes().loss)
+        net.fail(plane=1)
+
+The public names load on first use, so that a worker process importing one
+module below (emu.units, emu.dataplane) does not pull in Mininet.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_PUBLIC = {
+    "FabricNet": "emu.net.fabric",
+    "PingResult": "emu.net.fabric",
+    "RunSettings": "emu.net.switch",
+    "FabricStats": "emu.net.stats",
+    "PortStats": "emu.net.stats",
+    "FabricTopo": "emu.topo.common",
+    "TopologyError": "emu.topo.common",
+    "FPFTopo": "emu.topo.fpf",
+    "NSFTopo": "emu.topo.nsf",
+    "BAGTopo": "emu.topo.bag",
+    "TahanTopo": "emu.topo.tahan",
+    "RBBTopo": "emu.topo.rbb",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'emu' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

@@ -5,7 +5,7 @@ from emu.control.routes import Attachment, FabricGraph, compute_tables
 from emu.dataplane.spec import EngineSpec, PortSpec, SpecError, SwitchSpec
 from emu.dataplane.tables import GroupState, Lpm, smooth_wrr
 from emu.topo import TopologyError, make_topo
-from emu.topo.fpf import FPFParams
+from emu.topo.fpf import FPFTopo
 
 
 def clos() -> FabricGraph:
@@ -94,4 +94,4 @@ def test_fpf_shape():
     topo = make_topo("fpf", {"gpus": "8", "planes": "4"})
     assert len(topo.hosts()) == 8 and len(topo.switches()) == 4 * (2 + 2)
     assert len(topo.links()) == 8 * 4 + 4 * 2 * 2
-    assert FPFParams(gpus=8).uplink_rate == "200G"
+    assert FPFTopo(gpus=8).uplink_rate == "200G"

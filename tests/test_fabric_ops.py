@@ -28,10 +28,10 @@ def test_fail_and_restore_a_host_link_with_counters_and_pcap(tmp_path, no_leftov
         net.start()
         plane1 = "10.1.0.3"  # gpu1 on plane 1
         assert ping(net, "gpu0", plane1)
-        net.fail("gpu1", "p1l0")
+        net.fail(link=("gpu1", "p1l0"))
         assert not ping(net, "gpu0", plane1)
         assert ping(net, "gpu0", "10.0.0.3")  # plane 0 unaffected
-        net.restore("gpu1", "p1l0")
+        net.restore(link=("gpu1", "p1l0"))
         assert ping(net, "gpu0", plane1)
         stats = net.engine.stats()
         port = stats["switches"]["p1l0"]["ports"]["p1l0-eth2"]
@@ -59,19 +59,19 @@ def test_fabric_routes_around_a_failed_spine_and_a_plane_can_go_down(no_leftover
     try:
         net.start()
         across = ("gpu0", "10.0.1.3")  # leaf 0 to leaf 1 on plane 0
-        net.fail("p0s0")
+        net.fail(switch="p0s0")
         net.control.settle()
         assert all(ping(net, "gpu0", f"10.0.1.{h}") for h in (2, 3))  # every flow now via p0s1
         assert net.control.updates > 0
-        net.restore("p0s0")
-        net.fail("p0l0", "p0s1")
+        net.restore(switch="p0s0")
+        net.fail(link=("p0l0", "p0s1"))
         net.control.settle()
         assert ping(net, *across)
-        net.restore("p0l0", "p0s1")
-        net.fail("plane", "1")
+        net.restore(link=("p0l0", "p0s1"))
+        net.fail(plane=1)
         assert not ping(net, "gpu0", "10.1.1.3")
         assert ping(net, *across)  # plane 0 carries on
-        net.restore("plane", "1")
+        net.restore(plane=1)
         net.control.settle()
         assert ping(net, "gpu0", "10.1.1.3")
     finally:

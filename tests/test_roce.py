@@ -46,7 +46,7 @@ def test_plane_failure_mid_transfer(no_leftovers):
         run = PerfRun(mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1")), nbytes=16 << 20,
                       dilation=10000, lat_iters=0)
         net.wait_forwarded("p2l0", 1 << 20)  # a quarter of what plane 2 would carry: mid-transfer
-        net.fail("plane", "2")
+        net.fail(plane=2)
         client, server = run.wait()
     finally:
         net.stop()

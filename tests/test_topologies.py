@@ -15,9 +15,9 @@ EMU = [sys.executable, "-m", "emu.cli.main"]
 SMALL = {
     "fpf": ["--gpus", "3", "--planes", "2"],
     "nsf": ["--gpus", "4", "--gpus-per-rack", "1", "--racks-per-pod", "2", "--fsw", "2", "--spines", "1"],
-    "tahan": ["--accelerators", "3", "--switches", "2", "--ports", "2"],
-    "bag": ["--regions", "2", "--buildings", "2", "--hosts", "1", "--bag-rates", "400G,100G"],
-    "rbb": ["--routers", "4", "--campuses", "2", "--hosts", "2"],
+    "tahan": ["--accelerators", "3", "--switch-count", "2", "--ports-per-switch", "2"],
+    "bag": ["--regions", "2", "--buildings", "2", "--hosts-per-leaf", "1", "--bag-rates", "400G,100G"],
+    "rbb": ["--routers", "4", "--campuses", "2", "--hosts-per-campus", "2"],
 }
 
 

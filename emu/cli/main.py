@@ -266,6 +266,35 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="exit non-zero (3) when the result's fidelity is not ok or was not measured")
 
 
+def cmd_lab(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu import labs
+
+    if args.action == "list":
+        for name in labs.lab_names():
+            print(f"{name:14} {labs.title(name)}")
+        return 0
+    if not args.name:
+        raise ValueError(f"emu lab {args.action} needs a lab name; labs: {', '.join(labs.lab_names())}")
+    if args.action == "start":
+        where = labs.start(args.name, args.dir)
+        print(f"Copied the starter of {args.name} to {where}/. Edit it there, then: "
+              f"sudo .venv/bin/emu lab check {args.name}{'' if args.dir is None else ' --dir ' + args.dir}\n")
+        print(labs.first_step(args.name))
+        return 0
+
+    def show(r: labs.StepResult) -> None:
+        if not args.json:
+            mark = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
+            Console().print(f"{mark}  {r.step} ({r.seconds:.1f} s): {r.detail}", markup=True, highlight=False)
+
+    result = labs.check(args.name, solution=args.solution, work_dir=args.dir, progress=show)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif result["steps"] and not result["steps"][0]["passed"] and result["steps"][0]["step"] == "import":
+        show(labs.StepResult(**result["steps"][0]))
+    return 0 if result["passed"] else 1
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="emu", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -311,6 +340,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="exit non-zero (3) when the result's fidelity is not ok or was not measured")
     p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("lab", help="teaching labs: list, start one, check your work on a real fabric")
+    p.add_argument("action", choices=("list", "start", "check"))
+    p.add_argument("name", nargs="?")
+    p.add_argument("--dir", help="your working folder (default ./lab-NAME)")
+    p.add_argument("--solution", action="store_true", help="check the lab's own solution instead")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_lab)
     return ap
 
 

@@ -86,6 +86,12 @@ class FabricCLI(CLI):
             print("usage: fail|restore NODE1 NODE2 | SWITCH | plane N")
             return
         try:
-            (self.mn.restore if up else self.mn.fail)(*args)
+            verb = self.mn.restore if up else self.mn.fail
+            if args[0] == "plane" and len(args) == 2 and args[1].isdigit():
+                verb(plane=int(args[1]))
+            elif len(args) == 2:
+                verb(link=(args[0], args[1]))
+            else:
+                verb(switch=args[0])
         except (KeyError, ValueError, RuntimeError) as exc:
             print(f"*** {exc}")

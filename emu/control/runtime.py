@@ -126,10 +126,13 @@ class FabricController:
 
     def set_headroom_for_length(self, a: str, b: str, length_m: float) -> None:
         """Headroom on both ends as if the cable were `length_m` long (the worst-case habit)."""
+        self.set_link_headroom(a, b, pfc_headroom(self._link(a, b)["rate"], length_m * FIBRE_S_PER_M))
+
+    def set_link_headroom(self, a: str, b: str, nbytes: int) -> None:
+        """PFC headroom of `nbytes` (bytes) on the ports at both ends of the link a-b, live."""
         d = self._link(a, b)
         for node in (a, b):
-            port = self.port_names[(node, d["ports"][node][0])]
-            self.engine.set_headroom(node, port, pfc_headroom(d["rate"], length_m * FIBRE_S_PER_M))
+            self.engine.set_headroom(node, self.port_names[(node, d["ports"][node][0])], int(nbytes))
 
     def set_policy(self, switch: str, prefix: str, segments: list[str], source: str) -> None:
         """Steer IPv6 traffic to `prefix` entering at `switch` over `segments` (H.Encaps), live."""

@@ -1,4 +1,9 @@
-"""FabricNet: Mininet with the emulator's fabric switches, on the backend the settings name."""
+"""FabricNet: Mininet with the emulator's fabric switches, on the backend the settings name.
+
+    with FabricNet(FPFTopo(gpus=2, planes=2), dilation=10_000) as net:
+        print(net.pingall_planes().loss)
+        net.fail(plane=1)
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from mininet.net import Mininet
@@ -15,6 +20,7 @@ from emu.control.runtime import FabricController
 from emu.dataplane.engine import Engine
 from emu.net.link import FabricLink
 from emu.net.netns import ip_batch
+from emu.net.stats import FabricStats
 from emu.net.switch import FabricSwitch, RunSettings, default_settings
 
 
@@ -30,14 +36,36 @@ class PingResult:
         return 0.0 if not self.sent else 100.0 * (self.sent - self.received) / self.sent
 
 
+_SETTINGS = {f.name for f in fields(RunSettings)}
+
+
 class FabricNet(Mininet):
+    """A Mininet whose switches and links are the fabric's. Any RunSettings field can be given as a
+    keyword (`dilation=10_000`, `backend="bmv2"`, `pfc=False`, `spray=True`): it overrides `settings`
+    (default: EMU_DILATION or 1000, the native engine). Used as a context manager it starts the
+    fabric on entry and stops it on exit, an exception included, leaving nothing behind."""
+
     def __init__(self, topo: Any = None, *, settings: RunSettings | None = None, **kw: Any) -> None:
         settings = settings or default_settings()  # settings.backend picks the data plane (emu.net.backend)
+        overrides = {k: kw.pop(k) for k in list(kw) if k in _SETTINGS}
+        if overrides:
+            settings = replace(settings, **overrides)
         kw.setdefault("switch", FabricSwitch)
         kw.setdefault("link", FabricLink)
         kw.setdefault("controller", None)
         self.settings = settings
         super().__init__(topo=topo, **kw)
+
+    def __enter__(self) -> FabricNet:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def start(self) -> None:
         if not self.built:
@@ -113,10 +141,13 @@ class FabricNet(Mininet):
                 failed += [(h.name, a) for a in bad]
         return PingResult(sent, received, tuple(failed), retried)
 
+    def stats(self) -> FabricStats:
+        """Every switch's counters now: `net.stats().port("p0l0", "p0l0-eth2").drops`."""
+        return FabricStats.from_dict(self.engine.stats())
+
     def forwarded(self, switch: str) -> int:
         """Bytes `switch` has sent out of all its ports so far (its data plane's counters)."""
-        ports = self.engine.stats()["switches"][switch]["ports"]
-        return sum(p["tx_bytes"] for p in ports.values())
+        return self.stats().switch(switch).tx_bytes
 
     def wait_forwarded(self, switch: str, nbytes: int, timeout: float = 120.0) -> float:
         """Wait until `switch` has sent `nbytes` more than when called; the wall seconds it took.
@@ -136,23 +167,35 @@ class FabricNet(Mininet):
                 return sw.control
         raise RuntimeError("the fabric is not started")
 
-    def fail(self, a: str, b: str | None = None) -> None:
-        """Fail a link (two node names), a switch (one name), or a plane ('plane', N)."""
-        self._set(a, b, up=False)
+    def fail(self, *, plane: int | None = None, link: tuple[str, str] | None = None,
+             switch: str | None = None) -> None:
+        """Take one thing down: `plane=1` (every switch of plane 1 and its host links),
+        `link=("p0l0", "p0s1")` (between two switches, or a host and its switch), `switch="p0s0"`.
+        The control plane reroutes after its detection time, as a fabric's would."""
+        self._target(plane, link, switch, up=False)
 
-    def restore(self, a: str, b: str | None = None) -> None:
-        self._set(a, b, up=True)
+    def restore(self, *, plane: int | None = None, link: tuple[str, str] | None = None,
+                switch: str | None = None) -> None:
+        """Bring back what `fail` took down (the same keywords)."""
+        self._target(plane, link, switch, up=True)
 
-    def _set(self, a: str, b: str | None, *, up: bool) -> None:
-        if a == "plane":
-            if b is None or not b.isdigit():
-                raise ValueError("usage: fail plane N")
-            switches = [s for s in self.switches if isinstance(s, FabricSwitch) and s.shard == int(b)]
+    def _target(self, plane: int | None, link: tuple[str, str] | None, switch: str | None, *, up: bool) -> None:
+        given = [x is not None for x in (plane, link, switch)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of plane=, link=(a, b) or switch=")
+        if plane is not None:
+            switches = [s for s in self.switches if isinstance(s, FabricSwitch) and s.shard == plane]
             if not switches:
-                raise ValueError(f"no plane {b}")
+                raise ValueError(f"no plane {plane}")
             for sw in switches:
                 self._set(sw.name, None, up=up)
-            return
+        elif link is not None:
+            a, b = link
+            self._set(a, b, up=up)
+        else:
+            self._set(str(switch), None, up=up)
+
+    def _set(self, a: str, b: str | None, *, up: bool) -> None:
         node = self.nameToNode.get(a)
         if node is None:
             raise ValueError(f"no node named {a!r}")

@@ -37,9 +37,9 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str, *, auto: bo
     common = {"topo": "bag", "sizes": str(size), "leaves": "1", "spines": "1", "rate": "400G",
               "fabric_rate": "400G", "bag_rates": "400G"}
     d: float | str = "auto" if auto else settings.dilation
-    within = collective.run("allreduce", {**common, "regions": "1", "hosts": str(2 * hosts)}, dilation=d,
+    within = collective.run("allreduce", {**common, "regions": "1", "hosts_per_leaf": str(2 * hosts)}, dilation=d,
                             settings=settings)
-    across = collective.run("allreduce", {**common, "regions": "2", "hosts": str(hosts), "distance": distance},
+    across = collective.run("allreduce", {**common, "regions": "2", "hosts_per_leaf": str(hosts), "distance": distance},
                             dilation=d, settings=settings)
     w, a = within["rows"][0], across["rows"][0]
 

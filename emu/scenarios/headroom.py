@@ -52,7 +52,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
     if not SHORT_M * 4 <= true_m <= 20_000:
         raise ScenarioError("headroom: the long link must be 400 m to 20 km here (longer needs more buffer and time)")
     nbytes = size_param(params, "bytes", "3MiB", "headroom")
-    topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts=2, bags=1, rate="400G",
+    topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts_per_leaf=2, bags=1, rate="400G",
                    fabric_rate="800G", bag_rates="800G", distance=f"{true_m}m")
     phases = []
     senders: list[dict[str, Any]] = []

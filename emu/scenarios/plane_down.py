@@ -52,7 +52,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         flows = [Flow("gpu0", "gpu1", f"10.{p}.0.3", PORT, nbytes, rate) for p in range(planes)]
         traffic = Traffic(net, flows, dilation=settings.dilation)
         net.wait_forwarded(f"p{failed}l0", int(at * nbytes))  # `at` into the failed plane's flow
-        net.fail("plane", str(failed))
+        net.fail(plane=failed)
         failed_at = time.monotonic()
         sent, got = traffic.wait()
         stats = net.engine.stats()

@@ -38,7 +38,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         run_ = PerfRun(mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1")), nbytes=nbytes,
                        dilation=settings.dilation, lat_iters=0)
         net.wait_forwarded(f"p{failed}l0", int(0.4 * nbytes / planes))  # 40 % into the plane's share
-        net.fail("plane", str(failed))
+        net.fail(plane=failed)
         failed_at = time.monotonic() / settings.dilation
         client, server = run_.wait()
         stats = net.engine.stats()

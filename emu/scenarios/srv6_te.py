@@ -17,7 +17,7 @@ from typing import Any
 from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.scenarios.common import Flow, Traffic, fabric, int_param, only, save
-from emu.topo.rbb import RBBParams, RBBTopo, dt6_sid, end_sid
+from emu.topo.rbb import RBBTopo, dt6_sid, end_sid
 
 DEFAULT_DILATION = 1000.0
 PORT = 9300
@@ -36,11 +36,11 @@ def _forwarded(stats: dict[str, Any], routers: list[str]) -> dict[str, int]:
 def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
     only(params, {"packets"}, "srv6-te")
     packets = int_param(params, "packets", 200, "srv6-te")
-    p = RBBParams(routers=5, campuses=2, hosts=1)
+    p = RBBTopo(routers=5, campuses=2, hosts_per_campus=1)
     routers = [f"r{k}" for k in range(p.routers)]
     long_way = [end_sid(4), end_sid(3), dt6_sid(p.pe_id(1))]
     phases: list[dict[str, Any]] = []
-    with fabric(RBBTopo(routers=5, campuses=2, hosts=1), settings) as net:
+    with fabric(p, settings) as net:
         src = net.get("pe0").loopback6
         net.get("c0h0").cmd(f"ping -6 -c2 -W2 {DST}")  # neighbours resolved before anything is counted
 

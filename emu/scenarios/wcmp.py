@@ -68,12 +68,12 @@ def _flap(net: FabricNet, timing: ControlTiming, dilation: float) -> dict[str, i
     control.timing = timing
     u0, r0 = control.updates, control.recomputes
     for up in (False, True, False):
-        net.fail("bag0x0", "bag1x0") if not up else net.restore("bag0x0", "bag1x0")
+        net.fail(link=("bag0x0", "bag1x0")) if not up else net.restore(link=("bag0x0", "bag1x0"))
         time.sleep(3 * DETECTION_S * dilation)
     control.settle()
     out = {"route_updates": control.updates - u0, "recomputes": control.recomputes - r0}
     control.timing = ControlTiming(detection_s=0.0)
-    net.restore("bag0x0", "bag1x0")
+    net.restore(link=("bag0x0", "bag1x0"))
     control.settle()
     return out
 
@@ -82,7 +82,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
     only(params, {"flows", "bytes"}, "wcmp")
     flows = int_param(params, "flows", 512, "wcmp")
     nbytes = size_param(params, "bytes", "2MiB", "wcmp")
-    topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts=1, bags=2, rate="400G", fabric_rate="400G",
+    topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts_per_leaf=1, bags=2, rate="400G", fabric_rate="400G",
                    bag_rates="400G,100G", distance="10km")
     settings = replace(settings, control=ControlTiming(detection_s=DETECTION_S))
     with fabric(topo, settings) as net:
@@ -90,7 +90,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         shares = _shares(net, flow, settings.dilation)
         plain = _flap(net, ControlTiming(detection_s=DETECTION_S), settings.dilation)
         damped = _flap(net, ControlTiming(detection_s=DETECTION_S, hold_down_s=HOLD_DOWN_S), settings.dilation)
-        net.fail("bag0x0", "bag1x0")
+        net.fail(link=("bag0x0", "bag1x0"))
         net.control.settle()
         shares_failed = _shares(net, flow, settings.dilation)
         stats = net.engine.stats()

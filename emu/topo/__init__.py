@@ -1,44 +1,44 @@
-"""Topologies by name, with the dataclass that validates each one's parameters."""
+"""Topologies by name: each is a FabricTopo whose dataclass fields are its typed parameters."""
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any
 
-from emu.topo.bag import BAGParams, BAGTopo
-from emu.topo.common import TopologyError
-from emu.topo.fpf import FPFParams, FPFTopo
-from emu.topo.nsf import NSFParams, NSFTopo
-from emu.topo.rbb import RBBParams, RBBTopo
-from emu.topo.tahan import TahanParams, TahanTopo
+from emu.topo.bag import BAGTopo
+from emu.topo.common import FabricTopo, TopologyError
+from emu.topo.fpf import FPFTopo
+from emu.topo.nsf import NSFTopo
+from emu.topo.rbb import RBBTopo
+from emu.topo.tahan import TahanTopo
 
-TOPOLOGIES: dict[str, tuple[type, type]] = {
-    "fpf": (FPFTopo, FPFParams),
-    "nsf": (NSFTopo, NSFParams),
-    "bag": (BAGTopo, BAGParams),
-    "tahan": (TahanTopo, TahanParams),
-    "rbb": (RBBTopo, RBBParams),
+TOPOLOGIES: dict[str, type[FabricTopo]] = {
+    "fpf": FPFTopo,
+    "nsf": NSFTopo,
+    "bag": BAGTopo,
+    "tahan": TahanTopo,
+    "rbb": RBBTopo,
 }
 
 
-def make_topo(name: str, params: dict[str, str]) -> Any:
+def make_topo(name: str, params: dict[str, str]) -> FabricTopo:
     """Build a topology from string parameters (CLI or `mn --topo name,k=v`), validated first."""
     if name not in TOPOLOGIES:
         raise TopologyError(f"unknown topology {name!r}; known: {', '.join(sorted(TOPOLOGIES))}")
-    topo_cls, params_cls = TOPOLOGIES[name]
-    fields = {f.name: f for f in dataclasses.fields(params_cls)}
+    cls = TOPOLOGIES[name]
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     typed: dict[str, Any] = {}
     for key, value in params.items():
         key = key.replace("-", "_")
         if key not in fields:
             raise TopologyError(f"{name}: unknown parameter {key!r}; known: {', '.join(fields)}")
-        kind = fields[key].type
         try:
-            typed[key] = int(value) if kind in (int, "int") else value
+            typed[key] = int(value) if int in typing.get_args(hints[key]) or hints[key] is int else value
         except ValueError:
             raise TopologyError(f"{name}: {key} must be an integer, got {value!r}") from None
-    getattr(params_cls, "make", params_cls)(**typed)  # one clear error before anything is created
-    return topo_cls(**typed)
+    return cls(**typed)  # checked before anything is described, let alone created
 
 
-__all__ = ["TOPOLOGIES", "make_topo", "TopologyError"]
+__all__ = ["TOPOLOGIES", "FabricTopo", "make_topo", "TopologyError"]

@@ -13,26 +13,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mininet.topo import Topo
-
-from emu.topo.common import (
-    TopologyError,
-    add_switch,
-    check_positive,
-    check_units,
-    fabric_link,
-    host_link,
-)
+from emu.topo.common import FabricTopo, TopologyError, check_positive, check_units
 from emu.units import parse_distance
 
 
-@dataclass(frozen=True)
-class BAGParams:
+@dataclass(eq=False)
+class BAGTopo(FabricTopo):
+    """BAG: `regions` regions of `buildings` buildings, each `leaves` leaves, `spines` spines and
+    `hosts_per_leaf` hosts a leaf; `bags` BAG switches a region, joined across regions over
+    `distance` (or `distances`, one per link in turn) at `bag_rates`."""
+
     regions: int = 2
     buildings: int = 1
     leaves: int = 1
     spines: int = 1
-    hosts: int = 2
+    hosts_per_leaf: int = 2
     bags: int = 2
     rate: str = "400G"
     fabric_rate: str = "400G"
@@ -42,12 +37,12 @@ class BAGParams:
     campus_cable: str = "2km"
     host_cable: str = "2m"
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         check_positive("bag", regions=self.regions, buildings=self.buildings, leaves=self.leaves,
-                       spines=self.spines, hosts=self.hosts, bags=self.bags)
+                       spines=self.spines, hosts_per_leaf=self.hosts_per_leaf, bags=self.bags)
         if self.regions > 15 or self.buildings > 16:
             raise TopologyError("bag: at most 15 regions of 16 buildings")
-        if self.regions * self.buildings * self.leaves * self.hosts < 2:
+        if self.regions * self.buildings * self.leaves * self.hosts_per_leaf < 2:
             raise TopologyError("bag: needs at least 2 hosts in all")
         check_units("bag", rates=(self.rate, self.fabric_rate, *self.bag_rate_list),
                     distances=(self.distance, *self.distance_list, self.campus_cable, self.host_cable))
@@ -63,36 +58,34 @@ class BAGParams:
     def distance_list(self) -> list[str]:
         return [d.strip() for d in self.distances.split(",") if d.strip()]
 
-
-class BAGTopo(Topo):
-    def build(self, **params: object) -> None:
-        p = BAGParams(**params)  # type: ignore[arg-type]
-        for r in range(p.regions):
-            for g in range(p.bags):
-                add_switch(self, f"bag{r}x{g}", shard=r, loopback4=f"10.250.{r}.{g + 1}",
-                           loopback6=f"fdfc:ff:{r}::{g + 1}")
-            for b in range(p.buildings):
+    def build(self) -> None:
+        for r in range(self.regions):
+            for g in range(self.bags):
+                self.addFabricSwitch(f"bag{r}x{g}", shard=r, loopback4=f"10.250.{r}.{g + 1}",
+                                     loopback6=f"fdfc:ff:{r}::{g + 1}")
+            for b in range(self.buildings):
                 site = 16 * r + b
-                for s in range(p.spines):
-                    spine = add_switch(self, f"b{r}{b}s{s}", shard=r, loopback4=f"10.{site}.255.{128 + s}")
-                    for g in range(p.bags):
-                        fabric_link(self, spine, f"bag{r}x{g}", rate=p.fabric_rate, distance=p.campus_cable)
-                for i in range(p.leaves):
-                    leaf = add_switch(self, f"b{r}{b}l{i}", shard=r, loopback4=f"10.{site}.255.{i + 1}")
-                    for s in range(p.spines):
-                        fabric_link(self, leaf, f"b{r}{b}s{s}", rate=p.fabric_rate, distance="100m")
-                    for h in range(p.hosts):
+                for s in range(self.spines):
+                    spine = self.addFabricSwitch(f"b{r}{b}s{s}", shard=r, loopback4=f"10.{site}.255.{128 + s}")
+                    for g in range(self.bags):
+                        self.addFabricLink(spine, f"bag{r}x{g}", rate=self.fabric_rate, cable=self.campus_cable)
+                for i in range(self.leaves):
+                    leaf = self.addFabricSwitch(f"b{r}{b}l{i}", shard=r, loopback4=f"10.{site}.255.{i + 1}")
+                    for s in range(self.spines):
+                        self.addFabricLink(leaf, f"b{r}{b}s{s}", rate=self.fabric_rate, cable="100m")
+                    for h in range(self.hosts_per_leaf):
                         name = f"h{r}{b}{i}x{h}"
                         self.addHost(name, ip=f"10.{site}.{i}.{h + 2}/24")
-                        host_link(self, name, leaf, port=0, net4=f"10.{site}.{i}", net6=f"fdfc:{r}:{b}:{i}",
-                                  slot=h, rate=p.rate, distance=p.host_cable,
-                                  routes4=("10.0.0.0/8",), routes6=("fdfc::/16",))
+                        self.addHostLink(name, leaf, port=0, net4=f"10.{site}.{i}", net6=f"fdfc:{r}:{b}:{i}",
+                                         slot=h, rate=self.rate, cable=self.host_cable,
+                                         routes4=("10.0.0.0/8",), routes6=("fdfc::/16",))
         n = 0
-        for r in range(p.regions):
-            for r2 in range(r + 1, p.regions):
-                for g in range(p.bags):
-                    for g2 in range(p.bags):
-                        rate = p.bag_rate_list[n % len(p.bag_rate_list)]
-                        dist = p.distance_list[n % len(p.distance_list)] if p.distance_list else p.distance
-                        fabric_link(self, f"bag{r}x{g}", f"bag{r2}x{g2}", rate=rate, distance=dist)
+        for r in range(self.regions):
+            for r2 in range(r + 1, self.regions):
+                for g in range(self.bags):
+                    for g2 in range(self.bags):
+                        rate = self.bag_rate_list[n % len(self.bag_rate_list)]
+                        dists = self.distance_list or [self.distance]
+                        dist = dists[n % len(dists)]
+                        self.addFabricLink(f"bag{r}x{g}", f"bag{r2}x{g2}", rate=rate, cable=dist)
                         n += 1

@@ -1,4 +1,12 @@
-"""What every fabric topology shares: validation errors, host links, switches."""
+"""FabricTopo: what every fabric topology shares, in Mininet's style.
+
+A topology only describes: hosts, fabric switches, and the links between
+them with their rate and cable length. Nothing exists until FabricNet
+builds it, so every parameter is checked before anything is created. The
+built-in fabrics are dataclasses, so their parameters are typed keyword
+arguments (`FPFTopo(gpus=8, planes=8, rate="100G")`) validated by `check()`;
+a new fabric can be one small `build()`, with parameters as in Mininet.
+"""
 
 from __future__ import annotations
 
@@ -32,20 +40,59 @@ def check_units(topo: str, *, rates: tuple[str, ...] = (), distances: tuple[str,
         raise TopologyError(f"{topo}: {exc}") from None
 
 
-def add_switch(topo: Topo, name: str, *, shard: int = 0, loopback4: str = "", loopback6: str = "",
-               **extra: Any) -> str:
-    return topo.addSwitch(name, cls=FabricSwitch, shard=shard, loopback4=loopback4, loopback6=loopback6, **extra)
+class FabricTopo(Topo):
+    """Subclass it and write `build()` with the verbs below. Rates are strings with units ("100G",
+    "400Gb/s") or b/s; cable lengths are strings with units ("2m", "20km") or metres, and set the
+    link's propagation delay (5 ns/m)."""
 
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        clash = sorted(set(cls.__dict__.get("__annotations__", {})) & set(dir(Topo)))
+        if clash:  # a field named `hosts` would hide Topo.hosts(), which Mininet calls
+            raise TypeError(f"{cls.__name__}: parameter names {', '.join(clash)} are taken by Mininet's Topo")
 
-def host_link(topo: Topo, host: str, switch: str, *, port: int, net4: str, net6: str, slot: int,
-              rate: str, distance: str, routes4: tuple[str, ...] = (), routes6: tuple[str, ...] = ()) -> None:
-    """A host port in `net4`.0/24 and `net6`::/64; the switch is .1 / ::1, the host slot + 2."""
-    topo.addLink(
-        host, switch, port1=port, cls=FabricLink, rate=rate, distance=distance,
-        gw4=f"{net4}.1/24", gw6=f"{net6}::1/64",
-        host_ip4=f"{net4}.{slot + 2}/24", host_ip6=f"{net6}::{slot + 2:x}/64",
-        host_routes4=routes4, host_routes6=routes6,
-    )
+    def __post_init__(self) -> None:
+        """After a dataclass subclass's generated __init__: check the parameters, then describe."""
+        self.check()
+        Topo.__init__(self)
+
+    def check(self) -> None:
+        """Raise TopologyError for an impossible parameter (nothing exists yet)."""
+
+    def addFabricSwitch(self, name: str, *, shard: int = 0, loopback4: str = "", loopback6: str = "",
+                        **opts: Any) -> str:
+        """A fabric switch. `shard`: switches with the same shard share an engine worker where they
+        can (give each plane or region its own); `loopback4`/`loopback6`: its router addresses;
+        `sids`: SRv6 SIDs it answers ({"fc00:1::e": "End"})."""
+        return self.addSwitch(name, cls=FabricSwitch, shard=shard, loopback4=loopback4, loopback6=loopback6,
+                              **opts)
+
+    def addFabricLink(self, a: str, b: str, *, rate: str | float = "400G", cable: str | float = "100m") -> None:
+        """A link between two fabric switches; the control plane routes over it."""
+        self.addLink(a, b, cls=FabricLink, rate=rate, distance=cable)
+
+    def addHostLink(self, host: str, switch: str, *, rate: str | float = "100G", cable: str | float = "2m",
+                    port: int | None = None, net4: str | None = None, net6: str | None = None, slot: int = 0,
+                    routes4: tuple[str, ...] | None = None, routes6: tuple[str, ...] | None = None) -> None:
+        """A host port on `switch`, in `net4`.0/24 and `net6`::/64: the switch is .1 / ::1, the host
+        slot + 2 (hosts on one switch share its subnet, each in its own slot). Without `net4` the
+        link gets a subnet of its own from 10.200.0.0/14 and fdee::/16; a host's first link then
+        routes those prefixes (10.0.0.0/8, fdee::/16) unless `routes4`/`routes6` say otherwise."""
+        first = not any(host in (a, b) for a, b in self.links())
+        if net4 is None:
+            n = self.__dict__.get("_auto_nets", 0)
+            if n >= 1024:
+                raise TopologyError("at most 1024 host links get a subnet of their own: give net4 and net6")
+            self._auto_nets = n + 1
+            net4, net6, slot = f"10.{200 + n // 256}.{n % 256}", f"fdee:0:{n:x}", 0
+            if routes4 is None and first:
+                routes4, routes6 = ("10.0.0.0/8",), ("fdee::/16",)
+        if net6 is None:
+            raise TopologyError(f"{host}-{switch}: give net6 with net4")
+        self.addLink(host, switch, port1=port, cls=FabricLink, rate=rate, distance=cable,
+                     gw4=f"{net4}.1/24", gw6=f"{net6}::1/64",
+                     host_ip4=f"{net4}.{slot + 2}/24", host_ip6=f"{net6}::{slot + 2:x}/64",
+                     host_routes4=routes4 or (), host_routes6=routes6 or ())
 
 
 def host_ports(topo: Topo, host: str) -> list[tuple[str, float]]:
@@ -58,7 +105,3 @@ def host_ports(topo: Topo, host: str) -> list[tuple[str, float]]:
             ports.append((port if port is not None else len(ports), info["host_ip6"].split("/")[0],
                           parse_rate(info["rate"])))
     return [(addr, rate) for _, addr, rate in sorted(ports)]
-
-
-def fabric_link(topo: Topo, a: str, b: str, *, rate: str, distance: str) -> None:
-    topo.addLink(a, b, cls=FabricLink, rate=rate, distance=distance)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mininet.topo import Topo
-
-from emu.topo.common import TopologyError, add_switch, check_units, fabric_link, host_link
+from emu.topo.common import FabricTopo, TopologyError, check_units
 from emu.units import format_rate, parse_rate
 
 
-@dataclass(frozen=True)
-class FPFParams:
+@dataclass(eq=False)
+class FPFTopo(FabricTopo):
+    """FPF: `gpus` GPUs on `planes` planes, each plane `leaves` leaves and `spines` spines; GPU
+    ports at `rate`, leaf uplinks at `uplink` (default: non-blocking); switches of `radix` ports."""
+
     gpus: int = 8
     planes: int = 8
     leaves: int = 2
@@ -29,7 +30,7 @@ class FPFParams:
     fabric_cable: str = "100m"
     radix: int = 64
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         for name in ("gpus", "planes", "leaves", "radix"):
             if getattr(self, name) < 1:
                 raise TopologyError(f"fpf: {name} must be at least 1, got {getattr(self, name)}")
@@ -68,30 +69,27 @@ class FPFParams:
         per_spine = parse_rate(self.rate) * self.gpus_per_leaf / max(1, self.spines)
         return format_rate(per_spine).replace("b/s", "")
 
+    def build(self) -> None:
+        for g in range(self.gpus):
+            leaf, slot = divmod(g, self.gpus_per_leaf)
+            self.addHost(f"gpu{g}", ip=f"{host_ip4(0, leaf, slot)}/24")
+        for plane in range(self.planes):
+            for leaf in range(self.leaves):
+                self.addFabricSwitch(f"p{plane}l{leaf}", shard=plane, loopback4=f"10.{plane}.255.{leaf + 1}",
+                                     loopback6=f"fdfa:{plane}:ff::{leaf + 1}")
+            for s in range(self.spines if self.leaves > 1 else 0):
+                self.addFabricSwitch(f"p{plane}s{s}", shard=plane, loopback4=f"10.{plane}.255.{128 + s}",
+                                     loopback6=f"fdfa:{plane}:ff::{128 + s:x}")
+                for leaf in range(self.leaves):
+                    self.addFabricLink(f"p{plane}l{leaf}", f"p{plane}s{s}", rate=self.uplink_rate,
+                                       cable=self.fabric_cable)
+        for g in range(self.gpus):
+            leaf, slot = divmod(g, self.gpus_per_leaf)
+            for plane in range(self.planes):
+                self.addHostLink(f"gpu{g}", f"p{plane}l{leaf}", port=plane, net4=f"10.{plane}.{leaf}",
+                                 net6=f"fdfa:{plane}:{leaf}", slot=slot, rate=self.rate, cable=self.host_cable,
+                                 routes4=(f"10.{plane}.0.0/16",), routes6=(f"fdfa:{plane}::/32",))
+
 
 def host_ip4(plane: int, leaf: int, slot: int) -> str:
     return f"10.{plane}.{leaf}.{slot + 2}"
-
-
-class FPFTopo(Topo):
-    def build(self, **params: object) -> None:
-        p = FPFParams(**params)  # type: ignore[arg-type]
-        uplink = p.uplink_rate
-        for g in range(p.gpus):
-            leaf, slot = divmod(g, p.gpus_per_leaf)
-            self.addHost(f"gpu{g}", ip=f"{host_ip4(0, leaf, slot)}/24")
-        for plane in range(p.planes):
-            for leaf in range(p.leaves):
-                add_switch(self, f"p{plane}l{leaf}", shard=plane,
-                           loopback4=f"10.{plane}.255.{leaf + 1}", loopback6=f"fdfa:{plane}:ff::{leaf + 1}")
-            for s in range(p.spines if p.leaves > 1 else 0):
-                add_switch(self, f"p{plane}s{s}", shard=plane,
-                           loopback4=f"10.{plane}.255.{128 + s}", loopback6=f"fdfa:{plane}:ff::{128 + s:x}")
-                for leaf in range(p.leaves):
-                    fabric_link(self, f"p{plane}l{leaf}", f"p{plane}s{s}", rate=uplink, distance=p.fabric_cable)
-        for g in range(p.gpus):
-            leaf, slot = divmod(g, p.gpus_per_leaf)
-            for plane in range(p.planes):
-                host_link(self, f"gpu{g}", f"p{plane}l{leaf}", port=plane, net4=f"10.{plane}.{leaf}",
-                          net6=f"fdfa:{plane}:{leaf}", slot=slot, rate=p.rate, distance=p.host_cable,
-                          routes4=(f"10.{plane}.0.0/16",), routes6=(f"fdfa:{plane}::/32",))

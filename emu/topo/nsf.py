@@ -12,21 +12,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mininet.topo import Topo
-
-from emu.topo.common import (
-    TopologyError,
-    add_switch,
-    check_positive,
-    check_units,
-    fabric_link,
-    host_link,
-)
+from emu.topo.common import FabricTopo, TopologyError, check_positive, check_units
 from emu.units import format_rate, parse_rate
 
 
-@dataclass(frozen=True)
-class NSFParams:
+@dataclass(eq=False)
+class NSFTopo(FabricTopo):
+    """NSF: `gpus` GPUs, `gpus_per_rack` per rack switch, `racks_per_pod` racks per pod, `fsw` fabric
+    switches per pod (and spine planes), `spines` spines per plane; one NIC link per GPU at `rate`."""
+
     gpus: int = 8
     rate: str = "800G"
     gpus_per_rack: int = 2
@@ -37,7 +31,7 @@ class NSFParams:
     fabric_cable: str = "100m"
     radix: int = 64
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
         check_positive("nsf", gpus=self.gpus, gpus_per_rack=self.gpus_per_rack, racks_per_pod=self.racks_per_pod,
                        fsw=self.fsw, spines=self.spines, radix=self.radix)
         if self.gpus < 2:
@@ -58,34 +52,32 @@ class NSFParams:
     def pods(self) -> int:
         return math.ceil(self.racks / self.racks_per_pod)
 
-
-class NSFTopo(Topo):
-    def build(self, **params: object) -> None:
-        p = NSFParams(**params)  # type: ignore[arg-type]
-        rate = parse_rate(p.rate)
-        rsw_up = format_rate(rate * p.gpus_per_rack / p.fsw).replace("b/s", "")
-        fsw_up = format_rate(rate * p.gpus_per_rack * p.racks_per_pod / p.fsw / p.spines).replace("b/s", "")
-        multi_pod = p.pods > 1
-        for plane in range(p.fsw):
-            for s in range(p.spines if multi_pod else 0):
-                add_switch(self, f"ssw{plane}x{s}", loopback4=f"10.99.{plane}.{s + 1}")
-        for pod in range(p.pods):
-            for f in range(p.fsw):
-                fsw = add_switch(self, f"fsw{pod}x{f}", loopback4=f"10.98.{pod}.{f + 1}")
-                for s in range(p.spines if multi_pod else 0):
-                    fabric_link(self, fsw, f"ssw{f}x{s}", rate=fsw_up, distance=p.fabric_cable)
-            for r in range(p.racks_per_pod):
-                rack = pod * p.racks_per_pod + r
-                if rack >= p.racks:
+    def build(self) -> None:
+        rate = parse_rate(self.rate)
+        rsw_up = format_rate(rate * self.gpus_per_rack / self.fsw).replace("b/s", "")
+        fsw_up = format_rate(rate * self.gpus_per_rack * self.racks_per_pod / self.fsw / self.spines).replace("b/s", "")
+        multi_pod = self.pods > 1
+        for plane in range(self.fsw):
+            for s in range(self.spines if multi_pod else 0):
+                self.addFabricSwitch(f"ssw{plane}x{s}", loopback4=f"10.99.{plane}.{s + 1}")
+        for pod in range(self.pods):
+            for f in range(self.fsw):
+                fsw = self.addFabricSwitch(f"fsw{pod}x{f}", loopback4=f"10.98.{pod}.{f + 1}")
+                for s in range(self.spines if multi_pod else 0):
+                    self.addFabricLink(fsw, f"ssw{f}x{s}", rate=fsw_up, cable=self.fabric_cable)
+            for r in range(self.racks_per_pod):
+                rack = pod * self.racks_per_pod + r
+                if rack >= self.racks:
                     break
-                rsw = add_switch(self, f"rsw{rack}", loopback4=f"10.97.{rack // 250}.{rack % 250 + 1}")
-                for f in range(p.fsw):
-                    fabric_link(self, rsw, f"fsw{pod}x{f}", rate=rsw_up, distance=p.fabric_cable)
-                for slot in range(p.gpus_per_rack):
-                    g = rack * p.gpus_per_rack + slot
-                    if g >= p.gpus:
+                rsw = self.addFabricSwitch(f"rsw{rack}", loopback4=f"10.97.{rack // 250}.{rack % 250 + 1}")
+                for f in range(self.fsw):
+                    self.addFabricLink(rsw, f"fsw{pod}x{f}", rate=rsw_up, cable=self.fabric_cable)
+                for slot in range(self.gpus_per_rack):
+                    g = rack * self.gpus_per_rack + slot
+                    if g >= self.gpus:
                         break
                     net4 = f"10.{100 + pod}.{r}"
                     self.addHost(f"gpu{g}", ip=f"{net4}.{slot + 2}/24")
-                    host_link(self, f"gpu{g}", rsw, port=0, net4=net4, net6=f"fdfb:{pod}:{r}", slot=slot,
-                              rate=p.rate, distance=p.host_cable, routes4=("10.0.0.0/8",), routes6=("fdfb::/16",))
+                    self.addHostLink(f"gpu{g}", rsw, port=0, net4=net4, net6=f"fdfb:{pod}:{r}", slot=slot,
+                                     rate=self.rate, cable=self.host_cable, routes4=("10.0.0.0/8",),
+                                     routes6=("fdfb::/16",))

@@ -15,16 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mininet.topo import Topo
-
-from emu.topo.common import (
-    TopologyError,
-    add_switch,
-    check_positive,
-    check_units,
-    fabric_link,
-    host_link,
-)
+from emu.topo.common import FabricTopo, TopologyError, check_positive, check_units
 
 
 def end_sid(k: int) -> str:
@@ -35,22 +26,25 @@ def dt6_sid(k: int) -> str:
     return f"fc00:{k:x}::d6"
 
 
-@dataclass(frozen=True)
-class RBBParams:
+@dataclass(eq=False)
+class RBBTopo(FabricTopo):
+    """RBB: `routers` backbone routers in a ring, `distance` apart; `campuses` campuses of
+    `hosts_per_campus` hosts, each behind an edge router `campus_cable` from the ring."""
+
     routers: int = 5
     campuses: int = 2
-    hosts: int = 1
+    hosts_per_campus: int = 1
     rate: str = "400G"
     distance: str = "20km"
     campus_cable: str = "1km"
 
-    def __post_init__(self) -> None:
-        check_positive("rbb", routers=self.routers, hosts=self.hosts)
+    def check(self) -> None:
+        check_positive("rbb", routers=self.routers, hosts_per_campus=self.hosts_per_campus)
         if self.campuses < 2:
             raise TopologyError(f"rbb: joins at least 2 campuses, got {self.campuses}")
         if self.campuses > self.routers:
             raise TopologyError(f"rbb: {self.campuses} campuses need at least as many backbone routers")
-        if self.routers > 200 or self.hosts > 200:
+        if self.routers > 200 or self.hosts_per_campus > 200:
             raise TopologyError("rbb: at most 200 routers and 200 hosts per campus")
         check_units("rbb", rates=(self.rate,), distances=(self.distance, self.campus_cable))
 
@@ -60,22 +54,19 @@ class RBBParams:
     def pe_id(self, c: int) -> int:
         return self.routers + c
 
-
-class RBBTopo(Topo):
-    def build(self, **params: object) -> None:
-        p = RBBParams(**params)  # type: ignore[arg-type]
-        for k in range(p.routers):
-            add_switch(self, f"r{k}", loopback4=f"10.255.0.{k + 1}", loopback6=f"fd00:ff::{k + 1:x}",
-                       sids={end_sid(k): "End"})
-        for k in range(p.routers if p.routers > 2 else p.routers - 1):
-            fabric_link(self, f"r{k}", f"r{(k + 1) % p.routers}", rate=p.rate, distance=p.distance)
-        for c in range(p.campuses):
-            k = p.pe_id(c)
-            pe = add_switch(self, f"pe{c}", loopback4=f"10.255.1.{c + 1}", loopback6=f"fd00:ff::{k + 1:x}",
-                            sids={end_sid(k): "End", dt6_sid(k): "End.DT6"})
-            fabric_link(self, pe, f"r{p.attach(c)}", rate=p.rate, distance=p.campus_cable)
-            for j in range(p.hosts):
+    def build(self) -> None:
+        for k in range(self.routers):
+            self.addFabricSwitch(f"r{k}", loopback4=f"10.255.0.{k + 1}", loopback6=f"fd00:ff::{k + 1:x}",
+                                 sids={end_sid(k): "End"})
+        for k in range(self.routers if self.routers > 2 else self.routers - 1):
+            self.addFabricLink(f"r{k}", f"r{(k + 1) % self.routers}", rate=self.rate, cable=self.distance)
+        for c in range(self.campuses):
+            k = self.pe_id(c)
+            pe = self.addFabricSwitch(f"pe{c}", loopback4=f"10.255.1.{c + 1}", loopback6=f"fd00:ff::{k + 1:x}",
+                                      sids={end_sid(k): "End", dt6_sid(k): "End.DT6"})
+            self.addFabricLink(pe, f"r{self.attach(c)}", rate=self.rate, cable=self.campus_cable)
+            for j in range(self.hosts_per_campus):
                 name = f"c{c}h{j}"
                 self.addHost(name, ip=f"10.{c}.0.{j + 2}/24")
-                host_link(self, name, pe, port=0, net4=f"10.{c}.0", net6=f"fd00:{c}:0", slot=j, rate=p.rate,
-                          distance="2m", routes4=("10.0.0.0/8",), routes6=("fd00::/16",))
+                self.addHostLink(name, pe, port=0, net4=f"10.{c}.0", net6=f"fd00:{c}:0", slot=j, rate=self.rate,
+                                 cable="2m", routes4=("10.0.0.0/8",), routes6=("fd00::/16",))

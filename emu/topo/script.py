@@ -11,7 +11,7 @@ from emu.topo import TOPOLOGIES
 
 def mn_custom(name: str) -> tuple[dict, dict, dict]:
     """(topos, switches, links) as `mn --custom` reads them from a custom file."""
-    return {name: TOPOLOGIES[name][0]}, {"fabric": FabricSwitch}, {"fabric": FabricLink}
+    return {name: TOPOLOGIES[name]}, {"fabric": FabricSwitch}, {"fabric": FabricLink}
 
 
 def run(name: str) -> int:

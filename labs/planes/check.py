@@ -1,0 +1,100 @@
+"""Checker of lab planes: each step runs the student's function on a real FPF fabric."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from emu import FabricNet, FPFTopo
+from emu.labs import StepFailed
+from emu.roce.run import PerfRun, mininet_popen
+
+MODULE = "planes.py"
+D = 10_000
+PLANES = 4
+
+
+@contextmanager
+def fabric() -> Iterator[FabricNet]:
+    with FabricNet(FPFTopo(gpus=4, planes=PLANES, leaves=1), dilation=D) as net:
+        yield net
+
+
+def _write(net: FabricNet, nbytes: int) -> None:
+    client, server = PerfRun(mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1")), nbytes=nbytes,
+                             dilation=D, lat_iters=0).wait()
+    if not server["data_ok"]:
+        raise RuntimeError("the MetaRoCE write did not arrive intact: the fabric, not your code")
+
+
+def _shares(before, after) -> list[float]:
+    sent = [after.switch(f"p{p}l0").tx_bytes - before.switch(f"p{p}l0").tx_bytes for p in range(PLANES)]
+    return [s / sum(sent) for s in sent]
+
+
+def step_addressing(work, net: FabricNet) -> str:
+    """Step 1: addressing"""
+    for g in range(4):
+        for p in range(PLANES):
+            text = net.get(f"gpu{g}").cmd(f"ip -4 -o addr show dev gpu{g}-eth{p}")
+            real = re.search(r"inet (\S+)/", text).group(1)
+            said = work.plane_address(g, p)
+            if said != real:
+                raise StepFailed(f"gpu{g} on plane {p} is {real}, plane_address said {said!r}: "
+                                 "plane p, leaf l, slot s is 10.p.l.(s+2)")
+    return "16 of 16 addresses right"
+
+
+def step_reachable(work, net: FabricNet) -> str:
+    """Step 2: ping every plane"""
+    got = sorted(work.reachable_planes(net, "gpu0", "gpu3"))
+    if got != list(range(PLANES)):
+        raise StepFailed(f"every plane is up, reachable_planes said {got}")
+    net.fail(plane=2)
+    try:
+        got = sorted(work.reachable_planes(net, "gpu0", "gpu3"))
+    finally:
+        net.restore(plane=2)
+    if got != [0, 1, 3]:
+        raise StepFailed(f"with plane 2 failed, planes 0, 1 and 3 answer; reachable_planes said {got}")
+    return "4 planes, then 3 with plane 2 failed"
+
+
+def step_shares(work, net: FabricNet) -> str:
+    """Step 3: spraying, seen in the counters"""
+    before = net.stats()
+    _write(net, 4 << 20)
+    after = net.stats()
+    truth, said = _shares(before, after), work.plane_shares(before, after)
+    if len(said) != PLANES or any(abs(a - b) > 0.01 for a, b in zip(said, truth, strict=True)):
+        raise StepFailed(f"the leaves' counters give {[round(x, 3) for x in truth]}, plane_shares said "
+                         f"{said}: subtract before from after for each p{{P}}l0, then divide by the total")
+    if max(truth) - min(truth) > 0.05:
+        raise RuntimeError(f"the fabric sprayed unevenly ({truth}): not your code")
+    return "shares " + ", ".join(f"{x:.3f}" for x in said)
+
+
+def step_dead_plane(work, net: FabricNet) -> str:
+    """Step 4: a plane fails"""
+    before = net.stats()
+    _write(net, 1 << 20)
+    even = _shares(before, net.stats())
+    if work.dead_plane(even) is not None:
+        raise StepFailed(f"every plane carried its part ({[round(x, 3) for x in even]}); dead_plane should say None")
+    dead = random.randrange(PLANES)
+    net.fail(plane=dead)
+    try:
+        before = net.stats()
+        _write(net, 2 << 20)
+        shares = _shares(before, net.stats())
+    finally:
+        net.restore(plane=dead)
+    said = work.dead_plane(shares)
+    if said != dead:
+        raise StepFailed(f"plane {dead} failed (shares {[round(x, 3) for x in shares]}); dead_plane said {said}")
+    return f"plane {dead} failed: shares " + ", ".join(f"{x:.3f}" for x in shares)
+
+
+STEPS = [step_addressing, step_reachable, step_shares, step_dead_plane]
