@@ -285,7 +285,7 @@ def cmd_lab(args: argparse.Namespace, extra: list[str]) -> int:
     def show(r: labs.StepResult) -> None:
         if not args.json:
             mark = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
-            Console().print(f"{mark}  {r.step} ({r.seconds:.1f} s): {r.detail}", markup=True, highlight=False)
+            Console(soft_wrap=True).print(f"{mark}  {r.step} ({r.seconds:.1f} s): {r.detail}", markup=True, highlight=False)
 
     result = labs.check(args.name, solution=args.solution, work_dir=args.dir, progress=show)
     if args.json:

@@ -89,6 +89,8 @@ class FabricTopo(Topo):
                 routes4, routes6 = ("10.0.0.0/8",), ("fdee::/16",)
         if net6 is None:
             raise TopologyError(f"{host}-{switch}: give net6 with net4")
+        if first and "ip" not in self.nodeInfo(host):
+            self.nodeInfo(host)["ip"] = f"{net4}.{slot + 2}/24"  # not Mininet's 10.0.0.N/8 from its ipBase
         self.addLink(host, switch, port1=port, cls=FabricLink, rate=rate, distance=cable,
                      gw4=f"{net4}.1/24", gw6=f"{net6}::1/64",
                      host_ip4=f"{net4}.{slot + 2}/24", host_ip6=f"{net6}::{slot + 2:x}/64",
