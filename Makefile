@@ -24,17 +24,17 @@ demo: setup
 
 test: setup
 	$(EMU) clean --quiet
-	$(VENV)/bin/ruff check emu tests topologies
+	$(VENV)/bin/ruff check emu tests topologies labs
 	$(PY) -m pytest -q tests
 	$(EMU) clean --quiet
 
 lint: setup
-	$(VENV)/bin/ruff check emu tests topologies
+	$(VENV)/bin/ruff check emu tests topologies labs
 
 p4:
 	@command -v p4c-bm2-ss >/dev/null || { echo "p4c-bm2-ss not found: install p4c (p4lang's packages or a source build) to compile p4/fabric.p4"; exit 2; }
 	mkdir -p p4/build
-	p4c-bm2-ss --std p4-16 -o p4/build/fabric.json p4/fabric.p4
+	p4c-bm2-ss --std p4-16 -I p4 -o p4/build/fabric.json p4/fabric.p4
 
 clean:
 	-$(EMU) clean

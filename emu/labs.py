@@ -8,7 +8,8 @@ student edits, e.g. "planes.py"), `STEPS`, a list of functions
 raising `StepFailed(hint)` on failure, and optionally `fabric()`, a context
 manager giving the `net` every step shares (a FabricNet, torn down at the
 end whatever happened). `work` is the student's module, imported from their
-folder. A step whose code is still a TODO (NotImplementedError) fails with
+folder (or whatever the checker's `load(path)` makes of the file, for work
+that is not Python). A step whose code is still a TODO (NotImplementedError) fails with
 the hint to do it; a step that fails does not stop the next.
 """
 
@@ -107,7 +108,8 @@ def check(name: str, *, solution: bool = False, work_dir: str | None = None,
         raise LabError(f"no {checker.MODULE} in {where}: start the lab with `emu lab start {name}` first")
     results: list[StepResult] = []
     try:
-        work = _load(path, f"emu_lab_work_{name.replace('-', '_')}")
+        # A checker whose work is not Python (a P4 lab) says how to take it: `load(path)`.
+        work = checker.load(path) if hasattr(checker, "load") else _load(path, f"emu_lab_work_{name.replace('-', '_')}")
     except Exception as exc:  # the student's file does not even import: say where
         results.append(StepResult("import", False, f"{path} does not import: {exc!r}", 0.0))
         work = None

@@ -33,6 +33,7 @@
 
 #include <core.p4>
 #include <v1model.p4>
+#include <ecn_decide.p4>  // angle brackets: found by -I, so a lab can give its own
 
 #define MAX_SEGS 4
 
@@ -452,6 +453,7 @@ control FabricIngress(inout headers_t hdr, inout metadata_t meta, inout standard
 }
 
 control FabricEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
+    EcnDecide() ecn_decide;  // ecn_decide.p4: whether a packet that found `depth` queued is marked
     counter(512, CounterType.packets_and_bytes) tx_port;
     counter(512, CounterType.packets) ecn_marked;
     // ECN-capable packets seen and marked, by the queue depth they found (packets, 63 = 63 or more):
@@ -459,9 +461,7 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta, inout standard_
     counter(64, CounterType.packets) ecn_depth_seen;
     counter(64, CounterType.packets) ecn_depth_marked;
 
-    // RED as the engine does it: no mark below kmin, always at kmax or more, and in between with
-    // probability pmax x (depth - kmin) / (kmax - kmin) = (depth - kmin) x step / 65536, where the
-    // control plane computes step = pmax x 65536 / (kmax - kmin) (no division in the data plane).
+    // This port's RED thresholds (packets) and slope (ecn_decide.p4 says how they are used).
     action set_ecn_red(bit<32> kmin, bit<32> kmax, bit<32> step) {
         meta.ecn_kmin = kmin;
         meta.ecn_kmax = kmax;
@@ -518,13 +518,7 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta, inout standard_
             if (depth > 63) { bucket = 63; }
             ecn_depth_seen.count(bucket);
             bit<1> mark = 0;
-            if (depth >= meta.ecn_kmax) {
-                mark = 1;
-            } else if (depth > meta.ecn_kmin) {
-                bit<32> r;
-                random(r, 32w0, 32w65535);
-                if (r < (depth - meta.ecn_kmin) * meta.ecn_step) { mark = 1; }
-            }
+            ecn_decide.apply(depth, meta.ecn_kmin, meta.ecn_kmax, meta.ecn_step, mark);
             if (mark == 1) {
                 if (hdr.ipv4.isValid()) { hdr.ipv4.ecn = 3; } else { hdr.ipv6.ecn = 3; }
                 ecn_marked.count((bit<32>)std.egress_port);

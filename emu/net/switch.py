@@ -43,6 +43,7 @@ class RunSettings:
     ecn: tuple[int, int, float] | None = None  # (Kmin bytes, Kmax bytes, Pmax) for classes 0 and 3
     backend: str = "native"  # or "bmv2": simple_switch running p4/fabric.p4
     links: str = "auto"  # bmv2 only: netem, engine, or auto (engine with PFC on, else netem where the kernel has it)
+    p4_json: str = ""  # bmv2 only: the compiled P4 program (default p4/build/fabric.json; a lab gives its own)
 
     def __post_init__(self) -> None:
         try:
@@ -57,6 +58,8 @@ class RunSettings:
             raise ValueError(f"links must be auto, netem or engine, got {self.links!r}")
         if self.backend == "native" and self.links != "auto":
             raise ValueError("--links is for --backend bmv2: the native engine always carries its own links")
+        if self.backend == "native" and self.p4_json:
+            raise ValueError("a P4 program is for --backend bmv2: the native engine does not run one")
 
 
 def default_settings() -> RunSettings:

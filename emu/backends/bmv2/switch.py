@@ -254,7 +254,7 @@ class Bmv2Backend:
         except LinkModeError as exc:
             raise Bmv2Error(str(exc)) from None
         for n, name in enumerate(switches or ["check"]):
-            Bmv2Process(name, [], self.thrift_base + n).check()
+            Bmv2Process(name, [], self.thrift_base + n, json_path=settings.p4_json or DEFAULT_JSON).check()
 
     def start(self, switches: tuple, built, settings) -> Bmv2DataPlane:
         links = choose_links(settings.links, netem=netem_available(), pfc=settings.pfc)
@@ -274,7 +274,7 @@ class Bmv2Backend:
             taken = wires.start() if wires is not None else {}
             for n, (sw, spec) in enumerate(zip(switches, specs, strict=True)):
                 ports = [(bmv2_port(p.index), taken.get((sw.name, p.index), p.ifname)) for p in spec.ports]
-                proc = Bmv2Process(sw.name, ports, self.thrift_base + n)
+                proc = Bmv2Process(sw.name, ports, self.thrift_base + n, json_path=settings.p4_json or DEFAULT_JSON)
                 plane.procs[sw.name] = proc
                 proc.start()
                 queues = hash_commands(spec.seed) + (mirror_commands([p.index for p in spec.ports]) if pfc else [])

@@ -1,0 +1,56 @@
+"""Checker of lab ecn-dcqcn: two real MetaRoCE flows with DCQCN into one port, with the student's RED."""
+
+from __future__ import annotations
+
+from emu import FabricNet, FPFTopo
+from emu.labs import StepFailed
+from emu.roce.run import PerfRun, mininet_popen
+from emu.scenarios.dcqcn import overlap_rates
+
+MODULE = "dcqcn.py"
+D = 5000  # below ~4000 the Python endpoints, not DCQCN, set the rates
+QUEUE_LIMIT = 400_000
+
+
+def step_curve(work, net: None) -> str:
+    """Step 1: the marking curve"""
+    for q, want in ((0, 0.0), (99_999, 0.0), (100_000, 0.0), (250_000, 0.1), (399_999, 0.2), (400_000, 1.0),
+                    (1e6, 1.0)):
+        said = work.mark_probability(q, 100_000, 400_000, 0.2)
+        if abs(said - want) > 1e-3:
+            raise StepFailed(f"Kmin 100 KB, Kmax 400 KB, Pmax 0.2: at {q:g} bytes the chance is {want}, "
+                             f"you said {said}")
+    return "RED curve right at 7 points"
+
+
+def step_thresholds(work, net: None) -> str:
+    """Step 2: your thresholds"""
+    kmin, kmax, pmax = work.ecn_parameters()
+    if not 0 < kmin < kmax or not 0 < pmax <= 1:
+        raise StepFailed(f"need 0 < Kmin < Kmax and 0 < Pmax <= 1, got {kmin}, {kmax}, {pmax}")
+    return f"Kmin {kmin / 1e3:g} KB, Kmax {kmax / 1e3:g} KB, Pmax {pmax:g}"
+
+
+def step_fair(work, net: None) -> str:
+    """Step 3: fair, and short"""
+    kmin, kmax, pmax = work.ecn_parameters()
+    with FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), dilation=D, ecn=(int(kmin), int(kmax), float(pmax))) as net:
+        clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
+                                  mininet_popen(net.get("gpu2")), nbytes=8 << 20, dilation=D, cc="dcqcn",
+                                  lat_iters=0, timeout=300).wait()
+        port = net.stats().port("p0l0", "p0l0-eth3")
+    if not server["data_ok"]:
+        raise StepFailed("not every byte arrived intact")
+    a, b = overlap_rates(server["rx_traces"])
+    fairness = min(a, b) / max(a, b)
+    hwm = port.queue_hwm[3]
+    got = f"rates {a / 1e9:.1f} and {b / 1e9:.1f} Gb/s (fairness {fairness:.2f}), queue high-water {hwm / 1e3:.0f} KB"
+    if fairness < 0.8:
+        raise StepFailed(f"{got}: the flows did not share; a gentler slope (smaller Pmax) lets the faster one "
+                         "collect more marks")
+    if hwm >= QUEUE_LIMIT:
+        raise StepFailed(f"{got}: the queue went past {QUEUE_LIMIT / 1e3:g} KB; mark earlier")
+    return got
+
+
+STEPS = [step_curve, step_thresholds, step_fair]
