@@ -8,8 +8,8 @@ from emu.roce.run import PerfRun, mininet_popen
 from emu.scenarios.dcqcn import overlap_rates
 
 MODULE = "dcqcn.py"
-D = 5000  # below ~4000 the Python endpoints, not DCQCN, set the rates
-QUEUE_LIMIT = 400_000
+D = 10_000  # at 5000 the endpoints fell behind (fidelity NOT OK) and the shares moved with D
+QUEUE_LIMIT = 800_000
 
 
 def step_curve(work, net: None) -> str:

@@ -65,10 +65,11 @@ def step_when(work, net: FabricNet) -> str:
     """Step 3: when it failed"""
     client, _ = _transfer(net)
     truth, said = _last_growth(client, FAILED), work.failure_time(client, FAILED)
+    start = client["plane_trace"][0][0]
     if abs(said - truth) > 1e-9:
-        raise StepFailed(f"plane {FAILED} last grew at {truth * 1e6:.2f} us of fabric time; failure_time said "
-                         f"{said * 1e6:.2f} us")
-    return f"plane {FAILED} stopped at {truth * 1e6:.2f} us of fabric time"
+        raise StepFailed(f"plane {FAILED} last grew {(truth - start) * 1e6:.2f} us of fabric time into the "
+                         f"transfer; failure_time said {(said - start) * 1e6:.2f} us")
+    return f"plane {FAILED} stopped {(truth - start) * 1e6:.2f} us of fabric time into the transfer"
 
 
 def step_after(work, net: FabricNet) -> str:
