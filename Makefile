@@ -25,7 +25,7 @@ demo: setup
 test: setup
 	$(EMU) clean --quiet
 	$(VENV)/bin/ruff check emu tests topologies labs
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests --junitxml=results/junit.xml
 	$(EMU) clean --quiet
 
 lint: setup

@@ -18,6 +18,7 @@ from typing import Any
 _PUBLIC = {
     "FabricNet": "emu.net.fabric",
     "PingResult": "emu.net.fabric",
+    "RoceWrite": "emu.net.fabric",
     "RunSettings": "emu.net.switch",
     "FabricStats": "emu.net.stats",
     "PortStats": "emu.net.stats",

@@ -55,6 +55,9 @@ def test_ten_lines_ping_every_plane_then_fail_one(no_leftovers):
         assert " 0% packet loss" in gpu0.cmd("ping -c2 -i0.1 -W1 10.1.0.3")
         with pytest.raises(ValueError, match="exactly one"):
             net.fail(plane=0, switch="p0l0")
+        w = net.roce.write("gpu0", "gpu1", nbytes=1 << 20)
+        assert w.data_ok and w.nbytes == 1 << 20 and w.bw_fabric_bps > 0
+        assert len(w.planes) == 2 and all(p["tx_bytes"] > 0 for p in w.planes)  # sprayed over both planes
 
 
 class Line(FabricTopo):

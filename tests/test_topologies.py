@@ -61,3 +61,41 @@ def test_shapes():
 def test_bad_parameters_one_clear_error(name, params, msg):
     with pytest.raises(TopologyError, match=msg):
         make_topo(name, params)
+
+
+@pytest.mark.parametrize("name, params", [
+    ("fpf", {}), ("fpf", {"gpus": "16", "planes": "8", "leaves": "4", "spines": "3"}), ("fpf", {"leaves": "1"}),
+    ("nsf", {"gpus": "13", "racks-per-pod": "3"}), ("bag", {"regions": "3", "buildings": "2", "bags": "2"}),
+    ("tahan", {"preset": "next"}), ("rbb", {"routers": "7", "campuses": "3", "hosts-per-campus": "2"}),
+])
+def test_the_size_reckoned_before_building_is_the_size_built(name, params):
+    topo = make_topo(name, params)
+    assert topo.links_needed() == len(topo.links())
+
+
+def test_a_fabric_too_big_for_one_machine_is_refused_before_it_is_described():
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(TopologyError, match="more than one machine"):
+        make_topo("fpf", {"gpus": "100000", "leaves": "200", "radix": "100000"})
+    assert time.monotonic() - t0 < 1.0  # not 800 000 links described first
+
+
+def test_emu_topologies_lists_every_parameter_with_its_default():
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "emu.cli.main", "topologies", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    listed = {d["name"]: d for d in json.loads(r.stdout)}
+    assert set(listed) == {"fpf", "nsf", "bag", "tahan", "rbb"}
+    fpf = {p["option"]: p for p in listed["fpf"]["parameters"]}
+    assert fpf["--gpus"] == {"option": "--gpus", "type": "int", "default": 8}
+    assert fpf["--host-cable"]["default"] == "2m" and "Planar" in listed["fpf"]["shape"]
+    # Every option listed is one make_topo takes.
+    for name, d in listed.items():
+        for p in d["parameters"]:
+            if p["default"] is not None:
+                make_topo(name, {p["option"][2:]: str(p["default"])})

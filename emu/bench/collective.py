@@ -21,9 +21,10 @@ from typing import Any
 
 from emu.bench.dilation import run_auto
 from emu.fidelity import Part, engine_parts, line, packet_time_s, verdict
+from emu.launch import child_env, python_module
 from emu.net.switch import RunSettings
 from emu.roce.transport import HEADERS
-from emu.scenarios.common import child_env, fabric
+from emu.scenarios.common import fabric
 from emu.topo import make_topo
 from emu.topo.common import host_ports
 from emu.units import format_size, parse_size
@@ -65,12 +66,18 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
 def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], ports: dict[str, list[tuple[str, float]]],
              sizes: list[int], cc: str, d: float, settings: RunSettings | None) -> dict[str, Any]:
     n = len(ports)
+    # Wall time the ranks may take: the collective's bytes at line rate, stretched by D, with room
+    # (5x) for a slow run, plus start-up; a fixed limit cut a 16 MiB run at D = 3e6 (17 min) short.
+    gpu_bps = min(sum(rate for _, rate in p) for p in ports.values())
+    fabric_s = sum(FACTOR[op](n) * s * (n if op == "allgather" else 1) * 8 / gpu_bps + 2 * n * 20e-6 for s in sizes)
+    timeout = 300.0 + 5 * fabric_s * d
     tmp = tempfile.mkdtemp(prefix="emu-coll-")
     try:
         with fabric(topo, replace(settings or RunSettings(), dilation=d)) as net:
             hosts = sorted(net.hosts, key=lambda h: (len(h.name), h.name))
-            cmd = [sys.executable, "-m", "emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
-                   "--sizes", ",".join(map(str, sizes)), "--dilation", str(d), "--cc", cc, "--mtu", str(MTU)]
+            cmd = python_module("emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
+                                "--sizes", ",".join(map(str, sizes)), "--dilation", str(d), "--cc", cc,
+                                "--mtu", str(MTU), "--timeout", f"{timeout:.0f}")
             procs = [h.popen(cmd + ["--rank", str(r), "--name", h.name,
                                     "--addrs", ",".join(a for a, _ in ports[h.name]),
                                     "--plane-rate", str(min(rate for _, rate in ports[h.name]))],
@@ -78,7 +85,7 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], ports: 
                      for r, h in enumerate(hosts)]
             results = []
             for r, p in enumerate(procs):
-                out, err = p.communicate(timeout=900)
+                out, err = p.communicate(timeout=timeout + 60)
                 if p.returncode != 0:
                     raise RuntimeError(f"rank {r} failed: {err.strip()[-600:]}")
                 results.append(json.loads(out))

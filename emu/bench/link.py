@@ -12,15 +12,14 @@ egress link each way. Both are compared in fabric units.
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 import subprocess
-import sys
 import time
 from typing import Any
 
 from emu.bench.lab import engine_pair, wired_pair
+from emu.launch import child_env, python_module
 from emu.net.fidelity import fabric_fidelity
 from emu.units import WIRE_OVERHEAD_BYTES, parse_distance, parse_rate, parse_size, propagation_delay
 
@@ -40,13 +39,13 @@ def run(params: dict[str, str], *, dilation: float) -> dict[str, Any]:
         raise ValueError(f"link bench: measures an engine switch, or with --links engine the engine's wires; "
                          f"not {links!r}")
     pair, dst = (wired_pair, "10.9.0.3") if links == "engine" else (engine_pair, "10.9.1.2")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env = child_env()
     with pair("l", rate_bps=rate, delay_s=delay, dilation=dilation) as (lab, engine):
         ping = lab.exec(0, ["ping", "-c", str(pings), "-i", "0.05", "-W", "5", dst], check=False).stdout
         rtts = [float(x) / 1e3 for x in re.findall(r"time=([\d.]+) ms", ping)]
         if len(rtts) < pings // 2:
             raise RuntimeError(f"link bench: only {len(rtts)} of {pings} pings came back:\n{ping}")
-        py = [sys.executable, "-m", "emu.traffic.udp"]
+        py = python_module("emu.traffic.udp")
         rx = lab.popen(1, py + ["recv", str(PORT), "--expect", str(nbytes // size * size), "--idle", "2"],
                        stdout=subprocess.PIPE, text=True, env=env)
         assert rx.stdout is not None

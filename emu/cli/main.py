@@ -44,7 +44,11 @@ def _settings(args: argparse.Namespace):
             raise ValueError("--ecn needs KMIN,KMAX,PMAX, e.g. 20KB,200KB,0.2")
         from emu.units import parse_size
 
-        ecn = (parse_size(parts[0]), parse_size(parts[1]), float(parts[2]))
+        try:
+            pmax = float(parts[2])
+        except ValueError:
+            raise ValueError(f"--ecn: PMAX is a probability in (0, 1], got {parts[2]!r}") from None
+        ecn = (parse_size(parts[0]), parse_size(parts[1]), pmax)
     d = _dilation(args, auto=args.command == "scenario")  # "auto" is decided per run, by run_scenario
     settings = RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
                            workers=args.workers, pcap_dir=args.pcap or "", control=timing,
@@ -123,6 +127,8 @@ def cmd_clean(args: argparse.Namespace, extra: list[str]) -> int:
         else:
             print(f"emu clean: removed {len(r.processes)} processes, {len(r.interfaces)} interfaces, "
                   f"{len(r.namespaces)} namespaces, {len(r.run_dirs)} run directories")
+        if r.live_runs:
+            print(f"emu clean: left {len(r.live_runs)} running fabric(s) alone: {', '.join(r.live_runs)}")
     return 0
 
 
@@ -266,6 +272,24 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="exit non-zero (3) when the result's fidelity is not ok or was not measured")
 
 
+def cmd_topologies(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu.topo import TOPOLOGIES, describe
+
+    names = [args.name] if args.name else sorted(TOPOLOGIES)
+    if args.name and args.name not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {args.name!r}; known: {', '.join(sorted(TOPOLOGIES))}")
+    out = [describe(n) for n in names]
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    for d in out:
+        print(f"{d['name']}: {d['shape']}")
+        for p in d["parameters"]:
+            default = "from the preset" if p["default"] is None else repr(p["default"])
+            print(f"    {p['option']:22} {p['type']:4} default {default}")
+    return 0
+
+
 def cmd_lab(args: argparse.Namespace, extra: list[str]) -> int:
     from emu import labs
 
@@ -340,6 +364,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="exit non-zero (3) when the result's fidelity is not ok or was not measured")
     p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("topologies", help="the fabrics `emu up` builds, with their parameters and defaults")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_topologies)
     p = sub.add_parser("lab", help="teaching labs: list, start one, check your work on a real fabric")
     p.add_argument("action", choices=("list", "start", "check"))
     p.add_argument("name", nargs="?")

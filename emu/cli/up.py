@@ -5,24 +5,27 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
+from dataclasses import asdict
 
 from mininet.log import setLogLevel
 from rich.console import Console
 
 from emu.cli.mncli import FabricCLI
 from emu.fidelity import line
-from emu.net.cleanup import _root_interfaces, _worker_pids
+from emu.net.cleanup import root_interfaces, worker_pids
 from emu.net.fabric import FabricNet
 from emu.net.fidelity import fabric_fidelity
+from emu.net.link import FabricLink
 from emu.net.switch import RunSettings
 from emu.topo import make_topo
 
 
 def leftovers(interfaces: set[str], pids: list[int]) -> list[str]:
     """What a stopped fabric still holds: its interfaces, its node shells, engine workers."""
-    out = sorted(interfaces & set(_root_interfaces()))
+    out = sorted(interfaces & set(root_interfaces()))
     out += [f"pid {p}" for p in pids if os.path.exists(f"/proc/{p}")]
-    out += [f"worker pid {p}" for p in _worker_pids()]
+    out += [f"worker pid {p}" for p in worker_pids()]
     return out
 
 
@@ -35,19 +38,28 @@ def drops_by_reason(stats: dict) -> dict[str, int]:
     return out
 
 
+def link_kinds(net: FabricNet) -> dict[str, int]:
+    """How many links of each rate and propagation delay the fabric was built with: what the
+    topology options asked for, as the engine carries it ("100G 10ns": 16)."""
+    kinds = Counter(f"{link.fabric.rate_bps / 1e9:g}G {link.fabric.delay_s * 1e9:.4g}ns"
+                    for link in net.links if isinstance(link, FabricLink))
+    return dict(sorted(kinds.items()))
+
+
 def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | None, as_json: bool) -> int:
     console = Console(stderr=as_json)
     topo = make_topo(name, params)  # validated: nothing exists yet if this fails
     setLogLevel("info" if test is None else "warning")
     t0 = time.monotonic()
     net = None
-    result: dict = {"topology": name, "params": params, "dilation": settings.dilation}
+    result: dict = {"topology": name, "params": params, "dilation": settings.dilation, "settings": asdict(settings)}
     passed = True
     try:
         with console.status(f"building {name} ({len(topo.switches())} switches, {len(topo.hosts())} hosts)"):
             net = FabricNet(topo, settings=settings)
             net.start()
         result["up_s"] = round(time.monotonic() - t0, 3)
+        result["links"] = link_kinds(net)
         if test is None:
             console.print(f"[green]{name} is up[/green] in {result['up_s']} s at D={settings.dilation:g}; "
                           "extra commands: stats, fail, restore, pingplanes")

@@ -70,6 +70,7 @@ class FabricController:
         self.pushed = {sw: t.to_dict() for sw, t in self.tables().items()}
         self.updates = 0
         self.recomputes = 0
+        self.error = ""  # the first route update a data plane refused since the last settle()
         self._lock = threading.Condition()
         self._due: float | None = None
         self._busy = False
@@ -171,6 +172,8 @@ class FabricController:
                 self._busy = True
             try:
                 self._apply()
+            except Exception as exc:  # noqa: BLE001 (kept for settle() to raise; the loop must live on)
+                self.error = f"route update failed: {exc}"
             finally:
                 with self._lock:
                     self._busy = False
@@ -180,15 +183,24 @@ class FabricController:
         return with_local(compute_tables(self.graph, self.attachments, spray=self.spray), self.local)
 
     def _apply(self) -> None:
+        """Push what changed to every switch. A switch whose data plane refuses (its worker died) does
+        not stop the others' updates; the first such error is kept, and settle() raises it."""
         tables = self.tables()
         self.recomputes += 1
         self._last = time.monotonic()
+        failed = []
         for sw, t in tables.items():
             d = t.to_dict()
             if d != self.pushed.get(sw):
-                self.engine.set_tables(sw, d)
+                try:
+                    self.engine.set_tables(sw, d)
+                except (RuntimeError, OSError) as exc:
+                    failed.append(f"{sw}: {exc}")
+                    continue
                 self.pushed[sw] = d
                 self.updates += 1
+        if failed:
+            self.error = f"{len(failed)} switch(es) did not take their routes; first {failed[0]}"
 
     def settle(self, timeout: float | None = None) -> None:
         """Wait until no update is pending. By default for as long as a detection delay and a
@@ -202,6 +214,9 @@ class FabricController:
                 if left <= 0:
                     raise TimeoutError("the control plane did not settle")
                 self._lock.wait(min(left, 0.05))
+        if self.error:
+            error, self.error = self.error, ""
+            raise RuntimeError(f"the control plane settled, but {error}")
 
     def close(self) -> None:
         with self._lock:

@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -33,9 +32,10 @@ from emu.dataplane.protocol import (
 )
 from emu.dataplane.spec import EngineSpec
 from emu.dataplane.worker import control_path
+from emu.launch import child_env, owner, private_dir, python_module
 
 RUN_ROOT = "/run/emu"
-FAILED_LOGS = "/tmp/emu-logs"
+FAILED_LOGS = "/var/log/emu"  # outside RUN_ROOT, which `emu clean` empties
 WORKER_MODULE = "emu.dataplane.worker"
 
 
@@ -44,16 +44,22 @@ class EngineError(RuntimeError):
 
 
 def new_run_dir() -> str:
-    os.makedirs(RUN_ROOT, exist_ok=True)
+    private_dir(RUN_ROOT)
     path = os.path.join(RUN_ROOT, f"run-{os.getpid()}-{int(time.time() * 1000) % 10**8}")
-    os.makedirs(path)
+    os.mkdir(path, 0o700)
+    os.chmod(path, 0o700)  # whatever the umask: its sockets take commands as root
+    with open(os.path.join(path, "created.json"), "w") as f:  # owned from the start (emu.net.cleanup)
+        json.dump({"owner": owner(), "interfaces": [], "pids": [], "netns": [], "hosts": {}}, f)
     return path
 
 
 class Engine:
-    def __init__(self, spec: EngineSpec) -> None:
+    def __init__(self, spec: EngineSpec, *, owns_run_dir: bool = True) -> None:
+        """`owns_run_dir`: whether stopping removes the run directory (False when a FabricNet made it
+        and recorded the fabric there: it removes it once the links are gone)."""
         self.spec = spec
         self.run_dir = spec.run_dir
+        self.owns_run_dir = owns_run_dir
         self.procs: list[subprocess.Popen] = []
         self.logs: list[str] = []
 
@@ -68,14 +74,14 @@ class Engine:
         with open(spec_path, "w") as f:
             f.write(self.spec.to_json())
         # The workers import exactly what this process can (mn --custom runs outside the venv).
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = child_env(PYTHONUNBUFFERED="1")
         try:
             for i in range(self.spec.workers):
                 log = open(self.log_path(i), "w")  # noqa: SIM115 (the child owns it)
                 self.logs.append(self.log_path(i))
                 self.procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", WORKER_MODULE, spec_path, str(i)],
+                        python_module(WORKER_MODULE, spec_path, str(i)),
                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         env=env, start_new_session=True,
                     )
@@ -101,12 +107,12 @@ class Engine:
 
     def _keep_logs_elsewhere(self) -> None:
         """A failed start leaves no run directory; its worker logs move to FAILED_LOGS for reading."""
-        dest = os.path.join(FAILED_LOGS, os.path.basename(self.run_dir))
-        os.makedirs(dest, exist_ok=True)
+        dest = private_dir(os.path.join(private_dir(FAILED_LOGS), os.path.basename(self.run_dir)))
         for path in self.logs:
             if os.path.exists(path):
                 shutil.move(path, os.path.join(dest, os.path.basename(path)))
-        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.owns_run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def _tail(self, i: int, lines: int = 6) -> str:
         try:
@@ -115,11 +121,17 @@ class Engine:
         except OSError:
             return "(no log)"
 
+    def _log_where(self, i: int) -> str:
+        """Where worker i's log is now: in the run directory while it exists, else kept in FAILED_LOGS."""
+        if os.path.exists(self.log_path(i)):
+            return self.log_path(i)
+        return os.path.join(FAILED_LOGS, os.path.basename(self.run_dir), os.path.basename(self.log_path(i)))
+
     def _check_alive(self, i: int) -> None:
         rc = self.procs[i].poll()
         if rc is not None:
-            where = os.path.join(FAILED_LOGS, os.path.basename(self.run_dir), os.path.basename(self.log_path(i)))
-            raise EngineError(f"engine worker {i} exited with code {rc}: {self._tail(i)}\n(full log: {where})")
+            raise EngineError(f"engine worker {i} exited with code {rc}: {self._tail(i)}\n"
+                              f"(full log: {self._log_where(i)})")
 
     def check(self) -> None:
         """Raise if any worker has died, naming it and its last error."""
@@ -127,17 +139,25 @@ class Engine:
             self._check_alive(i)
 
     def request(self, index: int, msg: Request, timeout: float = 5.0) -> dict[str, Any]:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(control_path(self.run_dir, index))
-            s.sendall(encode(msg))
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(1 << 20)
-                if not chunk:
-                    break
-                data += chunk
-        return json.loads(data)
+        """Worker `index`'s answer to `msg`; EngineError naming the worker (and its log) if it is dead
+        or does not answer, never a bare socket error."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(timeout)
+                s.connect(control_path(self.run_dir, index))
+                s.sendall(encode(msg))
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = s.recv(1 << 20)
+                    if not chunk:
+                        break
+                    data += chunk
+            return json.loads(data)
+        except (OSError, ValueError) as exc:
+            if index < len(self.procs):
+                self._check_alive(index)  # dead: say so, with its exit code and log
+            raise EngineError(f"engine worker {index} did not answer {type(msg).__name__} ({exc}); "
+                              f"log: {self._log_where(index)}") from None
 
     def stats(self) -> dict[str, Any]:
         """Counters of every switch, and each worker's fidelity, in one dict."""
@@ -214,5 +234,5 @@ class Engine:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         self.procs = []
-        if not keep_logs:
+        if not keep_logs and self.owns_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)

@@ -143,7 +143,11 @@ class Worker:
         except FileNotFoundError:
             pass
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.bind(path)
+        old = os.umask(0o177)  # 0600 whatever the caller's umask: it takes commands as root
+        try:
+            s.bind(path)
+        finally:
+            os.umask(old)
         s.listen(8)
         s.setblocking(False)
         self.loop.add_reader(s.fileno(), self._on_control)

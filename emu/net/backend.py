@@ -49,7 +49,7 @@ class NativeBackend:
         pass
 
     def start(self, switches: tuple[FabricSwitch, ...], built: BuiltFabric, settings: RunSettings) -> DataPlane:
-        engine = Engine(built.spec)
+        engine = Engine(built.spec, owns_run_dir=not switches[0].run_dir)
         engine.start()
         return engine
 

@@ -1,12 +1,15 @@
 """Remove whatever a crashed run left: worker processes, node shells, interfaces, namespaces.
 
-A running fabric records what it made in its run directory (/run/emu/run-*):
-root-side interface names and the pids of Mininet's node shells. A clean
-stop deletes the directory; after a crash `emu clean` reads it back. On top
-of the records it sweeps by name: processes running the engine worker
-module or a simple_switch that logs under BMV2_LOG_DIR, namespaces called
-emu-*, and root interfaces called emu*. Running
-it twice is harmless.
+A fabric records what it will make in its run directory (/run/emu/run-*)
+before making it: the interface names its links will have, then, once built,
+the pids of Mininet's node shells and their namespaces. Each record names its
+owner (pid and process start time, since pids are reused), so `emu clean`
+tells a live run from a dead one: it removes what dead runs made, and
+nothing a live run holds (its interfaces, workers, switches, shells). On top
+of the records it sweeps what can only be ours: engine workers and BMv2
+switches of no live run, Mininet node shells orphaned to init, namespaces
+called emu-*, and root interfaces called emu*. A clean stop deletes its run
+directory; running `emu clean` twice is harmless.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ import shutil
 import signal
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from emu.dataplane.engine import RUN_ROOT, WORKER_MODULE
+from emu.launch import owner, process_start
 from emu.net.netns import PREFIX, ip_batch, list_project_namespaces, run
 
 RECORD = "created.json"
-BMV2_LOG_DIR = "/tmp/emu-bmv2"  # every simple_switch the BMv2 backend starts logs here
+BMV2_LOG_DIR = os.path.join(RUN_ROOT, "bmv2")  # logs of simple_switch started outside a run (checks)
 
 
 def netns_id(pid: int) -> str:
@@ -32,13 +37,29 @@ def netns_id(pid: int) -> str:
         return ""
 
 
-def record(run_dir: str, *, interfaces: list[str], pids: list[int], hosts: dict[str, int] | None = None) -> None:
-    """What a run made: its root-side interfaces, its node shells, and their network namespaces
-    (a process started in a host outlives its shell, and keeps the namespace and its veths alive)."""
+def record(run_dir: str, *, interfaces: list[str], pids: list[int] | None = None,
+           hosts: dict[str, int] | None = None) -> None:
+    """What this run made or is about to make: interfaces (kept from earlier records too), its node
+    shells and their network namespaces (a process started in a host outlives its shell, and keeps the
+    namespace and its veths alive), and who owns the run."""
+    path = os.path.join(run_dir, RECORD)
+    try:
+        with open(path) as f:
+            earlier = json.load(f).get("interfaces", [])
+    except (OSError, ValueError):
+        earlier = []
+    pids = pids or []
     mine = netns_id(os.getpid())
     namespaces = sorted({n for n in (netns_id(p) for p in pids) if n and n != mine})
-    with open(os.path.join(run_dir, RECORD), "w") as f:
-        json.dump({"interfaces": interfaces, "pids": pids, "netns": namespaces, "hosts": hosts or {}}, f)
+    rec = {"owner": owner(),
+           "interfaces": sorted(set(earlier) | set(interfaces)), "pids": pids, "netns": namespaces,
+           "hosts": hosts or {},
+           # Which interface each name is now (names are reused): a clean deletes it only if it still is.
+           "ifindex": {n: i for n in interfaces if (i := _ifindex(n)) >= 0}}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rec, f)
+    os.replace(tmp, path)  # never half a record
 
 
 @dataclass
@@ -47,6 +68,7 @@ class CleanReport:
     interfaces: list[str] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     run_dirs: list[str] = field(default_factory=list)
+    live_runs: list[str] = field(default_factory=list)  # left alone
 
     def empty(self) -> bool:
         return not (self.processes or self.interfaces or self.namespaces or self.run_dirs)
@@ -60,14 +82,35 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _worker_pids() -> list[int]:
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def _run_dir_of(cmdline: str) -> str | None:
+    """The run directory a worker or switch belongs to ("" for one outside any run), None if not ours."""
+    ours = f"-m {WORKER_MODULE}" in cmdline or (cmdline.startswith("simple_switch ") and RUN_ROOT in cmdline)
+    if not ours:
+        return None
+    for token in cmdline.split():
+        if token.startswith(RUN_ROOT + "/run-"):
+            return os.path.join(RUN_ROOT, token[len(RUN_ROOT) + 1:].split("/")[0])
+    return ""
+
+
+def worker_pids(exclude_runs: set[str] = frozenset()) -> list[int]:  # type: ignore[assignment]
+    """Engine workers and BMv2 switches of ours, but for those of the runs in `exclude_runs`."""
     me = os.getpid()
-    return [int(p) for p in os.listdir("/proc")
-            if p.isdigit() and int(p) != me and _ours(_cmdline(int(p)))]
-
-
-def _ours(cmdline: str) -> bool:
-    return f"-m {WORKER_MODULE}" in cmdline or (cmdline.startswith("simple_switch ") and BMV2_LOG_DIR in cmdline)
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != me:
+            run_dir = _run_dir_of(_cmdline(int(p)))
+            if run_dir is not None and run_dir not in exclude_runs:
+                out.append(int(p))
+    return out
 
 
 def _kill(pids: list[int]) -> list[int]:
@@ -83,7 +126,15 @@ def _kill(pids: list[int]) -> list[int]:
     return killed
 
 
-def _root_interfaces() -> list[str]:
+def _ifindex(name: str) -> int:
+    try:
+        with open(f"/sys/class/net/{name}/ifindex") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return -1
+
+
+def root_interfaces() -> list[str]:
     out = run(["ip", "-o", "link", "show"], check=False).stdout
     names = []
     for line in out.splitlines():
@@ -93,35 +144,60 @@ def _root_interfaces() -> list[str]:
     return names
 
 
-def clean() -> CleanReport:
-    report = CleanReport()
-    recorded_ifs: set[str] = set()
-    recorded_pids: list[int] = []
-    recorded_netns: set[str] = set()
+def _records() -> list[tuple[str, dict[str, Any], bool]]:
+    """(run directory, its record, whether its owner is alive) for every run directory."""
+    out = []
     if os.path.isdir(RUN_ROOT):
-        for d in sorted(os.listdir(RUN_ROOT)):
+        for d in sorted(x for x in os.listdir(RUN_ROOT) if x.startswith("run-")):
             path = os.path.join(RUN_ROOT, d)
             try:
                 with open(os.path.join(path, RECORD)) as f:
                     rec = json.load(f)
-                recorded_ifs.update(rec.get("interfaces", []))
-                recorded_pids += [p for p in rec.get("pids", []) if "mininet:" in _cmdline(p)]
-                recorded_netns.update(rec.get("netns", []))
             except (OSError, ValueError):
-                pass
-            report.run_dirs.append(path)
-    report.processes += _kill(_worker_pids())
-    report.processes += _kill(recorded_pids)
-    if recorded_netns:
-        me = os.getpid()
+                rec = {}
+            owner = rec.get("owner", {})
+            alive = bool(owner) and process_start(int(owner.get("pid", -1))) == owner.get("start")
+            out.append((path, rec, alive))
+    return out
+
+
+def clean() -> CleanReport:
+    report = CleanReport()
+    records = _records()
+    live = {path for path, _, alive in records if alive}
+    live_ifs = {i for _, rec, alive in records if alive for i in rec.get("interfaces", [])}
+    live_pids = {p for _, rec, alive in records if alive for p in rec.get("pids", [])}
+    dead_ifs: set[str] = set()
+    moved: set[str] = set()  # recorded names now on another interface: someone else's
+    dead_pids: list[int] = []
+    dead_netns: set[str] = set()
+    for path, rec, alive in records:
+        if alive:
+            report.live_runs.append(path)
+            continue
+        dead_ifs.update(rec.get("interfaces", []))
+        moved.update(n for n, i in rec.get("ifindex", {}).items() if _ifindex(n) not in (i, -1))
+        dead_pids += [p for p in rec.get("pids", []) if "mininet:" in _cmdline(p)]
+        dead_netns.update(rec.get("netns", []))
+        report.run_dirs.append(path)
+    report.processes += _kill(worker_pids(exclude_runs=live))
+    report.processes += _kill(dead_pids)
+    # Node shells whose Mininet died: orphaned to init, and no live run's.
+    me = os.getpid()
+    orphans = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me and int(p) not in live_pids
+               and "mininet:" in _cmdline(int(p)) and _ppid(int(p)) == 1]
+    report.processes += _kill(orphans)
+    if dead_netns:
+        live_netns = {n for _, rec, alive in records if alive for n in rec.get("netns", [])}
+        doomed_ns = dead_netns - live_netns  # namespace ids are reused: a live run's is not ours to empty
         report.processes += _kill([int(p) for p in os.listdir("/proc")
-                                   if p.isdigit() and int(p) != me and netns_id(int(p)) in recorded_netns])
+                                   if p.isdigit() and int(p) != me and netns_id(int(p)) in doomed_ns])
     namespaces = list_project_namespaces()
     for ns in namespaces:
         pids = run(["ip", "netns", "pids", ns], check=False).stdout.split()
         report.processes += _kill([int(p) for p in pids])
-    present = set(_root_interfaces())
-    doomed = sorted((recorded_ifs & present) | {n for n in present if n.startswith("emu")})
+    present = set(root_interfaces())
+    doomed = sorted(((dead_ifs & present) - moved | {n for n in present if n.startswith("emu")}) - live_ifs)
     ip_batch([f"link del {n}" for n in doomed] + [f"netns del {ns}" for ns in namespaces], check=False)
     report.interfaces = doomed
     report.namespaces = namespaces
@@ -130,4 +206,4 @@ def clean() -> CleanReport:
     return report
 
 
-__all__ = ["clean", "record", "CleanReport", "PREFIX"]
+__all__ = ["clean", "record", "root_interfaces", "worker_pids", "CleanReport", "PREFIX"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, fields, replace
@@ -17,11 +18,48 @@ from typing import Any
 from mininet.net import Mininet
 
 from emu.control.runtime import FabricController
-from emu.dataplane.engine import Engine
+from emu.dataplane.engine import Engine, new_run_dir
+from emu.net.cleanup import record
 from emu.net.link import FabricLink
 from emu.net.netns import ip_batch
 from emu.net.stats import FabricStats
 from emu.net.switch import FabricSwitch, RunSettings, default_settings
+
+
+@dataclass(frozen=True)
+class RoceWrite:
+    """One MetaRoCE write between two hosts, as the writer and the peer saw it (fabric units)."""
+
+    nbytes: int
+    fabric_s: float  # from the first packet to the last completion
+    bw_fabric_bps: float
+    retransmits: int
+    data_ok: bool  # the peer's memory holds exactly what was written
+    planes: list[dict[str, Any]]  # per plane: tx_bytes, retransmits, healthy, downs, probes
+    fidelity: list[dict[str, Any]]  # the endpoints' own lateness (emu.fidelity parts)
+    client: dict[str, Any]  # everything the writer reported (plane_trace, rate_trace, ...)
+    server: dict[str, Any]
+
+
+class RoceOps:
+    """MetaRoCE from the root namespace: `net.roce.write("gpu0", "gpu1", nbytes=1 << 20)` runs the
+    endpoints in the two hosts (emu.roce), over every plane the hosts have, at the fabric's D."""
+
+    def __init__(self, net: FabricNet) -> None:
+        self.net = net
+
+    def write(self, src: str, dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
+              timeout: float = 300.0) -> RoceWrite:
+        """Write `nbytes` (bytes) from host `src` to host `dst` in `message`-byte RDMA writes; `cc`:
+        "none" or "dcqcn". Raises RuntimeError if an endpoint fails."""
+        from emu.roce.run import PerfRun, mininet_popen
+
+        client, server = PerfRun(mininet_popen(self.net.get(src)), mininet_popen(self.net.get(dst)), nbytes=nbytes,
+                                 dilation=self.net.settings.dilation, cc=cc, message=message, timeout=timeout,
+                                 lat_iters=0).wait()
+        return RoceWrite(nbytes=client["bytes"], fabric_s=client["fabric_s"], bw_fabric_bps=client["bw_fabric_bps"],
+                         retransmits=client["retransmits"], data_ok=bool(server["data_ok"]), planes=client["planes"],
+                         fidelity=client["fidelity"] + server["fidelity"], client=client, server=server)
 
 
 @dataclass(frozen=True)
@@ -56,6 +94,11 @@ class FabricNet(Mininet):
         self.settings = settings
         super().__init__(topo=topo, **kw)
 
+    @property
+    def roce(self) -> RoceOps:
+        """MetaRoCE writes between hosts: `net.roce.write("gpu0", "gpu1", nbytes=...)`."""
+        return RoceOps(self)
+
     def __enter__(self) -> FabricNet:
         try:
             self.start()
@@ -66,6 +109,21 @@ class FabricNet(Mininet):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def build(self) -> None:
+        """Record the names the links will have before Mininet makes them, so that a run killed
+        mid-build leaves nothing `emu clean` cannot name; the engine runs in the same directory."""
+        self.run_dir = new_run_dir()
+        planned = []
+        if self.topo is not None:
+            for a, b, info in self.topo.links(withInfo=True):
+                for node, port in ((info.get("node1", a), info.get("port1")), (info.get("node2", b), info.get("port2"))):
+                    if port is not None:
+                        planned.append(f"{node}-eth{port}")
+        record(self.run_dir, interfaces=planned)
+        super().build()
+        for sw in self.switches:
+            sw.run_dir = self.run_dir
 
     def start(self) -> None:
         if not self.built:
@@ -90,6 +148,8 @@ class FabricNet(Mininet):
                         break
         ip_batch([f"link del {n}" for n in root_ends], check=False)
         super().stop()
+        if getattr(self, "run_dir", ""):
+            shutil.rmtree(self.run_dir, ignore_errors=True)  # everything it recorded is gone
 
     @property
     def engine(self) -> Engine:

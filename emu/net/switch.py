@@ -58,18 +58,28 @@ class RunSettings:
             raise ValueError(f"links must be auto, netem or engine, got {self.links!r}")
         if self.backend == "native" and self.links != "auto":
             raise ValueError("--links is for --backend bmv2: the native engine always carries its own links")
+        if self.ecn is not None:
+            kmin, kmax, pmax = self.ecn
+            if not (0 <= kmin < kmax and 0 < pmax <= 1):
+                raise ValueError(f"ECN needs 0 <= KMIN < KMAX and 0 < PMAX <= 1, got {kmin}, {kmax}, {pmax}")
         if self.backend == "native" and self.p4_json:
             raise ValueError("a P4 program is for --backend bmv2: the native engine does not run one")
 
 
 def default_settings() -> RunSettings:
-    return RunSettings(dilation=float(os.environ.get("EMU_DILATION", "1000")))
+    """The settings of a fabric built without any: the native engine at EMU_DILATION, else D = 1000."""
+    text = os.environ.get("EMU_DILATION", "1000")
+    try:
+        return RunSettings(dilation=float(text))
+    except ValueError:
+        raise ValueError(f"EMU_DILATION must be a finite number > 0, got {text!r}") from None
 
 
 class FabricSwitch(Switch):
     """A switch of the emulated fabric. `shard` groups switches onto one engine worker (FPF: the plane)."""
 
-    settings: RunSettings = default_settings()
+    settings: RunSettings = RunSettings()  # FabricNet gives each switch the run's own
+    run_dir: str = ""  # and the run directory it recorded the fabric in before building it
 
     def __init__(self, name: str, shard: int | None = None, loopback4: str = "", loopback6: str = "",
                  sids: dict[str, str] | None = None, **params: Any):
@@ -234,7 +244,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
             for n, sw in enumerate(switches)
         ),
         dilation=settings.dilation,
-        run_dir=new_run_dir(),
+        run_dir=switches[0].run_dir or new_run_dir(),
         pcap_dir=settings.pcap_dir,
         workers=workers,
     )

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from emu.scenarios.common import child_env
+from emu.launch import child_env, python_module
 
 Popen = Callable[[list[str]], subprocess.Popen]
 
@@ -36,7 +35,7 @@ class PerfRun:
         args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--cc", cc, "--message", str(message),
                 "--timeout", str(timeout), "--lat-iters", str(lat_iters), "--mtu", str(mtu),
                 "--plane-rate", str(plane_rate_bps)]
-        py = [sys.executable, "-m", "emu.roce.perf"]
+        py = python_module("emu.roce.perf")
         self.timeout = timeout
         self.many = isinstance(src, list)
         self.server = dst(py + ["server", self.dir, *args, "--clients", str(len(srcs))])

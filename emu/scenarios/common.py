@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from emu.launch import child_env, python_module
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.units import UnitError, parse_rate, parse_size
@@ -22,10 +22,6 @@ DSCP_LOSSLESS = 26
 
 class ScenarioError(ValueError):
     """A scenario parameter is impossible, or the experiment could not run; the message says which."""
-
-
-def child_env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
 
 
 @contextmanager
@@ -64,7 +60,7 @@ class Traffic:
         self.net = net
         self.flows = flows
         self.dilation = dilation
-        self.py = [sys.executable, "-m", "emu.traffic.udp"]
+        self.py = python_module("emu.traffic.udp")
         expect: dict[tuple[str, int, bool], int] = {}
         for f in flows:
             key = (f.dst, f.port, ":" in f.dst_ip)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import typing
 from typing import Any
 
@@ -41,4 +42,17 @@ def make_topo(name: str, params: dict[str, str]) -> FabricTopo:
     return cls(**typed)  # checked before anything is described, let alone created
 
 
-__all__ = ["TOPOLOGIES", "FabricTopo", "make_topo", "TopologyError"]
+def describe(name: str) -> dict[str, Any]:
+    """A topology's summary, its parameters (CLI spelling, type, default) and the seed shape it mirrors."""
+    cls = TOPOLOGIES[name]
+    hints = typing.get_type_hints(cls)
+    doc = (cls.__doc__ or "").strip()
+    shape = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
+    params = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        kind = "int" if int in (hints[f.name], *typing.get_args(hints[f.name])) else "str"
+        params.append({"option": "--" + f.name.replace("_", "-"), "type": kind, "default": f.default})
+    return {"name": name, "shape": shape, "summary": " ".join(doc.split()), "parameters": params}
+
+
+__all__ = ["TOPOLOGIES", "FabricTopo", "describe", "make_topo", "TopologyError"]

@@ -50,6 +50,11 @@ class BAGTopo(FabricTopo):
             if parse_distance(d) <= 0:
                 raise TopologyError(f"bag: long-haul distance must be > 0, got {d!r}")
 
+    def links_needed(self) -> int:
+        per_building = self.leaves * (self.hosts_per_leaf + self.spines) + self.spines * self.bags
+        return (self.regions * self.buildings * per_building
+                + self.regions * (self.regions - 1) // 2 * self.bags * self.bags)
+
     @property
     def bag_rate_list(self) -> list[str]:
         return [r.strip() for r in self.bag_rates.split(",") if r.strip()] or ["400G"]

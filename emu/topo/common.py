@@ -51,13 +51,34 @@ class FabricTopo(Topo):
         if clash:  # a field named `hosts` would hide Topo.hosts(), which Mininet calls
             raise TypeError(f"{cls.__name__}: parameter names {', '.join(clash)} are taken by Mininet's Topo")
 
+    MAX_LINKS = 20_000  # each link is a veth pair and engine ports: beyond this one machine runs out
+
     def __post_init__(self) -> None:
         """After a dataclass subclass's generated __init__: check the parameters, then describe."""
         self.check()
+        links = self.links_needed()
+        if links > self.MAX_LINKS:  # said before even the description is built
+            raise TopologyError(f"{type(self).__name__}: {links} links is more than one machine can emulate "
+                                f"(at most {self.MAX_LINKS}); make it smaller")
         Topo.__init__(self)
+
+    def __init__(self, *args: Any, **params: Any) -> None:
+        """A fabric written as Mininet's Topo (parameters as build()'s keywords): described, then its
+        size checked, before anything is created."""
+        Topo.__init__(self, *args, **params)
+        self._check_built_size()
+
+    def _check_built_size(self) -> None:
+        if len(self.links()) > self.MAX_LINKS:
+            raise TopologyError(f"{type(self).__name__}: {len(self.links())} links is more than one machine "
+                                f"can emulate (at most {self.MAX_LINKS})")
 
     def check(self) -> None:
         """Raise TopologyError for an impossible parameter (nothing exists yet)."""
+
+    def links_needed(self) -> int:
+        """How many links the parameters make, reckoned before building (0: not known until built)."""
+        return 0
 
     def addFabricSwitch(self, name: str, *, shard: int = 0, loopback4: str = "", loopback6: str = "",
                         **opts: Any) -> str:

@@ -58,6 +58,9 @@ class FPFTopo(FabricTopo):
         check_units("fpf", rates=(self.rate, *((self.uplink,) if self.uplink else ())),
                     distances=(self.host_cable, self.fabric_cable))
 
+    def links_needed(self) -> int:
+        return self.planes * (self.gpus + (self.leaves * self.spines if self.leaves > 1 else 0))
+
     @property
     def gpus_per_leaf(self) -> int:
         return math.ceil(self.gpus / self.leaves)

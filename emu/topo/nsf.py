@@ -44,6 +44,9 @@ class NSFTopo(FabricTopo):
             raise TopologyError(f"nsf: a fabric or spine switch needs more than radix {self.radix} ports")
         check_units("nsf", rates=(self.rate,), distances=(self.host_cable, self.fabric_cable))
 
+    def links_needed(self) -> int:
+        return self.gpus + self.racks * self.fsw + self.pods * self.fsw * self.spines
+
     @property
     def racks(self) -> int:
         return math.ceil(self.gpus / self.gpus_per_rack)

@@ -48,6 +48,9 @@ class RBBTopo(FabricTopo):
             raise TopologyError("rbb: at most 200 routers and 200 hosts per campus")
         check_units("rbb", rates=(self.rate,), distances=(self.distance, self.campus_cable))
 
+    def links_needed(self) -> int:
+        return self.routers + self.campuses * (1 + self.hosts_per_campus)
+
     def attach(self, c: int) -> int:
         return c * self.routers // self.campuses
 

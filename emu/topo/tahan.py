@@ -59,6 +59,9 @@ class TahanTopo(FabricTopo):
                                 f"but a switch has {total} for them")
         check_units("tahan", rates=(str(self.rate),), distances=(self.cable,))
 
+    def links_needed(self) -> int:
+        return (self.accelerators or 0) * (self.switch_count or 0) * (self.ports_per_switch or 0)
+
     def build(self) -> None:
         assert self.switch_count is not None and self.accelerators is not None and self.ports_per_switch is not None
         for w in range(self.switch_count):

@@ -9,6 +9,7 @@ buffer occupancies are those of the real fabric.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -73,6 +74,8 @@ def _parse(text: str | float | int, table: dict[str, float], what: str, example:
         value = float(m.group(1)) * table[unit]
     if value < 0:
         raise UnitError(f"{what}: {text!r} is negative")
+    if not math.isfinite(value):  # 1e400G reads as infinity
+        raise UnitError(f"{what}: {text!r} is not a finite quantity")
     return value
 
 

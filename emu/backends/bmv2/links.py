@@ -88,7 +88,7 @@ class EngineLinks:
         try:
             ip_batch([f"link add {b} type veth peer name {w}" for b, w in self.pairs])
             configure_root_side([i for pair in self.pairs for i in pair])
-            self.engine = Engine(self.spec)
+            self.engine = Engine(self.spec, owns_run_dir=False)  # the BMv2 data plane's run directory
             self.engine.start()
         except BaseException:
             self.stop()

@@ -31,6 +31,8 @@ from emu.backends.bmv2.cli import (
 )
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.runtime import Bmv2DataPlane
+from emu.dataplane.engine import RUN_ROOT
+from emu.launch import private_dir
 from emu.net.cleanup import BMV2_LOG_DIR
 from emu.net.netns import kernel_has_netem
 from emu.net.switch import FabricSwitch
@@ -134,12 +136,13 @@ class Bmv2Process:
     thrift_port: int
     json_path: str = DEFAULT_JSON
     priority_queues: int = 8
+    log_dir: str = BMV2_LOG_DIR  # a fabric's switches log in its run directory: `emu clean` knows whose
     proc: subprocess.Popen | None = field(default=None, repr=False)
     cli: CliSession | None = field(default=None, repr=False)
 
     @property
     def log_path(self) -> str:
-        return os.path.join(BMV2_LOG_DIR, f"{self.name}.log")
+        return os.path.join(self.log_dir, f"bmv2-{self.name}.log")
 
     def check(self) -> None:
         """Everything that can be known wrong before a process starts."""
@@ -158,7 +161,8 @@ class Bmv2Process:
 
     def start(self, timeout: float = 10.0) -> None:
         self.check()
-        os.makedirs(BMV2_LOG_DIR, exist_ok=True)
+        private_dir(RUN_ROOT)
+        private_dir(self.log_dir)
         cmd = ["simple_switch", "--thrift-port", str(self.thrift_port), "--log-file", self.log_path[:-4],
                "--log-flush", "--log-level", "warn"]
         for num, ifname in self.ports:
@@ -268,13 +272,15 @@ class Bmv2Backend:
         elif settings.pfc:
             print("emu: PFC is off on this BMv2 fabric: with --links netem nothing honours a pause frame "
                   "(--links engine makes the engine each port's MAC)", file=sys.stderr)
-        plane = Bmv2DataPlane(specs, {}, dilation=settings.dilation, wires=wires, run_dir=built.spec.run_dir,
+        own_dir = "" if switches[0].run_dir else built.spec.run_dir  # a FabricNet removes its own
+        plane = Bmv2DataPlane(specs, {}, dilation=settings.dilation, wires=wires, run_dir=own_dir,
                               ecn_red={s.name: _ecn_red(s) for s in specs}, pfc=pfc)
         try:
             taken = wires.start() if wires is not None else {}
             for n, (sw, spec) in enumerate(zip(switches, specs, strict=True)):
                 ports = [(bmv2_port(p.index), taken.get((sw.name, p.index), p.ifname)) for p in spec.ports]
-                proc = Bmv2Process(sw.name, ports, self.thrift_base + n, json_path=settings.p4_json or DEFAULT_JSON)
+                proc = Bmv2Process(sw.name, ports, self.thrift_base + n, json_path=settings.p4_json or DEFAULT_JSON,
+                                   log_dir=built.spec.run_dir)
                 plane.procs[sw.name] = proc
                 proc.start()
                 queues = hash_commands(spec.seed) + (mirror_commands([p.index for p in spec.ports]) if pfc else [])

@@ -1,0 +1,207 @@
+"""What the README says the `emu` command does, run as a user runs it, each claim checked by its effect.
+
+The Mininet CLI's own commands are driven through the CLI of `emu up` (its stdin), and what they did is
+read back from the running fabric with `emu stats` / `emu roce perf` from outside, as the README shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet]
+
+EMU = [sys.executable, "-m", "emu.cli.main"]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def emu(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*EMU, *args], capture_output=True, text=True, timeout=timeout)
+
+
+class Live:
+    """`emu up TOPO ...` with its Mininet CLI on a pipe: `do(commands)` runs them and returns their output."""
+
+    def __init__(self, *args: str, umask: int = 0o022) -> None:
+        self.proc = subprocess.Popen([*EMU, "up", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     preexec_fn=lambda: os.umask(umask))
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.marks = 0
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put("")  # EOF
+
+    def do(self, *commands: str, timeout: float = 180) -> str:
+        assert self.proc.stdin is not None
+        self.marks += 1
+        mark = f"emu-test-done-{self.marks}"
+        self.proc.stdin.write("".join(c + "\n" for c in commands) + f"sh echo {mark}\n")
+        self.proc.stdin.flush()
+        out, deadline = [], time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {mark} within {timeout} s; so far:\n{''.join(out)}") from None
+            if line == "":
+                raise AssertionError(f"emu up ended early:\n{''.join(out)}")
+            if mark in line and "echo" not in line:
+                return "".join(out)
+            out.append(line)
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # EOF ends the CLI; the fabric comes down
+        try:
+            return self.proc.wait(120)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+
+
+def spine_packets(stats: dict, spines: list[str]) -> list[int]:
+    return [sum(p["tx_packets"] for p in stats["switches"][s]["ports"].values()) for s in spines]
+
+
+def test_the_cli_commands_and_run_options_on_a_live_fpf(no_leftovers):
+    live = Live("fpf", "--gpus", "2", "--planes", "2", "--leaves", "2", "--spines", "2", "--spray",
+                "--dilation", "2000")
+    try:
+        out = live.do("pingplanes")
+        assert "8/8 received, 0.0% loss" in out, out  # 2 hosts x 2 planes, both ways
+        assert "p0s0" in live.do("stats")
+        # --spray: one ICMP flow (one 5-tuple) is split per packet over both spines; hashed, one spine
+        # would carry it all.
+        before = json.loads(emu("stats", "--json").stdout)
+        live.do("gpu0 ping -q -c 200 -i 0.002 10.0.1.2")
+        after = json.loads(emu("stats", "--json").stdout)
+        moved = [a - b for a, b in zip(spine_packets(after, ["p0s0", "p0s1"]), spine_packets(before, ["p0s0", "p0s1"]),
+                                       strict=True)]
+        assert sum(moved) >= 400 and min(moved) >= 0.3 * max(moved), moved
+        assert after["dilation"] == 2000  # every report says which D
+        out = live.do("fail plane 1", "pingplanes")
+        assert "4/8 received, 50.0% loss" in out, out
+        out = live.do("restore plane 1", "pingplanes")
+        assert "8/8 received, 0.0% loss" in out, out
+        out = live.do("fail p0l0 p0s0", "fail p0l0 p0s1", "gpu0 ping -c1 -W1 10.0.1.2")
+        assert "100% packet loss" in out, out  # leaf 0 of plane 0 cut off from both spines
+        out = live.do("restore p0l0 p0s0", "restore p0l0 p0s1", "sh sleep 0.5", "gpu0 ping -c2 -W2 10.0.1.2")
+        assert " 0% packet loss" in out, out
+        out = live.do("measure p0l0 p0s0")
+        lengths = [float(x) for x in re.findall(r"-> (\d+) m", out)]
+        assert len(lengths) == 2 and all(90 <= m <= 110 for m in lengths), out  # the 100 m fabric cable
+        out = live.do("rperf gpu0 gpu1 1MiB")
+        assert "data ok" in out, out
+        r = emu("roce", "perf", "gpu0", "gpu1", "--bytes", "1MiB", "--lat-iters", "2", "--json")
+        assert r.returncode == 0, r.stderr
+        perf = json.loads(r.stdout)
+        assert perf["server"]["data_ok"] and perf["client"]["bytes"] == 1 << 20, perf
+        assert "usage" in live.do("fail")  # a wrong command says how, and the CLI carries on
+    finally:
+        assert live.close() == 0
+
+
+def test_an_srv6_policy_from_the_cli_moves_traffic_and_clears(no_leftovers):
+    live = Live("rbb", "--routers", "5", "--campuses", "2")
+    try:
+        live.do("c0h0 ping -6 -c2 -W3 fd00:1:0::2")  # neighbours first
+
+        def routers() -> dict[str, int]:
+            s = json.loads(emu("stats", "--json").stdout)
+            return dict(zip(("r1", "r3"), spine_packets(s, ["r1", "r3"]), strict=True))
+
+        before = routers()
+        assert "20 received" in live.do("policy pe0 fd00:1::/64 fc00:4::e,fc00:3::e,fc00:6::d6",
+                                        "c0h0 ping -6 -q -c20 -i0.02 -W3 fd00:1:0::2")
+        steered = routers()
+        assert steered["r3"] - before["r3"] >= 20, (before, steered)  # the long way: r0 r4 r3 r2
+        assert live.do("policy pe0 fd00:1::/64 clear", "c0h0 ping -6 -q -c20 -i0.02 -W3 fd00:1:0::2")
+        back = routers()
+        assert back["r3"] - steered["r3"] < 5 and back["r1"] - steered["r1"] >= 40, (steered, back)
+        assert "no policy" in live.do("policy pe0 fd00:9::/64 clear")
+    finally:
+        assert live.close() == 0
+
+
+def test_run_options_are_parsed_into_the_run_and_reported(tmp_path, no_leftovers):
+    pcap = tmp_path / "pcap"
+    r = emu("up", "fpf", "--gpus", "2", "--planes", "2", "--leaves", "1", "--workers", "1", "--detection", "20us",
+            "--hold-down", "1ms", "--ecn", "20KB,200KB,0.2", "--measured-headroom", "--pcap", str(pcap),
+            "--dilation", "3000", "--test", "pingall", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    s = out["settings"]
+    assert s["control"] == {"detection_s": 20e-6, "hold_down_s": 1e-3}
+    assert s["ecn"] == [20_000, 200_000, 0.2] and s["measured_headroom"] and s["workers"] == 1
+    assert out["dilation"] == s["dilation"] == 3000
+    assert [p["name"] for p in out["fidelity"]["parts"]] == ["engine worker 0"]  # --workers 1
+    # Captures are stamped in fabric time: a pingall of seconds of wall time is milliseconds of fabric.
+    t = subprocess.run(["tshark", "-r", str(pcap / "p0l0-p0l0-eth1.pcap"), "-T", "fields", "-e", "frame.time_epoch"],
+                       capture_output=True, text=True, timeout=60).stdout.split()
+    assert len(t) >= 4 and float(t[-1]) - float(t[0]) < out["up_s"] + 1.0, t
+    wall = out["up_s"] + 2  # the pingall itself took at least a second of wall time
+    assert float(t[-1]) - float(t[0]) < wall / 3000 * 50, (t[0], t[-1])
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--ecn", "20KB,200KB,x"], "--ecn"),
+    (["--detection", "fast"], "fast"),
+    (["--dilation", "0"], "finite number > 0"),
+])
+def test_a_bad_run_option_is_one_clear_error(args, says, no_leftovers):
+    r = emu("up", "fpf", "--gpus", "2", "--planes", "1", *args, "--test", "pingall")
+    assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+TOPOLOGY_OPTIONS = {
+    "fpf": (["--gpus", "4", "--planes", "1", "--leaves", "2", "--spines", "1", "--uplink", "50G",
+             "--host-cable", "5m", "--fabric-cable", "300m"],
+            {"100G 25ns": 4, "50G 1500ns": 2}),
+    "bag": (["--regions", "2", "--hosts-per-leaf", "1", "--bags", "2", "--bag-rates", "400G,100G",
+             "--distances", "40km,60km", "--campus-cable", "3km", "--fabric-rate", "200G"],
+            {"400G 10ns": 2, "200G 500ns": 2, "200G 1.5e+04ns": 4, "400G 2e+05ns": 2, "100G 3e+05ns": 2}),
+    "rbb": (["--routers", "3", "--campuses", "2", "--rate", "200G", "--distance", "30km"],
+            {"200G 1.5e+05ns": 3, "200G 5000ns": 2, "200G 10ns": 2}),
+    "tahan": (["--accelerators", "3", "--switch-count", "2", "--ports-per-switch", "2", "--accelerator-ports", "8",
+               "--rate", "400G", "--cable", "3m"],
+              {"400G 15ns": 12}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGY_OPTIONS))
+def test_topology_options_build_the_links_they_describe(name, no_leftovers):
+    args, kinds = TOPOLOGY_OPTIONS[name]
+    r = emu("up", name, *args, "--test", "pingall", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["links"] == kinds and out["passed"], out
+
+
+@pytest.mark.parametrize("op", ["allgather", "reducescatter", "sendrecv"])
+def test_bench_collective_other_ops_print_the_table(op, no_leftovers):
+    r = emu("bench", "collective", op, "--topo", "fpf", "--gpus", "4", "--sizes", "64KiB", "--dilation", "20000")
+    assert r.returncode == 0, r.stderr
+    header = next(line for line in r.stdout.splitlines() if "busbw" in line)
+    assert "#wrong" in header and "D=20000" in r.stdout + r.stderr, r.stdout
+    row = next(line for line in r.stdout.splitlines() if line.split() and line.split()[0] in ("65536", "64KiB"))
+    assert row.split()[-1] == "0" or " 0 " in row, row  # #wrong
+
+
+def test_make_demo_runs(no_leftovers):
+    r = subprocess.run(["make", "demo"], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "incast" in r.stdout + r.stderr
+

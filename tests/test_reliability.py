@@ -1,0 +1,113 @@
+"""Reliability and security (issue 12): a dead worker is loud, root runs only our code, bad input is one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from test_readme_claims import EMU, Live
+
+from emu import FabricNet, FPFTopo
+from emu.dataplane.engine import EngineError
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet]
+
+
+def test_no_process_of_ours_imports_from_the_working_directory(tmp_path, no_leftovers):
+    """Issue 12, item 2: a json.py beside the user must not be run, as root, by workers or endpoints."""
+    marker = tmp_path / "imported"
+    (tmp_path / "json.py").write_text(f"open({str(marker)!r}, 'a').write('x')\nraise ImportError('planted')\n")
+    emu_bin = os.path.join(os.path.dirname(sys.executable), "emu")
+    for lab in ("planes", "srv6-te"):  # engine workers, MetaRoCE endpoints, UDP traffic
+        r = subprocess.run([emu_bin, "lab", "check", lab, "--solution"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("env, args, says", [
+    ({"EMU_DILATION": "abc"}, ["clean"], None),  # a bad environment does not stop a clean-up
+    ({"EMU_DILATION": "abc"}, ["up", "fpf", "--gpus", "2", "--planes", "1", "--test", "pingall"], "EMU_DILATION"),
+    ({}, ["up", "fpf", "--gpus", "2", "--planes", "1", "--ecn", "200KB,20KB,0.2", "--test", "pingall"], "KMIN < KMAX"),
+    ({}, ["up", "fpf", "--gpus", "2", "--planes", "1", "--rate=1e400G", "--test", "pingall"], "not a finite"),
+])
+def test_bad_values_from_anywhere_are_one_line(env, args, says, no_leftovers):
+    r = subprocess.run([*EMU, *args], capture_output=True, text=True, timeout=120, env=dict(os.environ, **env))
+    assert "Traceback" not in r.stderr, r.stderr
+    if says is None:
+        assert r.returncode == 0, r.stderr
+    else:
+        assert r.returncode != 0 and says in r.stderr, r.stderr
+
+
+def test_run_folders_are_root_only_whatever_the_umask(no_leftovers):
+    """Issue 12, item 4: at umask 000 the run folder (whose sockets take commands as root) was 0777."""
+    live = Live("fpf", "--gpus", "2", "--planes", "1", umask=0)
+    try:
+        live.do("pingplanes")
+        runs = [os.path.join("/run/emu", d) for d in os.listdir("/run/emu") if d.startswith("run-")]
+        assert runs
+        for d in ["/run/emu", *runs]:
+            assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, (d, oct(os.stat(d).st_mode))
+        socks = [os.path.join(r, f) for r in runs for f in os.listdir(r) if stat.S_ISSOCK(os.stat(os.path.join(r, f)).st_mode)]
+        assert socks and all(stat.S_IMODE(os.stat(p).st_mode) == 0o600 for p in socks), socks
+    finally:
+        assert live.close() == 0
+
+
+
+def test_a_worker_killed_is_named_and_the_healthy_ones_still_take_routes(no_leftovers):
+    """Issue 12, item 5: kill -9 one engine worker of a running fabric."""
+    with FabricNet(FPFTopo(gpus=2, planes=2, leaves=2, spines=2), dilation=2000, workers=2) as net:
+        engine = net.engine
+        dead = engine.worker_of("p0l0")
+        os.kill(engine.procs[dead].pid, signal.SIGKILL)
+        engine.procs[dead].wait(10)
+        with pytest.raises(EngineError, match=f"engine worker {dead} exited") as info:
+            net.fail(plane=0)
+        log = str(info.value).rsplit("full log: ", 1)[1].rstrip(")")
+        assert os.path.exists(log), info.value  # the log it names is there to read
+        with pytest.raises(EngineError, match=f"engine worker {dead}"):
+            net.stats()
+        # Routes on the dead worker's plane cannot be pushed: settle() says so, not "settled" ...
+        net.fail(link=("p0l0", "p0s0"))
+        with pytest.raises(RuntimeError, match="did not take their routes"):
+            net.control.settle()
+        # ... while the healthy worker's plane still reroutes: plane 1 loses a spine link and carries on.
+        before = net.control.updates
+        net.fail(link=("p1l0", "p1s0"))
+        with pytest.raises(RuntimeError, match="did not take"):  # plane 0's switches still cannot take theirs
+            net.control.settle()
+        assert net.control.updates > before
+        assert " 0% packet loss" in net.get("gpu0").cmd("ping -c2 -W2 10.1.1.2")  # gpu1 on plane 1, via p1s1
+
+
+@pytest.mark.parametrize("kill_after", [0.8, 2.0, 3.5])
+def test_a_run_killed_mid_build_is_cleaned_and_the_next_run_works(kill_after, no_leftovers):
+    """Issue 12, item 1: kill -9 the whole run (its process group) while it builds; `emu clean`; a new run."""
+    proc = subprocess.Popen([*EMU, "up", "fpf", "--gpus", "8", "--planes", "4", "--test", "pingall"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(kill_after)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert subprocess.run([*EMU, "clean"], capture_output=True, text=True, timeout=120).returncode == 0
+    r = subprocess.run([*EMU, "up", "fpf", "--gpus", "4", "--planes", "2", "--test", "pingall", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_clean_leaves_a_live_fabric_alone(no_leftovers):
+    """Issue 12, item 3: `emu clean` while another fabric runs removes nothing of it."""
+    live = Live("fpf", "--gpus", "2", "--planes", "2")
+    try:
+        assert "0.0% loss" in live.do("pingplanes")
+        r = subprocess.run([*EMU, "clean"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "0.0% loss" in live.do("pingplanes")  # its workers, shells and veths are all still there
+    finally:
+        assert live.close() == 0
