@@ -1,6 +1,13 @@
-"""Small spec builders for data-plane tests: one helper per table write."""
+"""Small spec builders for data-plane tests (one helper per table write), and `emu up` driven live."""
 
 from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
 
 from emu.control.model import Group, NextHop, Route, SwitchTables
 from emu.dataplane.spec import EngineSpec, PortSpec, QosSpec, SwitchSpec
@@ -50,3 +57,51 @@ def star(nhosts: int, *, rate: float = 100e9, delay: float = 1e-6, qos: QosSpec 
         loopback6="fd00:ff::1",
     )
     return EngineSpec(switches=(sw,), dilation=dilation)
+
+
+EMU = [sys.executable, "-m", "emu.cli.main"]
+
+
+class Live:
+    """`emu up TOPO ...` with its Mininet CLI on a pipe: `do(commands)` runs them and returns their output."""
+
+    def __init__(self, *args: str, umask: int = 0o022) -> None:
+        self.proc = subprocess.Popen([*EMU, "up", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     preexec_fn=lambda: os.umask(umask))
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.marks = 0
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put("")  # EOF
+
+    def do(self, *commands: str, timeout: float = 180) -> str:
+        assert self.proc.stdin is not None
+        self.marks += 1
+        mark = f"emu-test-done-{self.marks}"
+        self.proc.stdin.write("".join(c + "\n" for c in commands) + f"sh echo {mark}\n")
+        self.proc.stdin.flush()
+        out, deadline = [], time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {mark} within {timeout} s; so far:\n{''.join(out)}") from None
+            if line == "":
+                raise AssertionError(f"emu up ended early:\n{''.join(out)}")
+            if mark in line and "echo" not in line:
+                return "".join(out)
+            out.append(line)
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # EOF ends the CLI; the fabric comes down
+        try:
+            return self.proc.wait(120)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()

@@ -10,10 +10,10 @@ import sys
 import time
 
 import pytest
-from test_readme_claims import EMU, Live
 
 from emu import FabricNet, FPFTopo
 from emu.dataplane.engine import EngineError
+from tests.helpers import EMU, Live
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
