@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from emu.dataplane.engine import RUN_ROOT, Engine
+from emu.dataplane.engine import RUN_ROOT, Engine, EngineError
 from emu.dataplane.spec import EngineSpec
 
 
@@ -22,12 +22,16 @@ def running_engines() -> list[Engine]:
 
 
 def running_stats() -> dict[str, Any] | None:
-    """Stats of the newest running fabric, or None."""
+    """Stats of the newest running fabric, or None if there is none; if the only fabrics found have a
+    dead worker, the error says which worker died (a crashed run is not "no fabric")."""
+    errors = []
     for engine in reversed(running_engines()):
         try:
             return engine.stats()
-        except OSError:
-            continue
+        except (OSError, EngineError) as exc:
+            errors.append(f"{engine.run_dir}: {exc}")
+    if errors:
+        raise RuntimeError("the fabric found is not answering: " + errors[0])
     return None
 
 

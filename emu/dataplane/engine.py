@@ -92,9 +92,9 @@ class Engine:
                 while True:
                     self._check_alive(i)
                     try:
-                        if self.request(i, Ping(), timeout=1.0).get("ok"):
+                        if self._exchange(i, Ping(), timeout=1.0).get("ok"):
                             break
-                    except OSError:
+                    except (OSError, ValueError):  # not listening yet
                         pass
                     if time.monotonic() > deadline:
                         raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s; "
@@ -142,22 +142,25 @@ class Engine:
         """Worker `index`'s answer to `msg`; EngineError naming the worker (and its log) if it is dead
         or does not answer, never a bare socket error."""
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(timeout)
-                s.connect(control_path(self.run_dir, index))
-                s.sendall(encode(msg))
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = s.recv(1 << 20)
-                    if not chunk:
-                        break
-                    data += chunk
-            return json.loads(data)
+            return self._exchange(index, msg, timeout)
         except (OSError, ValueError) as exc:
             if index < len(self.procs):
                 self._check_alive(index)  # dead: say so, with its exit code and log
             raise EngineError(f"engine worker {index} did not answer {type(msg).__name__} ({exc}); "
                               f"log: {self._log_where(index)}") from None
+
+    def _exchange(self, index: int, msg: Request, timeout: float) -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(control_path(self.run_dir, index))
+            s.sendall(encode(msg))
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        return json.loads(data)
 
     def stats(self) -> dict[str, Any]:
         """Counters of every switch, and each worker's fidelity, in one dict."""
