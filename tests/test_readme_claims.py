@@ -96,7 +96,7 @@ def test_run_options_are_parsed_into_the_run_and_reported(tmp_path, no_leftovers
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     s = out["settings"]
-    assert s["control"] == {"detection_s": 20e-6, "hold_down_s": 1e-3}
+    assert s["control"] == {"detection_s": pytest.approx(20e-6), "hold_down_s": pytest.approx(1e-3)}
     assert s["ecn"] == [20_000, 200_000, 0.2] and s["measured_headroom"] and s["workers"] == 1
     assert out["dilation"] == s["dilation"] == 3000
     assert [p["name"] for p in out["fidelity"]["parts"]] == ["engine worker 0"]  # --workers 1

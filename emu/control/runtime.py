@@ -83,11 +83,17 @@ class FabricController:
 
     def set_link(self, a: str, b: str, up: bool) -> None:
         """Fail or restore every link between switches a and b."""
+        errors = []
         for d in self.graph.links_between(a, b):
             d["up"] = up
             for node in (a, b):
-                self.engine.set_port(node, self.port_names[(node, d["ports"][node][0])], up)
+                try:
+                    self.engine.set_port(node, self.port_names[(node, d["ports"][node][0])], up)
+                except (RuntimeError, OSError) as exc:  # one end's data plane is dead: the rest still reroute
+                    errors.append(exc)
         self._changed()
+        if errors:
+            raise errors[0]
 
     def set_switch(self, name: str, up: bool) -> None:
         """Fail or restore a whole switch: every one of its fabric links."""

@@ -54,7 +54,12 @@ class Flow:
 
 
 class Traffic:
-    """Receivers first (each says when it is bound), then the paced senders."""
+    """Receivers first (each says when it is bound), then the paced senders.
+
+    Every wall-clock limit scales with the dilation: a receiver gives up after `idle_s` of wall time
+    or 20 us of fabric time without a packet, whichever is longer, and waits at most three times the
+    fabric time its bytes take at the slowest sender's rate (a fixed 120 s cut an incast at
+    D = 200 000 short, and the bytes it had not yet counted looked lost)."""
 
     def __init__(self, net: FabricNet, flows: list[Flow], *, dilation: float, idle_s: float = 3.0) -> None:
         self.net = net
@@ -62,13 +67,18 @@ class Traffic:
         self.dilation = dilation
         self.py = python_module("emu.traffic.udp")
         expect: dict[tuple[str, int, bool], int] = {}
+        slowest: dict[tuple[str, int, bool], float] = {}
         for f in flows:
             key = (f.dst, f.port, ":" in f.dst_ip)
             expect[key] = expect.get(key, 0) + f.wire_bytes
+            slowest[key] = min(slowest.get(key, f.rate_bps), f.rate_bps)
         bin_s = max(0.005, 10e-6 * dilation)
+        idle = max(idle_s, 20e-6 * dilation)
+        self.timeout = 60.0 + max(3 * expect[k] * 8 / slowest[k] * dilation for k in expect) if expect else 60.0
         self.receivers = {}
         for (dst, port, v6), total in expect.items():
-            cmd = self.py + ["recv", str(port), "--expect", str(total), "--idle", str(idle_s), "--bin", str(bin_s)]
+            cmd = self.py + ["recv", str(port), "--expect", str(total), "--idle", f"{idle:g}", "--bin", str(bin_s),
+                             "--timeout", f"{self.timeout:.0f}"]
             proc = net.get(dst).popen(cmd + (["-6"] if v6 else []), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, env=child_env(), text=True)
             line = proc.stdout.readline() if proc.stdout else ""
@@ -83,7 +93,8 @@ class Traffic:
             self.senders.append(net.get(f.src).popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                      env=child_env(), text=True))
 
-    def wait(self, timeout: float = 600) -> tuple[list[dict], dict[tuple[str, int, bool], dict]]:
+    def wait(self, timeout: float | None = None) -> tuple[list[dict], dict[tuple[str, int, bool], dict]]:
+        timeout = timeout or self.timeout + 60
         sent = []
         for proc in self.senders:
             out, err = proc.communicate(timeout=timeout)
