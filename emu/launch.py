@@ -47,8 +47,14 @@ def private_dir(path: str) -> str:
     return path
 
 
+# The directory this package is imported from: a checkout run in place (mn --custom from it) needs it.
+_OWN_ROOT = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def child_env(**extra: str) -> dict[str, str]:
-    """This environment with PYTHONPATH set to this process's absolute sys.path, less the working directory."""
+    """This environment with PYTHONPATH set to this process's absolute sys.path, less the working directory
+    (unless it is where this package itself comes from)."""
     cwd = os.path.realpath(os.getcwd())
-    paths = [p for p in sys.path if p and os.path.isabs(p) and os.path.realpath(p) != cwd]
+    paths = [p for p in sys.path
+             if p and os.path.isabs(p) and (os.path.realpath(p) != cwd or os.path.realpath(p) == _OWN_ROOT)]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **extra)

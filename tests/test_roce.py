@@ -90,13 +90,18 @@ def test_tshark_decodes_rroce_and_every_icrc_matches(tmp_path, no_leftovers):
         assert bytes(p[BTH])[-4:] == p[BTH].compute_icrc(b"")
 
 
+# At D = 5000 the endpoints fell behind (fidelity NOT OK) and the two flows' share moved between 0.68
+# and 0.97 over five runs; at 10 000 it was 0.94-0.99 (docs/performance.md): the share is the fabric's.
+DCQCN_D = 10_000
+
+
 def incast_pair(cc: str, nbytes: int) -> tuple[list[dict], dict, dict]:
-    net = FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), settings=RunSettings(dilation=5000, ecn=DCQCN_ECN))
+    net = FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), settings=RunSettings(dilation=DCQCN_D, ecn=DCQCN_ECN))
     net.start()
     try:
         net.engine.sample_queues([("p0l0", "p0l0-eth3")], 2e-6)
         clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
-                                  mininet_popen(net.get("gpu2")), nbytes=nbytes, dilation=5000, cc=cc,
+                                  mininet_popen(net.get("gpu2")), nbytes=nbytes, dilation=DCQCN_D, cc=cc,
                                   lat_iters=0, timeout=120).wait()
         port = net.engine.stats()["switches"]["p0l0"]["ports"]["p0l0-eth3"]
         queue = [q for _, q in net.engine.queue_samples()["p0l0/p0l0-eth3"] if q]
@@ -107,12 +112,11 @@ def incast_pair(cc: str, nbytes: int) -> tuple[list[dict], dict, dict]:
 
 
 def test_dcqcn_two_flows_converge_within_20_percent_below_kmax(no_leftovers):
-    clients, server, port = incast_pair("dcqcn", 32 << 20)  # ~6 ms of fabric time: tens of CNP cycles
+    clients, server, port = incast_pair("dcqcn", 16 << 20)  # ~3 ms of fabric time: tens of CNP cycles
     assert server["data_ok"]
     assert all(c["cnps"] > 0 for c in clients) and server["cnps_sent"] > 0
     a, b = overlap_rates(server["rx_traces"])
-    # 0.82-0.95 in earlier runs; a fresh-clone CI run after ACK coalescing gave 0.77: to be looked at.
-    assert min(a, b) >= 0.75 * max(a, b), (a, b)
+    assert min(a, b) >= 0.8 * max(a, b), (a, b)
     assert port["over_kmax"][3] < 0.5 * port["ecn_enqueued"][3]
     assert port["time_over_kmax"] < 0.5  # sampled over time by the engine, not only at arrivals
     # The same incast without congestion control: the queue sits past Kmax (only PFC would stop it).

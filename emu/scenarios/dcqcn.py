@@ -22,7 +22,7 @@ from emu.roce.transport import HEADERS
 from emu.scenarios.common import fabric, only, save, size_param
 from emu.topo.fpf import FPFTopo
 
-DEFAULT_DILATION = 5000.0  # below ~4000 the Python endpoints, not DCQCN, set the rates
+DEFAULT_DILATION = 10000.0  # at 5000 the endpoints fell behind and the flows' share moved with D
 # RED as DCQCN's paper runs it (Pmax 1 %), at this engine's 100G thresholds: marks stay rare enough
 # that the faster flow collects more of them, which is what makes the flows converge.
 ECN = (100_000, 400_000, 0.01)
