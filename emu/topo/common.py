@@ -99,8 +99,9 @@ class FabricTopo(Topo):
         slot + 2 (hosts on one switch share its subnet, each in its own slot). Without `net4` the
         link gets a subnet of its own from 10.200.0.0/14 and fdee::/16; a host's first link then
         routes those prefixes (10.0.0.0/8, fdee::/16) unless `routes4`/`routes6` say otherwise."""
-        first = not any(host in (a, b) for a, b in self.links())
+        first = False
         if net4 is None:
+            first = not any(host in (a, b) for a, b in self.links())  # only the automatic plan asks
             n = self.__dict__.get("_auto_nets", 0)
             if n >= 1024:
                 raise TopologyError("at most 1024 host links get a subnet of their own: give net4 and net6")
@@ -110,7 +111,7 @@ class FabricTopo(Topo):
                 routes4, routes6 = ("10.0.0.0/8",), ("fdee::/16",)
         if net6 is None:
             raise TopologyError(f"{host}-{switch}: give net6 with net4")
-        if first and "ip" not in self.nodeInfo(host):
+        if first and "ip" not in self.nodeInfo(host):  # first link of an automatically addressed host
             self.nodeInfo(host)["ip"] = f"{net4}.{slot + 2}/24"  # not Mininet's 10.0.0.N/8 from its ipBase
         self.addLink(host, switch, port1=port, cls=FabricLink, rate=rate, distance=cable,
                      gw4=f"{net4}.1/24", gw6=f"{net6}::1/64",
