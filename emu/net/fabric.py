@@ -49,10 +49,14 @@ class RoceOps:
         self.net = net
 
     def write(self, src: str, dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
-              timeout: float = 300.0) -> RoceWrite:
+              timeout: float | None = None) -> RoceWrite:
         """Write `nbytes` (bytes) from host `src` to host `dst` in `message`-byte RDMA writes; `cc`:
-        "none" or "dcqcn". Raises RuntimeError if an endpoint fails."""
+        "none" or "dcqcn"; `timeout` in wall seconds (default: room for the write at 10 Gb/s of fabric
+        rate, stretched by D). Raises RuntimeError if an endpoint fails."""
         from emu.roce.run import PerfRun, mininet_popen
+
+        if timeout is None:
+            timeout = 300.0 + nbytes * 8 / 10e9 * self.net.settings.dilation
 
         client, server = PerfRun(mininet_popen(self.net.get(src)), mininet_popen(self.net.get(dst)), nbytes=nbytes,
                                  dilation=self.net.settings.dilation, cc=cc, message=message, timeout=timeout,
