@@ -22,13 +22,19 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-P", "-m", module, *args]
 
 
-def process_start(pid: int) -> int:
-    """When process `pid` started (clock ticks since boot): with the pid, which process it is."""
+def proc_stat(pid: int, field: int) -> int:
+    """Numeric field `field` of /proc/PID/stat, counted from the state (1: ppid, 19: start time),
+    or -1 if the process is gone; the command name before it may hold spaces and parentheses."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
+            return int(f.read().rsplit(")", 1)[1].split()[field])
     except (OSError, ValueError, IndexError):
         return -1
+
+
+def process_start(pid: int) -> int:
+    """When process `pid` started (clock ticks since boot): with the pid, which process it is."""
+    return proc_stat(pid, 19)
 
 
 def owner() -> dict[str, int]:

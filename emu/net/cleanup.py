@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.dataplane.engine import RUN_ROOT, WORKER_MODULE
-from emu.launch import owner, process_start
+from emu.launch import owner, proc_stat, process_start
 from emu.net.netns import PREFIX, ip_batch, list_project_namespaces, run
 
 RECORD = "created.json"
@@ -80,14 +80,6 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _ppid(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
 
 
 def _run_dir_of(cmdline: str) -> str | None:
@@ -185,7 +177,7 @@ def clean() -> CleanReport:
     # Node shells whose Mininet died: orphaned to init, and no live run's.
     me = os.getpid()
     orphans = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me and int(p) not in live_pids
-               and "mininet:" in _cmdline(int(p)) and _ppid(int(p)) == 1]
+               and "mininet:" in _cmdline(int(p)) and proc_stat(int(p), 1) == 1]
     report.processes += _kill(orphans)
     if dead_netns:
         live_netns = {n for _, rec, alive in records if alive for n in rec.get("netns", [])}
