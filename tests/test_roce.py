@@ -11,8 +11,10 @@ from scapy.layers.inet6 import IPv6
 from scapy.utils import rdpcap
 
 from emu.net.fabric import FabricNet
+from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.roce.run import PerfRun, mininet_popen
+from emu.roce.transport import HEADERS
 from emu.scenarios.dcqcn import ECN as DCQCN_ECN
 from emu.scenarios.dcqcn import overlap_rates
 from emu.topo.fpf import FPFTopo
@@ -91,32 +93,39 @@ def test_tshark_decodes_rroce_and_every_icrc_matches(tmp_path, no_leftovers):
 
 
 # At D = 5000 the endpoints fell behind (fidelity NOT OK) and the two flows' share moved between 0.68
-# and 0.97 over five runs; at 10 000 it was 0.94-0.99 (docs/performance.md): the share is the fabric's.
+# and 0.97 over five runs; at 10 000 it was 0.94-0.99 (docs/performance.md): the share is the fabric's
+# only where everything kept fabric time, so a run that fell behind is repeated at twice the dilation.
 DCQCN_D = 10_000
 
 
-def incast_pair(cc: str, nbytes: int) -> tuple[list[dict], dict, dict]:
-    net = FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), settings=RunSettings(dilation=DCQCN_D, ecn=DCQCN_ECN))
+def incast_pair(cc: str, nbytes: int, dilation: float = DCQCN_D) -> tuple[list[dict], dict, dict]:
+    net = FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), settings=RunSettings(dilation=dilation, ecn=DCQCN_ECN))
     net.start()
     try:
         net.engine.sample_queues([("p0l0", "p0l0-eth3")], 2e-6)
         clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
-                                  mininet_popen(net.get("gpu2")), nbytes=nbytes, dilation=DCQCN_D, cc=cc,
+                                  mininet_popen(net.get("gpu2")), nbytes=nbytes, dilation=dilation, cc=cc,
                                   lat_iters=0, timeout=120).wait()
-        port = net.engine.stats()["switches"]["p0l0"]["ports"]["p0l0-eth3"]
+        stats = net.engine.stats()
         queue = [q for _, q in net.engine.queue_samples()["p0l0/p0l0-eth3"] if q]
     finally:
         net.stop()
+    port = stats["switches"]["p0l0"]["ports"]["p0l0-eth3"]
     port["time_over_kmax"] = sum(q >= DCQCN_ECN[1] for q in queue) / max(1, len(queue))
+    port["fidelity"] = fabric_fidelity(stats, frame_bytes=1024 + HEADERS, endpoints=[*clients, server])
     return clients, server, port
 
 
 def test_dcqcn_two_flows_converge_within_20_percent_below_kmax(no_leftovers):
-    clients, server, port = incast_pair("dcqcn", 16 << 20)  # ~3 ms of fabric time: tens of CNP cycles
+    for dilation in (DCQCN_D, 2 * DCQCN_D):
+        clients, server, port = incast_pair("dcqcn", 16 << 20, dilation)  # ~3 ms of fabric: tens of CNP cycles
+        if port["fidelity"]["ok"]:
+            break
+    assert port["fidelity"]["ok"], port["fidelity"]  # at 2 x D as well: the figures below would be the emulator's
     assert server["data_ok"]
     assert all(c["cnps"] > 0 for c in clients) and server["cnps_sent"] > 0
     a, b = overlap_rates(server["rx_traces"])
-    assert min(a, b) >= 0.8 * max(a, b), (a, b)
+    assert min(a, b) >= 0.8 * max(a, b), (a, b, dilation)
     assert port["over_kmax"][3] < 0.5 * port["ecn_enqueued"][3]
     assert port["time_over_kmax"] < 0.5  # sampled over time by the engine, not only at arrivals
     # The same incast without congestion control: the queue sits past Kmax (only PFC would stop it).

@@ -4,8 +4,12 @@ Region 0 reaches region 1 over four long-haul links, two of 400G and two of
 100G. Next hops are weighted by the capacity they can carry to the
 destination (link bandwidth, cumulative), so traffic hashed over many flows
 should split 40/10/40/10 %, not 25 % each. Each link's share of the bytes is
-read from the BAG switches' port counters and set against its share of the
-capacity. Then a 400G link flaps (down, up, down) faster than the damping
+read from the BAG switches' port counters and set against the share the
+cumulative-bandwidth rule gives it, computed here from the link rates alone:
+a BAG switch gets the smaller of what feeds it (its spine links) and what
+it can pass on (its live long-haul links), and splits that over its
+long-haul links by rate. After a 400G link fails the split is 20/64/16 %,
+not 1/6, 2/3, 1/6: the 400G spine link into the other BAG switch caps it. Then a 400G link flaps (down, up, down) faster than the damping
 hold-down: without damping every change is a round of route updates; with
 it the flap is folded into one. Route updates are counted by the controller.
 """
@@ -46,20 +50,40 @@ def _long_haul_ports(net: FabricNet) -> dict[str, tuple[str, str, float]]:
     return out
 
 
+def _expected_shares(net: FabricNet, up: set[str]) -> dict[str, float]:
+    """Each live long-haul link's share under cumulative link bandwidth, from the link rates alone (not
+    from the controller's weights, which are what is under test)."""
+    long_haul = _long_haul_ports(net)
+    feed: dict[str, float] = {}  # region-0 BAG switch -> rate of the spine links into it
+    for link in net.links:
+        ends = {link.intf1.node.name, link.intf2.node.name}
+        bag = next((n for n in ends if n.startswith("bag0")), None)
+        if bag and not any(n.startswith("bag") for n in ends - {bag}):
+            feed[bag] = feed.get(bag, 0.0) + link.fabric.rate_bps
+    out_rate: dict[str, float] = {}
+    for k, (sw, _, rate) in long_haul.items():
+        out_rate[sw] = out_rate.get(sw, 0.0) + (rate if k in up else 0.0)
+    usable = {sw: min(feed.get(sw, 0.0), out_rate.get(sw, 0.0)) for sw in out_rate}
+    total = sum(usable.values()) or 1.0
+    return {k: (usable[sw] / total * rate / out_rate[sw] if k in up and out_rate[sw] else 0.0)
+            for k, (sw, _, rate) in long_haul.items()}
+
+
 def _shares(net: FabricNet, flow: Flow, dilation: float) -> dict[str, Any]:
-    """Each long-haul link's share of the bytes against its share of the live capacity, and what
-    arrived of what the flow was to send (a split that loses is no split)."""
+    """Each long-haul link's share of the bytes against the share it should carry, and what arrived of
+    what the flow was to send (a split that loses is no split)."""
     ports = _long_haul_ports(net)
     before = net.engine.stats()
     _, got = Traffic(net, [flow], dilation=dilation).wait()
     after = net.engine.stats()
     moved = {k: after["switches"][sw]["ports"][p]["tx_bytes"] - before["switches"][sw]["ports"][p]["tx_bytes"]
              for k, (sw, p, _) in ports.items()}
-    live = {k: ports[k][2] for k in ports if after["switches"][ports[k][0]]["ports"][ports[k][1]]["up"]}
-    total_b, total_c = sum(moved.values()) or 1, sum(live.values()) or 1
-    paths = {k: {"bytes": moved[k], "byte_share": moved[k] / total_b, "capacity_share": live.get(k, 0) / total_c}
+    expected = _expected_shares(net, {k for k, (sw, p, _) in ports.items()
+                                      if after["switches"][sw]["ports"][p]["up"]})
+    total_b = sum(moved.values()) or 1
+    paths = {k: {"bytes": moved[k], "byte_share": moved[k] / total_b, "expected_share": expected[k]}
              for k in sorted(ports)}
-    return {"paths": paths, "max_share_error": max(abs(v["byte_share"] - v["capacity_share"]) for v in paths.values()),
+    return {"paths": paths, "max_share_error": max(abs(v["byte_share"] - v["expected_share"]) for v in paths.values()),
             "planned_bytes": flow.wire_bytes, "delivered_bytes": got[(flow.dst, flow.port, False)]["received_bytes"]}
 
 
@@ -118,7 +142,7 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         paths = shares["paths"]
         names = list(paths)
         xs = range(len(names))
-        ax.bar([x - 0.2 for x in xs], [paths[n]["capacity_share"] for n in names], 0.4, label="capacity share")
+        ax.bar([x - 0.2 for x in xs], [paths[n]["expected_share"] for n in names], 0.4, label="expected share")
         ax.bar([x + 0.2 for x in xs], [paths[n]["byte_share"] for n in names], 0.4, label="byte share")
         ax.set_xticks(list(xs), names, fontsize=8)
         ax.set_ylabel("share")

@@ -19,8 +19,10 @@ FAILED = "bag0x0-bag1x0"
 
 @contextmanager
 def fabric() -> Iterator[FabricNet]:
+    # 800G spine links: what feeds a BAG switch never limits it, so each path's share is its long-haul
+    # capacity's share (the scenario's 400G ones do limit: question 2).
     topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts_per_leaf=1, bags=2, rate="400G",
-                   fabric_rate="400G", bag_rates="400G,100G", distance="10km")
+                   fabric_rate="800G", bag_rates="400G,100G", distance="10km")
     with FabricNet(topo, dilation=D, control=DETECTION) as net:
         yield net
 
