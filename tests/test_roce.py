@@ -93,9 +93,10 @@ def test_tshark_decodes_rroce_and_every_icrc_matches(tmp_path, no_leftovers):
 
 
 # At D = 5000 the endpoints fell behind (fidelity NOT OK) and the two flows' share moved between 0.68
-# and 0.97 over five runs; at 10 000 it was 0.94-0.99 (docs/performance.md): the share is the fabric's
-# only where everything kept fabric time, so a run that fell behind is repeated at twice the dilation.
-DCQCN_D = 10_000
+# and 0.97 over five runs. At 10 000 the endpoints' mean lateness sits at the limit (0.0156 packet
+# times against 0.015 in two of three runs); 15 000 is on time. The share is the fabric's only where
+# everything kept fabric time, so a run that fell behind is repeated at twice the dilation.
+DCQCN_D = 15_000
 
 
 def incast_pair(cc: str, nbytes: int, dilation: float = DCQCN_D) -> tuple[list[dict], dict, dict]:
@@ -118,7 +119,9 @@ def incast_pair(cc: str, nbytes: int, dilation: float = DCQCN_D) -> tuple[list[d
 
 def test_dcqcn_two_flows_converge_within_20_percent_below_kmax(no_leftovers):
     for dilation in (DCQCN_D, 2 * DCQCN_D):
-        clients, server, port = incast_pair("dcqcn", 16 << 20, dilation)  # ~3 ms of fabric: tens of CNP cycles
+        # 32 MiB, ~3 ms of fabric, tens of CNP cycles: 16 MiB on time gave 0.81-0.99 (CI failed at 0.76
+        # on a run nothing judged), 32 MiB 0.91-0.93.
+        clients, server, port = incast_pair("dcqcn", 32 << 20, dilation)
         if port["fidelity"]["ok"]:
             break
     assert port["fidelity"]["ok"], port["fidelity"]  # at 2 x D as well: the figures below would be the emulator's
