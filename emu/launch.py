@@ -15,6 +15,10 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import tempfile
+
+RUN_ROOT = "/run/emu"
+SCRATCH = os.path.join(RUN_ROOT, "scratch")  # endpoints' and ranks' rendezvous folders
 
 
 def python_module(module: str, *args: str) -> list[str]:
@@ -64,3 +68,20 @@ def child_env(**extra: str) -> dict[str, str]:
     paths = [p for p in sys.path
              if p and os.path.isabs(p) and (os.path.realpath(p) != cwd or os.path.realpath(p) == _OWN_ROOT)]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **extra)
+
+
+def scratch_dir(prefix: str) -> str:
+    """A fresh private folder for one run of endpoints or ranks, under SCRATCH (root only, never a
+    fixed name in /tmp). Its name carries this process's pid and start time, so `emu clean` removes
+    it once this process is gone, a kill -9 included."""
+    me = owner()
+    return tempfile.mkdtemp(prefix=f"{prefix}-{me['pid']}.{me['start']}-", dir=private_dir(SCRATCH))
+
+
+def scratch_owner_alive(name: str) -> bool:
+    """Whether the process that made scratch folder `name` (by scratch_dir) still runs."""
+    try:
+        pid, start = name.rsplit("-", 2)[1].split(".")
+        return process_start(int(pid)) == int(start)
+    except ValueError:
+        return False

@@ -15,13 +15,12 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import replace
 from typing import Any
 
 from emu.bench.dilation import run_auto
 from emu.fidelity import Part, engine_parts, line, packet_time_s, verdict
-from emu.launch import child_env, python_module
+from emu.launch import child_env, python_module, scratch_dir
 from emu.net.switch import RunSettings
 from emu.roce.transport import HEADERS
 from emu.scenarios.common import fabric
@@ -71,7 +70,7 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], ports: 
     gpu_bps = min(sum(rate for _, rate in p) for p in ports.values())
     fabric_s = sum(FACTOR[op](n) * s * (n if op == "allgather" else 1) * 8 / gpu_bps + 2 * n * 20e-6 for s in sizes)
     timeout = 300.0 + 5 * fabric_s * d
-    tmp = tempfile.mkdtemp(prefix="emu-coll-")
+    tmp = scratch_dir("collective")
     try:
         with fabric(topo, replace(settings or RunSettings(), dilation=d)) as net:
             hosts = sorted(net.hosts, key=lambda h: (len(h.name), h.name))

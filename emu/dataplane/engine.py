@@ -32,9 +32,8 @@ from emu.dataplane.protocol import (
 )
 from emu.dataplane.spec import EngineSpec
 from emu.dataplane.worker import control_path
-from emu.launch import child_env, owner, private_dir, python_module
+from emu.launch import RUN_ROOT, child_env, owner, private_dir, python_module
 
-RUN_ROOT = "/run/emu"
 FAILED_LOGS = "/var/log/emu"  # outside RUN_ROOT, which `emu clean` empties
 WORKER_MODULE = "emu.dataplane.worker"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.dataplane.engine import RUN_ROOT, WORKER_MODULE
-from emu.launch import owner, proc_stat, process_start
+from emu.launch import SCRATCH, owner, proc_stat, process_start, scratch_owner_alive
 from emu.net.netns import PREFIX, ip_batch, list_project_namespaces, run
 
 RECORD = "created.json"
@@ -193,6 +193,8 @@ def clean() -> CleanReport:
     ip_batch([f"link del {n}" for n in doomed] + [f"netns del {ns}" for ns in namespaces], check=False)
     report.interfaces = doomed
     report.namespaces = namespaces
+    if os.path.isdir(SCRATCH):  # endpoints' and ranks' folders of processes that are gone
+        report.run_dirs += [os.path.join(SCRATCH, n) for n in sorted(os.listdir(SCRATCH)) if not scratch_owner_alive(n)]
     for path in report.run_dirs:
         shutil.rmtree(path, ignore_errors=True)
     return report

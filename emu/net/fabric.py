@@ -81,6 +81,16 @@ class PingResult:
 _SETTINGS = {f.name for f in fields(RunSettings)}
 
 
+def _writable_dir(path: str) -> None:
+    """`path` made if need be and writable, else one ValueError naming it (before a run exists)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--pcap {path}: cannot make the folder ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"--pcap {path}: the folder cannot be written")
+
+
 class FabricNet(Mininet):
     """A Mininet whose switches and links are the fabric's. Any RunSettings field can be given as a
     keyword (`dilation=10_000`, `backend="bmv2"`, `pfc=False`, `spray=True`): it overrides `settings`
@@ -116,7 +126,10 @@ class FabricNet(Mininet):
 
     def build(self) -> None:
         """Record the names the links will have before Mininet makes them, so that a run killed
-        mid-build leaves nothing `emu clean` cannot name; the engine runs in the same directory."""
+        mid-build leaves nothing `emu clean` cannot name; the engine runs in the same directory.
+        What can be known wrong before (a pcap folder that cannot be written) is said before."""
+        if self.settings.pcap_dir:
+            _writable_dir(self.settings.pcap_dir)
         self.run_dir = new_run_dir()
         planned = []
         if self.topo is not None:
@@ -180,7 +193,7 @@ class FabricNet(Mininet):
         flag = "-6" if family == 6 else "-4"
         jobs = {}
         # Targets go through a file: a command line longer than the shell's pty line (4 KiB) would hang.
-        with tempfile.TemporaryDirectory(prefix="emu-ping-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="ping-", dir=self.run_dir) as tmp:  # gone with the run
             for h in self.hosts:
                 targets = [a for other, lst in addrs.items() if other != h.name for a in lst]
                 path = os.path.join(tmp, h.name)

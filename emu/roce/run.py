@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from emu.launch import child_env, python_module
+from emu.launch import child_env, python_module, scratch_dir
 
 Popen = Callable[[list[str]], subprocess.Popen]
 
@@ -30,7 +29,7 @@ class PerfRun:
     def __init__(self, src: Popen | list[Popen], dst: Popen, *, nbytes: int, dilation: float, cc: str = "none",
                  message: int = 1 << 20, timeout: float = 300.0, lat_iters: int = 5, mtu: int = 1024,
                  plane_rate_bps: float = 100e9) -> None:
-        self.dir = tempfile.mkdtemp(prefix="emu-roce-")
+        self.dir = scratch_dir("roce")
         srcs = src if isinstance(src, list) else [src]
         args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--cc", cc, "--message", str(message),
                 "--timeout", str(timeout), "--lat-iters", str(lat_iters), "--mtu", str(mtu),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from emu import FabricNet, FPFTopo
 from emu.labs import LABS_DIR, StepFailed
+from emu.launch import scratch_dir
 from emu.roce.run import PerfRun, mininet_popen
 
 MODULE = "ecn_decide.p4"
@@ -26,7 +27,9 @@ def _compile(work: Path) -> str:
     if shutil.which("p4c-bm2-ss") is None or shutil.which("simple_switch") is None:
         raise StepFailed("BMv2 (simple_switch) or p4c (p4c-bm2-ss) is not installed here: this lab needs both "
                          "(p4lang's packages or a source build; `emu doctor` says what is missing)")
-    out = Path(tempfile.mkdtemp(prefix="emu-lab-p4-")) / "fabric.json"
+    scratch = scratch_dir("lab-p4")  # root only; `emu clean` removes it if this checker is killed
+    atexit.register(shutil.rmtree, scratch, True)
+    out = Path(scratch) / "fabric.json"
     r = subprocess.run(["p4c-bm2-ss", "--std", "p4-16", "-I", str(work.parent), "-I", str(P4), "-o", str(out),
                         str(P4 / "fabric.p4")], capture_output=True, text=True)
     if r.returncode != 0:
