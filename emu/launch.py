@@ -12,10 +12,15 @@ can enter, made so whatever the umask, and never through a planted symlink.
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import stat
+import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 
 RUN_ROOT = "/run/emu"
 SCRATCH = os.path.join(RUN_ROOT, "scratch")  # endpoints' and ranks' rendezvous folders
@@ -85,3 +90,93 @@ def scratch_owner_alive(name: str) -> bool:
         return process_start(int(pid)) == int(start)
     except ValueError:
         return False
+
+
+DEATHS = "deaths.json"  # in a run folder: what died, for `emu stats` and anyone else to read
+
+
+def say_death(message: str) -> None:
+    """The default report of a death: one line on stderr, the moment it happens."""
+    print(f"emu: {message}", file=sys.stderr, flush=True)
+
+
+class Supervisor:
+    """Learns of a child's death the moment it happens (a pidfd per child, one poll in one thread) and
+    reports it once: through `report`, and appended to DEATHS in `run_dir`. A stop the parent asked
+    for is not a death: call stop() before killing what it watches."""
+
+    def __init__(self, run_dir: str, report: Callable[[str], None] = say_death) -> None:
+        self.run_dir = run_dir
+        self.report = report
+        self.deaths: list[str] = []
+        self._watched: dict[int, tuple[subprocess.Popen, str]] = {}  # pidfd -> (process, what it is)
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, proc: subprocess.Popen, what: str) -> None:
+        """`what`: the whole line to say when it dies, less the exit status ("engine worker 1 (...)")."""
+        fd = os.pidfd_open(proc.pid)
+        with self._lock:
+            self._watched[fd] = (proc, what)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="emu-supervisor", daemon=True)
+            self._thread.start()
+        os.write(self._wake_w, b"w")
+
+    def _run(self) -> None:
+        while True:
+            poller = select.poll()
+            poller.register(self._wake_r, select.POLLIN)
+            with self._lock:
+                for fd in self._watched:
+                    poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll():
+                if fd == self._wake_r:
+                    if b"q" in os.read(self._wake_r, 256):
+                        return
+                    continue
+                with self._lock:
+                    proc, what = self._watched.pop(fd)
+                os.close(fd)
+                try:
+                    rc: int | str = proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:  # another thread is reaping it
+                    rc = "?"
+                self._died(f"{what} died (exit {rc})")
+
+    def _died(self, message: str) -> None:
+        self.deaths.append(message)
+        path = os.path.join(self.run_dir, DEATHS)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "a") as f:
+                f.write(json.dumps(message) + "\n")
+        except OSError:
+            pass  # the run folder is going: the report below still says it
+        self.report(message)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            os.write(self._wake_w, b"q")
+            self._thread.join(5)
+            self._thread = None
+        with self._lock:
+            for fd in self._watched:
+                os.close(fd)
+            self._watched.clear()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r = self._wake_w = -1
+
+
+def recorded_deaths(run_dir: str) -> list[str]:
+    """What a run's supervisor recorded as dead, oldest first (read by other processes)."""
+    try:
+        with open(os.path.join(run_dir, DEATHS)) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return []

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -13,6 +15,8 @@ import pytest
 
 from emu import FabricNet, FPFTopo
 from emu.dataplane.engine import EngineError
+from emu.launch import RUN_ROOT, SCRATCH, scratch_dir
+from emu.net.cleanup import netns_id
 from tests.helpers import EMU, Live
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
@@ -65,9 +69,19 @@ def test_a_worker_killed_is_named_and_the_healthy_ones_still_take_routes(no_left
     """Issue 12, item 5: kill -9 one engine worker of a running fabric."""
     with FabricNet(FPFTopo(gpus=2, planes=2, leaves=2, spines=2), dilation=2000, workers=2) as net:
         engine = net.engine
+        said: list[str] = []
+        engine.on_death = said.append  # by default one line on stderr
         dead = engine.worker_of("p0l0")
         os.kill(engine.procs[dead].pid, signal.SIGKILL)
-        engine.procs[dead].wait(10)
+        deadline = time.monotonic() + 5
+        while not said and time.monotonic() < deadline:  # reported at once, before anyone asks
+            time.sleep(0.01)
+        assert len(said) == 1 and said == net.deaths, said
+        assert said[0].startswith(f"engine worker {dead} (switches ") and "p0l0" in said[0], said
+        assert said[0].endswith("died (exit -9)") and "p1l0" not in said[0], said  # plane 1 is the other's
+        # Another process (`emu stats`) reads what died from the run folder.
+        r = subprocess.run([*EMU, "stats"], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and f"engine worker {dead} (switches" in r.stderr and "died" in r.stderr, r.stderr
         with pytest.raises(EngineError, match=f"engine worker {dead} exited") as info:
             net.fail(plane=0)
         log = str(info.value).rsplit("full log: ", 1)[1].rstrip(")")
@@ -110,3 +124,60 @@ def test_clean_leaves_a_live_fabric_alone(no_leftovers):
         assert "0.0% loss" in live.do("pingplanes")  # its workers, shells and veths are all still there
     finally:
         assert live.close() == 0
+
+
+def test_clean_spares_what_a_stale_record_names_but_no_run_of_ours_made(no_leftovers):
+    """Issue 12, item 3: a dead run's record naming someone else's veth (not a link's NODE-ethN) and
+    someone else's namespace; `emu clean` removes the record, and neither the veth nor the process."""
+    subprocess.run(["ip", "link", "add", "xdecoy0", "type", "veth", "peer", "name", "xdecoy1"], check=True)
+    subprocess.run(["ip", "netns", "add", "xdecoy"], check=True)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", "xdecoy", "sleep", "300"])
+    run_dir = os.path.join(RUN_ROOT, "run-decoy")
+    dead_scratch = os.path.join(SCRATCH, "roce-4194399.1-x")  # a pid above pid_max: its owner is gone
+    live_scratch = scratch_dir("roce")  # this process's: kept
+    try:
+        deadline = time.monotonic() + 10
+        while netns_id(sleeper.pid) in ("", netns_id(os.getpid())) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until `ip netns exec` has entered the namespace
+        os.makedirs(run_dir, 0o700)
+        os.makedirs(dead_scratch, 0o700)
+        with open(os.path.join(run_dir, "created.json"), "w") as f:
+            json.dump({"owner": {"pid": 4194399, "start": 1}, "interfaces": ["xdecoy0"], "pids": [sleeper.pid],
+                       "netns": [netns_id(sleeper.pid)], "hosts": {}}, f)
+        r = subprocess.run([*EMU, "clean"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert os.path.exists("/sys/class/net/xdecoy0") and sleeper.poll() is None
+        assert not os.path.exists(run_dir) and not os.path.exists(dead_scratch) and os.path.isdir(live_scratch)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        subprocess.run(["ip", "link", "del", "xdecoy0"], capture_output=True)
+        subprocess.run(["ip", "netns", "del", "xdecoy"], capture_output=True)
+        for d in (run_dir, dead_scratch, live_scratch):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_fabric_too_big_for_this_machine_is_refused_before_anything_exists(monkeypatch):
+    """Issue 12, item 6: the cap comes from this machine's memory and open-file limit, and says so."""
+    from emu.topo import common
+
+    monkeypatch.setattr(common, "mem_available", lambda: 512 << 20)
+    with pytest.raises(common.TopologyError, match=r"need about .* GiB .* 0\.5 GiB available"):
+        FPFTopo(gpus=16, planes=8)
+    FPFTopo(gpus=2, planes=2)  # a small one still fits
+    monkeypatch.setattr(common, "mem_available", lambda: 64 << 30)
+    monkeypatch.setattr(common.resource, "getrlimit", lambda _: (1024, 300))
+    with pytest.raises(common.TopologyError, match=r"switch ports need as many packet sockets.*\(300, `ulimit -Hn`\)"):
+        FPFTopo(gpus=16, planes=8)
+
+
+def test_soak_bench_reports_no_leftovers_and_no_failures(no_leftovers):
+    """`emu bench soak` in small: a cycle with malformed frames, a run killed -9, a PFC incast."""
+    r = subprocess.run([*EMU, "bench", "soak", "--cycles", "1", "--kills", "1", "--fuzz", "500", "--incasts", "1",
+                        "--json"], capture_output=True, text=True, timeout=600)
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["passed"], (out["failures"], out["leftovers"], r.stderr[-1000:])
+    assert out["leftovers"] == [] and out["failures"] == [] and len(out["kill_at_s"]) == 1
+    (fuzz,) = out["fuzz"]
+    assert fuzz["dropped"] >= 500 and fuzz["pingall_after_loss_pct"] == 0 and fuzz["engine_alive"]
+    assert out["incasts"] == [{"drops_lossless": 0, "passed": True}]

@@ -27,4 +27,8 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
         from emu.bench import collective
 
         return collective.run(op or "allreduce", params, dilation=dilation, settings=settings)
-    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce")
+    if name == "soak":
+        from emu.bench import soak
+
+        return soak.run(params)
+    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce, soak")

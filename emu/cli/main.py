@@ -184,7 +184,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         _check_backend(settings)
     result = run_bench(args.name, params, dilation=_dilation(args, auto=args.name == "collective"),
                        op=args.op or "", settings=settings)
-    code = 0 if result.get("wrong", 0) == 0 else 1
+    code = 0 if result.get("wrong", 0) == 0 and result.get("passed", True) else 1
     if args.name == "collective" and not args.json:
         from emu.bench.collective import table
 
@@ -351,7 +351,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_roce)
     p = sub.add_parser("bench", help="measure the engine against the kernel")
-    p.add_argument("name", choices=("engine", "link", "collective", "roce"))
+    p.add_argument("name", choices=("engine", "link", "collective", "roce", "soak"),
+                   help="soak: --cycles N --kills K --fuzz FRAMES --incasts M --seed S (reliability, not speed)")
     p.add_argument("op", nargs="?", help="for `collective`: allreduce, allgather, reducescatter, sendrecv")
     p.add_argument("--dilation", type=dilation_arg, default=None,
                    help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "

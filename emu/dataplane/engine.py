@@ -32,7 +32,16 @@ from emu.dataplane.protocol import (
 )
 from emu.dataplane.spec import EngineSpec
 from emu.dataplane.worker import control_path
-from emu.launch import RUN_ROOT, child_env, owner, private_dir, python_module
+from emu.launch import (
+    RUN_ROOT,
+    Supervisor,
+    child_env,
+    owner,
+    private_dir,
+    python_module,
+    recorded_deaths,
+    say_death,
+)
 
 FAILED_LOGS = "/var/log/emu"  # outside RUN_ROOT, which `emu clean` empties
 WORKER_MODULE = "emu.dataplane.worker"
@@ -61,6 +70,8 @@ class Engine:
         self.owns_run_dir = owns_run_dir
         self.procs: list[subprocess.Popen] = []
         self.logs: list[str] = []
+        self.on_death = say_death  # how a worker's death is reported, the moment it happens
+        self.supervisor: Supervisor | None = None
 
     def log_path(self, index: int) -> str:
         return os.path.join(self.run_dir, f"worker-{index}.log")
@@ -99,6 +110,11 @@ class Engine:
                         raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s; "
                                           f"log: {os.path.join(FAILED_LOGS, os.path.basename(self.run_dir))}")
                     time.sleep(0.02)
+            self.supervisor = Supervisor(self.run_dir, lambda m: self.on_death(m))
+            for i, proc in enumerate(self.procs):
+                names = [sw.name for sw in self.spec.switches if sw.worker == i]
+                self.supervisor.watch(proc, f"engine worker {i} (switches {', '.join(names) or 'none'}; "
+                                            f"log {self.log_path(i)})")
         except BaseException:
             self.stop(keep_logs=True)
             self._keep_logs_elsewhere()
@@ -145,6 +161,9 @@ class Engine:
         except (OSError, ValueError) as exc:
             if index < len(self.procs):
                 self._check_alive(index)  # dead: say so, with its exit code and log
+            dead = [d for d in recorded_deaths(self.run_dir) if d.startswith(f"engine worker {index} ")]
+            if dead:  # another process's run: its supervisor wrote down what died
+                raise EngineError(dead[-1]) from None
             raise EngineError(f"engine worker {index} did not answer {type(msg).__name__} ({exc}); "
                               f"log: {self._log_where(index)}") from None
 
@@ -222,7 +241,15 @@ class Engine:
                 out[name] = [(t, q[i]) for t, q in r["samples"]]
         return out
 
+    @property
+    def deaths(self) -> list[str]:
+        """Every worker death seen so far, one line each."""
+        return list(self.supervisor.deaths) if self.supervisor else []
+
     def stop(self, keep_logs: bool = False) -> None:
+        if self.supervisor is not None:  # what follows is asked for, not a death
+            self.supervisor.stop()
+            self.supervisor = None
         for p in self.procs:
             if p.poll() is None:
                 try:

@@ -27,6 +27,10 @@ _HDR = struct.Struct("IIIHHIIHH")  # status, len, snaplen, mac, net, sec, nsec, 
 _STATUS = struct.Struct("I")
 _ZERO = b"\x00\x00\x00\x00"
 BLOCK = 1 << 16
+# Ring sizes per switch port: a port facing a host sees one NIC's bursts; one facing a switch carries
+# a fabric link (larger frames after SRv6 encapsulation, deeper bursts). Kernel memory, locked.
+HOST_PORT_RING = 1 << 19
+FABRIC_PORT_RING = 1 << 21
 
 
 class RxRing:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import struct
@@ -40,7 +41,7 @@ from emu.dataplane.protocol import (
     Stop,
     decode,
 )
-from emu.dataplane.ring import RxRing
+from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RxRing
 from emu.dataplane.spec import EngineSpec, PortSpec
 from emu.dataplane.switch import Switch
 
@@ -106,7 +107,8 @@ class Worker:
         idx = ps.index
         monotonic = time.monotonic
 
-        ring = RxRing(sock, frame_size=2048 if from_host else 16384, ring_bytes=(1 << 19) if from_host else (1 << 21))
+        ring = RxRing(sock, frame_size=2048 if from_host else 16384,
+                      ring_bytes=HOST_PORT_RING if from_host else FABRIC_PORT_RING)
         self.rings.append(ring)
         frames_ready = ring.frames_ready
 
@@ -287,6 +289,14 @@ def _raise_priority() -> None:
         pass
 
 
+def _raise_open_files() -> None:
+    """A packet socket per port: the default soft limit (1024 files) is below a large fabric's ports
+    on one worker; the hard limit is what the machine allows (the topology's size check uses it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
@@ -296,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = EngineSpec.from_json(f.read())
     index = int(argv[1])
     _raise_priority()
+    _raise_open_files()
     try:
         worker = Worker(spec, index)
     except Exception:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -105,6 +106,24 @@ def worker_pids(exclude_runs: set[str] = frozenset()) -> list[int]:  # type: ign
     return out
 
 
+# Mininet names a link's ends NODE-ethPORT.
+_LINK_NAME = re.compile(r"^[A-Za-z0-9_.]+-eth[0-9]+$")
+
+
+def _is_veth(name: str) -> bool:
+    """A veth's iflink is its peer's ifindex; a physical or other virtual device's is its own."""
+    try:
+        with open(f"/sys/class/net/{name}/iflink") as a, open(f"/sys/class/net/{name}/ifindex") as b:
+            return a.read().strip() != b.read().strip() and os.path.exists(f"/sys/class/net/{name}/device") is False
+    except OSError:
+        return False
+
+
+def _ours(cmdline: str) -> bool:
+    """A process the emulator starts: a node shell, or a module of ours (-P -m emu.*), or simple_switch."""
+    return "mininet:" in cmdline or " -m emu." in cmdline or cmdline.startswith("simple_switch ")
+
+
 def _kill(pids: list[int]) -> list[int]:
     killed = []
     for pid in pids:
@@ -182,13 +201,20 @@ def clean() -> CleanReport:
     if dead_netns:
         live_netns = {n for _, rec, alive in records if alive for n in rec.get("netns", [])}
         doomed_ns = dead_netns - live_netns  # namespace ids are reused: a live run's is not ours to empty
+        # Only our own processes in them (endpoints, ranks, traffic outliving their shell): an id reused
+        # by someone else's namespace, or named by a stale record, costs that namespace nothing.
         report.processes += _kill([int(p) for p in os.listdir("/proc")
-                                   if p.isdigit() and int(p) != me and netns_id(int(p)) in doomed_ns])
+                                   if p.isdigit() and int(p) != me and netns_id(int(p)) in doomed_ns
+                                   and _ours(_cmdline(int(p)))])
     namespaces = list_project_namespaces()
     for ns in namespaces:
         pids = run(["ip", "netns", "pids", ns], check=False).stdout.split()
         report.processes += _kill([int(p) for p in pids])
     present = set(root_interfaces())
+    # A dead run's interface goes only if it is still the one recorded (same ifindex) or, named before
+    # it was made (a crash mid-build), if it looks like one of its links: a veth called NODE-ethN.
+    recorded = {n for _, rec, alive in records if not alive for n in rec.get("ifindex", {})}
+    dead_ifs = {n for n in dead_ifs if n in recorded or (_LINK_NAME.match(n) and _is_veth(n))}
     doomed = sorted(((dead_ifs & present) - moved | {n for n in present if n.startswith("emu")}) - live_ifs)
     ip_batch([f"link del {n}" for n in doomed] + [f"netns del {ns}" for ns in namespaces], check=False)
     report.interfaces = doomed

@@ -175,6 +175,12 @@ class FabricNet(Mininet):
                 return sw.engine
         raise RuntimeError("the fabric is not started")
 
+    @property
+    def deaths(self) -> list[str]:
+        """What died while the fabric ran (engine workers, BMv2 switches), one line each; each was also
+        reported the moment it happened (to stderr, or `net.engine.on_death`)."""
+        return self.engine.deaths
+
     def host_addresses(self, family: int = 4) -> dict[str, list[str]]:
         """Every address of every host (one per plane interface), read from the hosts."""
         out = {}

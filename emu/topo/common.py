@@ -10,10 +10,12 @@ a new fabric can be one small `build()`, with parameters as in Mininet.
 
 from __future__ import annotations
 
+import resource
 from typing import Any
 
 from mininet.topo import Topo
 
+from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING
 from emu.net.link import FabricLink
 from emu.net.switch import FabricSwitch
 from emu.units import UnitError, parse_distance, parse_rate
@@ -40,6 +42,43 @@ def check_units(topo: str, *, rates: tuple[str, ...] = (), distances: tuple[str,
         raise TopologyError(f"{topo}: {exc}") from None
 
 
+# Beyond the engine's packet rings, what one veth end and one node (its shell, namespace) cost, rounded up.
+VETH_END_BYTES = 256 << 10
+NODE_BYTES = 8 << 20
+
+
+def mem_available() -> int:
+    """Bytes this machine can still give (MemAvailable), 0 if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def check_fits(name: str, *, fabric_links: int, host_links: int, nodes: int) -> None:
+    """TopologyError if this machine cannot hold the fabric: its rings, veths and nodes in half the
+    memory available (the rest is the endpoints' and the machine's), and a packet socket per switch port
+    within the open-file limit a worker can raise itself to."""
+    need = (fabric_links * (2 * FABRIC_PORT_RING + 2 * VETH_END_BYTES) + host_links * (HOST_PORT_RING + 2 * VETH_END_BYTES)
+            + nodes * NODE_BYTES)
+    avail = mem_available()
+    if avail and need > avail // 2:
+        raise TopologyError(f"{name}: {fabric_links} switch links and {host_links} host links need about "
+                            f"{need / 2**30:.1f} GiB (packet rings {FABRIC_PORT_RING >> 20} MiB per switch port "
+                            f"facing a switch, {HOST_PORT_RING >> 10} KiB facing a host, plus interfaces and "
+                            f"nodes); this machine has {avail / 2**30:.1f} GiB available and a run may take half: "
+                            f"make it smaller")
+    ports = 2 * fabric_links + host_links
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and ports + 256 > hard:
+        raise TopologyError(f"{name}: {ports} switch ports need as many packet sockets, more than the open-file "
+                            f"limit ({hard}, `ulimit -Hn`) allows one engine worker: make it smaller or raise it")
+
+
 class FabricTopo(Topo):
     """Subclass it and write `build()` with the verbs below. Rates are strings with units ("100G",
     "400Gb/s") or b/s; cable lengths are strings with units ("2m", "20km") or metres, and set the
@@ -61,6 +100,7 @@ class FabricTopo(Topo):
             raise TopologyError(f"{type(self).__name__}: {links} links is more than one machine can emulate "
                                 f"(at most {self.MAX_LINKS}); make it smaller")
         Topo.__init__(self)
+        self._check_built_size()
 
     def __init__(self, *args: Any, **params: Any) -> None:
         """A fabric written as Mininet's Topo (parameters as build()'s keywords): described, then its
@@ -69,9 +109,13 @@ class FabricTopo(Topo):
         self._check_built_size()
 
     def _check_built_size(self) -> None:
-        if len(self.links()) > self.MAX_LINKS:
-            raise TopologyError(f"{type(self).__name__}: {len(self.links())} links is more than one machine "
+        links = self.links()
+        if len(links) > self.MAX_LINKS:
+            raise TopologyError(f"{type(self).__name__}: {len(links)} links is more than one machine "
                                 f"can emulate (at most {self.MAX_LINKS})")
+        switches = set(self.switches())
+        fabric = sum(1 for a, b in links if a in switches and b in switches)
+        check_fits(type(self).__name__, fabric_links=fabric, host_links=len(links) - fabric, nodes=len(self.nodes()))
 
     def check(self) -> None:
         """Raise TopologyError for an impossible parameter (nothing exists yet)."""

@@ -20,6 +20,7 @@ from typing import Any
 from emu.backends.bmv2.cli import bmv2_port, table_commands
 from emu.control.model import SwitchTables
 from emu.dataplane.spec import SwitchSpec
+from emu.launch import Supervisor
 
 _HANDLE = re.compile(r"Entry has been added with handle (\d+)")
 # simple_switch_CLI's answer to `counter_read NAME I`: "NAME[I]= (B bytes, P packets)".
@@ -109,6 +110,7 @@ class Bmv2DataPlane:
         self.installed = {s.name: InstalledTables() for s in specs}
         self.down: set[tuple[str, str]] = set()  # (switch, port) the controller set down
         self.run_dir = run_dir  # what `emu clean` reads after a crash; removed at stop
+        self.supervisor: Supervisor | None = None  # reports a simple_switch that dies, at once
 
     def commands(self, switch: str, tables: SwitchTables) -> list[str]:
         s = self.specs[switch]
@@ -201,8 +203,17 @@ class Bmv2DataPlane:
     def sample_queues(self, *a: Any, **k: Any) -> None:
         self._native_only("queue sampling")
 
+    @property
+    def deaths(self) -> list[str]:
+        """Every simple_switch (and wire worker) death seen so far, one line each."""
+        wires = self.wires.engine.deaths if self.wires is not None and getattr(self.wires, "engine", None) else []
+        return (list(self.supervisor.deaths) if self.supervisor else []) + wires
+
     def stop(self) -> None:
         """Idempotent: Mininet's links and switches each ask, in their own order."""
+        if self.supervisor is not None:  # what follows is asked for, not a death
+            self.supervisor.stop()
+            self.supervisor = None
         for proc in self.procs.values():
             proc.stop()
         if self.wires is not None:

@@ -32,7 +32,7 @@ from emu.backends.bmv2.cli import (
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.runtime import Bmv2DataPlane
 from emu.dataplane.engine import RUN_ROOT
-from emu.launch import private_dir
+from emu.launch import Supervisor, private_dir
 from emu.net.cleanup import BMV2_LOG_DIR
 from emu.net.netns import kernel_has_netem
 from emu.net.switch import FabricSwitch
@@ -283,6 +283,9 @@ class Bmv2Backend:
                                    log_dir=built.spec.run_dir)
                 plane.procs[sw.name] = proc
                 proc.start()
+                if plane.supervisor is None:
+                    plane.supervisor = Supervisor(built.spec.run_dir)
+                plane.supervisor.watch(proc.proc, f"BMv2 switch {sw.name} (simple_switch; log {proc.log_path})")
                 queues = hash_commands(spec.seed) + (mirror_commands([p.index for p in spec.ports]) if pfc else [])
                 for p in spec.ports:
                     queues += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation,
