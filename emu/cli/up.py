@@ -21,11 +21,12 @@ from emu.net.switch import RunSettings
 from emu.topo import make_topo
 
 
-def leftovers(interfaces: set[str], pids: list[int]) -> list[str]:
-    """What a stopped fabric still holds: its interfaces, its node shells, engine workers."""
+def leftovers(interfaces: set[str], pids: list[int], run_dir: str) -> list[str]:
+    """What a stopped fabric still holds: its interfaces, its node shells, its engine workers and BMv2
+    switches (not another live run's: two fabrics may run side by side)."""
     out = sorted(interfaces & set(root_interfaces()))
     out += [f"pid {p}" for p in pids if os.path.exists(f"/proc/{p}")]
-    out += [f"worker pid {p}" for p in worker_pids()]
+    out += [f"worker pid {p}" for p in worker_pids(only_run=run_dir)]
     return out
 
 
@@ -80,10 +81,11 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
         if net is not None:
             ifs = {i.name for n in net.hosts + net.switches for i in n.intfList() if i.name != "lo"}
             pids = [n.pid for n in net.hosts + net.switches]
+            run_dir = getattr(net, "run_dir", "")
             t1 = time.monotonic()
             net.stop()
             result["down_s"] = round(time.monotonic() - t1, 3)
-            left = leftovers(ifs, pids)
+            left = leftovers(ifs, pids, run_dir)
             result["left_behind"] = left
             passed = passed and not left
     result["passed"] = passed

@@ -94,14 +94,15 @@ def _run_dir_of(cmdline: str) -> str | None:
     return ""
 
 
-def worker_pids(exclude_runs: set[str] = frozenset()) -> list[int]:  # type: ignore[assignment]
-    """Engine workers and BMv2 switches of ours, but for those of the runs in `exclude_runs`."""
+def worker_pids(exclude_runs: set[str] = frozenset(), only_run: str | None = None) -> list[int]:  # type: ignore[assignment]
+    """Engine workers and BMv2 switches of ours, but for those of the runs in `exclude_runs`; with
+    `only_run`, only that run's."""
     me = os.getpid()
     out = []
     for p in os.listdir("/proc"):
         if p.isdigit() and int(p) != me:
             run_dir = _run_dir_of(_cmdline(int(p)))
-            if run_dir is not None and run_dir not in exclude_runs:
+            if run_dir is not None and run_dir not in exclude_runs and only_run in (None, run_dir):
                 out.append(int(p))
     return out
 
