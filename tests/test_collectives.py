@@ -85,3 +85,20 @@ def test_bag_collective_shows_the_long_haul_cliff(tmp_path, no_leftovers):
     assert r["time_ratio"] >= 2, r["time_ratio"]  # 2 km: 10 us each way, against about 2 us in a building
     assert r["fidelity"]["ok"] and r["passed"]
     assert (tmp_path / "bag-collective.png").stat().st_size > 0 and (tmp_path / "bag-collective.json").exists()
+
+
+def test_net_collective_runs_on_your_fabric_and_gives_rows_with_fields(no_leftovers):
+    """`net.collective(...)` from the root namespace: the same ranks and figures as the bench, on a
+    fabric the caller built, as objects."""
+    from emu import FabricNet, FPFTopo
+
+    with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), dilation=200_000) as net:
+        r = net.collective("allreduce", sizes=["64KiB", 256 << 10])
+        gather = net.collective("allgather", sizes=[4096 * 4 + 3])  # rounded down to whole chunks per rank
+    assert r.op == "allreduce" and r.nranks == 4 and r.wrong == 0 and r.dilation == 200_000
+    assert [row.size for row in r.rows] == [64 << 10, 256 << 10]
+    assert all(0 < row.busbw_of_bound <= 1.0 and row.wrong == 0 for row in r.rows), r.rows
+    assert r.rows[1].busbw_GBps > r.rows[0].busbw_GBps  # the fixed cost per step weighs less on more bytes
+    assert r.bound_busbw_GBps == pytest.approx(2 * 100e9 / 8 * 1024 / (1024 + HEADERS) / 1e9)
+    assert r.fidelity["ok"] is not None and "attribution" in r.report
+    assert gather.rows[0].size == 4 * 4096 * 4 and gather.wrong == 0  # allgather reports n x the chunk
