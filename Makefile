@@ -24,12 +24,12 @@ demo: setup
 
 test: setup
 	$(EMU) clean --quiet
-	$(VENV)/bin/ruff check emu tests topologies labs
+	$(VENV)/bin/ruff check emu tests topologies labs tools
 	$(PY) -m pytest -q tests --junitxml=results/junit.xml
 	$(EMU) clean --quiet
 
 lint: setup
-	$(VENV)/bin/ruff check emu tests topologies labs
+	$(VENV)/bin/ruff check emu tests topologies labs tools
 
 p4:
 	@command -v p4c-bm2-ss >/dev/null || { echo "p4c-bm2-ss not found: install p4c (p4lang's packages or a source build) to compile p4/fabric.p4"; exit 2; }

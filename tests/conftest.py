@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -35,9 +36,10 @@ def pytest_collection_modifyitems(config, items):
 _OURS = re.compile(r"emu|mininet:|simple_switch|mnexec|iperf3|tcpdump|tshark|\bping\b")
 
 
-def _snapshot() -> tuple[set[str], set[str], set[tuple[int, str]]]:
-    """Interfaces of the root namespace, named namespaces, and our kind of processes (pid, command
-    line): taken independently of emu.net.cleanup, so the fixture does not judge clean() by itself."""
+def _snapshot() -> tuple[set[str], set[str], set[tuple[int, str]], set[str]]:
+    """Interfaces of the root namespace, named namespaces, our kind of processes (pid, command line),
+    and files of ours (run and scratch folders under /run/emu, anything called /tmp/emu*): taken
+    independently of emu.net.cleanup, so the fixture does not judge clean() by itself."""
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     links = {line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if line.count(":") >= 2}
     try:
@@ -56,7 +58,8 @@ def _snapshot() -> tuple[set[str], set[str], set[tuple[int, str]]]:
             continue
         if int(pid) != me and state != "Z" and cmd and _OURS.search(cmd) and "pytest" not in cmd:
             procs.add((int(pid), cmd))
-    return links, namespaces, procs
+    files = set(glob.glob("/run/emu/run-*")) | set(glob.glob("/run/emu/scratch/*")) | set(glob.glob("/tmp/emu*"))
+    return links, namespaces, procs, files
 
 
 @pytest.fixture
@@ -75,4 +78,4 @@ def no_leftovers():
         time.sleep(0.2)
     report = clean()
     assert not any(new), (f"the test left things behind: interfaces {new[0]}, namespaces {new[1]}, "
-                          f"processes {new[2]} (emu clean found: {report})")
+                          f"processes {new[2]}, files {new[3]} (emu clean found: {report})")

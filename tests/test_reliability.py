@@ -39,6 +39,9 @@ def test_no_process_of_ours_imports_from_the_working_directory(tmp_path, no_left
     ({"EMU_DILATION": "abc"}, ["up", "fpf", "--gpus", "2", "--planes", "1", "--test", "pingall"], "EMU_DILATION"),
     ({}, ["up", "fpf", "--gpus", "2", "--planes", "1", "--ecn", "200KB,20KB,0.2", "--test", "pingall"], "KMIN < KMAX"),
     ({}, ["up", "fpf", "--gpus", "2", "--planes", "1", "--rate=1e400G", "--test", "pingall"], "not a finite"),
+    # Item 8: a pcap folder that cannot be made is said before a run exists (no run record is left:
+    # the fixture compares /run/emu's run folders too).
+    ({}, ["up", "fpf", "--gpus", "2", "--planes", "1", "--pcap", "/proc/nope", "--test", "pingall"], "--pcap /proc/nope"),
 ])
 def test_bad_values_from_anywhere_are_one_line(env, args, says, no_leftovers):
     r = subprocess.run([*EMU, *args], capture_output=True, text=True, timeout=120, env=dict(os.environ, **env))
