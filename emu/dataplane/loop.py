@@ -58,7 +58,6 @@ _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = 0o4000
 _TFD_CLOEXEC = 0o2000000
 _TFD_TIMER_ABSTIME = 1
-_PR_SET_TIMERSLACK = 29
 
 
 class _Timespec(ctypes.Structure):
@@ -78,8 +77,6 @@ class TimerFd:
         self.fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "timerfd_create failed")
-        # Wake-ups within 1 us of the deadline instead of the default 50 us slack.
-        libc.prctl(_PR_SET_TIMERSLACK, 1000, 0, 0, 0)
         self._spec = _Itimerspec()
         self._ref = ctypes.byref(self._spec)
         self.armed = -1.0

@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 
-from emu.fidelity import Lateness
+from emu.fidelity import Lateness, tight_timers
 
 HEADER = 42  # Ethernet + IPv4 + UDP in front of each datagram
 
@@ -42,6 +42,7 @@ def send(dst: str, port: int, *, nbytes: int, size: int, rate_bps: float, tos: i
     per_pkt = (size + HEADER + 24) * 8 / rate_bps
     sent = errors = 0
     late = Lateness()  # each datagram against its paced slot: the generator's fidelity
+    tight_timers()  # the default 50 us timer slack made every paced sleep wake that much late
     t0 = time.monotonic()
     for i in range(count):
         due = t0 + i * per_pkt
@@ -60,9 +61,28 @@ def send(dst: str, port: int, *, nbytes: int, size: int, rate_bps: float, tos: i
             "lateness": late.summary()}
 
 
+def rcvbuf_errors() -> int:
+    """Datagrams this namespace's kernel dropped for a full socket receive buffer (UDP and UDP6 MIBs):
+    what the receiver lost by falling behind, which no switch counter sees."""
+    n = 0
+    try:
+        with open("/proc/net/snmp") as f:
+            rows = [line.split() for line in f if line.startswith("Udp:")]
+        if len(rows) == 2 and "RcvbufErrors" in rows[0]:
+            n += int(rows[1][rows[0].index("RcvbufErrors")])
+        with open("/proc/net/snmp6") as f:
+            n += sum(int(line.split()[1]) for line in f if line.startswith("Udp6RcvbufErrors"))
+    except (OSError, ValueError, IndexError):
+        pass
+    return n
+
+
 def recv(port: int, *, expect: int, idle: float, timeout: float, bin_s: float, v6: bool) -> dict:
     s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE: never the bottleneck
+    # SO_RCVBUFFORCE, room for everything expected at a veth skb's truesize (about 3x a 1400-byte
+    # datagram): 8 MiB overflowed once when a 4 MB incast met a starved receiver.
+    s.setsockopt(socket.SOL_SOCKET, 33, min(256 << 20, max(8 << 20, 4 * expect)))
+    overflow0 = rcvbuf_errors()
     s.bind(("::" if v6 else "0.0.0.0", port))
     s.settimeout(0.05)
     print(json.dumps({"ready": True}), flush=True)
@@ -92,7 +112,8 @@ def recv(port: int, *, expect: int, idle: float, timeout: float, bin_s: float, v
         b = bins.setdefault(addr[0], {})
         k = int((now - first) / bin_s)
         b[k] = b.get(k, 0) + n
-    return {"received_bytes": got, "by_source": by_src, "bins": bins, "bin_s": bin_s, "first_monotonic": first,
+    return {"received_bytes": got, "socket_overflow_packets": rcvbuf_errors() - overflow0,
+            "by_source": by_src, "bins": bins, "bin_s": bin_s, "first_monotonic": first,
             "wall_s": (last - first) if first is not None and last is not None else 0.0}
 
 
