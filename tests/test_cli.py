@@ -160,3 +160,24 @@ def test_emu_scenario_as_a_command_json_no_pfc_and_exit_status(tmp_path, no_left
     assert "Traceback" not in bad.stderr
     wrong = emu("scenario", "incast", "--senders", "0")
     assert wrong.returncode != 0 and "senders must be in 1..63" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
+def test_results_read_in_human_units_and_raw_only_in_json():
+    """Issue 13: what a person reads has units (Gb/s, MiB, us, %); the numbers stay raw in --json."""
+    import io
+
+    from rich.console import Console
+
+    from emu.cli.render import print_result
+
+    out = io.StringIO()
+    print_result({"goodput_fabric_bps": 95.5e9, "planned_bytes": 2 << 20, "paused_fabric_s": 50.3e-6,
+                  "delivered_bytes_by_plane": {0: 1 << 20, 1: 512}, "loss_pct": 0.0, "busbw_of_bound": 0.724,
+                  "retransmits": 3, "fidelity": {"ok": True}, "rows": list(range(20))},
+                 Console(file=out, width=200))
+    text = out.getvalue()
+    for shown in ("goodput_fabric_bps: 95.5Gb/s", "planned_bytes: 2MiB", "paused_fabric_s: 50.3us",
+                  "delivered_bytes_by_plane: {0: 1MiB, 1: 512B}", "loss_pct: 0.0 %", "busbw_of_bound: 72.4 %",
+                  "retransmits: 3", "rows: [20 entries]"):
+        assert shown in text, text
+    assert "95500000000" not in text and "fidelity" not in text  # the verdict is its own line, on stderr

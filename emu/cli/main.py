@@ -244,9 +244,9 @@ def _emit(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(result))
         return
-    c = Console()
-    for k, v in result.items():
-        c.print(f"[bold]{k}[/bold]: {v}")
+    from emu.cli.render import print_result
+
+    print_result(result)
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:

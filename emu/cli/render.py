@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from emu.units import format_size, format_time
+from emu.units import format_rate, format_size, format_time
 
 
 def stats_table(stats: dict[str, Any], *, only_active: bool = True) -> Table:
@@ -46,3 +48,53 @@ def print_stats(stats: dict[str, Any], console: Console | None = None) -> None:
     console.print(stats_table(stats))
     for line in fidelity_lines(stats):
         console.print(line)
+
+
+def _unit(key: str) -> Callable[[float], str] | None:
+    """How a figure named `key` reads to a person, from the name's unit (raw numbers stay in --json)."""
+    k = key.lower()
+    if k.endswith("_gbps"):
+        return lambda v: f"{v:.2f} GB/s"
+    if "bytes" in k:
+        return format_size
+    if k.endswith("_bps"):
+        return format_rate
+    if k.endswith("_ns"):
+        return lambda v: format_time(v * 1e-9)
+    if k.endswith("_us"):
+        return lambda v: format_time(v * 1e-6)
+    if k.endswith("_s"):
+        return format_time
+    if k.endswith("_pct"):
+        return lambda v: f"{v:.1f} %"
+    if k.endswith("_fraction") or k.endswith("_share") or k.endswith("_of_bound"):
+        return lambda v: f"{100 * v:.1f} %"
+    return None
+
+
+def human(value: Any, unit: Callable[[float], str] | None = None, depth: int = 0) -> str:
+    """One value as text: numbers in their unit, dicts and short lists inline, long lists counted."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, (int, float)):
+        return unit(value) if unit else (f"{value:.4g}" if isinstance(value, float) else str(value))
+    if isinstance(value, dict):
+        if depth >= 2:
+            return f"{{{len(value)} entries}}"
+        return "{" + ", ".join(f"{k}: {human(v, _unit(str(k)) or unit, depth + 1)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        if len(value) > 8 or depth >= 2:
+            return f"[{len(value)} entries]"
+        return "[" + ", ".join(human(v, unit, depth + 1) for v in value) + "]"
+    return str(value)
+
+
+def print_result(result: dict[str, Any], console: Console | None = None) -> None:
+    """A scenario's or bench's result for a person: each figure in its unit (the whole of it, raw, is in
+    --json). The fidelity verdict is left to its one line on stderr, which every result gets."""
+    c = console or Console()
+    for k, v in result.items():
+        if k == "fidelity":
+            continue
+        text = human(v, _unit(k))
+        c.print(f"[bold]{escape(str(k))}[/bold]: {escape(text)}", highlight=False)
