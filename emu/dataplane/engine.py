@@ -76,7 +76,16 @@ class Engine:
     def log_path(self, index: int) -> str:
         return os.path.join(self.run_dir, f"worker-{index}.log")
 
-    def start(self, timeout: float = 20.0) -> None:
+    # Wall seconds a worker may take to open each port (a packet socket, its ring mapped): measured
+    # about 10 ms on this machine; the start timeout scales with the busiest worker's ports.
+    START_S_PER_PORT = 0.05
+
+    def start(self, timeout: float | None = None) -> None:
+        """Start the workers and wait for each to answer; the default timeout is 20 s plus
+        START_S_PER_PORT for each port of the busiest worker."""
+        if timeout is None:
+            ports = [sum(len(s.ports) for s in self.spec.switches if s.worker == i) for i in range(self.spec.workers)]
+            timeout = 20.0 + self.START_S_PER_PORT * max(ports, default=0)
         os.makedirs(self.run_dir, exist_ok=True)
         if self.spec.pcap_dir:
             os.makedirs(self.spec.pcap_dir, exist_ok=True)
@@ -107,7 +116,8 @@ class Engine:
                     except (OSError, ValueError):  # not listening yet
                         pass
                     if time.monotonic() > deadline:
-                        raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s; "
+                        stage = self._tail(i, 1) or "nothing logged: still reading its spec or building switches"
+                        raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s (last: {stage}); "
                                           f"log: {os.path.join(FAILED_LOGS, os.path.basename(self.run_dir))}")
                     time.sleep(0.02)
             self.supervisor = Supervisor(self.run_dir, lambda m: self.on_death(m))

@@ -71,6 +71,7 @@ class Worker:
         self.sample_names: list[str] = []
         self.samples: deque = deque()
         self.sample_every = 0.0
+        self.ports_total = sum(len(sw.ports) for sw in spec.switches if sw.worker == index)
         self.switches = build_switches(spec, self.loop, index, self._external)
         self.control = self._open_control()
 
@@ -99,6 +100,8 @@ class Worker:
 
     def _external(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
         sock = self._open_packet_socket(ps.ifname)
+        if len(self.sockets) % 200 == 0:  # the stage a slow start is in, for the engine's error
+            print(f"worker {self.index}: {len(self.sockets)} of {self.ports_total} ports open", flush=True)
         port = sw.ports[ps.index]
         send = sock.send
         pcap = self._pcap(sw, ps)
