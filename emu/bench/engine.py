@@ -46,6 +46,8 @@ def _iperf(lab: Lab, dst: str, seconds: float, size: int, pps: float = 0.0) -> t
 def run(params: dict[str, str], backend: str = "native") -> dict[str, Any]:
     """`backend` bmv2: BMv2's simple_switch (p4/fabric.p4) is measured too, same traffic, same run."""
     seconds = float(params.get("seconds", 2))
+    if seconds < 1 or seconds != int(seconds):  # iperf3 -t counts whole seconds (0.5 ran on and on)
+        raise ValueError(f"bench engine: --seconds is a whole number of seconds >= 1, got {params['seconds']!r}")
     reps = int(params.get("repetitions", 3))
     size = int(params.get("size", 64))
     engine_runs, bridge_runs, bmv2_runs, sweeps = [], [], [], []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -76,7 +77,8 @@ def wired_pair(tag: str, *, rate_bps: float, delay_s: float, dilation: float) ->
     with Lab(f"{tag}{os.getpid() % 10000}") as lab:
         for i in range(2):
             lab.add_host(i, mac=host_mac(i), ip4=f"10.9.0.{2 + i}/24")
-        links = EngineLinks(pair_spec(lab, rate_bps=rate_bps, delay_s=delay_s, dilation=dilation))
+        spec = pair_spec(lab, rate_bps=rate_bps, delay_s=delay_s, dilation=dilation)
+        links = EngineLinks(spec)  # its engine leaves the run folder to its owner: here, this pair
         handover = links.start()
         try:
             br = f"emu{lab.tag}br"[:15]
@@ -87,6 +89,7 @@ def wired_pair(tag: str, *, rate_bps: float, delay_s: float, dilation: float) ->
             yield lab, links.engine
         finally:
             links.stop()
+            shutil.rmtree(spec.run_dir, ignore_errors=True)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the width
 
 
 def _topo_params(extra: list[str]) -> dict[str, str]:
