@@ -7,7 +7,6 @@ the ranks and the figures are emu.collectives.run's, which `net.collective(...)`
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import replace
 from typing import Any
@@ -22,8 +21,8 @@ from emu.collectives.run import (
     whole_chunks,
 )
 from emu.fidelity import line
-from emu.launch import child_env
 from emu.net.switch import RunSettings
+from emu.roce.run import mininet_popen
 from emu.roce.transport import HEADERS
 from emu.scenarios.common import fabric
 from emu.topo import make_topo
@@ -65,15 +64,13 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
 def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], ports: dict[str, list[tuple[str, float]]],
              sizes: list[int], cc: str, d: float, settings: RunSettings | None) -> dict[str, Any]:
     with fabric(topo, replace(settings or RunSettings(), dilation=d)) as net:
-        hosts = [RankHost(h.name, _popen(h), ports[h.name]) for h in sorted(net.hosts, key=lambda h: (len(h.name), h.name))]
+        hosts = [RankHost(h.name, mininet_popen(h), ports[h.name])
+                 for h in sorted(net.hosts, key=lambda h: (len(h.name), h.name))]
         results = run_ranks(hosts, op, sizes, dilation=d, cc=cc)
         stats = net.engine.stats()
     return {"bench": "collective", "topo": topo_name, "params": params,
             "backend": (settings or RunSettings()).backend, **summarise(op, hosts, sizes, results, stats, d)}
 
-
-def _popen(host: Any) -> Any:
-    return lambda cmd: host.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), text=True)
 
 
 def table(result: dict[str, Any]) -> str:

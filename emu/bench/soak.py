@@ -29,6 +29,7 @@ from emu.launch import RUN_ROOT, SCRATCH, child_env, python_module, scratch_dir
 from emu.net.cleanup import clean
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
+from emu.roce.run import mininet_popen
 from emu.topo.fpf import FPFTopo
 
 _OURS = re.compile(r"-m emu\.|mininet:|^simple_switch|^mnexec")
@@ -109,8 +110,7 @@ def _fuzz_main(ifname: str, n: int, seed: int) -> int:
 def _fuzz(net: FabricNet, n: int, seed: int) -> dict[str, Any]:
     host = net.get("gpu0")
     before = net.stats().switch("p0l0").drops
-    r = host.popen(python_module("emu.bench.soak", "fuzz", "gpu0-eth0", str(n), str(seed)), env=child_env(),
-                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = mininet_popen(host)(python_module("emu.bench.soak", "fuzz", "gpu0-eth0", str(n), str(seed)))
     out, err = r.communicate(timeout=300)
     if r.returncode != 0:
         raise RuntimeError(f"fuzz sender failed: {err.strip()[-400:]}")

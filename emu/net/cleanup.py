@@ -115,7 +115,7 @@ def _is_veth(name: str) -> bool:
     """A veth's iflink is its peer's ifindex; a physical or other virtual device's is its own."""
     try:
         with open(f"/sys/class/net/{name}/iflink") as a, open(f"/sys/class/net/{name}/ifindex") as b:
-            return a.read().strip() != b.read().strip() and os.path.exists(f"/sys/class/net/{name}/device") is False
+            return a.read().strip() != b.read().strip() and not os.path.exists(f"/sys/class/net/{name}/device")
     except OSError:
         return False
 

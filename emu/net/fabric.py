@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -193,18 +192,14 @@ class FabricNet(Mininet):
             summarise,
             whole_chunks,
         )
-        from emu.launch import child_env
+        from emu.roce.run import mininet_popen
         from emu.units import parse_size
 
         hosts = []
         for h in sorted(self.hosts, key=lambda h: (len(h.name), h.name)):
             ports = [(i.link.fabric.host_ip6.split("/")[0], i.link.fabric.rate_bps) for i in h.intfList()
                      if isinstance(getattr(i, "link", None), FabricLink) and i.link.fabric.host_ip6]
-
-            def popen(cmd: list[str], host: Any = h) -> Any:
-                return host.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), text=True)
-
-            hosts.append(RankHost(h.name, popen, ports))
+            hosts.append(RankHost(h.name, mininet_popen(h), ports))
         d = self.settings.dilation
         chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], len(hosts))
         results = run_ranks(hosts, op, chunks, dilation=d, cc=cc)
