@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from emu import FabricNet, FPFTopo
 from emu.labs import StepFailed
+from emu.net.fidelity import fabric_fidelity
 from emu.roce.run import PerfRun, mininet_popen
+from emu.roce.transport import HEADERS
 from emu.scenarios.dcqcn import overlap_rates
 
 MODULE = "dcqcn.py"
-D = 10_000  # at 5000 the endpoints fell behind (fidelity NOT OK) and the shares moved with D
+# At 10 000 the senders' mean lateness sat at the limit in 3 runs of 4 (CI once failed a share of
+# 0.76 from such a run); 15 000 was on time in every run here. A run that still falls behind is
+# repeated at twice D: its share would be the emulator's, not the fabric's.
+D = 15_000
+NBYTES = 16 << 20  # per flow: ~2.7 ms of fabric, tens of cut-and-recover rounds
+# One on-time run's share still moves with where the marks fall: 0.81-0.99 over runs here at 16 MiB.
+FAIRNESS = 0.75
 QUEUE_LIMIT = 800_000
 
 
@@ -34,18 +42,28 @@ def step_thresholds(work, net: None) -> str:
 def step_fair(work, net: None) -> str:
     """Step 3: fair, and short"""
     kmin, kmax, pmax = work.ecn_parameters()
-    with FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), dilation=D, ecn=(int(kmin), int(kmax), float(pmax))) as net:
-        clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
-                                  mininet_popen(net.get("gpu2")), nbytes=8 << 20, dilation=D, cc="dcqcn",
-                                  lat_iters=0, timeout=300).wait()
-        port = net.stats().port("p0l0", "p0l0-eth3")
+    for dilation in (D, 2 * D):
+        with FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), dilation=dilation,
+                       ecn=(int(kmin), int(kmax), float(pmax))) as net:
+            clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
+                                      mininet_popen(net.get("gpu2")), nbytes=NBYTES, dilation=dilation,
+                                      cc="dcqcn", lat_iters=0, timeout=300).wait()
+            port = net.stats().port("p0l0", "p0l0-eth3")
+            fidelity = fabric_fidelity(net.engine.stats(), frame_bytes=1024 + HEADERS, endpoints=[*clients, server])
+        if fidelity["ok"]:
+            break
+    else:
+        worst = fidelity["worst"]
+        raise StepFailed(f"this machine fell behind at D = {D} and {2 * D} ({worst['name']}, "
+                         f"{worst['mean_packet_times']:.3f} packet times late on average): the share "
+                         "would be the emulator's; run the check on a quieter machine")
     if not server["data_ok"]:
         raise StepFailed("not every byte arrived intact")
     a, b = overlap_rates(server["rx_traces"])
     fairness = min(a, b) / max(a, b)
     hwm = port.queue_hwm[3]
     got = f"rates {a / 1e9:.1f} and {b / 1e9:.1f} Gb/s (fairness {fairness:.2f}), queue high-water {hwm / 1e3:.0f} KB"
-    if fairness < 0.8:
+    if fairness < FAIRNESS:
         raise StepFailed(f"{got}: the flows did not share; a gentler slope (smaller Pmax) lets the faster one "
                          "collect more marks")
     if hwm >= QUEUE_LIMIT:
