@@ -53,16 +53,16 @@ def engine_pair(tag: str, *, rate_bps: float, delay_s: float, dilation: float) -
 @contextmanager
 def bridge_pair(tag: str, *, mtu: int = 1500) -> Iterator[Lab]:
     """The same two hosts on one Linux bridge (10.9.0.2 and 10.9.0.3, fd09::2 and fd09::3, one subnet)."""
-    from emu.net.netns import ip_batch
+    from emu.net.netlink import Netlink
 
     with Lab(f"{tag}{os.getpid() % 10000}") as lab:
-        br = f"emu{lab.tag}br"[:15]
-        lab.root_ifs.append(br)
-        ip_batch([f"link add {br} type bridge", f"link set {br} up mtu {max(mtu, 1500)}"])
+        br = lab.add_bridge(mtu=max(mtu, 1500))
         for i in range(2):
             lab.add_host(i, mac=host_mac(i), ip4=f"10.9.0.{2 + i}/24", ip6=f"fd09::{2 + i}/64")
-            ip_batch([f"link set {lab.root_if(i)} master {br}"])
-            ip_batch([f"link set eth0 mtu {mtu}"], ns=lab.ns(i))
+            with Netlink.here() as root:
+                root.set_link(lab.root_if(i), master=br)
+            with lab.netlink(i) as nl:
+                nl.set_link("eth0", mtu=mtu)
         yield lab
 
 
@@ -72,7 +72,7 @@ def wired_pair(tag: str, *, rate_bps: float, delay_s: float, dilation: float) ->
     """h0 (10.9.0.2) and h1 (10.9.0.3) on a Linux bridge whose two links the engine carries as wires:
     how `--links engine` carries a P4 switch's links, with the bridge standing where simple_switch would."""
     from emu.backends.bmv2.links import EngineLinks
-    from emu.net.netns import ip_batch
+    from emu.net.netlink import Netlink
 
     with Lab(f"{tag}{os.getpid() % 10000}") as lab:
         for i in range(2):
@@ -81,10 +81,10 @@ def wired_pair(tag: str, *, rate_bps: float, delay_s: float, dilation: float) ->
         links = EngineLinks(spec)  # its engine leaves the run folder to its owner: here, this pair
         handover = links.start()
         try:
-            br = f"emu{lab.tag}br"[:15]
-            lab.root_ifs.append(br)
-            ip_batch([f"link add {br} type bridge", f"link set {br} up"]
-                     + [f"link set {name} master {br}" for name in handover.values()])
+            br = lab.add_bridge()
+            with Netlink.here() as root:
+                for name in handover.values():
+                    root.set_link(name, master=br)
             assert links.engine is not None
             yield lab, links.engine
         finally:
@@ -98,12 +98,12 @@ def bmv2_pair(tag: str, thrift_port: int = 9190) -> Iterator[Lab]:
     engine_pair from the same table model; static neighbours, as fabric.p4 answers no ARP."""
     from emu.backends.bmv2.cli import table_commands
     from emu.backends.bmv2.switch import Bmv2Process
-    from emu.net.netns import ip_batch
 
     with Lab(f"{tag}{os.getpid() % 10000}") as lab:
         for i in range(2):
             lab.add_host(i, mac=host_mac(i), ip4=f"10.9.{i}.2/24", gw4=f"10.9.{i}.1", route4="10.9.0.0/16")
-            ip_batch([f"neigh replace 10.9.{i}.1 lladdr {switch_mac(i)} dev eth0 nud permanent"], ns=lab.ns(i))
+            with lab.netlink(i) as nl:
+                nl.add_neighbour("eth0", f"10.9.{i}.1", switch_mac(i))
         sw = pair_spec(lab, rate_bps=1e15, delay_s=0.0, dilation=1.0, engine=False).switches[0]
         proc = Bmv2Process(f"bench-{lab.tag}", [(1, lab.root_if(0)), (2, lab.root_if(1))], thrift_port)
         proc.start()

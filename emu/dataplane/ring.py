@@ -10,7 +10,9 @@ truncated; the engine counts and drops it.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
+import os
 import socket
 import struct
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ BLOCK = 1 << 16
 # a fabric link (larger frames after SRv6 encapsulation, deeper bursts). Kernel memory, locked.
 HOST_PORT_RING = 1 << 19
 FABRIC_PORT_RING = 1 << 21
+_libc = ctypes.CDLL(None, use_errno=True)  # its calls release the GIL; socket.setsockopt does not
 
 
 class RxRing:
@@ -43,7 +46,12 @@ class RxRing:
         self.frame_size = frame_size
         self.frames = blocks * (BLOCK // frame_size)
         sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
-        sock.setsockopt(SOL_PACKET, PACKET_RX_RING, struct.pack("IIII", BLOCK, blocks, frame_size, self.frames))
+        # Setting a ring waits for an RCU grace period (about 15 ms here, a socket at a time); through
+        # libc the GIL is released, so threads opening many ports wait for their grace periods together.
+        req = ctypes.create_string_buffer(struct.pack("IIII", BLOCK, blocks, frame_size, self.frames), 16)
+        if _libc.setsockopt(sock.fileno(), SOL_PACKET, PACKET_RX_RING, req, 16) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"PACKET_RX_RING: {os.strerror(err)}")
         self.mm = mmap.mmap(sock.fileno(), BLOCK * blocks, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.index = 0
         self.truncated = 0

@@ -25,7 +25,8 @@ from typing import Any
 
 from emu.dataplane.engine import RUN_ROOT, WORKER_MODULE
 from emu.launch import SCRATCH, owner, proc_stat, process_start, scratch_owner_alive
-from emu.net.netns import PREFIX, ip_batch, list_project_namespaces, run
+from emu.net.netlink import Netlink, NetlinkError, namespace_pids, remove_namespace
+from emu.net.netns import PREFIX, list_project_namespaces
 
 RECORD = "created.json"
 BMV2_LOG_DIR = os.path.join(RUN_ROOT, "bmv2")  # logs of simple_switch started outside a run (checks)
@@ -39,21 +40,24 @@ def netns_id(pid: int) -> str:
 
 
 def record(run_dir: str, *, interfaces: list[str], pids: list[int] | None = None,
-           hosts: dict[str, int] | None = None) -> None:
-    """What this run made or is about to make: interfaces (kept from earlier records too), its node
-    shells and their network namespaces (a process started in a host outlives its shell, and keeps the
-    namespace and its veths alive), and who owns the run."""
+           hosts: dict[str, int] | None = None, groups: list[int] | None = None) -> None:
+    """What this run made or is about to make: interfaces and the device groups of its links' root
+    ends (both kept from earlier records too), its node shells and their network namespaces (a process
+    started in a host outlives its shell, and keeps the namespace and its veths alive), and who owns
+    the run."""
     path = os.path.join(run_dir, RECORD)
     try:
         with open(path) as f:
-            earlier = json.load(f).get("interfaces", [])
+            old = json.load(f)
+        earlier, earlier_groups = old.get("interfaces", []), old.get("groups", [])
     except (OSError, ValueError):
-        earlier = []
+        earlier, earlier_groups = [], []
     pids = pids or []
     mine = netns_id(os.getpid())
     namespaces = sorted({n for n in (netns_id(p) for p in pids) if n and n != mine})
     rec = {"owner": owner(),
            "interfaces": sorted(set(earlier) | set(interfaces)), "pids": pids, "netns": namespaces,
+           "groups": sorted(set(earlier_groups) | set(groups or [])),
            "hosts": hosts or {},
            # Which interface each name is now (names are reused): a clean deletes it only if it still is.
            "ifindex": {n: i for n in interfaces if (i := _ifindex(n)) >= 0}}
@@ -147,13 +151,8 @@ def _ifindex(name: str) -> int:
 
 
 def root_interfaces() -> list[str]:
-    out = run(["ip", "-o", "link", "show"], check=False).stdout
-    names = []
-    for line in out.splitlines():
-        parts = line.split(": ")
-        if len(parts) > 1:
-            names.append(parts[1].split("@")[0])
-    return names
+    with Netlink.here() as nl:
+        return [li.name for li in nl.links()]
 
 
 def _records() -> list[tuple[str, dict[str, Any], bool]]:
@@ -209,15 +208,29 @@ def clean() -> CleanReport:
                                    and _ours(_cmdline(int(p)))])
     namespaces = list_project_namespaces()
     for ns in namespaces:
-        pids = run(["ip", "netns", "pids", ns], check=False).stdout.split()
-        report.processes += _kill([int(p) for p in pids])
+        report.processes += _kill(namespace_pids(ns))
     present = set(root_interfaces())
     # A dead run's interface goes only if it is still the one recorded (same ifindex) or, named before
     # it was made (a crash mid-build), if it looks like one of its links: a veth called NODE-ethN.
     recorded = {n for _, rec, alive in records if not alive for n in rec.get("ifindex", {})}
     dead_ifs = {n for n in dead_ifs if n in recorded or (_LINK_NAME.match(n) and _is_veth(n))}
     doomed = sorted(((dead_ifs & present) - moved | {n for n in present if n.startswith("emu")}) - live_ifs)
-    ip_batch([f"link del {n}" for n in doomed] + [f"netns del {ns}" for ns in namespaces], check=False)
+    live_groups = {g for _, rec, alive in records if alive for g in rec.get("groups", [])}
+    dead_groups = {g for _, rec, alive in records if not alive for g in rec.get("groups", [])} - live_groups
+    with Netlink.here() as nl:
+        before = {li.name for li in nl.links()}
+        for g in sorted(dead_groups):  # a dead fabric's link ends, in one kernel batch each
+            nl.delete_group(g)
+        after = {li.name for li in nl.links()}
+        for n in doomed:
+            if n in after:
+                try:
+                    nl.delete_link(n)
+                except NetlinkError:
+                    pass
+    for ns in namespaces:
+        remove_namespace(ns)
+    doomed = sorted(set(doomed) | (before - after))
     report.interfaces = doomed
     report.namespaces = namespaces
     if os.path.isdir(SCRATCH):  # endpoints' and ranks' folders of processes that are gone

@@ -1,19 +1,30 @@
 """FabricLink: a Mininet veth pair whose rate, delay and addressing the engine applies.
 
-Mininet creates the veth pair; nothing is shaped in the kernel. The engine
-carries the link: rate and propagation delay in both directions, PFC on it,
-counters for it. So a configured delay is never lost on a kernel without
-netem, and the same link behaves the same on every kernel.
+Nothing is shaped in the kernel. The engine carries the link: rate and
+propagation delay in both directions, PFC on it, counters for it. So a
+configured delay is never lost on a kernel without netem, and the same link
+behaves the same on every kernel.
+
+The pair itself is made over netlink (emu.net.netlink), not by Mininet's
+`ip link add` and `ifconfig` in the nodes' shells: one request makes both
+ends, each in its node's namespace with its MAC and MTU, the root-side end
+in the fabric's device group, so that stopping the fabric deletes every
+pair in one kernel batch (FabricNet.stop). Interfaces come up when the
+fabric starts (emu.net.switch), after what must precede their first packet.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
-from mininet.link import Link
+from mininet.link import Intf, Link
 
+from emu.net.netlink import Netlink, NetlinkError
 from emu.units import UnitError, parse_distance, parse_rate, parse_time, propagation_delay
+
+SWITCH_MTU = 9500  # bytes on the switch-side ends: room for SRv6 encapsulation of a full host frame
 
 
 class LinkParamError(ValueError):
@@ -72,13 +83,86 @@ class LinkParams:
 FABRIC_KEYS = ("rate", "delay", "distance", "gw4", "gw6", "host_ip4", "host_ip6",
                "host_routes4", "host_routes6", "headroom")
 
+_root: Netlink | None = None
+
+
+def root_netlink() -> Netlink:
+    """This process's rtnetlink socket in its own namespace, made once (the switches' ends live here)."""
+    global _root
+    if _root is None:
+        _root = Netlink.here()
+    return _root
+
+
+def node_netlink(node: Any) -> Netlink:
+    """A socket in `node`'s namespace, for a few requests; close it (it keeps the namespace alive)."""
+    return Netlink.of_pid(node.pid) if node.inNamespace else Netlink.here()
+
+
+class FabricIntf(Intf):
+    """A Mininet interface set up over netlink: Mininet's Intf runs an `ifconfig` in the node's shell
+    for each setting. Up, an address and deletion go through netlink; `ifconfig()` stays the shell's."""
+
+    def config(self, mac: str | None = None, ip: str | None = None, ifconfig: str | None = None,
+               up: bool = True, **_params: Any) -> dict[str, Any]:
+        """The MAC was set when the pair was made; the fabric brings the interface up when it starts."""
+        r: dict[str, Any] = {}
+        self.setParam(r, "setMAC", mac=mac)
+        self.setParam(r, "setIP", ip=ip)
+        self.setParam(r, "ifconfig", ifconfig=ifconfig)
+        return r
+
+    def setIP(self, ipstr: str, prefixLen: int | None = None) -> str:
+        ip, _, plen = ipstr.partition("/")
+        if not plen:
+            if prefixLen is None:
+                raise ValueError(f"{self.name}: no prefix length for {ipstr}")
+            plen = str(prefixLen)
+        self.ip, self.prefixLen = ip, int(plen)
+        with node_netlink(self.node) as nl:
+            nl.add_address(self.name, f"{ip}/{plen}")
+            nl.set_link(self.name, up=True)
+        return ""
+
+    def setMAC(self, macstr: str) -> str:
+        self.mac = macstr
+        with node_netlink(self.node) as nl:
+            nl.set_link(self.name, mac=macstr)
+        return ""
+
+    def isUp(self, setUp: bool = False) -> bool:
+        with node_netlink(self.node) as nl:
+            if setUp:
+                nl.set_link(self.name, up=True)
+                return True
+            return any(li.up for li in nl.links() if li.name == self.name)
+
+    def delete(self) -> None:
+        """Gone already if the fabric deleted its group; else deleted here, in the node's namespace."""
+        link = self.link
+        if not (isinstance(link, FabricLink) and link.deleted):
+            try:
+                nl = node_netlink(self.node)
+            except NetlinkError:  # its node's namespace is gone, and the interface with it
+                nl = None
+            if nl is not None:
+                with nl:
+                    nl.delete_link(self.name)
+        self.node.delIntf(self)
+        self.link = None
+
 
 class FabricLink(Link):
-    """Link(node1, node2, rate='100G', delay='1us' | distance='50km', gw4=..., ...)."""
+    """Link(node1, node2, rate='100G', delay='1us' | distance='50km', gw4=..., ...); `group`: the
+    device group of its root-side end (FabricNet gives each fabric its own; 0: none)."""
+
+    deleted = False  # set when its pair is gone (FabricNet deleted the fabric's group)
+    in_group = False  # its end here is in the fabric's device group
 
     def __init__(self, node1, node2, port1=None, port2=None, intfName1=None, intfName2=None, **params):
         fabric = {k: params.pop(k) for k in FABRIC_KEYS if k in params}
         self.fabric = LinkParams.parse(**fabric)
+        self.group = int(params.pop("group", 0))
         if port1 is None:
             port1 = node1.newPort()
         if port2 is None:
@@ -87,9 +171,27 @@ class FabricLink(Link):
         intfName2 = intfName2 or f"{node2.name}-eth{port2}"
         params.setdefault("addr1", mac_for(intfName1))
         params.setdefault("addr2", mac_for(intfName2))
+        if params.get("intf") in (None, Intf):  # Mininet passes its default, plain Intf
+            params["intf"] = FabricIntf
         super().__init__(node1, node2, port1=port1, port2=port2, intfName1=intfName1, intfName2=intfName2, **params)
 
-    deleted = False  # set when FabricNet removed the veth pair in one batch
+    def makeIntfPair(self, intfname1: str, intfname2: str, addr1: str | None = None, addr2: str | None = None,
+                     node1: Any = None, node2: Any = None, deleteIntfs: bool = True) -> None:
+        """Both ends in one netlink request from this namespace: an end whose node is in a namespace is
+        placed straight there; the end here (a switch's) gets the jumbo MTU and the fabric's group."""
+        ends = [(intfname1, addr1, node1), (intfname2, addr2, node2)]
+        if node1 is not None and node1.inNamespace and node2 is not None and not node2.inNamespace:
+            ends.reverse()  # the request's own device is the one here, so the group covers it
+        (name, mac, node), (peer, peer_mac, peer_node) = ends
+        here = node is None or not node.inNamespace
+        root_netlink().add_veth(
+            name, peer, mac=mac or "", peer_mac=peer_mac or "",
+            mtu=SWITCH_MTU if here else 0,
+            peer_mtu=SWITCH_MTU if peer_node is None or not peer_node.inNamespace else 0,
+            group=self.group if here else 0,
+            peer_pid=peer_node.pid if peer_node is not None and peer_node.inNamespace else None,
+            pid=None if here else node.pid)
+        self.in_group = here and self.group > 0
 
     def delete(self) -> None:
         """Mininet deletes links before it stops switches: stop the engine first, so no worker

@@ -23,8 +23,7 @@ from emu.dataplane.engine import new_run_dir
 from emu.dataplane.spec import EcnSpec, EngineSpec, PortSpec, QosSpec, SwitchSpec
 from emu.net.backend import BACKENDS, DataPlane, backend
 from emu.net.cleanup import record
-from emu.net.link import FabricLink, LinkParams
-from emu.net.netns import ip_batch, offload_off, run
+from emu.net.link import SWITCH_MTU, FabricLink, LinkParams, node_netlink, root_netlink
 from emu.units import Dilation, UnitError
 
 
@@ -182,7 +181,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
             index[(sw.name, intf.name)] = i
     graph = FabricGraph()
     attachments: list[Attachment] = []
-    host_cmds: dict[Any, list[str]] = {}
+    host_ports: dict[Any, list[HostPort]] = {}
     root_ifs: list[str] = []
     port_specs: dict[str, list[PortSpec]] = {}
     for sw in switches:
@@ -217,7 +216,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
                 attachments.append(Attachment(ip4.split("/")[0] + "/32", sw.name, i, host_mac))
             if lp.host_ip6:
                 attachments.append(Attachment(lp.host_ip6.split("/")[0] + "/128", sw.name, i, host_mac))
-            host_cmds.setdefault(peer.node, []).extend(_host_config(peer.name, ip4, lp))
+            host_ports.setdefault(peer.node, []).append(HostPort(peer.name, lp))
         port_specs[sw.name] = specs
     local = {sw.name: LocalEntries(my_sids=[MySid(sid, action) for sid, action in sw.sids.items()])
              for sw in switches if sw.sids}
@@ -248,33 +247,44 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         pcap_dir=settings.pcap_dir,
         workers=workers,
     )
-    _raise_neighbour_limits(sum(len(c) for c in host_cmds.values()) * len(host_cmds))
+    _raise_neighbour_limits(sum(len(c) for c in host_ports.values()) * len(host_ports))
     configure_root_side(root_ifs)
-    for host, cmds in host_cmds.items():
-        pre = ["sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0 "
-               "net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.all.disable_ipv6=0"]
-        host.cmd("; ".join(pre + cmds))
+    configure_hosts(host_ports)
     port_names = {(sw, p.index): p.ifname for sw, ports in port_specs.items() for p in ports}
     return BuiltFabric(spec, graph, attachments, port_names, local)
 
 
-def _host_config(ifname: str, ip4: str, lp: LinkParams) -> list[str]:
-    cmds = [f"ethtool -K {ifname} tx off tso off gso off gro off >/dev/null 2>&1",
-            f"sysctl -qw net.ipv6.conf.{ifname}.accept_dad=0 net.ipv6.conf.{ifname}.accept_ra=0",
-            f"ip link set {ifname} up"]
-    if lp.host_ip4:
-        cmds.append(f"ip addr replace {lp.host_ip4} dev {ifname}")
-    if lp.host_ip6:
-        cmds.append(f"ip -6 addr replace {lp.host_ip6} dev {ifname} nodad")
-    if lp.gw4:
-        gw = lp.gw4.split("/")[0]
-        for r in lp.host_routes4:
-            cmds.append(f"ip route replace {r} via {gw} dev {ifname}")
-    if lp.gw6:
-        gw = lp.gw6.split("/")[0]
-        for r in lp.host_routes6:
-            cmds.append(f"ip -6 route replace {r} via {gw} dev {ifname}")
-    return cmds
+@dataclass(frozen=True)
+class HostPort:
+    """A host's end of a fabric link, and the link's plan for it (addresses, gateway, routes)."""
+
+    ifname: str
+    params: LinkParams
+
+
+def configure_hosts(ports: dict[Any, list[HostPort]]) -> None:
+    """Each host's fabric interfaces over one netlink socket in its namespace: no duplicate address
+    detection and no router advertisements (before they come up), offloads off, up, the planned
+    addresses, and routes to the rest of the fabric via each interface's gateway."""
+    for host, mine in ports.items():
+        keys: dict[str, str | int] = {"ipv6/conf/all/accept_dad": 0, "ipv6/conf/default/accept_dad": 0,
+                                      "ipv6/conf/all/accept_ra": 0, "ipv6/conf/all/disable_ipv6": 0}
+        for p in mine:
+            keys[f"ipv6/conf/{p.ifname}/accept_dad"] = 0
+            keys[f"ipv6/conf/{p.ifname}/accept_ra"] = 0
+        with node_netlink(host) as nl:
+            nl.sysctl(keys)
+            for p in mine:
+                lp = p.params
+                nl.offloads_off(p.ifname)
+                nl.set_link(p.ifname, up=True)
+                if lp.host_ip4:
+                    nl.add_address(p.ifname, lp.host_ip4)
+                if lp.host_ip6:
+                    nl.add_address(p.ifname, lp.host_ip6)
+                for routes, gw in ((lp.host_routes4, lp.gw4), (lp.host_routes6, lp.gw6)):
+                    for r in routes if gw else ():
+                        nl.add_route(r, gw.split("/")[0], p.ifname)
 
 
 def _raise_neighbour_limits(entries: int) -> None:
@@ -295,9 +305,9 @@ def _raise_neighbour_limits(entries: int) -> None:
 
 
 def configure_root_side(ifnames: list[str]) -> None:
-    """The engine's ends: up, jumbo (room for SRv6 encapsulation), no IPv6 chatter, no offloads."""
-    ip_batch([f"link set {n} up mtu 9500" for n in ifnames])
-    if ifnames:
-        run(["sysctl", "-qw", *[f"net.ipv6.conf.{n}.disable_ipv6=1" for n in ifnames]], check=False)
+    """The data plane's ends: no IPv6 chatter (set before they come up), no offloads, jumbo, up."""
+    nl = root_netlink()
+    nl.sysctl({f"ipv6/conf/{n}/disable_ipv6": 1 for n in ifnames})
     for n in ifnames:
-        offload_off(n)
+        nl.offloads_off(n)
+        nl.set_link(n, up=True, mtu=SWITCH_MTU)

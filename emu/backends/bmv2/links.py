@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from emu.dataplane.engine import Engine
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
-from emu.net.netns import ip_batch
+from emu.net.netlink import Netlink, new_group
 from emu.net.switch import configure_root_side
 
 LINK_MODES = ("auto", "netem", "engine")
@@ -79,6 +79,7 @@ class EngineLinks:
         self.engine: Engine | None = None
         self.pairs = [(wire_name(s.name, k, "b"), wire_name(s.name, k, "w"))
                       for s in native.switches for k in range(len(s.ports))]
+        self.group = new_group()  # the pairs' device group: one request deletes them all
 
     def p4_ports(self) -> dict[tuple[str, int], str]:
         return {(s.name, k): wire_name(s.name, k, "b")
@@ -86,7 +87,9 @@ class EngineLinks:
 
     def start(self) -> dict[tuple[str, int], str]:
         try:
-            ip_batch([f"link add {b} type veth peer name {w}" for b, w in self.pairs])
+            with Netlink.here() as nl:
+                for b, w in self.pairs:
+                    nl.add_veth(b, w, group=self.group)
             configure_root_side([i for pair in self.pairs for i in pair])
             self.engine = Engine(self.spec, owns_run_dir=False)  # the BMv2 data plane's run directory
             self.engine.start()
@@ -99,7 +102,8 @@ class EngineLinks:
         if self.engine is not None:
             self.engine.stop()
             self.engine = None
-        ip_batch([f"link del {b}" for b, _ in self.pairs], check=False)
+        with Netlink.here() as nl:
+            nl.delete_group(self.group)
 
 
 __all__ = ["EngineLinks", "LINK_MODES", "LinkModeError", "choose_links", "wire_name", "wire_spec"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from emu.backends.bmv2.cli import bmv2_port, table_commands
 from emu.control.model import SwitchTables
 from emu.dataplane.spec import SwitchSpec
 from emu.launch import Supervisor
+from emu.net.netlink import Netlink, NetlinkError
 
 _HANDLE = re.compile(r"Entry has been added with handle (\d+)")
 # simple_switch_CLI's answer to `counter_read NAME I`: "NAME[I]= (B bytes, P packets)".
@@ -129,10 +129,11 @@ class Bmv2DataPlane:
         if self.wires is not None and self.wires.engine is not None:
             self.wires.engine.set_port(switch, port, up)
         else:
-            r = subprocess.run(["ip", "link", "set", "dev", port, "up" if up else "down"], capture_output=True,
-                               text=True)
-            if r.returncode != 0:
-                raise Bmv2RuntimeError(f"{switch}: cannot set {port} {'up' if up else 'down'}: {r.stderr.strip()}")
+            try:
+                with Netlink.here() as nl:
+                    nl.set_link(port, up=up)
+            except NetlinkError as exc:
+                raise Bmv2RuntimeError(f"{switch}: cannot set {port} {'up' if up else 'down'}: {exc}") from None
         (self.down.discard if up else self.down.add)((switch, port))
 
     def stats(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from emu.backends.bmv2.runtime import Bmv2DataPlane
 from emu.dataplane.engine import RUN_ROOT
 from emu.launch import Supervisor, private_dir
 from emu.net.cleanup import BMV2_LOG_DIR
+from emu.net.link import node_netlink
 from emu.net.netns import kernel_has_netem
 from emu.net.switch import FabricSwitch
 
@@ -238,8 +239,9 @@ def _static_neighbours(switches: tuple) -> None:
         wanted = {ipaddress.ip_interface(g).ip for g in (lp.gw4, lp.gw6) if g}
         wanted |= {a for a in everyone if a not in mine and any(a in n for n in nets)}
         if wanted:
-            peer.node.cmd("; ".join(f"ip neigh replace {a} lladdr {mac} dev {peer.name}" for a in sorted(
-                wanted, key=lambda a: (a.version, int(a)))))
+            with node_netlink(peer.node) as nl:
+                for a in sorted(wanted, key=lambda a: (a.version, int(a))):
+                    nl.add_neighbour(peer.name, str(a), mac)
 
 
 def netem_available() -> bool:
