@@ -170,16 +170,17 @@ def test_static_neighbours_cover_gateways_and_same_subnet_hosts_only(no_leftover
 @pytest.mark.root
 def test_netem_refused_by_the_kernel_is_one_error_naming_the_interface(no_leftovers):
     from emu.backends.bmv2.switch import _netem_link, netem_available
-    from emu.net.netns import ip_batch
+    from emu.net.netlink import Netlink
 
     if netem_available():
         pytest.skip("this kernel has netem")
-    ip_batch(["link add emutcx0 type veth peer name emutcx1"])
-    try:
-        with pytest.raises(Bmv2Error, match="tc netem on emutcx0 failed"):
-            _netem_link("emutcx0", rate_bps=100e9, delay_s=5e-6, dilation=1000)
-    finally:
-        ip_batch(["link del emutcx0"], check=False)
+    with Netlink.here() as nl:
+        nl.add_veth("emutcx0", "emutcx1")
+        try:
+            with pytest.raises(Bmv2Error, match="tc netem on emutcx0 failed"):
+                _netem_link("emutcx0", rate_bps=100e9, delay_s=5e-6, dilation=1000)
+        finally:
+            nl.delete_link("emutcx0")
 
 
 @pytest.mark.root

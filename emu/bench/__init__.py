@@ -27,8 +27,12 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
         from emu.bench import collective
 
         return collective.run(op or "allreduce", params, dilation=dilation, settings=settings)
+    if name == "setup":
+        from emu.bench import setup
+
+        return setup.run(params)
     if name == "soak":
         from emu.bench import soak
 
         return soak.run(params)
-    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce, soak")
+    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce, setup, soak")

@@ -351,8 +351,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_roce)
     p = sub.add_parser("bench", help="measure the engine against the kernel")
-    p.add_argument("name", choices=("engine", "link", "collective", "roce", "soak"),
-                   help="soak: --cycles N --kills K --fuzz FRAMES --incasts M --seed S (reliability, not speed)")
+    p.add_argument("name", choices=("engine", "link", "collective", "roce", "setup", "soak"),
+                   help="soak: --cycles N --kills K --fuzz FRAMES --incasts M --seed S (reliability, not speed); "
+                        "setup: --topo fpf,tahan,tahan-next --repetitions N (bring-up and tear-down against "
+                        "plain Mininet)")
     p.add_argument("op", nargs="?", help="for `collective`: allreduce, allgather, reducescatter, sendrecv")
     p.add_argument("--dilation", type=dilation_arg, default=None,
                    help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "
