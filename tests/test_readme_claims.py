@@ -175,3 +175,22 @@ def test_make_demo_runs(no_leftovers):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "incast" in r.stdout + r.stderr
 
+
+
+def test_bench_setup_times_both_ways_in_one_run_and_leaves_nothing(no_leftovers):
+    """README: `emu bench setup`: the emulator's bring-up and tear-down against plain Mininet building
+    the same graph, the ratio, and each step (create, address, route, delete) both ways."""
+    r = emu("bench", "setup", "--topo", "tahan", "--repetitions", "1", "--namespaces", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    (case,) = out["cases"]
+    assert case["topology"] == "tahan" and case["links"] == 128 and out["passed"], out
+    for who in ("emu", "mininet"):
+        assert case[who]["up_s"] > 0 and case[who]["down_s"] > 0 and case[who]["left_behind"] == 0, case
+    assert case["ratio"] == pytest.approx(case["emu"]["total_s"] / case["mininet"]["total_s"], abs=2e-3)
+    for way in ("ip -batch", "netlink"):
+        assert set(out["steps"][way]) == {"create", "address", "route", "delete"}, out["steps"]
+        assert all(v > 0 for v in out["steps"][way].values())
+    assert "median of 1" in out["how"] and "cores" in out["machine"]
+    text = emu("bench", "setup", "--topo", "nope")
+    assert text.returncode == 1 and "unknown --topo nope" in text.stderr

@@ -185,13 +185,14 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     result = run_bench(args.name, params, dilation=_dilation(args, auto=args.name == "collective"),
                        op=args.op or "", settings=settings)
     code = 0 if result.get("wrong", 0) == 0 and result.get("passed", True) else 1
-    if args.name == "collective" and not args.json:
-        from emu.bench.collective import table
+    tabled = args.name in ("collective", "setup") and not args.json
+    if tabled:
+        from importlib import import_module
 
-        print(table(result))
+        print(import_module(f"emu.bench.{args.name}").table(result))
     else:
         _emit(result, args.json)
-    return _fidelity_exit(result, args.strict, code, printed=args.name == "collective" and not args.json)
+    return _fidelity_exit(result, args.strict, code, printed=tabled and args.name == "collective")
 
 
 def cmd_roce(args: argparse.Namespace, extra: list[str]) -> int:
