@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.backends.bmv2.cli import bmv2_port, table_commands
+from emu.backends.bmv2.links import wire_name
 from emu.control.model import SwitchTables
 from emu.dataplane.spec import SwitchSpec
 from emu.launch import Supervisor
@@ -160,7 +161,7 @@ class Bmv2DataPlane:
                                        f"e.g. {missing[0][0]}[{missing[0][1]}]")
             ports = {}
             unaccounted = 0  # in, less dropped on purpose, less out that was not a cloned pause frame
-            for p in s.ports:
+            for k, p in enumerate(s.ports):
                 i = bmv2_port(p.index)
                 (rxp, rxb), (txp, txb), (ecn, _), (pfc, _), (xoff, _), (xon, _), (dropped, _) = (
                     values[(c, i)] for c, _ in counters)
@@ -168,13 +169,27 @@ class Bmv2DataPlane:
                 port = {"up": (name, p.ifname) not in self.down,
                         "rx_packets": rxp, "rx_bytes": rxb, "tx_packets": txp, "tx_bytes": txb,
                         "ecn_marked": ecn, "pfc_rx": pfc, "pfc_tx": xoff + xon, "pfc_xoff_p4": xoff, "pfc_xon_p4": xon}
-                mac = macs.get(name, {}).get("ports", {}).get(p.ifname)
+                mac_ports = macs.get(name, {}).get("ports", {})
+                mac = mac_ports.get(p.ifname)
                 if mac is not None:  # what the MAC saw: the pauses it honoured, what it held and dropped
-                    port.update({k: mac[k] for k in ("drops", "drops_tc", "paused_s", "queue_hwm") if k in mac})
+                    port.update({k: mac[k] for k in ("drops_tc", "paused_s", "queue_hwm") if k in mac})
+                    port["drops"] = dict(mac.get("drops", {}))
                     port["pfc_rx"] = mac["pfc_rx"]
                     port["pfc_tx_mac"] = mac["pfc_tx"]
                     if "host_nic" in mac:
                         port["host_nic"] = mac["host_nic"]
+                handover = mac_ports.get(wire_name(name, k, "w"))  # as links.wire_spec names it
+                if handover is not None:
+                    # The MAC's own side of the handover to simple_switch: what it could not send or take.
+                    drops = port.setdefault("drops", {})
+                    for reason, n in handover.get("drops", {}).items():
+                        drops[reason] = drops.get(reason, 0) + n
+                    # Handed to simple_switch but never seen by its ingress counter: lost on the way in (the
+                    # kernel's queue, its capture socket, or simple_switch's input buffer, full while its one
+                    # ingress thread lags). Exact once the fabric is quiet, as the queue figure is.
+                    into = handover["tx_packets"] - handover.get("drops", {}).get("tx_error", 0) - rxp
+                    if into > 0:
+                        drops["p4_input"] = drops.get("p4_input", 0) + into
                 ports[p.ifname] = port
             # What simple_switch's own queues dropped (tail drops, which no P4 counter sees), read once
             # the fabric is quiet: while packets are queued inside, they count here too.
