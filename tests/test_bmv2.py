@@ -216,10 +216,12 @@ def test_incast_is_lossless_with_pfc_and_loses_without_on_both_backends(backend,
     assert off["delivered_bytes"] < off["offered_bytes"] and off["pfc_frames"] == 0
     lost = (off["offered_bytes"] - off["delivered_bytes"]) // 1400
     if backend == "bmv2":  # inside simple_switch's queues, found from its counters
-        # Every loss has its place: simple_switch's queues (its counters, in less out), or on the way in,
-        # handed over by the port's MAC but never seen by its ingress counter ("p4_input": CI once found
-        # 1193 of 1194 with only the first; 4 were missing here once).
-        assert sum(off["drops_by_reason"].values()) == lost, off["drops_by_reason"]
+        # Every loss has its place: simple_switch's queues (its counters, in less out), on the way in
+        # ("p4_input": handed over by the port's MAC, never seen by its ingress counter) or out ("p4_output").
+        # Those counters count every packet, and the hosts' own few (MLD, neighbour discovery: 3 or 4 a
+        # host) share the queues with the datagrams, so the two sums differ by a handful: -2 to +4 seen
+        # here over 6 runs; before p4_input was read, CI found 1193 of 1194 and this machine 1189 of 1193.
+        assert abs(sum(off["drops_by_reason"].values()) - lost) <= 6, (lost, off["drops_by_reason"])
         assert off["drops_by_reason"]["p4_queue"] >= 0.99 * lost
     else:
         assert off["drops_lossless"] == lost

@@ -190,6 +190,11 @@ class Bmv2DataPlane:
                     into = handover["tx_packets"] - handover.get("drops", {}).get("tx_error", 0) - rxp
                     if into > 0:
                         drops["p4_input"] = drops.get("p4_input", 0) + into
+                    # Sent by its egress (which drops nothing after counting) but never read by the MAC, nor
+                    # counted as the MAC's socket overflow: lost in the kernel between the two.
+                    lost_out = txp - handover["rx_packets"] - handover.get("drops", {}).get("rx_socket_overflow", 0)
+                    if lost_out > 0:
+                        drops["p4_output"] = drops.get("p4_output", 0) + lost_out
                 ports[p.ifname] = port
             # What simple_switch's own queues dropped (tail drops, which no P4 counter sees), read once
             # the fabric is quiet: while packets are queued inside, they count here too.
