@@ -186,3 +186,16 @@ def test_soak_bench_reports_no_leftovers_and_no_failures(no_leftovers):
     assert fuzz["dropped"] >= 500 and fuzz["pingall_after_loss_pct"] == 0 and fuzz["engine_alive"]
     (incast,) = out["incasts"]
     assert incast["drops_lossless"] == 0 and incast["pfc_frames"] > 0 and incast["delivered_all"], incast
+
+
+def test_rings_shrink_alike_when_a_workers_ports_would_pass_its_budget():
+    """Issue 13: rings sized by port count, so that thousands of ports fit in memory."""
+    from emu.dataplane.ring import BLOCK, FABRIC_PORT_RING, HOST_PORT_RING, MIN_RING, RING_BUDGET, ring_sizes
+
+    assert ring_sizes(128, 32) == (HOST_PORT_RING, FABRIC_PORT_RING)  # FPF 16 x 8: the defaults
+    host, fabric = ring_sizes(1000, 500)  # 0.5 GiB + 1 GiB of defaults against a 1 GiB budget
+    assert host < HOST_PORT_RING and fabric < FABRIC_PORT_RING
+    assert host % BLOCK == 0 and fabric % BLOCK == 0
+    assert abs(fabric / FABRIC_PORT_RING - host / HOST_PORT_RING) < BLOCK / HOST_PORT_RING  # scaled alike
+    assert 1000 * host + 500 * fabric <= RING_BUDGET
+    assert ring_sizes(10**6, 0) == (MIN_RING, FABRIC_PORT_RING)  # never below a few blocks

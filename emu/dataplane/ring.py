@@ -33,7 +33,21 @@ BLOCK = 1 << 16
 # a fabric link (larger frames after SRv6 encapsulation, deeper bursts). Kernel memory, locked.
 HOST_PORT_RING = 1 << 19
 FABRIC_PORT_RING = 1 << 21
+RING_BUDGET = 1 << 30  # bytes of locked kernel memory one worker's rings may take
+MIN_RING = 4 * BLOCK  # 128 host frames, 16 fabric frames: a burst of a few microseconds still fits
 _libc = ctypes.CDLL(None, use_errno=True)  # its calls release the GIL; socket.setsockopt does not
+
+
+def ring_sizes(host_ports: int, fabric_ports: int, budget: int = RING_BUDGET) -> tuple[int, int]:
+    """Bytes per ring for a worker's host-facing and switch-facing ports: the defaults, or, when together
+    they would pass `budget`, both scaled down alike in whole blocks (at least MIN_RING), so that a
+    fabric of thousands of ports fits in memory at the cost of shallower rings."""
+    need = host_ports * HOST_PORT_RING + fabric_ports * FABRIC_PORT_RING
+    if need <= budget:
+        return HOST_PORT_RING, FABRIC_PORT_RING
+    scale = budget / need
+    return (max(MIN_RING, int(HOST_PORT_RING * scale) // BLOCK * BLOCK),
+            max(MIN_RING, int(FABRIC_PORT_RING * scale) // BLOCK * BLOCK))
 
 
 class RxRing:

@@ -42,7 +42,7 @@ from emu.dataplane.protocol import (
     Stop,
     decode,
 )
-from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RxRing
+from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RING_BUDGET, RxRing, ring_sizes
 from emu.dataplane.spec import EngineSpec, PortSpec
 from emu.dataplane.switch import Switch
 
@@ -87,8 +87,14 @@ class Worker:
         ports = [(ps.ifname, ps.peer_kind == "host") for sw in self.spec.switches if sw.worker == self.index
                  for ps in sw.ports if ps.peer_kind != "switch" or owner.get(ps.peer_switch) != self.index]
         opened: dict[str, tuple[socket.socket, RxRing]] = {}
+        hosts = sum(1 for _, from_host in ports if from_host)
+        sizes = ring_sizes(hosts, len(ports) - hosts)
+        if sizes != (HOST_PORT_RING, FABRIC_PORT_RING):
+            print(f"worker {self.index}: {len(ports)} ports: rings of {sizes[0] >> 10} KiB (host) and "
+                  f"{sizes[1] >> 10} KiB (switch) to stay within {RING_BUDGET >> 20} MiB", flush=True)
         with ThreadPoolExecutor(max_workers=max(1, min(64, len(ports)))) as pool:
-            futures = {pool.submit(self._open_packet_socket, ifname, from_host): ifname for ifname, from_host in ports}
+            futures = {pool.submit(self._open_packet_socket, ifname, from_host, sizes[0] if from_host else sizes[1]):
+                       ifname for ifname, from_host in ports}
             errors = []
             for fut, ifname in futures.items():
                 try:
@@ -103,7 +109,7 @@ class Worker:
         return opened
 
     @staticmethod
-    def _open_packet_socket(ifname: str, from_host: bool) -> tuple[socket.socket, RxRing]:
+    def _open_packet_socket(ifname: str, from_host: bool, ring_bytes: int) -> tuple[socket.socket, RxRing]:
         # Protocol 0 until bound: a socket that already receives must stop for its ring to be set,
         # which costs a second grace period.
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
@@ -111,8 +117,7 @@ class Worker:
             s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             s.setsockopt(socket.SOL_SOCKET, 33, 4 << 20)  # SO_RCVBUFFORCE
             s.setsockopt(socket.SOL_SOCKET, 32, 4 << 20)  # SO_SNDBUFFORCE
-            ring = RxRing(s, frame_size=2048 if from_host else 16384,
-                          ring_bytes=HOST_PORT_RING if from_host else FABRIC_PORT_RING)
+            ring = RxRing(s, frame_size=2048 if from_host else 16384, ring_bytes=ring_bytes)
             s.bind((ifname, ETH_P_ALL))
         except OSError as exc:
             s.close()

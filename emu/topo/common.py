@@ -10,12 +10,13 @@ a new fabric can be one small `build()`, with parameters as in Mininet.
 
 from __future__ import annotations
 
+import os
 import resource
 from typing import Any
 
 from mininet.topo import Topo
 
-from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING
+from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RING_BUDGET
 from emu.net.link import FabricLink
 from emu.net.switch import FabricSwitch
 from emu.units import UnitError, parse_distance, parse_rate
@@ -63,15 +64,16 @@ def check_fits(name: str, *, fabric_links: int, host_links: int, nodes: int) -> 
     """TopologyError if this machine cannot hold the fabric: its rings, veths and nodes in half the
     memory available (the rest is the endpoints' and the machine's), and a packet socket per switch port
     within the open-file limit a worker can raise itself to."""
-    need = (fabric_links * (2 * FABRIC_PORT_RING + 2 * VETH_END_BYTES) + host_links * (HOST_PORT_RING + 2 * VETH_END_BYTES)
-            + nodes * NODE_BYTES)
+    # Rings shrink when a worker's pass its budget (emu.dataplane.ring.ring_sizes), and there are at most as
+    # many workers as cores: what the rings can take is the smaller of the two.
+    rings = min(2 * fabric_links * FABRIC_PORT_RING + host_links * HOST_PORT_RING, (os.cpu_count() or 1) * RING_BUDGET)
+    need = rings + (2 * fabric_links + host_links) * 2 * VETH_END_BYTES + nodes * NODE_BYTES
     avail = mem_available()
     if avail and need > avail // 2:
         raise TopologyError(f"{name}: {fabric_links} switch links and {host_links} host links need about "
-                            f"{need / 2**30:.1f} GiB (packet rings {FABRIC_PORT_RING >> 20} MiB per switch port "
-                            f"facing a switch, {HOST_PORT_RING >> 10} KiB facing a host, plus interfaces and "
-                            f"nodes); this machine has {avail / 2**30:.1f} GiB available and a run may take half: "
-                            f"make it smaller")
+                            f"{need / 2**30:.1f} GiB (packet rings of up to {RING_BUDGET >> 20} MiB per engine "
+                            f"worker, {rings / 2**30:.1f} GiB, plus interfaces and nodes); this machine has "
+                            f"{avail / 2**30:.1f} GiB available and a run may take half: make it smaller")
     ports = 2 * fabric_links + host_links
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and ports + 256 > hard:
