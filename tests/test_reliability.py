@@ -190,7 +190,14 @@ def test_soak_bench_reports_no_leftovers_and_no_failures(no_leftovers):
 
 def test_rings_shrink_alike_when_a_workers_ports_would_pass_its_budget():
     """Issue 13: rings sized by port count, so that thousands of ports fit in memory."""
-    from emu.dataplane.ring import BLOCK, FABRIC_PORT_RING, HOST_PORT_RING, MIN_RING, RING_BUDGET, ring_sizes
+    from emu.dataplane.ring import (
+        BLOCK,
+        FABRIC_PORT_RING,
+        HOST_PORT_RING,
+        MIN_RING,
+        RING_BUDGET,
+        ring_sizes,
+    )
 
     assert ring_sizes(128, 32) == (HOST_PORT_RING, FABRIC_PORT_RING)  # FPF 16 x 8: the defaults
     host, fabric = ring_sizes(1000, 500)  # 0.5 GiB + 1 GiB of defaults against a 1 GiB budget
