@@ -181,3 +181,24 @@ def test_results_read_in_human_units_and_raw_only_in_json():
                   "retransmits: 3", "rows: [20 entries]"):
         assert shown in text, text
     assert "95500000000" not in text and "fidelity" not in text  # the verdict is its own line, on stderr
+
+
+def test_up_help_lists_the_topologys_own_parameters_and_defaults():
+    r = emu("up", "fpf", "--help")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "fpf parameters:" in text and "Flattened Planar Fabric" in text
+    assert "--gpus INT default: 8" in text and "--planes INT default: 8" in text and "--rate STR default: 100G" in text
+    assert "--uplink STR default: none" in text
+    tahan = " ".join(emu("up", "tahan", "-h").stdout.split())
+    assert "--accelerators INT default: from --preset" in tahan and "--preset STR default: current" in tahan
+    assert "gpus" not in tahan  # only the named topology's
+
+
+def test_a_failing_scenario_verdict_exits_one_so_ci_can_gate_on_it(tmp_path, no_leftovers):
+    """One sender cannot congest a port: the incast verdict (PFC must have paused someone) fails."""
+    r = emu("scenario", "incast", "--senders", "1", "--bytes", "64KiB", "--dilation", "10000", "--json",
+            "--out", str(tmp_path))
+    out = json.loads(r.stdout)
+    assert out["passed"] is False and out["pfc_frames"] == 0 and out["drops_lossless"] == 0, out
+    assert r.returncode == 1, r.stderr

@@ -153,7 +153,7 @@ def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
     _need_root()
     d = _dilation(args, auto=True)
     result = run_scenario(args.name, _topo_params(extra), _settings(args), out_dir=args.out,
-                          dilation="auto" if d is None else d)
+                          dilation="auto" if d is None else d, plot=not args.no_plot)
     _emit(result, args.json)
     return _fidelity_exit(result, args.strict, 0 if result.get("passed", True) else 1)
 
@@ -320,13 +320,49 @@ def cmd_lab(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if result["passed"] else 1
 
 
-def parser() -> argparse.ArgumentParser:
+def _topology_help(p: argparse.ArgumentParser, name: str) -> None:
+    """`emu up NAME --help`: the topology's own parameters, their types and defaults, in the help."""
+    from emu.topo import TOPOLOGIES, describe
+
+    if name not in TOPOLOGIES:
+        return
+    d = describe(name)
+    g = p.add_argument_group(f"{name} parameters", f"{d['shape']} {d['summary']}")
+    presets = any(prm["option"] == "--preset" for prm in d["parameters"])
+    for prm in d["parameters"]:
+        default = prm["default"]
+        said = "from --preset" if default is None and presets else "none" if default in (None, "") else default
+        g.add_argument(prm["option"], metavar=prm["type"].upper(), help=f"default: {said}")
+
+
+def _scenario_help(p: argparse.ArgumentParser, name: str) -> None:
+    """`emu scenario NAME --help`: the scenario's own parameters, their types and defaults."""
+    import dataclasses
+
+    from emu.scenarios import SCENARIOS, scenario_class
+
+    if name not in SCENARIOS:
+        return
+    cls = scenario_class(name)
+    doc = " ".join((cls.__doc__ or "").split())
+    g = p.add_argument_group(f"{name} parameters", doc)
+    for f in dataclasses.fields(cls):
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "str")
+        g.add_argument("--" + f.name.replace("_", "-"), metavar=kind.upper(), help=f"default: {f.default}")
+
+
+def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
+    """`topology`, `scenario`: for `emu up TOPOLOGY --help` and `emu scenario NAME --help`, their own
+    parameters are listed too."""
     ap = argparse.ArgumentParser(prog="emu", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("up", help="build a fabric and open the Mininet CLI (or run --test headless)")
+    p = sub.add_parser("up", help="build a fabric and open the Mininet CLI (or run --test headless)",
+                       epilog="Each topology's parameters: `emu up TOPOLOGY --help` or `emu topologies`.")
     p.add_argument("topology")
     p.add_argument("--test", choices=("none", "pingall"), help="headless: build, test, tear down")
     _run_options(p)
+    if topology:
+        _topology_help(p, topology)
     p.set_defaults(fn=cmd_up)
     p = sub.add_parser("doctor", help="what this machine offers the emulator")
     p.add_argument("--json", action="store_true")
@@ -337,10 +373,15 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="counters of the running fabric")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_stats)
-    p = sub.add_parser("scenario", help="run one experiment; JSON result and a PNG plot")
+    p = sub.add_parser("scenario", help="run one experiment; JSON result and a PNG plot",
+                       epilog="Scenarios: incast, plane-down, srv6-te, fpf-vs-nsf, headroom, wcmp, dcqcn, "
+                              "roce-plane-down, bag-collective. Each one's parameters: `emu scenario NAME --help`.")
     p.add_argument("name")
     p.add_argument("--out", default="results", help="folder for the JSON and plot (default results/)")
+    p.add_argument("--no-plot", action="store_true", help="write the JSON result only")
     _run_options(p)
+    if scenario:
+        _scenario_help(p, scenario)
     p.set_defaults(fn=cmd_scenario)
     p = sub.add_parser("roce", help="MetaRoCE tools on a running fabric")
     p.add_argument("tool", choices=("perf",))
@@ -383,7 +424,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, extra = parser().parse_known_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    asks_help = len(argv) > 1 and ("-h" in argv or "--help" in argv)
+    named = argv[1] if asks_help else ""
+    args, extra = parser(named if argv[0] == "up" else "", named if argv[0] == "scenario" else "").parse_known_args(argv)
     if extra and args.command not in ("up", "scenario", "bench"):
         parser().error(f"unrecognised arguments: {' '.join(extra)}")
     try:

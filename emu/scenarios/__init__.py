@@ -1,4 +1,9 @@
-"""Scenarios: the seeds' claims as runnable experiments, each a JSON result and a PNG plot."""
+"""Scenarios: the seeds' claims as runnable experiments, each a JSON result and a PNG plot.
+
+Each is a Scenario class (emu.scenarios.base) registered here by name;
+`run_scenario` builds one from command-line strings and runs it at the D
+asked for, or at the smallest D this machine keeps it on time at.
+"""
 
 from __future__ import annotations
 
@@ -10,43 +15,51 @@ from typing import Any
 
 from emu.bench.dilation import cost_of, run_auto
 from emu.net.switch import RunSettings
+from emu.scenarios.base import Scenario
 from emu.scenarios.common import ScenarioError
 
 BMV2_COST = 7.0  # engine packets per BMv2 packet, measured (6.8 in docs/performance.md)
 
+# name -> "module:class", imported when asked for
 SCENARIOS = {
-    "incast": "emu.scenarios.incast",
-    "plane-down": "emu.scenarios.plane_down",
-    "srv6-te": "emu.scenarios.srv6_te",
-    "fpf-vs-nsf": "emu.scenarios.fpf_vs_nsf",
-    "headroom": "emu.scenarios.headroom",
-    "wcmp": "emu.scenarios.wcmp",
-    "dcqcn": "emu.scenarios.dcqcn",
-    "roce-plane-down": "emu.scenarios.roce_plane_down",
-    "bag-collective": "emu.scenarios.bag_collective",
+    "incast": "emu.scenarios.incast:Incast",
+    "plane-down": "emu.scenarios.plane_down:PlaneDown",
+    "srv6-te": "emu.scenarios.srv6_te:Srv6Te",
+    "fpf-vs-nsf": "emu.scenarios.fpf_vs_nsf:FpfVsNsf",
+    "headroom": "emu.scenarios.headroom:Headroom",
+    "wcmp": "emu.scenarios.wcmp:Wcmp",
+    "dcqcn": "emu.scenarios.dcqcn:Dcqcn",
+    "roce-plane-down": "emu.scenarios.roce_plane_down:RocePlaneDown",
+    "bag-collective": "emu.scenarios.bag_collective:BagCollective",
 }
 
 
-def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, out_dir: str,
-                 dilation: float | str = "auto", say: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run scenario `name`. `dilation` replaces the settings' D: a number, or "auto", the smallest D
-    this machine keeps the scenario on time at (from its offered load and what runs here have taught,
-    bench.dilation), retried larger while the result's fidelity is not ok."""
+def scenario_class(name: str) -> type[Scenario]:
     if name not in SCENARIOS:
         raise ScenarioError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
-    module = importlib.import_module(SCENARIOS[name])
-    lacks = getattr(module, "BMV2_LACKS", "")
-    if settings.backend == "bmv2" and lacks:  # said before anything is built
-        raise ScenarioError(f"{name} cannot run on --backend bmv2: {lacks}")
+    module, cls = SCENARIOS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, out_dir: str,
+                 dilation: float | str = "auto", say: Callable[[str], None] | None = None,
+                 plot: bool = True) -> dict[str, Any]:
+    """Run scenario `name` with parameters from strings. `dilation` replaces the settings' D: a number,
+    or "auto", the smallest D this machine keeps the scenario on time at (from its offered load and what
+    runs here have taught, bench.dilation), retried larger while the result's fidelity is not ok."""
+    cls = scenario_class(name)
+    if settings.backend == "bmv2" and cls.bmv2_lacks:  # said before anything is built
+        raise ScenarioError(f"{name} cannot run on --backend bmv2: {cls.bmv2_lacks}")
+    scenario = cls.from_params(params)  # its parameters checked, before anything is built
     if dilation != "auto":
         settings = replace(settings, dilation=float(dilation))
-    if getattr(module, "AUTO_DILATION", False):  # it picks D per run itself
-        return module.run(params, settings, out_dir, auto=dilation == "auto")
+    if cls.picks_dilation:
+        return scenario.run(settings, out_dir, plot=plot, auto=dilation == "auto")
     if dilation != "auto":
-        return module.run(params, settings, out_dir)
+        return scenario.run(settings, out_dir, plot=plot)
     # The scenario's documented default D, at its default load, is where an uncalibrated machine starts;
     # BMv2 forwards about a seventh of what the engine does (docs/performance.md, emu bench engine).
-    start_cost = cost_of(module.DEFAULT_DILATION, module.load_pps({})) * (BMV2_COST if settings.backend == "bmv2" else 1)
-    return run_auto(lambda d: module.run(params, replace(settings, dilation=d), out_dir), module.load_pps(params),
+    start_cost = cost_of(cls.default_dilation, cls().load_pps()) * (BMV2_COST if settings.backend == "bmv2" else 1)
+    return run_auto(lambda d: scenario.run(replace(settings, dilation=d), out_dir, plot=plot), scenario.load_pps(),
                     f"scenario-{name}-{settings.backend}", say=say or (lambda m: print(m, file=sys.stderr)),
                     default_cost=start_cost)

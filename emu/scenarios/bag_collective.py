@@ -12,57 +12,81 @@ fidelity verdict is part of the result (at auto D unless --dilation is given).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from emu.bench import collective
 from emu.fidelity import combine
 from emu.net.switch import RunSettings
-from emu.scenarios.common import ScenarioError, only, save
-from emu.units import UnitError, format_size, parse_distance, parse_size
+from emu.roce.transport import HEADERS
+from emu.scenarios.base import Scenario
+from emu.scenarios.common import ScenarioError
+from emu.topo.bag import BAGTopo
+from emu.units import format_size
 
-AUTO_DILATION = True
 
+@dataclass
+class BagCollective(Scenario):
+    """An allreduce of `size` over 2 x `hosts` GPUs, within one building and across two regions joined
+    by BAG switches over `distance` of fibre."""
 
-def run(params: dict[str, str], settings: RunSettings, out_dir: str, *, auto: bool = True) -> dict[str, Any]:
-    only(params, {"distance", "size", "hosts"}, "bag-collective")
-    distance = params.get("distance", "20km")
-    try:
-        meters = parse_distance(distance)
-        size = parse_size(params.get("size", "1MiB"))
-    except UnitError as exc:
-        raise ScenarioError(f"bag-collective: {exc}") from None
-    hosts = int(params.get("hosts", "1"))
-    if meters <= 0 or hosts < 1 or size < 1024:
-        raise ScenarioError("bag-collective: distance > 0, hosts per building >= 1, size >= 1KiB")
-    common = {"topo": "bag", "sizes": str(size), "leaves": "1", "spines": "1", "rate": "400G",
-              "fabric_rate": "400G", "bag_rates": "400G"}
-    d: float | str = "auto" if auto else settings.dilation
-    within = collective.run("allreduce", {**common, "regions": "1", "hosts_per_leaf": str(2 * hosts)}, dilation=d,
-                            settings=settings)
-    across = collective.run("allreduce", {**common, "regions": "2", "hosts_per_leaf": str(hosts), "distance": distance},
-                            dilation=d, settings=settings)
-    w, a = within["rows"][0], across["rows"][0]
+    name = "bag-collective"
+    picks_dilation = True  # the collective harness chooses D for each of its two runs
 
-    def side(r: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
-        return {"time_us": row["time_us"], "busbw_GBps": row["busbw_GBps"], "busbw_of_bound": row["busbw_of_bound"],
-                "wrong": row["wrong"], "dilation": r["dilation"], "fidelity": r["fidelity"]}
+    distance: str = "20km"
+    size: str = "1MiB"
+    hosts: int = 1
 
-    result = {"scenario": "bag-collective", "op": "allreduce", "size": w["size"], "ranks": 2 * hosts,
-              "distance_m": meters, "within_building": side(within, w), "across_buildings": side(across, a),
-              "time_ratio": a["time_us"] / w["time_us"],
-              "fidelity": combine({"within": within["fidelity"], "across": across["fidelity"]})}
-    result["passed"] = bool(w["wrong"] == a["wrong"] == 0 and result["time_ratio"] >= 2
-                            and result["fidelity"]["ok"])
+    def check(self) -> None:
+        if self.as_distance("distance") <= 0 or self.hosts < 1 or self.as_size("size") < 1024:
+            raise ScenarioError("bag-collective: distance > 0, hosts per building >= 1, size >= 1KiB")
 
-    def draw(ax: Any) -> None:
-        labels = ["within one building", f"across buildings ({meters / 1000:g} km)"]
+    def load_pps(self) -> float:
+        """Every rank sending at its 400G line rate at once (its runs pick their own D from the harness)."""
+        return 2 * self.hosts * 400e9 / ((1024 + HEADERS) * 8)
+
+    def _common(self) -> dict[str, str]:
+        return {"topo": "bag", "sizes": str(self.as_size("size")), "leaves": "1", "spines": "1", "rate": "400G",
+                "fabric_rate": "400G", "bag_rates": "400G"}
+
+    def topologies(self) -> dict[str, Any]:
+        common = {"leaves": 1, "spines": 1, "rate": "400G", "fabric_rate": "400G", "bag_rates": "400G"}
+        return {"within": BAGTopo(regions=1, hosts_per_leaf=2 * self.hosts, **common),
+                "across": BAGTopo(regions=2, hosts_per_leaf=self.hosts, distance=self.distance, **common)}
+
+    def collect(self, settings: RunSettings, auto: bool = False) -> dict[str, dict[str, Any]]:
+        """The collective harness builds each fabric itself (the same as topologies() describes)."""
+        d: float | str = "auto" if auto else settings.dilation
+        within = collective.run("allreduce", {**self._common(), "regions": "1", "hosts_per_leaf": str(2 * self.hosts)},
+                                dilation=d, settings=settings)
+        across = collective.run("allreduce", {**self._common(), "regions": "2", "hosts_per_leaf": str(self.hosts),
+                                              "distance": self.distance}, dilation=d, settings=settings)
+        return {"within": within, "across": across}
+
+    def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:
+        def side(r: dict[str, Any]) -> dict[str, Any]:
+            row = r["rows"][0]
+            return {"time_us": row["time_us"], "busbw_GBps": row["busbw_GBps"], "busbw_of_bound": row["busbw_of_bound"],
+                    "wrong": row["wrong"], "dilation": r["dilation"], "fidelity": r["fidelity"]}
+
+        w, a = side(parts["within"]), side(parts["across"])
+        return {"op": "allreduce", "size": parts["within"]["rows"][0]["size"], "ranks": 2 * self.hosts,
+                "distance_m": self.as_distance("distance"), "within_building": w, "across_buildings": a,
+                "time_ratio": a["time_us"] / w["time_us"],
+                "fidelity": combine({"within": w["fidelity"], "across": a["fidelity"]})}
+
+    def verdict(self, result: dict[str, Any]) -> bool:
+        w, a = result["within_building"], result["across_buildings"]
+        return w["wrong"] == a["wrong"] == 0 and result["time_ratio"] >= 2 and result["fidelity"]["ok"]
+
+    def plot(self, result: dict[str, Any], ax: Any) -> None:
+        w, a = result["within_building"], result["across_buildings"]
+        labels = ["within one building", f"across buildings ({result['distance_m'] / 1000:g} km)"]
         ax.bar([0, 1], [w["time_us"], a["time_us"]], 0.5, color=["tab:blue", "tab:red"])
         ax.set_xticks([0, 1], labels)
         ax.set_ylabel("allreduce time (us, fabric)")
         for i, row in enumerate((w, a)):
             ax.annotate(f"{row['time_us']:.0f} us\nbusbw {row['busbw_GBps']:.1f} GB/s", (i, row["time_us"]),
                         ha="center", va="bottom")
-        ax.set_title(f"BAG: allreduce of {format_size(w['size'])} over {2 * hosts} GPUs, MetaRoCE")
+        ax.set_title(f"BAG: allreduce of {format_size(result['size'])} over {result['ranks']} GPUs, MetaRoCE")
         ax.set_ylim(0, a["time_us"] * 1.3)
-
-    return save(out_dir, "bag-collective", result, draw)

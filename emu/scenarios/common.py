@@ -13,7 +13,6 @@ from typing import Any
 from emu.launch import child_env, python_module
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
-from emu.units import UnitError, parse_rate, parse_size
 
 HEADERS = 42  # Ethernet + IPv4 + UDP
 ECT0 = 0b10
@@ -131,21 +130,22 @@ def totals(stats: dict[str, Any], lossless: tuple[int, ...] = (3,)) -> dict[str,
 
 
 
-def save(out_dir: str, name: str, result: dict[str, Any], draw: Callable[[Any], None]) -> dict[str, Any]:
-    """Write NAME.json and NAME.png (drawn by `draw(ax)`); the result gains the plot's path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def save(out_dir: str, name: str, result: dict[str, Any], draw: Callable[[Any], None] | None) -> dict[str, Any]:
+    """Write NAME.json and, if there is a `draw(ax)`, NAME.png; the result gains the plot's path."""
     os.makedirs(out_dir, exist_ok=True)
     base = os.path.join(out_dir, name)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    draw(ax)
-    fig.tight_layout()
-    fig.savefig(base + ".png", dpi=100)
-    plt.close(fig)
-    result["plot"] = base + ".png"
+    if draw is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4))
+        draw(ax)
+        fig.tight_layout()
+        fig.savefig(base + ".png", dpi=100)
+        plt.close(fig)
+        result["plot"] = base + ".png"
     with open(base + ".json", "w") as f:
         json.dump(result, f, indent=1)
     return result
@@ -159,31 +159,3 @@ def rate_series(got: dict, dilation: float) -> dict[str, tuple[list[float], list
         ks = sorted(int(k) for k in bins)
         out[src] = ([k * bin_s / dilation * 1e6 for k in ks], [bins[str(k)] * 8 / bin_s * dilation / 1e9 for k in ks])
     return out
-
-
-def int_param(params: dict[str, str], key: str, default: int, scenario: str) -> int:
-    try:
-        return int(params.get(key, default))
-    except ValueError:
-        raise ScenarioError(f"{scenario}: {key} must be an integer, got {params[key]!r}") from None
-
-
-def rate_param(params: dict[str, str], key: str, default: str, scenario: str) -> float:
-    try:
-        return parse_rate(params.get(key, default))
-    except UnitError as exc:
-        raise ScenarioError(f"{scenario}: {exc}") from None
-
-
-def size_param(params: dict[str, str], key: str, default: str, scenario: str) -> int:
-    try:
-        return parse_size(params.get(key, default))
-    except UnitError as exc:
-        raise ScenarioError(f"{scenario}: {exc}") from None
-
-
-def only(params: dict[str, str], known: set[str], scenario: str) -> None:
-    unknown = set(params) - known
-    if unknown:
-        raise ScenarioError(f"{scenario}: unknown parameter(s) {', '.join(sorted(unknown))}; "
-                            f"known: {', '.join(sorted(known))}")

@@ -12,59 +12,57 @@ headroom from it, live: nothing drops.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from emu.dataplane.buffer import pfc_headroom
+from emu.net.fabric import FabricNet
 from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
-from emu.scenarios.common import (
-    DSCP_LOSSLESS,
-    ECT0,
-    Flow,
-    ScenarioError,
-    Traffic,
-    fabric,
-    only,
-    save,
-    size_param,
-    totals,
-)
+from emu.scenarios.base import Scenario
+from emu.scenarios.common import DSCP_LOSSLESS, ECT0, Flow, ScenarioError, Traffic, totals
 from emu.topo.bag import BAGTopo
-from emu.units import FIBRE_S_PER_M, UnitError, parse_distance, parse_rate
+from emu.units import FIBRE_S_PER_M, parse_rate
 
-DEFAULT_DILATION = 10000.0
 PORT = 9400
 SHORT_M = 100.0
 
 
-def load_pps(params: dict[str, str]) -> float:
-    """Two 400G senders in 1400-byte datagrams (for --dilation auto)."""
-    return 2 * 400e9 / (1442 * 8)
+@dataclass
+class Headroom(Scenario):
+    """Two 400G senders in region 0 write `bytes` each to one host in region 1 across a BAG link of
+    `distance`: with a 100 m cable's headroom, then with headroom sized from probes."""
 
-BMV2_LACKS = "it needs PFC and per-port headroom, which only the native engine's shared buffer has"
+    name = "headroom"
+    bmv2_lacks = "it needs PFC and per-port headroom, which only the native engine's shared buffer has"
 
-def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
-    only(params, {"distance", "bytes"}, "headroom")
-    try:
-        true_m = parse_distance(params.get("distance", "2km"))
-    except UnitError as exc:
-        raise ScenarioError(f"headroom: {exc}") from None
-    if not SHORT_M * 4 <= true_m <= 20_000:
-        raise ScenarioError("headroom: the long link must be 400 m to 20 km here (longer needs more buffer and time)")
-    nbytes = size_param(params, "bytes", "3MiB", "headroom")
-    topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts_per_leaf=2, bags=1, rate="400G",
-                   fabric_rate="800G", bag_rates="800G", distance=f"{true_m}m")
-    phases = []
-    senders: list[dict[str, Any]] = []
-    with fabric(topo, settings) as net:
+    distance: str = "2km"
+    bytes: str = "3MiB"
+
+    def check(self) -> None:
+        if not SHORT_M * 4 <= self.as_distance("distance") <= 20_000:
+            raise ScenarioError("headroom: the long link must be 400 m to 20 km here (longer needs more buffer and time)")
+        self.as_size("bytes")
+
+    def load_pps(self) -> float:
+        """Two 400G senders in 1400-byte datagrams."""
+        return 2 * 400e9 / (1442 * 8)
+
+    def topology(self) -> BAGTopo:
+        return BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts_per_leaf=2, bags=1, rate="400G",
+                       fabric_rate="800G", bag_rates="800G", distance=f"{self.as_distance('distance')}m")
+
+    def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
+        phases = []
+        senders: list[dict[str, Any]] = []
         control = net.control
         dst = net.get("h100x0").IP()
         control.set_headroom_for_length("bag0x0", "bag1x0", SHORT_M)
 
         def phase(name: str) -> dict[str, Any]:
             before = totals(net.engine.stats())
-            flows = [Flow(src, "h100x0", dst, PORT, nbytes, parse_rate("400G"), tos=DSCP_LOSSLESS << 2 | ECT0)
-                     for src in ("h000x0", "h000x1")]
+            flows = [Flow(src, "h100x0", dst, PORT, self.as_size("bytes"), parse_rate("400G"),
+                          tos=DSCP_LOSSLESS << 2 | ECT0) for src in ("h000x0", "h000x1")]
             sent, got = Traffic(net, flows, dilation=settings.dilation).wait()
             senders.extend(sent)
             after = totals(net.engine.stats())
@@ -84,34 +82,32 @@ def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str
         phases.append(phase("short"))
         _, far = control.size_headroom("bag0x0", "bag1x0")  # far: bag1x0, the end that absorbs
         phases.append(phase("measured"))
-        stats = net.engine.stats()
-    short, measured = phases
-    result = {
-        "scenario": "headroom",
-        "dilation": settings.dilation,
-        "true_km": true_m / 1000,
-        "measured_km": far.length_m / 1000,
-        "measured_rtt_fabric_s": far.rtt_s,
-        "short_headroom_bytes": pfc_headroom(800e9, SHORT_M * FIBRE_S_PER_M),
-        "measured_headroom_bytes": far.headroom,
-        "drops_short_headroom": short["drops_lossless"],
-        "drops_measured_headroom": measured["drops_lossless"],
-        "phases": phases,
-        "fidelity": fabric_fidelity(stats, rate_bps=800e9, senders=senders),
-    }
-    # Lossless means everything planned arrived, not only no lossless drop counted. (A CI run at
-    # D = 10 000 once lost 120 KB of 4 MB with no switch drop: the receiver's 8 MiB socket buffer,
-    # now sized to what is expected, its overflows counted per phase.)
-    result["delivered_all_with_measured_headroom"] = measured["delivered_bytes"] == measured["planned_bytes"]
-    result["passed"] = (short["drops_lossless"] > 0 and measured["drops_lossless"] == 0
-                        and result["delivered_all_with_measured_headroom"]
-                        and abs(far.length_m - true_m) < 0.05 * true_m)
+        short, measured = phases
+        return {
+            "true_km": self.as_distance("distance") / 1000,
+            "measured_km": far.length_m / 1000,
+            "measured_rtt_fabric_s": far.rtt_s,
+            "short_headroom_bytes": pfc_headroom(800e9, SHORT_M * FIBRE_S_PER_M),
+            "measured_headroom_bytes": far.headroom,
+            "drops_short_headroom": short["drops_lossless"],
+            "drops_measured_headroom": measured["drops_lossless"],
+            "phases": phases,
+            # Lossless means everything planned arrived, not only no lossless drop counted. (A CI run at
+            # D = 10 000 once lost 120 KB of 4 MB with no switch drop: the receiver's 8 MiB socket buffer,
+            # now sized to what is expected, its overflows counted per phase.)
+            "delivered_all_with_measured_headroom": measured["delivered_bytes"] == measured["planned_bytes"],
+            "fidelity": fabric_fidelity(net.engine.stats(), rate_bps=800e9, senders=senders),
+        }
 
-    def draw(ax: Any) -> None:
-        ax.bar(["100 m headroom", f"measured ({far.length_m / 1000:.2f} km)"],
-               [short["drops_lossless"], measured["drops_lossless"]], color=["tab:red", "tab:green"])
+    def verdict(self, result: dict[str, Any]) -> bool:
+        """The short headroom drops, the measured one neither drops nor loses, and the cable was
+        measured within 5 %."""
+        return (result["drops_short_headroom"] > 0 and result["drops_measured_headroom"] == 0
+                and result["delivered_all_with_measured_headroom"]
+                and abs(result["measured_km"] - result["true_km"]) < 0.05 * result["true_km"])
+
+    def plot(self, result: dict[str, Any], ax: Any) -> None:
+        ax.bar(["100 m headroom", f"measured ({result['measured_km']:.2f} km)"],
+               [result["drops_short_headroom"], result["drops_measured_headroom"]], color=["tab:red", "tab:green"])
         ax.set_ylabel("lossless packets dropped")
-        ax.set_title(f"Incast across a {true_m / 1000:g} km BAG link (D={settings.dilation:g})")
-
-    return save(out_dir, "headroom", result, draw)
-
+        ax.set_title(f"Incast across a {result['true_km']:g} km BAG link (D={result['dilation']:g})")

@@ -11,86 +11,94 @@ job (MetaRoCE); kernel UDP, as here, simply loses that plane's bytes.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from emu.net.fabric import FabricNet
 from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
-from emu.scenarios.common import (
-    Flow,
-    ScenarioError,
-    Traffic,
-    fabric,
-    int_param,
-    only,
-    rate_param,
-    save,
-    size_param,
-)
+from emu.scenarios.base import Scenario
+from emu.scenarios.common import Flow, ScenarioError, Traffic
 from emu.topo.fpf import FPFTopo
 
-DEFAULT_DILATION = 10000.0
 PORT = 9200
 
 
-def load_pps(params: dict[str, str]) -> float:
-    """One line-rate flow per plane (for --dilation auto)."""
-    return int_param(params, "planes", 4, "plane-down") * rate_param(params, "rate", "100G", "plane-down") / (1442 * 8)
+@dataclass
+class PlaneDown(Scenario):
+    """GPU 0 sends `bytes` per plane to GPU 1 over `planes` planes at `rate`; plane `fail` fails when
+    its flow is `at` (a fraction) of the way through."""
 
+    name = "plane-down"
 
-def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
-    only(params, {"planes", "bytes", "rate", "fail", "at"}, "plane-down")
-    planes = int_param(params, "planes", 4, "plane-down")
-    failed = int_param(params, "fail", 1, "plane-down")
-    nbytes = size_param(params, "bytes", "1MiB", "plane-down")
-    rate = rate_param(params, "rate", "100G", "plane-down")
-    at = float(params.get("at", 0.4))
-    if not 0 <= failed < planes or planes < 2:
-        raise ScenarioError(f"plane-down: needs 2+ planes and a failed plane in 0..{planes - 1}")
-    if not 0 < at < 1:
-        raise ScenarioError("plane-down: `at` is the fraction of the transfer at which the plane fails, in (0, 1)")
-    with fabric(FPFTopo(gpus=2, planes=planes, leaves=1, rate=f"{rate:g}"), settings) as net:
-        flows = [Flow("gpu0", "gpu1", f"10.{p}.0.3", PORT, nbytes, rate) for p in range(planes)]
-        traffic = Traffic(net, flows, dilation=settings.dilation)
-        net.wait_forwarded(f"p{failed}l0", int(at * nbytes))  # `at` into the failed plane's flow
+    planes: int = 4
+    bytes: str = "1MiB"
+    rate: str = "100G"
+    fail: int = 1
+    at: float = 0.4
+
+    def check(self) -> None:
+        if not 0 <= self.fail < self.planes or self.planes < 2:
+            raise ScenarioError(f"plane-down: needs 2+ planes and a failed plane in 0..{self.planes - 1}")
+        if not 0 < self.at < 1:
+            raise ScenarioError("plane-down: `at` is the fraction of the transfer at which the plane fails, in (0, 1)")
+        self.as_size("bytes")
+
+    def load_pps(self) -> float:
+        """One line-rate flow per plane."""
+        return self.planes * self.as_rate("rate") / (1442 * 8)
+
+    def topology(self) -> FPFTopo:
+        return FPFTopo(gpus=2, planes=self.planes, leaves=1, rate=f"{self.as_rate('rate'):g}")
+
+    def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
+        nbytes, rate, failed, d = self.as_size("bytes"), self.as_rate("rate"), self.fail, settings.dilation
+        flows = [Flow("gpu0", "gpu1", f"10.{p}.0.3", PORT, nbytes, rate) for p in range(self.planes)]
+        traffic = Traffic(net, flows, dilation=d)
+        net.wait_forwarded(f"p{failed}l0", int(self.at * nbytes))  # `at` into the failed plane's flow
         net.fail(plane=failed)
         failed_at = time.monotonic()
         sent, got = traffic.wait()
         stats = net.engine.stats()
-    rx = got[("gpu1", PORT, False)]
-    by_plane = {p: rx["by_source"].get(f"10.{p}.0.2", 0) for p in range(planes)}
-    offered = {p: s["sent_bytes"] for p, s in enumerate(sent)}
-    bin_s = rx["bin_s"]
-    fail_after = failed_at - rx["first_monotonic"]  # one system-wide monotonic clock in every namespace
-    after = {p: sum(v for k, v in rx["bins"].get(f"10.{p}.0.2", {}).items() if int(k) * bin_s > fail_after)
-             for p in range(planes)}
-    others = [p for p in range(planes) if p != failed]
-    result = {
-        "scenario": "plane-down",
-        "dilation": settings.dilation,
-        "planes": planes,
-        "failed_plane": failed,
-        "failed_at_fabric_s": fail_after / settings.dilation,
-        "offered_bytes_by_plane": offered,
-        "delivered_bytes_by_plane": by_plane,
-        "delivered_after_failure_by_plane": after,
-        "others_complete": all(by_plane[p] == offered[p] for p in others),
-        "failed_plane_lost_bytes": offered[failed] - by_plane[failed],
-        "fidelity": fabric_fidelity(stats, rate_bps=rate, senders=sent),
-    }
-    result["passed"] = result["others_complete"] and result["failed_plane_lost_bytes"] > 0 and all(
-        after[p] > 0 for p in others)
-
-    def draw(ax: Any) -> None:
-        for p in range(planes):
+        rx = got[("gpu1", PORT, False)]
+        planes = range(self.planes)
+        by_plane = {p: rx["by_source"].get(f"10.{p}.0.2", 0) for p in planes}
+        offered = {p: s["sent_bytes"] for p, s in enumerate(sent)}
+        bin_s = rx["bin_s"]
+        fail_after = failed_at - rx["first_monotonic"]  # one system-wide monotonic clock in every namespace
+        after = {p: sum(v for k, v in rx["bins"].get(f"10.{p}.0.2", {}).items() if int(k) * bin_s > fail_after)
+                 for p in planes}
+        series = {}
+        for p in planes:  # received per plane over time: fabric us, Gb/s
             bins = rx["bins"].get(f"10.{p}.0.2", {})
             ks = sorted(int(k) for k in bins)
-            ax.plot([k * bin_s / settings.dilation * 1e6 for k in ks],
-                    [bins[str(k)] * 8 / bin_s * settings.dilation / 1e9 for k in ks],
-                    label=f"plane {p}" + (" (failed)" if p == failed else ""), linewidth=1)
-        ax.axvline(fail_after / settings.dilation * 1e6, color="k", linestyle="--", linewidth=0.8)
+            series[p] = ([k * bin_s / d * 1e6 for k in ks], [bins[str(k)] * 8 / bin_s * d / 1e9 for k in ks])
+        others = [p for p in planes if p != failed]
+        return {
+            "planes": self.planes,
+            "failed_plane": failed,
+            "failed_at_fabric_s": fail_after / d,
+            "offered_bytes_by_plane": offered,
+            "delivered_bytes_by_plane": by_plane,
+            "delivered_after_failure_by_plane": after,
+            "others_complete": all(by_plane[p] == offered[p] for p in others),
+            "failed_plane_lost_bytes": offered[failed] - by_plane[failed],
+            "received_series": series,
+            "fidelity": fabric_fidelity(stats, rate_bps=rate, senders=sent),
+        }
+
+    def verdict(self, result: dict[str, Any]) -> bool:
+        """The other planes delivered everything, and went on delivering after the failure; the failed one lost."""
+        after = result["delivered_after_failure_by_plane"]
+        return result["others_complete"] and result["failed_plane_lost_bytes"] > 0 and all(
+            after[p] > 0 for p in after if p != result["failed_plane"])
+
+    def plot(self, result: dict[str, Any], ax: Any) -> None:
+        failed = result["failed_plane"]
+        for p, (xs, ys) in result["received_series"].items():
+            ax.plot(xs, ys, label=f"plane {p}" + (" (failed)" if int(p) == failed else ""), linewidth=1)
+        ax.axvline(result["failed_at_fabric_s"] * 1e6, color="k", linestyle="--", linewidth=0.8)
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("received (Gb/s)")
-        ax.set_title(f"FPF plane {failed} fails under load (D={settings.dilation:g})")
+        ax.set_title(f"FPF plane {failed} fails under load (D={result['dilation']:g})")
         ax.legend(fontsize=8)
-
-    return save(out_dir, "plane-down", result, draw)

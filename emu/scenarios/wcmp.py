@@ -17,25 +17,20 @@ it the flap is folded into one. Route updates are counted by the controller.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from emu.control.runtime import ControlTiming
 from emu.net.fabric import FabricNet
 from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
-from emu.scenarios.common import Flow, Traffic, fabric, int_param, only, save, size_param
+from emu.scenarios.base import Scenario
+from emu.scenarios.common import Flow, ScenarioError, Traffic
 from emu.topo.bag import BAGTopo
 
-DEFAULT_DILATION = 1000.0
 PORT = 9500
 DETECTION_S = 50e-6
 HOLD_DOWN_S = 2e-3
-
-
-def load_pps(params: dict[str, str]) -> float:
-    """The 300G flow, in 1400-byte datagrams (for --dilation auto)."""
-    return 300e9 / (1442 * 8)
 
 
 def _long_haul_ports(net: FabricNet) -> dict[str, tuple[str, str, float]]:
@@ -102,52 +97,71 @@ def _flap(net: FabricNet, timing: ControlTiming, dilation: float) -> dict[str, i
     return out
 
 
-def run(params: dict[str, str], settings: RunSettings, out_dir: str) -> dict[str, Any]:
-    only(params, {"flows", "bytes"}, "wcmp")
-    flows = int_param(params, "flows", 512, "wcmp")
-    nbytes = size_param(params, "bytes", "2MiB", "wcmp")
-    topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts_per_leaf=1, bags=2, rate="400G", fabric_rate="400G",
-                   bag_rates="400G,100G", distance="10km")
-    settings = replace(settings, control=ControlTiming(detection_s=DETECTION_S))
-    with fabric(topo, settings) as net:
-        flow = Flow("h000x0", "h100x0", net.get("h100x0").IP(), PORT, nbytes, 300e9, flows=flows)
+@dataclass
+class Wcmp(Scenario):
+    """A 300G flow hashed over `flows` source ports, `bytes` in all, from region 0 to region 1 over two
+    400G and two 100G long-haul links; a 400G link then flaps, without and with damping, and fails."""
+
+    name = "wcmp"
+    default_dilation = 1000.0
+
+    flows: int = 512
+    bytes: str = "2MiB"
+
+    def check(self) -> None:
+        if self.flows < 1:
+            raise ScenarioError(f"wcmp: flows must be at least 1, got {self.flows}")
+        self.as_size("bytes")
+
+    def load_pps(self) -> float:
+        """The 300G flow, in 1400-byte datagrams."""
+        return 300e9 / (1442 * 8)
+
+    def settings(self, settings: RunSettings) -> RunSettings:
+        return replace(settings, control=ControlTiming(detection_s=DETECTION_S))
+
+    def topology(self) -> BAGTopo:
+        return BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts_per_leaf=1, bags=2, rate="400G",
+                       fabric_rate="400G", bag_rates="400G,100G", distance="10km")
+
+    def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
+        flow = Flow("h000x0", "h100x0", net.get("h100x0").IP(), PORT, self.as_size("bytes"), 300e9, flows=self.flows)
         shares = _shares(net, flow, settings.dilation)
         plain = _flap(net, ControlTiming(detection_s=DETECTION_S), settings.dilation)
         damped = _flap(net, ControlTiming(detection_s=DETECTION_S, hold_down_s=HOLD_DOWN_S), settings.dilation)
         net.fail(link=("bag0x0", "bag1x0"))
         net.control.settle()
         shares_failed = _shares(net, flow, settings.dilation)
-        stats = net.engine.stats()
-    error = shares["max_share_error"]
-    result = {
-        "scenario": "wcmp",
-        "dilation": settings.dilation,
-        "flows": flows,
-        "paths": shares["paths"],
-        "max_share_error": error,
-        "planned_bytes": shares["planned_bytes"],
-        "delivered_bytes": shares["delivered_bytes"],
-        "after_failure_of_bag0x0-bag1x0": shares_failed,
-        "flap_without_damping": plain,
-        "flap_with_damping": {**damped, "hold_down_fabric_s": HOLD_DOWN_S},
-        "detection_fabric_s": DETECTION_S,
-        "fidelity": fabric_fidelity(stats, rate_bps=400e9),
-    }
-    result["passed"] = (error < 0.1 and shares_failed["max_share_error"] < 0.1
-                        and shares["delivered_bytes"] == shares["planned_bytes"]
-                        and shares_failed["delivered_bytes"] == shares_failed["planned_bytes"]
-                        and damped["route_updates"] < plain["route_updates"])
+        return {
+            "flows": self.flows,
+            "paths": shares["paths"],
+            "max_share_error": shares["max_share_error"],
+            "planned_bytes": shares["planned_bytes"],
+            "delivered_bytes": shares["delivered_bytes"],
+            "after_failure_of_bag0x0-bag1x0": shares_failed,
+            "flap_without_damping": plain,
+            "flap_with_damping": {**damped, "hold_down_fabric_s": HOLD_DOWN_S},
+            "detection_fabric_s": DETECTION_S,
+            "fidelity": fabric_fidelity(net.engine.stats(), rate_bps=400e9),
+        }
 
-    def draw(ax: Any) -> None:
-        paths = shares["paths"]
+    def verdict(self, result: dict[str, Any]) -> bool:
+        """Each link's share within 0.1 of the rule's, before and after the failure, everything
+        delivered, and damping folded the flap into fewer route updates."""
+        failed = result["after_failure_of_bag0x0-bag1x0"]
+        return (result["max_share_error"] < 0.1 and failed["max_share_error"] < 0.1
+                and result["delivered_bytes"] == result["planned_bytes"]
+                and failed["delivered_bytes"] == failed["planned_bytes"]
+                and result["flap_with_damping"]["route_updates"] < result["flap_without_damping"]["route_updates"])
+
+    def plot(self, result: dict[str, Any], ax: Any) -> None:
+        paths = result["paths"]
         names = list(paths)
         xs = range(len(names))
         ax.bar([x - 0.2 for x in xs], [paths[n]["expected_share"] for n in names], 0.4, label="expected share")
         ax.bar([x + 0.2 for x in xs], [paths[n]["byte_share"] for n in names], 0.4, label="byte share")
         ax.set_xticks(list(xs), names, fontsize=8)
         ax.set_ylabel("share")
-        ax.set_title(f"WCMP over unequal BAG links; flap: {plain['route_updates']} route updates, "
-                     f"{damped['route_updates']} damped", fontsize=9)
+        ax.set_title(f"WCMP over unequal BAG links; flap: {result['flap_without_damping']['route_updates']} route "
+                     f"updates, {result['flap_with_damping']['route_updates']} damped", fontsize=9)
         ax.legend()
-
-    return save(out_dir, "wcmp", result, draw)

@@ -11,7 +11,7 @@ from emu.labs import StepFailed
 from emu.net.fidelity import fabric_fidelity
 from emu.roce.run import PerfRun, mininet_popen
 from emu.roce.transport import HEADERS
-from emu.scenarios.dcqcn import load_pps, overlap_rates
+from emu.scenarios.dcqcn import Dcqcn, overlap_rates
 
 MODULE = "dcqcn.py"
 # At 10 000 the senders' mean lateness sat at the limit in 3 runs of 4 (CI once failed a share of
@@ -19,7 +19,7 @@ MODULE = "dcqcn.py"
 # repeated at a larger D: its share would be the emulator's, not the fabric's. auto rounds the start up
 # (to 20 000 here) and learns what this machine keeps.
 D = 15_000
-LOAD_PPS = load_pps({})  # the same two 100G writers as the dcqcn scenario
+LOAD_PPS = Dcqcn().load_pps()  # the same two 100G writers as the dcqcn scenario
 NBYTES = 16 << 20  # per flow: ~2.7 ms of fabric, tens of cut-and-recover rounds
 # One on-time run's share still moves with where the marks fall: 0.81-0.99 over runs here at 16 MiB.
 FAIRNESS = 0.75
