@@ -29,6 +29,16 @@ _PUBLIC = {
     "BAGTopo": "emu.topo.bag",
     "TahanTopo": "emu.topo.tahan",
     "RBBTopo": "emu.topo.rbb",
+    "Scenario": "emu.scenarios.base",
+    "Incast": "emu.scenarios.incast",
+    "PlaneDown": "emu.scenarios.plane_down",
+    "Srv6Te": "emu.scenarios.srv6_te",
+    "FpfVsNsf": "emu.scenarios.fpf_vs_nsf",
+    "Headroom": "emu.scenarios.headroom",
+    "Wcmp": "emu.scenarios.wcmp",
+    "Dcqcn": "emu.scenarios.dcqcn",
+    "RocePlaneDown": "emu.scenarios.roce_plane_down",
+    "BagCollective": "emu.scenarios.bag_collective",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -84,3 +84,14 @@ def test_a_new_fabric_in_one_small_build_routes_and_leaves_nothing_on_an_excepti
             r6 = net.pingall_planes(6)
             assert (r6.sent, r6.received) == (2, 2), r6
             raise RuntimeError("on purpose: the fabric must still be torn down")
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_scenario_from_python_as_the_readme_shows(tmp_path, no_leftovers):
+    from emu import Incast, RunSettings, Scenario
+
+    assert issubclass(Incast, Scenario) and list(inspect.signature(Incast).parameters)[:2] == ["senders", "bytes"]
+    r = Incast(senders=5, bytes="512KiB").run(RunSettings(dilation=10_000, buffer_per_port=256 << 10), str(tmp_path))
+    assert r["passed"] and r["drops_lossless"] == 0 and r["pfc_frames"] > 0, r
+    assert (tmp_path / "incast-pfc.json").exists() and (tmp_path / "incast-pfc.png").stat().st_size > 0
