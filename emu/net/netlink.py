@@ -90,6 +90,11 @@ def _in_netns(nsfd: int | None, fn: Callable[[], T]) -> T:
     return box["result"]
 
 
+def _given(**attrs: Any) -> dict[str, Any]:
+    """The attributes given (not None, "" or 0, which mean "the kernel's default"): what a request carries."""
+    return {k: v for k, v in attrs.items() if v not in (None, "", 0)}
+
+
 _groups = itertools.count(1)
 
 
@@ -227,24 +232,10 @@ class Netlink:
         """A veth pair, `name` here (or in the namespace of `pid`) and `peer` in the namespace of
         `peer_pid` (or of the fd `peer_fd`; neither: here too), both down; MACs, MTUs (bytes) and
         `name`'s device group set in the one request."""
-        peer_attrs: dict[str, Any] = {"ifname": peer}
-        if peer_mac:
-            peer_attrs["address"] = peer_mac
-        if peer_mtu:
-            peer_attrs["mtu"] = peer_mtu
-        if peer_pid is not None:
-            peer_attrs["net_ns_pid"] = peer_pid
-        elif peer_fd is not None:
-            peer_attrs["net_ns_fd"] = peer_fd
-        attrs: dict[str, Any] = {"ifname": name, "kind": "veth", "peer": peer_attrs}
-        if mac:
-            attrs["address"] = mac
-        if mtu:
-            attrs["mtu"] = mtu
-        if group:
-            attrs["group"] = group
-        if pid is not None:
-            attrs["net_ns_pid"] = pid
+        peer_attrs = {"ifname": peer, **_given(address=peer_mac, mtu=peer_mtu, net_ns_pid=peer_pid,
+                                               net_ns_fd=peer_fd if peer_pid is None else None)}
+        attrs = {"ifname": name, "kind": "veth", "peer": peer_attrs,
+                 **_given(address=mac, mtu=mtu, group=group, net_ns_pid=pid)}
         try:
             self.ipr.link("add", **attrs)
         except _PyrNetlinkError as exc:
@@ -252,23 +243,15 @@ class Netlink:
 
     def add_bridge(self, name: str, *, mtu: int = 0, group: int = 0) -> None:
         try:
-            self.ipr.link("add", ifname=name, kind="bridge", **({"mtu": mtu} if mtu else {}),
-                          **({"group": group} if group else {}))
+            self.ipr.link("add", ifname=name, kind="bridge", **_given(mtu=mtu, group=group))
         except _PyrNetlinkError as exc:
             _raise("create bridge", name, exc)
 
     def set_link(self, ifname: str, *, up: bool | None = None, mtu: int = 0, mac: str = "",
                  master: str = "") -> None:
         """State, MTU (bytes), MAC and bridge master of one interface, in one request."""
-        attrs: dict[str, Any] = {}
-        if up is not None:
-            attrs["state"] = "up" if up else "down"
-        if mtu:
-            attrs["mtu"] = mtu
-        if mac:
-            attrs["address"] = mac
-        if master:
-            attrs["master"] = self.index(master)
+        attrs = _given(state=None if up is None else "up" if up else "down", mtu=mtu, address=mac,
+                       master=self.index(master) if master else None)
         self._on("set link", ifname, lambda idx: self.ipr.link("set", index=idx, **attrs))
 
     def delete_link(self, ifname: str, *, missing_ok: bool = True) -> bool:
