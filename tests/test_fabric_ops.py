@@ -30,12 +30,16 @@ def test_fail_and_restore_a_host_link_with_counters_and_pcap(tmp_path, no_leftov
         assert ping(net, "gpu0", plane1)
         net.fail(link=("gpu1", "p1l0"))
         assert not ping(net, "gpu0", plane1)
+        assert not ping(net, "gpu1", "10.1.0.2")  # what gpu1 sends into its failed link is dropped there
         assert ping(net, "gpu0", "10.0.0.3")  # plane 0 unaffected
+        down = net.engine.stats()["switches"]["p1l0"]["ports"]["p1l0-eth2"]["drops"].get("link_down", 0)
         net.restore(link=("gpu1", "p1l0"))
         assert ping(net, "gpu0", plane1)
         stats = net.engine.stats()
         port = stats["switches"]["p1l0"]["ports"]["p1l0-eth2"]
-        assert port["drops"].get("link_down", 0) > 0
+        # gpu1's two echo requests at least (or, its ARP entry for gpu0 gone stale, its ARP probes instead);
+        # not only an MLD report the kernel happened to send in the window, which CI once saw none of.
+        assert down >= 2 and port["drops"]["link_down"] >= down, port["drops"]
         out = io.StringIO()
         print_stats(stats, Console(file=out, width=200))
         assert "p1l0-eth2" in out.getvalue() and "D=1000" in out.getvalue()

@@ -25,7 +25,7 @@ from emu.net.fabric import FabricNet
 from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import Flow, ScenarioError, Traffic
+from emu.scenarios.common import Flow, ScenarioError, Traffic, totals
 from emu.topo.bag import BAGTopo
 
 PORT = 9500
@@ -71,6 +71,7 @@ def _shares(net: FabricNet, flow: Flow, dilation: float) -> dict[str, Any]:
     before = net.engine.stats()
     _, got = Traffic(net, [flow], dilation=dilation).wait()
     after = net.engine.stats()
+    was, now = totals(before)["drops_by_reason"], totals(after)["drops_by_reason"]
     moved = {k: after["switches"][sw]["ports"][p]["tx_bytes"] - before["switches"][sw]["ports"][p]["tx_bytes"]
              for k, (sw, p, _) in ports.items()}
     expected = _expected_shares(net, {k for k, (sw, p, _) in ports.items()
@@ -79,7 +80,9 @@ def _shares(net: FabricNet, flow: Flow, dilation: float) -> dict[str, Any]:
     paths = {k: {"bytes": moved[k], "byte_share": moved[k] / total_b, "expected_share": expected[k]}
              for k in sorted(ports)}
     return {"paths": paths, "max_share_error": max(abs(v["byte_share"] - v["expected_share"]) for v in paths.values()),
-            "planned_bytes": flow.wire_bytes, "delivered_bytes": got[(flow.dst, flow.port, False)]["received_bytes"]}
+            "planned_bytes": flow.wire_bytes, "delivered_bytes": got[(flow.dst, flow.port, False)]["received_bytes"],
+            # where a loss happened, if any (a split that loses is no split)
+            "drops_by_reason": {r: n - was.get(r, 0) for r, n in now.items() if n > was.get(r, 0)}}
 
 
 def _flap(net: FabricNet, timing: ControlTiming, dilation: float) -> dict[str, int]:
@@ -138,6 +141,7 @@ class Wcmp(Scenario):
             "max_share_error": shares["max_share_error"],
             "planned_bytes": shares["planned_bytes"],
             "delivered_bytes": shares["delivered_bytes"],
+            "drops_by_reason": shares["drops_by_reason"],
             "after_failure_of_bag0x0-bag1x0": shares_failed,
             "flap_without_damping": plain,
             "flap_with_damping": {**damped, "hold_down_fabric_s": HOLD_DOWN_S},
