@@ -145,7 +145,16 @@ def combine(fids: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "threshold": first["threshold"], "worst": worst,
             "behind": [f"{k}: {b}" for k, f in runs for b in f["behind"]],
             "missing": sorted({m for _, f in runs for m in f["missing"]}),
-            "parts": [p | {"name": f"{k}: {p['name']}"} for k, f in runs for p in f["parts"]]}
+            "parts": [p | {"name": f"{k}: {p['name']}"} for k, f in runs for p in f["parts"]],
+            "emulator_drops": _sum_drops(f.get("emulator_drops", {}) for _, f in runs)}
+
+
+def _sum_drops(drops: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for d in drops:
+        for reason, n in d.items():
+            out[reason] = out.get(reason, 0) + n
+    return out
 
 
 def engine_parts(stats: dict[str, Any]) -> list[Part]:
@@ -164,6 +173,10 @@ def line(fid: dict[str, Any] | None) -> str:
              + (f", mean {w['mean_packet_times']:.3f}" if w.get("paced") else "") + ")") if w else "no part reported"
     limit = (f"limits p99 {t['packet_times']:g} packet times = {t['fabric_ns']:.0f} ns, paced senders' mean "
              f"{t.get('paced_mean_packet_times', PACED_MEAN_PACKET_TIMES):g}; D={fid['dilation']:g}")
+    drops = fid.get("emulator_drops") or {}
+    if drops:  # said whatever the timing verdict: a packet lost there is a loss the fabric did not make
+        limit += (f"; the emulator's own I/O lost {sum(drops.values())} packets "
+                  f"({', '.join(f'{r} {n}' for r, n in sorted(drops.items()))}): those losses are not the fabric's")
     if fid["ok"] is None:
         return f"fidelity: UNKNOWN ({', '.join(fid['missing'])} cannot report); {worst}; {limit}"
     if fid["ok"]:

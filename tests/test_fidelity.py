@@ -63,3 +63,23 @@ def test_a_paced_sender_late_on_average_loses_rate_and_fails():
     v = verdict([sender, jitter], dilation=D, packet_s=PKT)
     assert v["ok"] is False and v["behind"] == ["endpoint gpu0 send"]
     assert v["worst"]["mean_packet_times"] == pytest.approx(0.1)
+
+
+def test_packets_the_emulators_own_io_lost_are_named_in_every_verdict_and_line():
+    """A loss in a port's receive ring or on simple_switch's way in is the emulator's, not the fabric's:
+    the result says so, whatever the timing verdict (which it leaves as it is)."""
+    from emu.net.fidelity import emulator_drops, fabric_fidelity
+
+    port = {"drops": {"rx_socket_overflow": 3, "queue_overflow": 40}}
+    bmv2_port = {"drops": {"p4_input": 2, "link_down": 1}}
+    stats = {"dilation": D, "workers": [{"worker": 0, "fidelity": {"events": 10, "p50_s": 0.0, "p99_s": 1e-5,
+                                                                   "max_s": 1e-5, "mean_s": 0.0}}],
+             "switches": {"s0": {"ports": {"s0-eth1": port, "s0-eth2": {"drops": {}}}},
+                          "s1": {"ports": {"s1-eth1": bmv2_port}}}}
+    assert emulator_drops(stats) == {"rx_socket_overflow": 3, "p4_input": 2}  # not the queue's, nor the link's
+    v = fabric_fidelity(stats)
+    assert v["ok"] is True and v["emulator_drops"] == {"p4_input": 2, "rx_socket_overflow": 3}
+    assert "the emulator's own I/O lost 5 packets (p4_input 2, rx_socket_overflow 3)" in line(v)
+    clean = fabric_fidelity({**stats, "switches": {}})
+    assert clean["emulator_drops"] == {} and "I/O" not in line(clean)
+    assert combine({"a": v, "b": v})["emulator_drops"] == {"p4_input": 4, "rx_socket_overflow": 6}
