@@ -8,6 +8,8 @@ import ast
 import os
 import pathlib
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -29,6 +31,16 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 def sh(*cmd: str, ns: str = "") -> str:
     full = ["nsenter", f"--net=/run/netns/{ns}", *cmd] if ns else list(cmd)
     return subprocess.run(full, capture_output=True, text=True, check=True).stdout
+
+
+@contextmanager
+def veth(root: Netlink, name: str, peer: str, **kw: object) -> Iterator[None]:
+    """A veth pair made for the test's body, deleted after it whatever happens."""
+    root.add_veth(name, peer, **kw)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        root.delete_link(name)
 
 
 @pytest.fixture
@@ -85,8 +97,7 @@ def test_errors_are_typed_and_name_the_interface(netns):
 
 def test_addresses_routes_neighbours_and_sysctls_inside_the_namespace_only(netns):
     with Netlink.here() as root, Netlink.of_name(netns) as nl:
-        root.add_veth("emunl2", "eth0", peer_fd=nl.nsfd, group=new_group())
-        try:
+        with veth(root, "emunl2", "eth0", peer_fd=nl.nsfd, group=new_group()):
             root_dad = sh("sysctl", "-n", "net.ipv6.conf.all.accept_dad").strip()
             nl.sysctl({"ipv6/conf/all/accept_dad": 0 if root_dad != "0" else 1, "ipv6/conf/eth0/accept_ra": 0})
             nl.set_link("eth0", up=True)
@@ -105,14 +116,11 @@ def test_addresses_routes_neighbours_and_sysctls_inside_the_namespace_only(netns
             inside = sh("sysctl", "-n", "net.ipv6.conf.all.accept_dad", ns=netns).strip()
             assert inside != root_dad and sh("sysctl", "-n", "net.ipv6.conf.all.accept_dad").strip() == root_dad
             assert "10.97.0.2" not in sh("ip", "-4", "addr")  # nothing of it here
-        finally:
-            root.delete_link("emunl2")
 
 
 def test_offloads_off_clears_every_checksum_segmentation_and_gro_feature(netns):
     with Netlink.here() as root:
-        root.add_veth("emunl3", "emunl3p")
-        try:
+        with veth(root, "emunl3", "emunl3p"):
             before = sh("ethtool", "-k", "emunl3")
             assert "tcp-segmentation-offload: on" in before and "tx-checksumming: on" in before
             root.offloads_off("emunl3")
@@ -122,21 +130,16 @@ def test_offloads_off_clears_every_checksum_segmentation_and_gro_feature(netns):
                    or k in ("generic-segmentation-offload", "generic-receive-offload", "tcp-segmentation-offload")]
             assert off and all(after[k] == "off" for k in off), {k: after[k] for k in off}
             assert after["scatter-gather"] == "on"  # only what it names
-        finally:
-            root.delete_link("emunl3")
 
 
 def test_a_name_made_again_by_someone_else_is_looked_up_afresh(netns):
     with Netlink.here() as root:
-        root.add_veth("emunl4", "emunl4p")
-        try:
+        with veth(root, "emunl4", "emunl4p"):
             root.set_link("emunl4", up=True)  # its index cached
             subprocess.run(["ip", "link", "del", "emunl4"], check=True)
             subprocess.run(["ip", "link", "add", "emunl4", "type", "veth", "peer", "name", "emunl4p"], check=True)
             root.set_link("emunl4", mtu=2000)  # a new index behind the same name
             assert "mtu 2000" in sh("ip", "-o", "link", "show", "emunl4")
-        finally:
-            root.delete_link("emunl4")
 
 
 def test_named_namespaces_are_made_and_removed_without_ip(no_leftovers):

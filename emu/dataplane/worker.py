@@ -72,7 +72,6 @@ class Worker:
         self.sample_names: list[str] = []
         self.samples: deque = deque()
         self.sample_every = 0.0
-        self.ports_total = sum(len(sw.ports) for sw in spec.switches if sw.worker == index)
         self.opened = self._open_ports()
         self.switches = build_switches(spec, self.loop, index, self._external)
         self.control = self._open_control()

@@ -67,27 +67,42 @@ def _raise(op: str, name: str, exc: BaseException) -> None:
     raise exc
 
 
-def _in_netns(nsfd: int | None, fn: Callable[[], T]) -> T:
-    """fn() run by a thread inside the namespace `nsfd` (None: here); what it makes stays there."""
-    if nsfd is None:
-        return fn()
+def _libc_call(rc: int, what: str) -> None:
+    """OSError naming `what` if a libc call returned non-zero."""
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _in_thread(fn: Callable[[], T], name: str) -> T:
+    """fn() run by a fresh thread, its result or its exception handed back: namespace calls (setns,
+    unshare) move only the calling thread, so they are made where nothing else runs."""
     box: dict[str, Any] = {}
 
     def body() -> None:
         try:
-            if _libc.setns(nsfd, CLONE_NEWNET) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"setns: {os.strerror(err)}")
             box["result"] = fn()
-        except BaseException as exc:  # handed to the caller's thread
+        except BaseException as exc:
             box["error"] = exc
 
-    t = threading.Thread(target=body, name="emu-netns")
+    t = threading.Thread(target=body, name=name)
     t.start()
     t.join()
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+def _in_netns(nsfd: int | None, fn: Callable[[], T]) -> T:
+    """fn() run by a thread inside the namespace `nsfd` (None: here); what it makes stays there."""
+    if nsfd is None:
+        return fn()
+
+    def inside() -> T:
+        _libc_call(_libc.setns(nsfd, CLONE_NEWNET), "setns")
+        return fn()
+
+    return _in_thread(inside, "emu-netns")
 
 
 def _given(**attrs: Any) -> dict[str, Any]:
@@ -368,32 +383,22 @@ class Netlink:
 def create_namespace(name: str) -> None:
     """A namespace called `name` as `ip netns add` makes it (bound at /run/netns/NAME), made by a
     thread that unshares its own network namespace: no process is forked."""
+    path = os.path.join(NETNS_DIR, name)
+    existed = os.path.exists(path)
+
     def make() -> None:
-        if _libc.unshare(CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"unshare: {os.strerror(err)}")
+        _libc_call(_libc.unshare(CLONE_NEWNET), "unshare")
         pr_netns.attach(name, "thread-self")
 
-    box: dict[str, BaseException] = {}
-
-    def body() -> None:
-        try:
-            make()
-        except BaseException as exc:
-            box["error"] = exc
-
-    t = threading.Thread(target=body, name="emu-netns-create")
-    t.start()
-    t.join()
-    if "error" in box:
-        exc = box["error"]
-        try:
-            os.unlink(os.path.join(NETNS_DIR, name))
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise NetlinkError("create namespace", name, exc.errno or 0, str(exc)) from None
-        raise exc
+    try:
+        _in_thread(make, "emu-netns-create")
+    except OSError as exc:
+        if not existed:  # a half-made mount point of ours; never someone else's namespace
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        raise NetlinkError("create namespace", name, exc.errno or 0, str(exc)) from None
 
 
 def remove_namespace(name: str) -> bool:
