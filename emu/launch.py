@@ -12,15 +12,17 @@ can enter, made so whatever the umask, and never through a planted symlink.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 RUN_ROOT = "/run/emu"
 SCRATCH = os.path.join(RUN_ROOT, "scratch")  # endpoints' and ranks' rendezvous folders
@@ -90,6 +92,90 @@ def scratch_owner_alive(name: str) -> bool:
         return process_start(int(pid)) == int(start)
     except ValueError:
         return False
+
+
+class Stopped(BaseException):
+    """The process was asked to stop (SIGTERM, SIGHUP): raised where it runs, so every `with
+    FabricNet(...)` and `finally` on the way out tears down as a normal exit does. Not a
+    KeyboardInterrupt, which Mininet's CLI takes as "clear the line" and carries on."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+# SIGINT stays Python's KeyboardInterrupt: it unwinds the same way, and the interactive CLI keeps it.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+_held = 0  # depth of held_signals() in the main thread
+_pending: int | None = None  # a stop signal that arrived while held
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[None]:
+    """A stop signal arriving inside is raised when the block ends, not in the middle of it: for
+    calls that must not be cut half-way (a netlink request inside pyroute2's asyncio machinery, which
+    an exception raised there leaves unusable for the tear-down that follows)."""
+    global _held, _pending
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if _held == 0 and _pending is not None:
+            signum, _pending = _pending, None
+            raise Stopped(signum)
+
+
+def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Callable[[], None]:
+    """From now on, the first of `signals` raises Stopped in the main thread; any that follows while
+    the tear-down runs is noted and dropped, so a second stop (systemd repeats it) cannot cut the
+    tear-down short (kill -9 still can: workers then die with their owner, and the next run or `emu
+    clean` removes the rest). Returns a function that puts the old handlers back. Main thread only
+    (Python's rule); elsewhere it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    old = {s: signal.getsignal(s) for s in signals}
+    stopping = False
+
+    def handler(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        global _pending
+        if _held and not stopping:
+            _pending = signum
+            stopping = True
+            return
+        if stopping:
+            print(f"emu: {signal.Signals(signum).name} while stopping: finishing the tear-down first",
+                  file=sys.stderr, flush=True)
+            return
+        stopping = True
+        raise Stopped(signum)
+
+    for s in signals:
+        signal.signal(s, handler)
+
+    def restore() -> None:
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+    return restore
+
+
+def watch_owner(pid: int) -> int:
+    """A pidfd that becomes readable when process `pid` (the run's owner) ends, for a child of ours
+    to poll: it dies with its owner, kill -9 included, instead of running on as an orphan.
+    ProcessLookupError if the owner is already gone."""
+    return os.pidfd_open(pid)
+
+
+def die_with_parent() -> list[str]:
+    """A command prefix for a binary we cannot teach to watch its owner (simple_switch): the kernel
+    kills it when the thread that started it ends (util-linux's setpriv sets the parent-death signal
+    and execs). Start such binaries from the thread that owns the run."""
+    import shutil
+
+    return ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
 
 
 DEATHS = "deaths.json"  # in a run folder: what died, for `emu stats` and anyone else to read

@@ -100,7 +100,7 @@ class Engine:
                 self.logs.append(self.log_path(i))
                 self.procs.append(
                     subprocess.Popen(
-                        python_module(WORKER_MODULE, spec_path, str(i)),
+                        python_module(WORKER_MODULE, spec_path, str(i), str(os.getpid())),
                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                         env=env, start_new_session=True,
                     )

@@ -45,6 +45,7 @@ from emu.dataplane.protocol import (
 from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RING_BUDGET, RxRing, ring_sizes
 from emu.dataplane.spec import EngineSpec, PortSpec
 from emu.dataplane.switch import Switch
+from emu.launch import watch_owner
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -331,8 +332,8 @@ def _raise_open_files() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m emu.dataplane.worker SPEC.json INDEX", file=sys.stderr)
+    if len(argv) not in (2, 3):
+        print("usage: python -m emu.dataplane.worker SPEC.json INDEX [OWNER_PID]", file=sys.stderr)
         return 2
     with open(argv[0]) as f:
         spec = EngineSpec.from_json(f.read())
@@ -350,6 +351,20 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if len(argv) == 3:  # die with the process that owns the run, however it ends (kill -9 included)
+        try:
+            owner = watch_owner(int(argv[2]))
+        except ProcessLookupError:
+            print(f"worker {index}: the run's owner (pid {argv[2]}) is gone: stopping", flush=True)
+            worker.close()
+            return 1
+
+        def owner_gone() -> None:
+            print(f"worker {index}: the run's owner (pid {argv[2]}) ended: stopping", flush=True)
+            worker.loop.remove_reader(owner)
+            worker.loop.running = False
+
+        worker.loop.add_reader(owner, owner_gone)
     print(f"worker {index} ready: {', '.join(sorted(worker.switches))}", flush=True)
     try:
         worker.loop.run_forever()

@@ -87,9 +87,15 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _is_bmv2(cmdline: str) -> bool:
+    """simple_switch by what it is, however it was started: p4lang's packages run it by name, a
+    wrapper script (as /usr/local/bin/simple_switch here) execs it by its full path."""
+    return os.path.basename(cmdline.split(" ", 1)[0]) == "simple_switch"
+
+
 def _run_dir_of(cmdline: str) -> str | None:
     """The run directory a worker or switch belongs to ("" for one outside any run), None if not ours."""
-    ours = f"-m {WORKER_MODULE}" in cmdline or (cmdline.startswith("simple_switch ") and RUN_ROOT in cmdline)
+    ours = f"-m {WORKER_MODULE}" in cmdline or (_is_bmv2(cmdline) and RUN_ROOT in cmdline)
     if not ours:
         return None
     for token in cmdline.split():
@@ -126,7 +132,7 @@ def _is_veth(name: str) -> bool:
 
 def _ours(cmdline: str) -> bool:
     """A process the emulator starts: a node shell, or a module of ours (-P -m emu.*), or simple_switch."""
-    return "mininet:" in cmdline or " -m emu." in cmdline or cmdline.startswith("simple_switch ")
+    return "mininet:" in cmdline or " -m emu." in cmdline or _is_bmv2(cmdline)
 
 
 def _kill(pids: list[int]) -> list[int]:
@@ -206,6 +212,13 @@ def clean() -> CleanReport:
         report.processes += _kill([int(p) for p in os.listdir("/proc")
                                    if p.isdigit() and int(p) != me and netns_id(int(p)) in doomed_ns
                                    and _ours(_cmdline(int(p)))])
+    # Our modules (traffic, ranks, endpoints) running in a namespace no live run holds, whatever
+    # recorded it or not: their fabric is gone (the record with it), and they keep its namespace.
+    live_netns = {n for _, rec, alive in records if alive for n in rec.get("netns", [])}
+    root_ns = netns_id(me)
+    report.processes += _kill([int(p) for p in os.listdir("/proc")
+                               if p.isdigit() and int(p) != me and " -m emu." in _cmdline(int(p))
+                               and netns_id(int(p)) not in (root_ns, "", *live_netns)])
     namespaces = list_project_namespaces()
     for ns in namespaces:
         report.processes += _kill(namespace_pids(ns))
@@ -240,4 +253,31 @@ def clean() -> CleanReport:
     return report
 
 
-__all__ = ["clean", "record", "root_interfaces", "worker_pids", "CleanReport", "PREFIX"]
+def make_way(names: list[str]) -> str:
+    """Before a run makes the interfaces `names`: what dead runs left (their records, or any of these
+    names) is removed, and a line saying so returned ("" if there was nothing); a name that a live run
+    holds, or that no run of ours made, is refused in one line instead of the kernel's "File exists"."""
+    records = _records()
+    dead = [os.path.basename(path) for path, _, alive in records if not alive]
+    present = set(root_interfaces())
+    clash = [n for n in names if n in present]
+    if not clash and not dead:
+        return ""
+    holders = {i: (path, rec) for path, rec, alive in records if alive for i in rec.get("interfaces", [])}
+    for n in clash:
+        if n in holders:
+            path, rec = holders[n]
+            raise ValueError(f"interface {n} belongs to a running fabric ({os.path.basename(path)}, pid "
+                             f"{rec.get('owner', {}).get('pid', '?')}): stop it first")
+    report = clean()
+    still = [n for n in clash if n in set(root_interfaces())]
+    if still:
+        raise ValueError(f"interface {still[0]} already exists and no run of ours made it: delete it "
+                         f"(ip link del {still[0]}) or rename your nodes")
+    what = [f"{len(report.interfaces)} interfaces" if report.interfaces else "",
+            f"{len(report.processes)} processes" if report.processes else ""]
+    return (f"removed what a run that did not stop left behind ({', '.join(dead) or 'no record'}: "
+            f"{', '.join(w for w in what if w) or 'its record'})")
+
+
+__all__ = ["clean", "make_way", "record", "root_interfaces", "worker_pids", "CleanReport", "PREFIX"]

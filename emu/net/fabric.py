@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
+import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,8 @@ from mininet.net import Mininet
 
 from emu.control.runtime import FabricController
 from emu.dataplane.engine import Engine, new_run_dir
-from emu.net.cleanup import record
+from emu.launch import stop_on_signals
+from emu.net.cleanup import make_way, netns_id, record
 from emu.net.link import FabricLink, node_netlink, root_netlink
 from emu.net.netlink import new_group
 from emu.net.stats import FabricStats
@@ -111,6 +114,7 @@ class FabricNet(Mininet):
         kw.setdefault("controller", None)
         self.settings = settings
         self.link_group = new_group()  # every root-side link end: one request deletes them all
+        self._restore_signals: Callable[[], None] | None = None
         super().__init__(topo=topo, **kw)
 
     def addLink(self, node1: Any, node2: Any, port1: int | None = None, port2: int | None = None,
@@ -143,15 +147,27 @@ class FabricNet(Mininet):
         What can be known wrong before (a pcap folder that cannot be written) is said before."""
         if self.settings.pcap_dir:
             _writable_dir(self.settings.pcap_dir)
-        self.run_dir = new_run_dir()
+        # SIGTERM and SIGHUP (a cancelled CI job, systemd, a closed terminal) unwind as Ctrl-C does, so
+        # the `with` block or the caller's `finally` tears the fabric down; only where nobody chose
+        # otherwise (the CLI installs its own, for SIGINT too).
+        if self._restore_signals is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self._restore_signals = stop_on_signals((signal.SIGTERM, signal.SIGHUP))
         planned = []
         if self.topo is not None:
             for a, b, info in self.topo.links(withInfo=True):
                 for node, port in ((info.get("node1", a), info.get("port1")), (info.get("node2", b), info.get("port2"))):
                     if port is not None:
                         planned.append(f"{node}-eth{port}")
+        said = make_way(planned)  # a dead run's veths would make this one fail with "File exists"
+        if said:
+            print(f"emu: {said}", file=sys.stderr, flush=True)
+        self.run_dir = new_run_dir()
         record(self.run_dir, interfaces=planned, groups=[self.link_group])
-        super().build()
+        try:
+            super().build()
+        except BaseException:  # a signal or an error mid-build: what was made goes (Mininet's constructor
+            self.stop()         # builds, so no caller holds this object yet to stop it)
+            raise
         for sw in self.switches:
             sw.run_dir = self.run_dir
 
@@ -166,6 +182,7 @@ class FabricNet(Mininet):
         """Stop the engine, then delete every veth pair in one request, by device group: the kernel
         removes them in one batch (one by one, each waits for an RCU grace period: about 20 ms a link
         here, most of Mininet's tear-down time)."""
+        _kill_host_processes(self.hosts)
         for sw in self.switches:
             if getattr(sw, "engine", None) is not None:
                 sw.engine.stop()
@@ -177,6 +194,9 @@ class FabricNet(Mininet):
         super().stop()
         if getattr(self, "run_dir", ""):
             shutil.rmtree(self.run_dir, ignore_errors=True)  # everything it recorded is gone
+        if self._restore_signals is not None:
+            self._restore_signals()
+            self._restore_signals = None
 
     @property
     def engine(self) -> Engine:
@@ -335,6 +355,22 @@ class FabricNet(Mininet):
             for intf in (link.intf1, link.intf2):
                 if isinstance(intf.node, FabricSwitch):
                     self.engine.set_port(intf.node.name, intf.name, up)
+
+
+def _kill_host_processes(hosts: list[Any]) -> None:
+    """Whatever still runs in a host's namespace besides its shell (traffic, ranks, endpoints, a user's
+    iperf3) dies with the fabric: a scenario cut short by a signal never got to reap its own, and a
+    process left in a namespace keeps it, and its veth, alive."""
+    shells = {h.shell.pid for h in hosts if getattr(h, "shell", None) is not None and h.inNamespace}
+    spaces = {netns_id(pid) for pid in shells} - {netns_id(os.getpid()), ""}
+    if not spaces:
+        return
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) not in shells and netns_id(int(p)) in spaces:
+            try:
+                os.kill(int(p), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _peer(intf):

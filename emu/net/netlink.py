@@ -39,6 +39,8 @@ from pyroute2 import IPRoute
 from pyroute2 import netns as pr_netns
 from pyroute2.netlink.exceptions import NetlinkError as _PyrNetlinkError
 
+from emu.launch import held_signals
+
 T = TypeVar("T")
 
 CLONE_NEWNET = 0x40000000
@@ -151,6 +153,27 @@ class LinkInfo:
     up: bool
 
 
+class _Held:
+    """pyroute2's IPRoute with every call made under held_signals(): a SIGTERM raised in the middle of
+    a request would leave its asyncio loop broken, and the tear-down needs it."""
+
+    def __init__(self, ipr: IPRoute) -> None:
+        self._ipr = ipr
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._ipr, name)
+        if not callable(attr):
+            return attr
+
+        def held(*args: Any, **kw: Any) -> Any:
+            with held_signals():
+                out = attr(*args, **kw)
+                # A dump is read lazily: read it whole here, inside the hold.
+                return list(out) if hasattr(out, "__next__") else out
+
+        return held
+
+
 class Netlink:
     """An rtnetlink socket (pyroute2) and an ioctl socket inside one network namespace.
 
@@ -170,7 +193,8 @@ class Netlink:
             self._close_fd()
             raise NetlinkError("enter namespace", label, exc.errno or 0, exc.strerror or str(exc)) from None
         self._io = io
-        self.ipr = IPRoute(use_socket=nl)
+        with held_signals():
+            self.ipr = _Held(IPRoute(use_socket=nl))
 
     @classmethod
     def here(cls) -> Netlink:

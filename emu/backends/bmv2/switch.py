@@ -32,7 +32,7 @@ from emu.backends.bmv2.cli import (
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.runtime import Bmv2DataPlane
 from emu.dataplane.engine import RUN_ROOT
-from emu.launch import Supervisor, private_dir
+from emu.launch import Supervisor, die_with_parent, private_dir
 from emu.net.cleanup import BMV2_LOG_DIR
 from emu.net.link import node_netlink
 from emu.net.netns import kernel_has_netem
@@ -164,7 +164,7 @@ class Bmv2Process:
         self.check()
         private_dir(RUN_ROOT)
         private_dir(self.log_dir)
-        cmd = ["simple_switch", "--thrift-port", str(self.thrift_port), "--log-file", self.log_path[:-4],
+        cmd = [*die_with_parent(), "simple_switch", "--thrift-port", str(self.thrift_port), "--log-file", self.log_path[:-4],
                "--log-flush", "--log-level", "warn"]
         for num, ifname in self.ports:
             cmd += ["-i", f"{num}@{ifname}"]

@@ -1,0 +1,145 @@
+"""Issue 27, item 0: a run stopped by a signal (a cancelled CI job, systemd, a closed terminal, kill -9)
+leaves nothing: no worker spinning, no simple_switch listening, no veth that breaks the next run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emu.launch import RUN_ROOT
+from emu.net.cleanup import clean, root_interfaces
+from tests.helpers import EMU
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet]
+
+FPF = ["up", "fpf", "--gpus", "8", "--planes", "4", "--test", "pingall"]
+COMMANDS = {
+    "up": FPF,
+    "incast": ["scenario", "incast", "--dilation", "10000", "--no-plot", "--out", "/run/emu/sig-out"],
+    "collective": ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "2", "--planes", "2",
+                   "--sizes", "256KiB", "--dilation", "20000"],
+    "bmv2": [*FPF, "--backend", "bmv2"],
+}
+
+
+def _ours() -> list[str]:
+    """Processes of ours still running: workers, endpoints, ranks, switches, node shells."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if " -m emu." in cmd or os.path.basename(cmd.split(" ", 1)[0]) == "simple_switch" or "mininet:" in cmd:
+            out.append(f"{p} {cmd[:100]}")
+    return out
+
+
+def _veth_made() -> bool:
+    return any(n.endswith("-eth1") for n in root_interfaces())
+
+
+def _running(module: str) -> bool:
+    return any(module in p for p in _ours())
+
+
+# Moments by what exists, not by seconds (a slower machine reaches them later): links being made,
+# the data plane up, traffic (pings, UDP senders, ranks) running.
+MOMENTS = {
+    "veths": _veth_made,
+    "workers": lambda: _running("emu.dataplane.worker"),
+    "switches": lambda: _running("simple_switch"),
+    "pings": lambda: any(" ping " in f" {p} " or p.split(" ", 2)[1] == "ping" for p in _ours_and_pings()),
+    "senders": lambda: _running("emu.traffic"),
+    "ranks": lambda: _running("emu.collectives.rank"),
+}
+
+
+def _ours_and_pings() -> list[str]:
+    out = []
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith("ping "):
+            out.append(f"{p} {cmd}")
+    return out
+
+
+@pytest.mark.parametrize("name, sig, moment", [
+    ("up", signal.SIGTERM, "veths"), ("up", signal.SIGHUP, "workers"), ("up", signal.SIGINT, "pings"),
+    ("up", signal.SIGTERM, "pings"),
+    ("incast", signal.SIGTERM, "workers"), ("incast", signal.SIGTERM, "senders"),
+    ("collective", signal.SIGTERM, "workers"), ("collective", signal.SIGTERM, "ranks"),
+    ("collective", signal.SIGINT, "ranks"),
+    ("bmv2", signal.SIGTERM, "switches"), ("bmv2", signal.SIGTERM, "pings"),
+])
+def test_a_signal_at_any_moment_leaves_nothing_and_the_next_run_works(name, sig, moment, no_leftovers):
+    interfaces = set(root_interfaces())
+    proc = subprocess.Popen([*EMU, *COMMANDS[name]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    reached = MOMENTS[moment]
+    deadline = time.monotonic() + 300
+    while not reached() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, f"{name} ended before {moment}: {proc.stderr.read()[-1500:]}"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (128 + sig, 130), err[-1500:]
+    assert "Traceback" not in err, err[-3000:]
+    # Nothing of ours is left: no process, no interface, no run folder (no emu clean in between).
+    deadline = time.monotonic() + 5
+    while _ours() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _ours() == []
+    assert set(root_interfaces()) - interfaces == set()
+    assert not [d for d in os.listdir(RUN_ROOT) if d.startswith("run-")]
+    r = subprocess.run([*EMU, *FPF, "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "removed what a run" not in r.stderr  # nothing was left for it to remove
+    subprocess.run(["rm", "-rf", "/run/emu/sig-out"], check=False)
+
+
+def test_kill_9_of_the_owner_takes_workers_and_switches_down_and_the_next_run_clears_the_rest(no_leftovers):
+    """Workers watch their owner's pidfd, simple_switch gets a parent-death signal: nothing spins on.
+    The veths stay (nobody ran to delete them), and the next run removes them itself, saying so."""
+    script = ("import time; from emu import FabricNet, FPFTopo; "
+              "net = FabricNet(FPFTopo(gpus=4, planes=2), backend='bmv2'); net.start(); print('up', flush=True); "
+              "time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up", proc.stderr.read()[-2000:]
+    assert any("simple_switch" in p for p in _ours()) and any("emu.dataplane.worker" in p for p in _ours())
+    proc.kill()
+    proc.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and [p for p in _ours() if "mininet:" not in p]:
+        time.sleep(0.1)
+    assert [p for p in _ours() if "mininet:" not in p] == []  # workers and switches died with their owner
+    r = subprocess.run([*EMU, *FPF, "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "removed what a run that did not stop left behind" in r.stderr, r.stderr[-2000:]
+
+
+def test_clean_finds_an_orphaned_simple_switch_whose_run_folder_is_gone(no_leftovers):
+    """A simple_switch of ours started through a wrapper (its command line is its full path), its run
+    folder deleted: `emu clean` still knows it by what it is."""
+    from emu.backends.bmv2.switch import Bmv2Process
+
+    run = os.path.join(RUN_ROOT, "run-orphan-test")
+    sw = Bmv2Process("orphan", [], 9190, log_dir=run)
+    sw.start()
+    pid = sw.proc.pid
+    sw.proc = None  # forget it, as a killed owner would
+    subprocess.run(["rm", "-rf", run], check=True)
+    report = clean()
+    assert pid in report.processes
+    assert not os.path.exists(f"/proc/{pid}/cmdline") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
