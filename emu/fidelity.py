@@ -133,6 +133,18 @@ def verdict(parts: list[Part], *, dilation: float, packet_s: float,
     }
 
 
+def fabric_clock_verdict(*, packet_s: float, kernel_frames: int = 0) -> dict[str, Any]:
+    """The `fidelity` object of a run on the fabric clock: every part that keeps fabric time ran on the
+    engine's own schedule, so none could be late and `ok` is true on any machine, idle or loaded.
+    What it cannot vouch for is said: frames the hosts' kernels sent into the fabric while the run
+    went on (ping, ARP/ND, TCP) were stamped when the engine took them, so their timing is not the
+    fabric's, and a run they crossed is not reproducible bit for bit."""
+    return {"ok": True, "clock": "fabric", "dilation": 1.0, "statistic": STATISTIC,
+            "threshold": {"packet_times": THRESHOLD_PACKET_TIMES, "fabric_ns": THRESHOLD_PACKET_TIMES * packet_s * 1e9,
+                          "packet_fabric_ns": packet_s * 1e9, "paced_mean_packet_times": PACED_MEAN_PACKET_TIMES},
+            "worst": None, "behind": [], "missing": [], "parts": [], "kernel_frames": kernel_frames}
+
+
 def combine(fids: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One verdict for a result made of several runs (e.g. with and without DCQCN), by run name:
     ok only if every run was, the worst part of all, every part named with its run."""
@@ -166,6 +178,11 @@ def line(fid: dict[str, Any] | None) -> str:
     """The verdict in one line, as the CLI prints it."""
     if not fid:
         return "fidelity: not measured for this result"
+    if fid.get("clock") == "fabric":
+        kernel = fid.get("kernel_frames", 0)
+        return ("fidelity: exact (fabric clock: every part kept the engine's schedule, nothing can be late)"
+                + (f"; {kernel} frames from the hosts' kernels crossed the run: their timing is not the fabric's, "
+                   "and the run is not reproducible bit for bit" if kernel else ""))
     t = fid["threshold"]
     w = fid["worst"]
     worst = (f"worst {w['name']} {STATISTIC} {w['p99_fabric_ns']:.0f} ns late "
@@ -185,5 +202,6 @@ def line(fid: dict[str, Any] | None) -> str:
             f"behind; {worst}; {limit}: these figures are partly the emulator's; raise --dilation")
 
 
-__all__ = ["Lateness", "Part", "THRESHOLD_PACKET_TIMES", "combine", "engine_parts", "line", "packet_time_s",
+__all__ = ["Lateness", "Part", "THRESHOLD_PACKET_TIMES", "combine", "engine_parts", "fabric_clock_verdict", "line",
+           "packet_time_s",
            "tight_timers", "verdict"]

@@ -27,7 +27,7 @@ def dev():
 
 def deliver(d: Device, body: bytes, *, seal: bool = True) -> None:
     pkt = wire.seal(LO, LO, SPORT, body) if seal else body
-    d._packet(d.planes[0], pkt, ("::1", SPORT), 0, 0.0)
+    d._packet(d.planes[0], pkt, LO, SPORT, 0, 0.0)
 
 
 def test_good_write_lands(dev):

@@ -53,7 +53,7 @@ def _settings(args: argparse.Namespace):
     settings = RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
                            workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                            measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
-                           links=args.links)
+                           links=args.links, clock=args.clock)
     _check_backend(settings)
     return settings
 
@@ -180,8 +180,11 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     if args.name == "collective":
         from emu.net.switch import RunSettings
 
-        settings = RunSettings(backend=args.backend, links=args.links)
+        clock = args.clock or ("fabric" if args.backend == "native" else "wall")
+        settings = RunSettings(backend=args.backend, links=args.links, clock=clock)
         _check_backend(settings)
+    if args.clock and args.name != "collective":
+        raise ValueError(f"--clock is for `emu bench collective`; `emu bench {args.name}` measures on the wall clock")
     result = run_bench(args.name, params, dilation=_dilation(args, auto=args.name == "collective"),
                        op=args.op or "", settings=settings)
     code = 0 if result.get("wrong", 0) == 0 and result.get("passed", True) else 1
@@ -254,6 +257,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dilation", type=dilation_arg, default=None,
                    help="wall time = fabric time x D, or auto (default: EMU_DILATION, else 1000 for `up`, a 100G "
                         "link at 100 Mb/s; auto for scenarios: the smallest D this machine keeps on time)")
+    p.add_argument("--clock", choices=("fabric", "wall"), default="wall",
+                   help="wall (default: fabric time = wall time / D, kernel traffic and BMv2) or fabric (fabric "
+                        "time is the engine's own: every switch in one worker, the project's endpoints inside it)")
     p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
     p.add_argument("--workers", type=int, default=0, help="engine worker processes (default: one per core)")
@@ -402,6 +408,9 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                    help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "
                         "time, retried larger if the run falls behind); `link` defaults to 1000")
     p.add_argument("--backend", choices=("native", "bmv2"), default="native", help="for `collective`")
+    p.add_argument("--clock", choices=("fabric", "wall"), default=None,
+                   help="for `collective`: fabric (the default with the native engine: fabric time is the "
+                        "engine's own, exact on any machine) or wall (fabric time = wall time / D)")
     p.add_argument("--links", choices=("auto", "netem", "engine"), default="auto",
                    help="`collective` on bmv2: what carries the links; `link --links engine`: measure the engine's "
                         "wires (a bridge in the switch's place) instead of an engine switch")

@@ -1,4 +1,5 @@
-"""One rank of a ring collective over MetaRoCE, run in a host's namespace.
+"""One rank of a ring collective over MetaRoCE: in a host's namespace on the wall clock, or inside the
+engine on the fabric clock (emu.collectives.job), the same ring either way.
 
     python -m emu.collectives.rank DIR --rank R --nranks N --op allreduce --sizes 65536,1048576
 
@@ -20,6 +21,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Generator
 from dataclasses import asdict
 from typing import Any
 
@@ -39,77 +41,76 @@ def pattern(rank: int, size: int) -> np.ndarray:
     return ((rank + 1) * (np.arange(size // 4, dtype=np.int64) % 1000 + 1)).astype(np.int32)
 
 
+# What a rank's operation yields: a condition to wait for (checked whenever its device has done
+# something), or None: "let the device send what was just posted, then go on".
+Wait = Callable[[], bool] | None
+
+
 class Ring:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.a = args
-        self.r, self.n = args.rank, args.nranks
-        addrs = args.addrs.split(",") if args.addrs else host_plane_addresses()
-        self.dev = Device(addrs, dilation=args.dilation, cc=args.cc, plane_rate_bps=args.plane_rate, mtu=args.mtu)
-        biggest = max(args.sizes) * (self.n if args.op == "allgather" else 1)
+    """One rank's ring collective, written once for both clocks: its operations are generators that
+    yield what they wait for (`Wait`); `drive_wall` turns the device's crank in this process until
+    each holds, the engine's fabric-clock job resumes them when their device has done something."""
+
+    def __init__(self, dev: Device, rank: int, nranks: int, op: str, biggest: int, slice_bytes: int = SLICE,
+                 *, timed: bool = True) -> None:
+        """`biggest`: the largest size it will run; `timed`: measure the reduction's own wall time as
+        harness lateness (the wall clock; on the fabric clock it costs no fabric time)."""
+        self.dev = dev
+        self.r, self.n, self.op = rank, nranks, op
+        self.slice = slice_bytes
+        self.timed = timed
+        biggest *= nranks if op == "allgather" else 1
         self.data = self.dev.reg_mr(biggest)
         self.stage = self.dev.reg_mr(biggest)  # reduce-scatter chunks land here
         self.right: QueuePair = self.dev.create_qp()
         self.left: QueuePair = self.dev.create_qp()
         # Alltoall talks to everyone directly: one more QP per peer.
         self.mesh: dict[int, QueuePair] = (
-            {p: self.dev.create_qp() for p in range(self.n) if p != self.r} if args.op == "alltoall" else {})
+            {p: self.dev.create_qp() for p in range(self.n) if p != self.r} if op == "alltoall" else {})
         self.msg = 0  # messages posted so far, counted alike on every rank: the immediates
         self.got: set[int] = set()  # immediates received and not yet waited for
         # Wall time this rank spends on itself while it should be moving data (the reduction,
         # a late start): what a GPU would not spend, so it counts against fidelity.
         self.harness = Lateness(1024)
-        self.done_at = 0.0  # when the last operation's communication finished (wall)
+        self.done_at = 0.0  # when the last operation's communication finished (its clock)
 
-    def connect(self) -> None:
-        me = {"right": self.right.qpn, "left": self.left.qpn, "addrs": [p.addr for p in self.dev.planes],
-              "data": self.data.info(), "stage": self.stage.info(),
-              "mesh": {str(p): qp.qpn for p, qp in self.mesh.items()}}
-        publish(self.a.dir, f"rank{self.r}", me)
-        rn = wait_for(self.a.dir, f"rank{(self.r + 1) % self.n}", self.a.timeout)
-        ln = wait_for(self.a.dir, f"rank{(self.r - 1) % self.n}", self.a.timeout)
+    def info(self) -> dict[str, Any]:
+        """What the peers need to reach this rank: its QPs, plane addresses and memory regions."""
+        return {"right": self.right.qpn, "left": self.left.qpn, "addrs": [p.addr for p in self.dev.planes],
+                "data": self.data.info(), "stage": self.stage.info(),
+                "mesh": {str(p): qp.qpn for p, qp in self.mesh.items()}}
+
+    def connect(self, everyone: dict[int, dict[str, Any]]) -> None:
+        """Connect to the neighbours (and, for alltoall, to every rank) from their info()."""
+        rn, ln = everyone[(self.r + 1) % self.n], everyone[(self.r - 1) % self.n]
         self.right.connect(rn["left"], rn["addrs"])
         self.left.connect(ln["right"], ln["addrs"])
         self.peer = rn
-        self.peers = {}
+        self.peers = {p: everyone[p] for p in self.mesh}
         for p, qp in self.mesh.items():
-            info = wait_for(self.a.dir, f"rank{p}", self.a.timeout)
-            qp.connect(info["mesh"][str(self.r)], info["addrs"])
-            self.peers[p] = info
+            qp.connect(everyone[p]["mesh"][str(self.r)], everyone[p]["addrs"])
 
-    def barrier(self, tag: str) -> None:
-        publish(self.a.dir, f"{tag}-{self.r}", {"t": time.monotonic()})
-        for i in range(self.n):
-            wait_for(self.a.dir, f"{tag}-{i}", self.a.timeout, self.dev)
+    def _has_recv(self) -> bool:
+        return bool(self.dev.recv_cq)
 
-    def start_together(self, tag: str) -> float:
-        """A barrier that also agrees on a start instant (the monotonic clock is the machine's, shared by
-        every namespace): each rank's time runs from the same moment, so the file-polling skew of the
-        barrier, which would scale with 1/D in fabric time, is not in the result."""
-        publish(self.a.dir, f"{tag}-{self.r}", {"t": time.monotonic()})
-        start = max(wait_for(self.a.dir, f"{tag}-{i}", self.a.timeout, self.dev)["t"] for i in range(self.n))
-        start += START_MARGIN_S
-        while (now := time.monotonic()) < start:
-            self.dev.progress(min(0.001, start - now))
-        self.harness.add(now - start)
-        return start
+    def _idle(self) -> bool:
+        return not any(qp.busy() for qp in self.dev.qps.values())
 
-    def wait_imm(self, want: int) -> None:
-        """Turn the crank until the write with immediate `want` is whole in our memory."""
-        deadline = time.monotonic() + self.a.timeout
-        while want not in self.got:
+    def wait_imm(self, want: int) -> Generator[Wait, None, None]:
+        """Until the write with immediate `want` is whole in our memory."""
+        while True:
             self.got.update(c.wr_id for c in self.dev.poll_recv())
             if want in self.got:
                 break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"rank {self.r}: message {want} never arrived")
-            self.dev.progress(0.0005)
+            yield self._has_recv
         self.got.discard(want)
 
-    def finish(self) -> None:
+    def finish(self) -> Generator[Wait, None, None]:
         """Our own writes acknowledged: the buffers are ours again."""
-        self.dev.run_until_idle(self.a.timeout)
+        if not self._idle():
+            yield self._idle
         self.dev.poll_cq()
-        self.done_at = time.monotonic()
+        self.done_at = self.dev.clock.clock()
 
     # -- the ring -------------------------------------------------------------------------------
 
@@ -120,34 +121,35 @@ class Ring:
     def fill(self, size: int) -> None:
         self.ints(self.data, 0, size)[:] = pattern(self.r, size)
 
-    def ring(self, steps: list[tuple[int, str, bool]], chunk: int) -> None:
+    def ring(self, steps: list[tuple[int, str, bool]], chunk: int) -> Generator[Wait, None, None]:
         """Run ring steps as one pipeline. Step s sends chunk c (byte offset c * chunk) of our data into
         the right neighbour's `dst` region ("stage" or "data") at the same offset; what we receive at
         step s is the chunk we send at step s + 1 (the left neighbour runs one chunk behind us), and
         when the step reduces, it lands in stage and is added into data before it goes on."""
-        grain = max(4, min(self.a.slice, chunk) // 4 * 4)
+        grain = max(4, min(self.slice, chunk) // 4 * 4)
         cuts = [(lo, min(chunk, lo + grain)) for lo in range(0, chunk, grain)]
         k, base = len(cuts), self.msg
         for s in range(len(steps) + 1):
             for j, (lo, hi) in enumerate(cuts):
                 if s > 0:  # slice j of the step before: ours once it has arrived (and been reduced)
-                    self.wait_imm(base + (s - 1) * k + j)
+                    yield from self.wait_imm(base + (s - 1) * k + j)
                     c, _, reduce = steps[s - 1]
                     c = (c - 1) % self.n
                     if reduce:
                         t = time.monotonic()
                         off = c * chunk + lo
                         self.ints(self.data, off, hi - lo)[:] += self.ints(self.stage, off, hi - lo)
-                        self.harness.add(time.monotonic() - t)
+                        if self.timed:
+                            self.harness.add(time.monotonic() - t)
                 if s < len(steps):
                     c, dst, _ = steps[s]
                     off = c * chunk + lo
                     region = self.peer[dst]
                     self.right.post_write(base + s * k + j, self.data, off, hi - lo, region["va"] + off,
                                           region["rkey"], imm=base + s * k + j)
-                    self.dev.progress(0.0)  # start it now, not after the next wait
+                    yield None  # start it now, not after the next wait
         self.msg = base + len(steps) * k
-        self.finish()
+        yield from self.finish()
 
     def reduce_scatter_steps(self) -> list[tuple[int, str, bool]]:
         return [((self.r - s) % self.n, "stage", True) for s in range(self.n - 1)]
@@ -156,7 +158,7 @@ class Ring:
         """Circulate chunk `first + r` (already final on rank r) until every rank has all n."""
         return [((self.r + first - s) % self.n, "data", False) for s in range(self.n - 1)]
 
-    def alltoall(self, size: int) -> None:
+    def alltoall(self, size: int) -> Generator[Wait, None, None]:
         """Chunk p of my buffer to rank p's stage at my slot, each a write with immediate."""
         n, r = self.n, self.r
         chunk = size // n
@@ -165,22 +167,23 @@ class Ring:
             self.mesh[p].post_write(s, self.data, p * chunk, chunk, self.peers[p]["stage"]["va"] + r * chunk,
                                     self.peers[p]["stage"]["rkey"], imm=self.msg + r)
         self.stage.buf[r * chunk:(r + 1) * chunk] = self.data.buf[r * chunk:(r + 1) * chunk]
+        yield None
         for p in range(n):
             if p != r:
-                self.wait_imm(self.msg + p)  # each peer's immediate is its own rank
+                yield from self.wait_imm(self.msg + p)  # each peer's immediate is its own rank
         self.msg += n
-        self.finish()
+        yield from self.finish()
 
-    def run_op(self, size: int) -> int:
-        """Run once; return the number of wrong elements."""
-        op, n, r = self.a.op, self.n, self.r
+    def run_op(self, size: int) -> Generator[Wait, None, int]:
+        """Run once (a generator of waits); its value is the number of wrong elements."""
+        op, n, r = self.op, self.n, self.r
         total = n * (n + 1) // 2  # the sum of the rank factors 1..n
         chunk = size // n
         if op == "allreduce":
-            self.ring(self.reduce_scatter_steps() + self.all_gather_steps(1), chunk)
+            yield from self.ring(self.reduce_scatter_steps() + self.all_gather_steps(1), chunk)
             return int(np.count_nonzero(self.ints(self.data, 0, size) != pattern(total - 1, size)))
         if op == "reducescatter":
-            self.ring(self.reduce_scatter_steps(), chunk)
+            yield from self.ring(self.reduce_scatter_steps(), chunk)
             c = (r + 1) % n
             want = pattern(total - 1, size)[c * chunk // 4:(c + 1) * chunk // 4]
             return int(np.count_nonzero(self.ints(self.data, c * chunk, chunk) != want))
@@ -189,18 +192,71 @@ class Ring:
             mine = self.ints(self.data, 0, size).copy()
             self.ints(self.data, 0, size * n)[:] = 0
             self.ints(self.data, r * size, size)[:] = mine
-            self.ring(self.all_gather_steps(0), size)
+            yield from self.ring(self.all_gather_steps(0), size)
             return sum(int(np.count_nonzero(self.ints(self.data, k * size, size) != pattern(k, size)))
                        for k in range(n))
         if op == "alltoall":
-            self.alltoall(size)
+            yield from self.alltoall(size)
             chunk = size // n // 4
             return sum(int(np.count_nonzero(self.ints(self.stage, p * chunk * 4, chunk * 4)
                                             != pattern(p, size)[r * chunk:(r + 1) * chunk])) for p in range(n))
         if op == "sendrecv":
-            self.ring([(0, "stage", False)], size)
+            yield from self.ring([(0, "stage", False)], size)
             return int(np.count_nonzero(self.ints(self.stage, 0, size) != pattern((r - 1) % n, size)))
         raise ValueError(f"unknown op {op!r}")
+
+
+def drive_wall(gen: Generator[Wait, None, Any], dev: Device, timeout: float, what: str) -> Any:
+    """Run an operation on the wall clock in this process: turn the device's crank until each wait
+    holds; its value. TimeoutError naming `what` past `timeout` wall seconds."""
+    deadline = time.monotonic() + timeout
+    try:
+        wait = next(gen)
+        while True:
+            if wait is None:
+                dev.progress(0.0)
+            else:
+                while not wait():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{what}: not done in {timeout:g} s: {dev.describe()}")
+                    dev.progress(0.0005)
+            wait = gen.send(None)
+    except StopIteration as stop:
+        return stop.value
+
+
+class WallRank:
+    """A rank in its own process on the wall clock: rendezvous and barriers through files."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.a = args
+        addrs = args.addrs.split(",") if args.addrs else host_plane_addresses()
+        dev = Device(addrs, dilation=args.dilation, cc=args.cc, plane_rate_bps=args.plane_rate, mtu=args.mtu)
+        self.ring = Ring(dev, args.rank, args.nranks, args.op, max(args.sizes), args.slice)
+        self.dev = dev
+
+    def connect(self) -> None:
+        r, n = self.a.rank, self.a.nranks
+        publish(self.a.dir, f"rank{r}", self.ring.info())
+        wanted = range(n) if self.a.op == "alltoall" else {(r + 1) % n, (r - 1) % n}
+        self.ring.connect({p: wait_for(self.a.dir, f"rank{p}", self.a.timeout) for p in wanted})
+
+    def barrier(self, tag: str) -> None:
+        publish(self.a.dir, f"{tag}-{self.a.rank}", {"t": time.monotonic()})
+        for i in range(self.a.nranks):
+            wait_for(self.a.dir, f"{tag}-{i}", self.a.timeout, self.dev)
+
+    def start_together(self, tag: str) -> float:
+        """A barrier that also agrees on a start instant (the monotonic clock is the machine's, shared by
+        every namespace): each rank's time runs from the same moment, so the file-polling skew of the
+        barrier, which would scale with 1/D in fabric time, is not in the result."""
+        publish(self.a.dir, f"{tag}-{self.a.rank}", {"t": time.monotonic()})
+        start = max(wait_for(self.a.dir, f"{tag}-{i}", self.a.timeout, self.dev)["t"] for i in range(self.a.nranks))
+        start += START_MARGIN_S
+        while (now := time.monotonic()) < start:
+            self.dev.progress(min(0.001, start - now))
+        self.ring.harness.add(now - start)
+        return start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,17 +275,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mtu", type=int, default=1024, help="RoCE path MTU: payload bytes per packet")
     ap.add_argument("--slice", type=int, default=SLICE, help="bytes per ring message (the pipeline's grain)")
     a = ap.parse_args(argv)
-    ring = Ring(a)
-    ring.connect()
+    me = WallRank(a)
+    me.connect()
+    ring = me.ring
     rows: list[dict[str, Any]] = []
     ring.dev.reset_fidelity()  # set-up and rendezvous are not timed, so not judged either
     for k, size in enumerate(a.sizes):
         ring.fill(size)
-        t0 = ring.start_together(f"start{k}")
-        wrong = ring.run_op(size)
+        t0 = me.start_together(f"start{k}")
+        wrong = drive_wall(ring.run_op(size), ring.dev, a.timeout, f"rank {a.rank}, {a.op} of {size} B")
         wall = ring.done_at - t0  # the check of the result is not the collective's time
         rows.append({"size": size, "time_fabric_s": wall / a.dilation, "wrong": wrong})
-        ring.barrier(f"end{k}")
+        me.barrier(f"end{k}")
     name = a.name or f"rank{a.rank}"
     fidelity = [*ring.dev.fidelity(name), asdict(Part.from_summary(f"rank {a.rank} harness", "rank",
                                                                    ring.harness.summary()))]

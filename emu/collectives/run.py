@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from emu.fidelity import Part, engine_parts, packet_time_s, verdict
+from emu.collectives.rank import SLICE
+from emu.fidelity import Part, engine_parts, fabric_clock_verdict, packet_time_s, verdict
 from emu.launch import python_module, scratch_dir
 from emu.roce.transport import HEADERS
 
@@ -37,6 +39,7 @@ class RankHost:
     name: str
     popen: Callable[[list[str]], subprocess.Popen]
     ports: list[tuple[str, float]]
+    switch_ports: list[tuple[str, str]] = field(default_factory=list)  # (switch, its port) facing each plane
 
 
 @dataclass(frozen=True)
@@ -76,19 +79,62 @@ def whole_chunks(sizes: list[int], n: int) -> list[int]:
     return [max(4 * n, s // (4 * n) * 4 * n) for s in sizes]
 
 
-def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: float, cc: str = "none") -> list[dict]:
-    """Every rank's own report (rows of fabric times, #wrong, fidelity parts); RuntimeError naming
-    the rank if one fails."""
+def _ideal_fabric_s(hosts: list[RankHost], op: str, sizes: list[int]) -> float:
+    """The collective's bytes at line rate plus a fixed cost per step: what its fabric time is near."""
+    n = len(hosts)
+    gpu_bps = min(sum(rate for _, rate in h.ports) for h in hosts)
+    return sum(FACTOR[op](n) * s * (n if op == "allgather" else 1) * 8 / gpu_bps + 2 * n * 20e-6 for s in sizes)
+
+
+def _check(hosts: list[RankHost], op: str) -> None:
     if op not in FACTOR:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(FACTOR)}")
-    n = len(hosts)
-    if n < 2:
+    if len(hosts) < 2:
         raise ValueError("a collective needs at least 2 hosts")
+
+
+# Wall seconds the engine's fabric time may stand still during a job before the run is given up: its
+# loop answers between batches of events, so a live job advances between two looks whatever the load.
+STALL_S = 120.0
+
+
+def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "none",
+                  seed: int = 0) -> tuple[list[dict], int]:
+    """Fabric clock: every rank inside the engine (emu.collectives.job), all starting each size at one
+    fabric instant. Every rank's report, as run_ranks gives them, and how many frames the kernel sent
+    into the fabric while the job ran. RuntimeError with the job's reason if it fails."""
+    _check(hosts, op)
+    missing = [h.name for h in hosts if len(h.switch_ports) != len(h.ports)]
+    if missing:
+        raise ValueError(f"hosts {', '.join(missing)} have no switch port known for every plane")
+    params = {"op": op, "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed,
+              # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
+              "budget_s": 100 * _ideal_fabric_s(hosts, op, sizes) + 0.01,
+              "ranks": [{"name": h.name, "planes": [[sw, port, addr, rate] for (sw, port), (addr, rate)
+                                                    in zip(h.switch_ports, h.ports, strict=True)]}
+                        for h in hosts]}
+    job = engine.start_job("collective", params)
+    fabric_s, moved = -1.0, time.monotonic()
+    while True:
+        state = engine.job_state(job)
+        if state["done"]:
+            return [dict(r, rank=r["rank"]) for r in state["result"]["ranks"]], int(state["kernel_frames"])
+        if state["fabric_s"] > fabric_s:
+            fabric_s, moved = state["fabric_s"], time.monotonic()
+        elif time.monotonic() - moved > STALL_S:
+            raise RuntimeError(f"the engine's fabric time stood at {fabric_s * 1e6:.1f} us for {STALL_S:.0f} s of "
+                               "wall time: its worker is stuck (see its log)")
+        time.sleep(0.02)
+
+
+def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: float, cc: str = "none") -> list[dict]:
+    """Wall clock: every rank's own report (rows of fabric times, #wrong, fidelity parts), each rank a
+    process in its host; RuntimeError naming the rank if one fails."""
+    _check(hosts, op)
+    n = len(hosts)
     # Wall time the ranks may take: the collective's bytes at line rate, stretched by D, with room
     # (5x) for a slow run, plus start-up; a fixed limit cut a 16 MiB run at D = 3e6 (17 min) short.
-    gpu_bps = min(sum(rate for _, rate in h.ports) for h in hosts)
-    fabric_s = sum(FACTOR[op](n) * s * (n if op == "allgather" else 1) * 8 / gpu_bps + 2 * n * 20e-6 for s in sizes)
-    timeout = 300.0 + 5 * fabric_s * dilation
+    timeout = 300.0 + 5 * _ideal_fabric_s(hosts, op, sizes) * dilation
     tmp = scratch_dir("collective")
     procs: list[subprocess.Popen] = []
     try:
@@ -113,15 +159,30 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def measure(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, clock: str, dilation: float,
+            cc: str = "none", seed: int = 0) -> dict[str, Any]:
+    """Run the collective on the fabric's clock and summarise it with the engine's counters."""
+    if clock == "fabric":
+        results, kernel = run_in_engine(engine, hosts, op, sizes, cc=cc, seed=seed)
+    else:
+        results, kernel = run_ranks(hosts, op, sizes, dilation=dilation, cc=cc), 0
+    return summarise(op, hosts, sizes, results, engine.stats(), dilation, clock=clock, kernel_frames=kernel, seed=seed)
+
+
 def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[dict], stats: dict[str, Any],
-              dilation: float) -> dict[str, Any]:
+              dilation: float, *, clock: str = "wall", kernel_frames: int = 0, seed: int = 0) -> dict[str, Any]:
     """nccl-tests rows, the bandwidth bound and the gap per step, where a shortfall comes from, and the
-    fidelity verdict of everything that kept fabric time (engine workers and every rank)."""
+    fidelity verdict of everything that kept fabric time (engine workers and every rank); on the
+    fabric clock nothing can be late, and the verdict says what crossed the run from the kernel."""
     n = len(hosts)
     plane_rate = min(rate for h in hosts for _, rate in h.ports)
     gpu_rate = min(sum(rate for _, rate in h.ports) for h in hosts)
-    parts = engine_parts(stats) + [Part(**f) for res in results for f in res["fidelity"]]
-    fidelity = verdict(parts, dilation=dilation, packet_s=packet_time_s(plane_rate, MTU + HEADERS))
+    packet_s = packet_time_s(plane_rate, MTU + HEADERS)
+    if clock == "fabric":
+        fidelity = fabric_clock_verdict(packet_s=packet_s, kernel_frames=kernel_frames)
+    else:
+        parts = engine_parts(stats) + [Part(**f) for res in results for f in res["fidelity"]]
+        fidelity = verdict(parts, dilation=dilation, packet_s=packet_s)
     # The bandwidth bound: every GPU's ports busy all the time, less RoCE/UDP/IPv6/Ethernet headers.
     bound = gpu_rate / 8 * MTU / (MTU + HEADERS) / 1e9
     steps = STEPS[op](n)
@@ -139,7 +200,7 @@ def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[di
                      "wrong": sum(res["rows"][k]["wrong"] for res in results), "busbw_of_bound": busbw / bound,
                      "gap_per_step_us": (t * 1e6 - wire_us) / steps})
     retransmits = sum(res.get("retransmits", 0) for res in results)
-    return {"op": op, "nranks": n, "dilation": dilation, "mtu": MTU, "rows": rows,
+    return {"op": op, "nranks": n, "clock": clock, "dilation": dilation, "seed": seed, "mtu": MTU, "rows": rows,
             "avg_busbw_GBps": sum(r["busbw_GBps"] for r in rows) / len(rows),
             "wrong": sum(r["wrong"] for r in rows), "bound_busbw_GBps": bound, "steps": steps,
             "retransmits": retransmits, "attribution": attribution(stats, retransmits, fidelity),

@@ -18,11 +18,13 @@ import time
 from typing import Any
 
 from emu.dataplane.protocol import (
+    JobResult,
     Ping,
     Probe,
     ProbeResult,
     QueueSamples,
     Request,
+    RunJob,
     SampleQueues,
     SetHeadroom,
     SetPort,
@@ -250,6 +252,23 @@ class Engine:
             for i, name in enumerate(r.get("ports", [])):
                 out[name] = [(t, q[i]) for t, q in r["samples"]]
         return out
+
+    def start_job(self, kind: str, params: dict[str, Any]) -> int:
+        """Fabric clock: start a job of ours inside the engine (see worker.JOBS); its id."""
+        r = self.request(0, RunJob(kind, params), timeout=60)
+        if not r.get("ok"):
+            raise EngineError(f"the engine refused the {kind} job: {r.get('error')}")
+        return int(r["job"])
+
+    def job_state(self, job: int) -> dict[str, Any]:
+        """{"done": False, "fabric_s": ...} while it runs; then {"done": True, "result": ...}; EngineError
+        with the job's reason if it failed."""
+        r = self.request(0, JobResult(job), timeout=60)
+        if r.get("done") and not r.get("ok"):
+            raise EngineError(f"job {job}: {r.get('error')}")
+        if not r.get("ok"):
+            raise EngineError(f"job {job}: {r.get('error')}")
+        return r
 
     @property
     def deaths(self) -> list[str]:

@@ -1,11 +1,12 @@
-"""Event loops: one schedule of timed callbacks, run either in virtual or in wall time.
+"""Event loops: one schedule of timed callbacks (emu.clock.Clock), run in virtual, wall or fabric time.
 
 The data plane is written against `Loop.at(t, fn, arg)` only, so the same
 switch, link and buffer code runs in unit tests on a virtual clock (exact,
-instant, no root) and in worker processes on the wall clock, where epoll
+instant, no root), in worker processes on the wall clock, where epoll
 waits on the sockets and a timerfd wakes the loop with microsecond
 precision (epoll's own timeout is whole milliseconds, too coarse for a
-dilated 1 us cable).
+dilated 1 us cable), and on the fabric clock (`FabricLoop`), where the
+schedule itself is the time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import ctypes
 import ctypes.util
 import heapq
 import itertools
+import math
 import os
 import select
 import time
@@ -161,3 +163,99 @@ class WallLoop(Loop):
                 else:
                     handlers[fd]()
 
+
+
+class FabricLoop(WallLoop):
+    """Fabric time as a clock of its own, in fabric seconds.
+
+    While a job of the project's own runs (`busy` > 0: endpoints, ranks, generators, all inside
+    this process), the loop jumps from event to event as fast as the CPU allows, and looks at its
+    sockets (the kernel's frames) between batches without waiting: nothing is ever late, and the
+    result does not depend on the machine's speed or load. With no job, nothing but the kernel can
+    make work, so fabric time follows the wall clock at 1/`idle_dilation` (as a wall-clock run at
+    that D does) and the loop sleeps until the next event or a frame: ping, ARP and TCP behave
+    as on the wall clock. Frames from the kernel are stamped with the fabric time at which the
+    engine takes them (`clock()`), and counted while a job runs (`kernel_frames`): their timing is
+    not the fabric's, and a job they cross is not reproducible bit for bit.
+
+    Ties (equal times) run in the order they were scheduled, so the same inputs give the same run.
+    """
+
+    BATCH = 256  # events between two looks at the sockets while a job runs
+
+    def __init__(self, idle_dilation: float) -> None:
+        super().__init__()
+        self.idle_dilation = idle_dilation
+        self.busy = 0
+        self.kernel_frames = 0  # frames the kernel sent while a job ran
+        self.events = 0  # callbacks run while a job ran
+        self._anchor_f = 0.0
+        self._anchor_w = time.monotonic()
+
+    def _mapped(self, wall: float) -> float:
+        return self._anchor_f + (wall - self._anchor_w) / self.idle_dilation
+
+    def clock(self) -> float:
+        if self.busy:
+            return self.now
+        f = self._mapped(time.monotonic())
+        return f if f > self.now else self.now
+
+    def begin(self) -> float:
+        """A job starts: fabric time stops following the wall. Returns the job's start time: with no
+        other job running, the next whole second of fabric time (what was due before it runs first),
+        so that the same job starts at the same time in every run: the same floating-point sums,
+        the same ties, the same result bit for bit."""
+        if not self.busy:
+            start = math.floor(self.clock()) + 1.0
+            heap = self.heap
+            while heap and heap[0][0] <= start:
+                t, _, fn, arg = heapq.heappop(heap)
+                if t > self.now:
+                    self.now = t
+                fn(t, arg)
+            self.now = start
+        self.busy += 1
+        return self.now
+
+    def end(self) -> None:
+        """A job ended: once none runs, fabric time follows the wall again, from where it is."""
+        self.busy -= 1
+        if not self.busy:
+            self._anchor_f, self._anchor_w = self.now, time.monotonic()
+
+    def run_forever(self) -> None:
+        heap = self.heap
+        pop = heapq.heappop
+        handlers = self.handlers
+        timer = self.timer
+        epoll = self.epoll
+        batch = self.BATCH
+        while self.running:
+            if self.busy:
+                n = 0
+                while heap and n < batch:
+                    t, _, fn, arg = pop(heap)
+                    self.now = t
+                    fn(t, arg)
+                    n += 1
+                self.events += n
+                events = epoll.poll(0 if heap else 1.0)
+            else:
+                f = self._mapped(time.monotonic())
+                while heap and heap[0][0] <= f and not self.busy:
+                    t, _, fn, arg = pop(heap)
+                    if t > self.now:
+                        self.now = t
+                    fn(t, arg)
+                if self.busy:
+                    continue
+                if heap:
+                    timer.arm(self._anchor_w + (heap[0][0] - self._anchor_f) * self.idle_dilation)
+                events = epoll.poll(1.0)
+            for fd, _ in events:
+                if fd == timer.fd:
+                    timer.clear()
+                    timer.armed = -1.0
+                else:
+                    handlers[fd]()

@@ -79,14 +79,31 @@ class QueueSamples:
 
 
 @dataclass(frozen=True)
+class RunJob:
+    """Fabric clock: run a job of the project's own inside the engine (`kind`: one of the worker's JOBS,
+    e.g. "collective"), with its parameters; answers a job id at once."""
+
+    kind: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A job's state: `done` false while it runs (with the fabric time so far), else its result."""
+
+    job: int
+
+
+@dataclass(frozen=True)
 class Stop:
     """End the worker's loop."""
 
 
 Request = (Ping | Stats | SetPort | SetTables | SetHeadroom | Probe | ProbeResult | SampleQueues | QueueSamples
-           | Stop)
+           | RunJob | JobResult | Stop)
 REQUESTS: dict[str, type] = {c.__name__: c for c in (Ping, Stats, SetPort, SetTables, SetHeadroom, Probe,
-                                                      ProbeResult, SampleQueues, QueueSamples, Stop)}
+                                                      ProbeResult, SampleQueues, QueueSamples, RunJob, JobResult,
+                                                      Stop)}
 
 
 def encode(msg: Request) -> bytes:
@@ -112,5 +129,5 @@ def decode(line: bytes) -> Request:
         raise ProtocolError(f"{cls.__name__}: {exc}") from None
 
 
-__all__ = ["REQUESTS", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "SampleQueues",
+__all__ = ["REQUESTS", "JobResult", "RunJob", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "SampleQueues",
            "SetHeadroom", "SetPort", "SetTables", "Stats", "Stop", "decode", "encode"]

@@ -148,9 +148,18 @@ class EngineSpec:
     run_dir: str = "/run/emu"
     pcap_dir: str = ""
     workers: int = 1
+    # "fabric": fabric time is the loop's own (emu.dataplane.loop.FabricLoop): the switches run at D = 1
+    # (dilation must be 1) in one worker, and `idle_dilation` maps the wall clock to fabric time while
+    # no job of ours runs (kernel traffic only). "wall": fabric time = wall time / dilation.
+    clock: str = "wall"
+    idle_dilation: float = 1000.0
 
     def __post_init__(self) -> None:
         Dilation(self.dilation)
+        if self.clock not in ("wall", "fabric"):
+            raise SpecError(f"clock must be wall or fabric, got {self.clock!r}")
+        if self.clock == "fabric" and (self.dilation != 1.0 or self.workers != 1):
+            raise SpecError("the fabric clock runs every switch in one worker at dilation 1")
         names = [s.name for s in self.switches]
         if len(set(names)) != len(names):
             raise SpecError("switch names must be unique")
@@ -171,6 +180,8 @@ class EngineSpec:
                 "run_dir": self.run_dir,
                 "pcap_dir": self.pcap_dir,
                 "workers": self.workers,
+                "clock": self.clock,
+                "idle_dilation": self.idle_dilation,
                 "switches": [
                     {
                         "name": s.name,
@@ -214,4 +225,6 @@ class EngineSpec:
             run_dir=d["run_dir"],
             pcap_dir=d["pcap_dir"],
             workers=d["workers"],
+            clock=d.get("clock", "wall"),
+            idle_dilation=d.get("idle_dilation", 1000.0),
         )

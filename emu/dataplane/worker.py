@@ -17,7 +17,6 @@ import signal
 import socket
 import struct
 import sys
-import time
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -26,14 +25,16 @@ from typing import Any
 
 from emu.control.model import SwitchTables
 from emu.dataplane.fabric import build_switches
-from emu.dataplane.loop import WallLoop
+from emu.dataplane.loop import FabricLoop, WallLoop
 from emu.dataplane.pcap import PcapWriter
 from emu.dataplane.protocol import (
+    JobResult,
     Ping,
     Probe,
     ProbeResult,
     QueueSamples,
     Request,
+    RunJob,
     SampleQueues,
     SetHeadroom,
     SetPort,
@@ -52,6 +53,10 @@ SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 PACKET_STATISTICS = 6
 RX_BURST = 256
+# Jobs a fabric-clock worker runs inside itself, by kind: "module:function" taking (JobHost, params)
+# and returning an object with `finished`, `error`, `result()`. Imported by name when first asked
+# for: the engine knows no endpoint code, and imports stay downward.
+JOBS = {"collective": "emu.collectives.job:start"}
 
 
 def control_path(run_dir: str, index: int) -> str:
@@ -62,12 +67,16 @@ class Worker:
     def __init__(self, spec: EngineSpec, index: int) -> None:
         self.spec = spec
         self.index = index
-        self.loop = WallLoop()
+        self.fabric = spec.clock == "fabric"
+        self.loop: WallLoop = FabricLoop(spec.idle_dilation) if self.fabric else WallLoop()
+        # Fabric clock: (switch, port index) -> on_frame(t, frame) of the endpoint a job attached there.
+        self.attached: dict[tuple[str, int], Callable[[float, Any], None]] = {}
+        self.jobs: dict[int, Any] = {}
         self.sockets: list[socket.socket] = []
         self.pcaps: list[PcapWriter] = []
         self.rx_sockets: list[tuple[socket.socket, Any]] = []
         self.rings: list[RxRing] = []
-        self.t0 = time.monotonic()
+        self.t0 = self.loop.clock()
         self._probes = 0
         self.sampled: list[tuple[Switch, int]] = []
         self.sample_names: list[str] = []
@@ -139,15 +148,20 @@ class Worker:
         pcap = self._pcap(sw, ps)
         entry = sw.from_host if ps.peer_kind == "host" else sw.ingress
         idx = ps.index
-        monotonic = time.monotonic
+        clock = self.loop.clock  # the wall clock, or the fabric time at which the engine takes the frame
         frames_ready = ring.frames_ready
+        loop = self.loop
 
         def on_readable() -> None:
-            now = monotonic()
+            now = clock()
+            n = 0
             for frame in frames_ready(RX_BURST):
                 if pcap is not None:
                     pcap.write(now, frame)
                 entry(idx, now, frame)
+                n += 1
+            if self.fabric and loop.busy:  # type: ignore[attr-defined]
+                loop.kernel_frames += n  # type: ignore[attr-defined]
             if ring.truncated:
                 port.drops["rx_truncated"] = port.drops.get("rx_truncated", 0) + ring.truncated
                 ring.truncated = 0
@@ -155,16 +169,72 @@ class Worker:
         self.loop.add_reader(sock.fileno(), on_readable)
         self.rx_sockets.append((sock, port))
 
+        attached = self.attached
+        key = (sw.name, idx)
+
         def deliver(t: float, frame: Any) -> None:
+            if pcap is not None:
+                pcap.write(t, frame)
+            # MetaRoCE (IPv6, UDP to 4791) for an endpoint running in this engine: to it, not the kernel.
+            if attached and len(frame) > 62 and frame[12] == 0x86 and frame[13] == 0xDD and frame[20] == 17 \
+                    and frame[56] == 0x12 and frame[57] == 0xB7:
+                to = attached.get(key)
+                if to is not None:
+                    to(t, frame)
+                    return
             try:
                 send(frame)
             except OSError:
                 port.drop("tx_error")
-                return
-            if pcap is not None:
-                pcap.write(t, frame)
 
         return deliver
+
+    # -- jobs on the fabric clock -----------------------------------------------------
+
+    def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
+               ) -> tuple[Callable[[Any], None], bytes, bytes]:
+        """A job's endpoint at the host behind (switch, port): see emu.collectives.job.Attach."""
+        sw, idx = self._port(switch, port)
+        ps = sw.spec.ports[idx]
+        if ps.peer_kind != "host":
+            raise ValueError(f"{switch}/{port} faces a {ps.peer_kind}, not a host")
+        self.attached[(sw.name, idx)] = on_frame
+        from_host = sw.from_host
+        loop = self.loop
+        pcap = next((w for w in self.pcaps if w.path.endswith(f"/{sw.name}-{ps.ifname}.pcap")), None)
+
+        def send(frame: Any) -> None:
+            t = loop.now
+            if pcap is not None:
+                pcap.write(t, frame)
+            from_host(idx, t, frame)
+
+        return send, bytes.fromhex(ps.peer_mac.replace(":", "")), bytes.fromhex(ps.mac.replace(":", ""))
+
+    def _run_job(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
+        if not self.fabric:
+            raise ValueError("jobs run inside the engine on the fabric clock only (this run keeps the wall clock)")
+        target = JOBS.get(kind)
+        if target is None:
+            raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
+        import importlib
+
+        module, fn = target.split(":")
+        job = getattr(importlib.import_module(module), fn)(self, params)
+        self.jobs[len(self.jobs) + 1] = job
+        return {"ok": True, "job": len(self.jobs)}
+
+    def _job_result(self, job_id: int) -> dict[str, Any]:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise KeyError(f"no job {job_id}")
+        if not job.finished:
+            return {"ok": True, "done": False, "fabric_s": self.loop.now - job.t0,
+                    "events": getattr(self.loop, "events", 0)}
+        if job.error:
+            return {"ok": False, "done": True, "error": job.error}
+        return {"ok": True, "done": True, "result": job.result(),
+                "kernel_frames": getattr(self.loop, "kernel_frames", 0)}
 
     # -- control socket ---------------------------------------------------------------
 
@@ -209,7 +279,7 @@ class Worker:
 
     def handle(self, req: Request) -> dict[str, Any]:
         """One request, dispatched on its type (emu/dataplane/protocol.py defines them)."""
-        now = time.monotonic()
+        now = self.loop.clock()
         match req:
             case Ping():
                 return {"ok": True, "worker": self.index, "switches": sorted(self.switches)}
@@ -246,12 +316,17 @@ class Worker:
                 d = self.spec.dilation
                 return {"ok": True, "ports": self.sample_names,
                         "samples": [((t - self.t0) / d, q) for t, q in self.samples]}
+            case RunJob(kind, params):
+                return self._run_job(kind, params)
+            case JobResult(job):
+                return self._job_result(int(job))
             case Stop():
                 self.loop.running = False
         return {"ok": True}
 
     def _collect_socket_drops(self) -> None:
-        """Frames the kernel dropped because this worker did not read them in time."""
+        """Frames the kernel dropped because this worker did not read them in time (each read resets the
+        kernel's count, so what is read is added)."""
         for sock, port in self.rx_sockets:
             try:
                 _, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))

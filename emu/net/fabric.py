@@ -27,10 +27,10 @@ from emu.net.cleanup import make_way, netns_id, record
 from emu.net.link import FabricLink, node_netlink, root_netlink
 from emu.net.netlink import new_group
 from emu.net.stats import FabricStats
-from emu.net.switch import FabricSwitch, RunSettings, default_settings
+from emu.net.switch import QUIET_HOST, FabricSwitch, RunSettings, default_settings
 
 if TYPE_CHECKING:
-    from emu.collectives.run import CollectiveResult
+    from emu.collectives.run import CollectiveResult, RankHost
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,15 @@ class FabricNet(Mininet):
         self.link_group = new_group()  # every root-side link end: one request deletes them all
         self._restore_signals: Callable[[], None] | None = None
         super().__init__(topo=topo, **kw)
+
+    def addHost(self, name: str, cls: Any = None, **params: Any) -> Any:
+        """Mininet's addHost, with the host's IPv6 defaults quiet before any interface is made in it
+        (the first one is brought up by Mininet before the fabric configures the rest)."""
+        host = super().addHost(name, cls, **params)
+        if getattr(host, "inNamespace", False):
+            with node_netlink(host) as nl:
+                nl.sysctl(QUIET_HOST)
+        return host
 
     def addLink(self, node1: Any, node2: Any, port1: int | None = None, port2: int | None = None,
                 cls: Any = None, **params: Any) -> Any:
@@ -206,30 +215,35 @@ class FabricNet(Mininet):
         raise RuntimeError("the fabric is not started")
 
     def collective(self, op: str = "allreduce", *, sizes: Sequence[int | str] = ("1MiB",),
-                   cc: str = "none") -> CollectiveResult:
+                   cc: str = "none", seed: int = 0) -> CollectiveResult:
         """Run collective `op` (allreduce, allgather, reducescatter, alltoall, sendrecv) with one rank per
-        host over every plane it has, at the fabric's D; `sizes` in bytes or with units ("64KiB"),
-        rounded down to whole int32 chunks per rank; `cc`: "none" or "dcqcn". Rows as nccl-tests
-        prints them, and the fidelity verdict of the run."""
-        from emu.collectives.run import (
-            CollectiveResult,
-            RankHost,
-            run_ranks,
-            summarise,
-            whole_chunks,
-        )
-        from emu.roce.run import mininet_popen
+        host over every plane it has, on the fabric's clock (inside the engine on the fabric clock, a
+        process per host at the fabric's D on the wall clock); `sizes` in bytes or with units ("64KiB"),
+        rounded down to whole int32 chunks per rank; `cc`: "none" or "dcqcn"; `seed`: the endpoints'
+        (a fabric-clock run is the same for the same seed). Rows as nccl-tests prints them, and the
+        fidelity verdict of the run."""
+        from emu.collectives.run import CollectiveResult, measure, whole_chunks
         from emu.units import parse_size
+
+        hosts = self.rank_hosts()
+        chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], len(hosts))
+        return CollectiveResult.from_report(measure(self.engine, hosts, op, chunks, clock=self.settings.clock,
+                                                    dilation=self.settings.dilation, cc=cc, seed=seed))
+
+    def rank_hosts(self) -> list[RankHost]:
+        """Every host as a collective rank: how to start a process in it, its planes (IPv6 address and
+        rate, in port order) and the switch port facing each."""
+        from emu.collectives.run import RankHost
+        from emu.roce.run import mininet_popen
 
         hosts = []
         for h in sorted(self.hosts, key=lambda h: (len(h.name), h.name)):
-            ports = [(i.link.fabric.host_ip6.split("/")[0], i.link.fabric.rate_bps) for i in h.intfList()
+            intfs = [i for i in h.intfList()
                      if isinstance(getattr(i, "link", None), FabricLink) and i.link.fabric.host_ip6]
-            hosts.append(RankHost(h.name, mininet_popen(h), ports))
-        d = self.settings.dilation
-        chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], len(hosts))
-        results = run_ranks(hosts, op, chunks, dilation=d, cc=cc)
-        return CollectiveResult.from_report(summarise(op, hosts, chunks, results, self.engine.stats(), d))
+            ports = [(i.link.fabric.host_ip6.split("/")[0], i.link.fabric.rate_bps) for i in intfs]
+            facing = [(_peer(i).node.name, _peer(i).name) for i in intfs]
+            hosts.append(RankHost(h.name, mininet_popen(h), ports, facing))
+        return hosts
 
     @property
     def deaths(self) -> list[str]:

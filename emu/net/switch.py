@@ -16,6 +16,7 @@ from typing import Any
 
 from mininet.node import Switch
 
+from emu.clock import check_clock
 from emu.control.model import MySid
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.control.runtime import ControlTiming, FabricController
@@ -43,6 +44,10 @@ class RunSettings:
     backend: str = "native"  # or "bmv2": simple_switch running p4/fabric.p4
     links: str = "auto"  # bmv2 only: netem, engine, or auto (engine with PFC on, else netem where the kernel has it)
     p4_json: str = ""  # bmv2 only: the compiled P4 program (default p4/build/fabric.json; a lab gives its own)
+    # "fabric": fabric time is a clock of its own (every switch in one worker, the project's endpoints
+    # inside it, nothing late, results the same on any machine); `dilation` then only paces the kernel's
+    # traffic while none of ours runs. "wall": fabric time = wall time / dilation (kernel traffic, BMv2).
+    clock: str = "wall"
 
     def __post_init__(self) -> None:
         try:
@@ -63,6 +68,10 @@ class RunSettings:
                 raise ValueError(f"ECN needs 0 <= KMIN < KMAX and 0 < PMAX <= 1, got {kmin}, {kmax}, {pmax}")
         if self.backend == "native" and self.p4_json:
             raise ValueError("a P4 program is for --backend bmv2: the native engine does not run one")
+        check_clock(self.clock)
+        if self.clock == "fabric" and self.backend != "native":
+            raise ValueError("the fabric clock is the native engine's: BMv2's simple_switch keeps wall time "
+                             "(use --clock wall with --backend bmv2)")
 
 
 def default_settings() -> RunSettings:
@@ -237,6 +246,9 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     shards = sorted({sw.shard if sw.shard is not None else 0 for sw in switches})
     workers = settings.workers or min(os.cpu_count() or 1, len(shards))
     workers = min(workers, len(shards)) if settings.workers == 0 else workers
+    fabric_clock = settings.clock == "fabric"
+    if fabric_clock:  # one schedule: every switch and every endpoint in one process (docs/architecture.md)
+        workers = 1
     qos = replace(QosSpec(), pfc=settings.pfc, buffer_per_port=settings.buffer_per_port)
     if settings.ecn is not None:
         kmin, kmax, pmax = settings.ecn
@@ -255,10 +267,12 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
             )
             for n, sw in enumerate(switches)
         ),
-        dilation=settings.dilation,
+        dilation=1.0 if fabric_clock else settings.dilation,
         run_dir=switches[0].run_dir or new_run_dir(),
         pcap_dir=settings.pcap_dir,
         workers=workers,
+        clock=settings.clock,
+        idle_dilation=settings.dilation,
     )
     port_names = {(sw, p.index): p.ifname for sw, ports in port_specs.items() for p in ports}
     return BuiltFabric(spec, graph, attachments, port_names, local, root_ifs, host_ports)
@@ -272,13 +286,21 @@ class HostPort:
     params: LinkParams
 
 
+# A host's IPv6 defaults, set in its namespace before its interfaces exist (FabricNet.addHost) and
+# again on them: no duplicate address detection, no router advertisements, and MLD reports all at
+# once when an address is made rather than repeated over the next second or two (a fabric-clock job
+# starting then would have the kernel's frames cross it).
+QUIET_HOST: dict[str, str | int] = {
+    f"ipv6/conf/{scope}/{key}": 0 for scope in ("all", "default")
+    for key in ("accept_dad", "accept_ra", "mldv1_unsolicited_report_interval", "mldv2_unsolicited_report_interval")}
+
+
 def configure_hosts(ports: dict[Any, list[HostPort]]) -> None:
     """Each host's fabric interfaces over one netlink socket in its namespace: no duplicate address
     detection and no router advertisements (before they come up), offloads off, up, the planned
     addresses, and routes to the rest of the fabric via each interface's gateway."""
     for host, mine in ports.items():
-        keys: dict[str, str | int] = {"ipv6/conf/all/accept_dad": 0, "ipv6/conf/default/accept_dad": 0,
-                                      "ipv6/conf/all/accept_ra": 0, "ipv6/conf/all/disable_ipv6": 0}
+        keys: dict[str, str | int] = dict(QUIET_HOST, **{"ipv6/conf/all/disable_ipv6": 0})
         for p in mine:
             keys[f"ipv6/conf/{p.ifname}/accept_dad"] = 0
             keys[f"ipv6/conf/{p.ifname}/accept_ra"] = 0

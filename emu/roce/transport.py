@@ -30,8 +30,13 @@ of fabric time, whichever comes first, and at once for a packet that asks
 (a retransmission or a probe) or that ends a write with immediate. Every
 ACK is cumulative with the SACK bitmap, so a lost ACK costs nothing but time.
 
-Times inside are wall seconds; rates and timers are configured in fabric
-units and scaled by the dilation.
+Time comes from one clock (emu.clock): on the wall clock (its own process
+in a host's namespace, kernel UDP sockets, `progress()` sleeping in select)
+times inside are wall seconds, rates and timers configured in fabric units
+and scaled by the dilation; on the fabric clock (inside the engine, D = 1)
+they are fabric seconds, and frames go to and from the switch port as whole
+Ethernet/IPv6/UDP frames (`FabricIO`), with `step(now)` saying when the
+device next has something to do. The logic is the same code either way.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from emu import packet as pk
+from emu.clock import WALL, Clock
 from emu.fidelity import Lateness, Part, tight_timers
 from emu.roce import wire
 from emu.roce.cc import CongestionControl, make
@@ -113,15 +120,18 @@ class Segment:
 
 @dataclass
 class Plane:
+    """One port of the device. Its sockets are the kernel's (wall clock); on the fabric clock there
+    are none, and its UDP source ports are fixed numbers (the same run hashes the same way)."""
+
     index: int
     addr: str
     addr_b: bytes
-    rx: socket.socket
-    tx: list[socket.socket]
+    rx: socket.socket | None
+    tx: list[Any]
     tx_ports: list[int]
-    ctl: socket.socket
+    ctl: Any
     ctl_port: int
-    cnp: socket.socket
+    cnp: Any
     cnp_port: int
     next_free: float = 0.0
     healthy: bool = True
@@ -193,7 +203,7 @@ class QueuePair:
         if offset < 0 or length < 0 or offset + length > mr.size:
             raise RoceError(f"write of {length} B at {offset} is outside the {mr.size} B region")
         if not self.pending:
-            self.ready_at = time.monotonic()  # segmenting below counts against the first send
+            self.ready_at = self.dev.clock.clock()  # segmenting below counts against the first send
         mtu = self.dev.mtu
         view = memoryview(mr.buf)
         first = True
@@ -216,11 +226,35 @@ class QueuePair:
         return bool(self.pending or self.inflight)
 
 
+FABRIC_TX_PORTS = tuple(range(49152, 49152 + ENTROPY))  # fabric clock: fixed source ports, for determinism
+FABRIC_CTL_PORT = 49168
+FABRIC_CNP_PORT = 49169
+
+
+class FabricIO:
+    """A device's ports on the fabric clock: each plane's frames go straight to its switch port's NIC
+    model (`send[plane](frame)`), built whole here (Ethernet, IPv6 with its traffic class, UDP with
+    its checksum, RoCEv2 with its ICRC), and arrive through `Device.on_frame`. No kernel socket."""
+
+    def __init__(self, send: list[Any], host_macs: list[bytes], switch_macs: list[bytes]) -> None:
+        self.send = send
+        self.head = [switch_macs[i] + host_macs[i] + b"\x86\xdd" for i in range(len(send))]
+
+
 class Device:
     def __init__(self, addrs: list[str], *, dilation: float, plane_rate_bps: float = 100e9, mtu: int = 1024,
-                 cc: str = "none", window: int = 512, rto_fabric_s: float = 200e-6, seed: int | None = None) -> None:
+                 cc: str = "none", window: int = 512, rto_fabric_s: float = 200e-6, seed: int | None = None,
+                 clock: Clock = WALL, io: FabricIO | None = None) -> None:
+        """`clock` and `io`: WALL and None (kernel sockets bound to `addrs`, in this namespace), or the
+        engine's fabric clock and the FabricIO of the host's switch ports (dilation 1)."""
         if not addrs:
             raise RoceError("a device needs at least one port (plane address)")
+        self.clock = clock
+        self.io = io
+        # Packets due within BURST_S go in one go on the wall clock (a sleep that short costs more than it
+        # saves); on the fabric clock every send is woken exactly when it is due.
+        self.burst = BURST_S if io is None else 0.0
+        self.min_probe_s = 0.01 if io is None else 0.0
         self.dilation = dilation
         self.mtu = mtu
         self.window = window
@@ -230,7 +264,7 @@ class Device:
         self.rto = rto_fabric_s * dilation
         self.ack_delay = ACK_DELAY_S * dilation
         self.rng = random.Random(seed)
-        self.planes = [self._open_plane(i, a) for i, a in enumerate(addrs)]
+        self.planes = [self._open_plane(i, a) if io is None else self._fabric_plane(i, a) for i, a in enumerate(addrs)]
         self.qps: dict[int, QueuePair] = {}
         self.mrs: dict[int, MemoryRegion] = {}
         self.cq: deque[Completion] = deque()
@@ -240,8 +274,9 @@ class Device:
         self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
         self.next_sample = 0.0
         self.plane_trace: list[tuple[float, list[int]]] = []  # (wall s, bytes sent per plane), sampled
-        tight_timers()
-        self.rx_fds = [p.rx.fileno() for p in self.planes]
+        if io is None:
+            tight_timers()
+        self.rx_fds = [p.rx.fileno() for p in self.planes if p.rx is not None]
         self.rx_buf = bytearray(65536)  # every packet is received into this one buffer
         self.rx_view = memoryview(self.rx_buf)
         self.src_cache: dict[str, bytes] = {}  # sender address text -> its 16 bytes
@@ -275,6 +310,11 @@ class Device:
         return Plane(i, addr, wire.ip6(addr), rx, tx, [s.getsockname()[1] for s in tx], ctl, ctl.getsockname()[1],
                      cnp, cnp.getsockname()[1])
 
+    @staticmethod
+    def _fabric_plane(i: int, addr: str) -> Plane:
+        return Plane(i, addr, wire.ip6(addr), None, [None] * ENTROPY, list(FABRIC_TX_PORTS), None, FABRIC_CTL_PORT,
+                     None, FABRIC_CNP_PORT)
+
     def reg_mr(self, size: int) -> MemoryRegion:
         mr = MemoryRegion(va=self.rng.randrange(1 << 20, 1 << 40) << 12, rkey=self.rng.randrange(1, 1 << 32),
                           buf=bytearray(size))
@@ -290,13 +330,26 @@ class Device:
     def close(self) -> None:
         for p in self.planes:
             for s in (p.rx, p.ctl, p.cnp, *p.tx):
-                s.close()
+                if s is not None:
+                    s.close()
 
     # -- the crank ------------------------------------------------------------------
 
     def progress(self, max_wait: float = 0.001) -> None:
+        """Wall clock: take what arrived, do what is due, sleep until the next thing is (at most max_wait)."""
         now = time.monotonic()
         self._receive(now)
+        now = time.monotonic()
+        due = self.step(now)
+        wait = min(max_wait, max(0.0, due - now))
+        # select() sleeps with microsecond resolution (poll and epoll round up to whole ms, a
+        # packet time at D = 10 000): no busy loop, so the engine's workers keep the cores.
+        # Wake BURST_S before the next send is due: a wake-up a little late still sends on time.
+        select.select(self.rx_fds, (), (), wait - BURST_S if wait > 2 * BURST_S else 0.0)
+
+    def step(self, now: float) -> float:
+        """Everything due at `now` (ACKs, congestion control, recovery, sends, probes); returns when the
+        device next has something to do of its own (inf: only an arrival can wake it)."""
         if now >= self.next_sample:
             self.next_sample = now + self.sample_s
             for qp in self.qps.values():
@@ -307,7 +360,6 @@ class Device:
             sent = [p.stats["tx_bytes"] for p in self.planes]
             if any(sent) and (not self.plane_trace or self.plane_trace[-1][1] != sent):
                 self.plane_trace.append((now, sent))
-        now = time.monotonic()
         for qp in self.qps.values():
             if qp.ack_due and now >= qp.ack_deadline:
                 self._send_ack(qp)
@@ -315,16 +367,19 @@ class Device:
             self._recover(qp, now)
             self._send_data(qp, now)
         self._probe_planes(now)
-        wait = max_wait
+        due = float("inf")
         for qp in self.qps.values():
             if qp.pending and len(qp.inflight) < self.window:
-                wait = min(wait, max(0.0, qp.next_send - now), *(max(0.0, p.next_free - now) for p in self.planes))
+                free = min((p.next_free for p in self.planes if p.healthy), default=now)
+                due = min(due, max(qp.next_send, free))
             if qp.ack_due:
-                wait = min(wait, max(0.0, qp.ack_deadline - now))
-        # select() sleeps with microsecond resolution (poll and epoll round up to whole ms, a
-        # packet time at D = 10 000): no busy loop, so the engine's workers keep the cores.
-        # Wake BURST_S before the next send is due: a wake-up a little late still sends on time.
-        select.select(self.rx_fds, (), (), wait - BURST_S if wait > 2 * BURST_S else 0.0)
+                due = min(due, qp.ack_deadline)
+            if qp.inflight:
+                due = min(due, qp.rto_check)
+        for p in self.planes:
+            if not p.healthy:
+                due = min(due, p.probe_due)
+        return due
 
     def run_until_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -335,7 +390,7 @@ class Device:
 
     def describe(self) -> str:
         """Where every busy queue pair stands, and the planes: what a stalled transfer reports."""
-        now = time.monotonic()
+        now = self.clock.clock()
         qps = []
         for qp in self.qps.values():
             if not qp.busy():
@@ -372,7 +427,7 @@ class Device:
         for p in self.planes:
             if p.healthy and p.index != avoid and (best is None or p.next_free < best.next_free):
                 best = p
-        return best if best is not None and best.next_free <= now + BURST_S else None
+        return best if best is not None and best.next_free <= now + self.burst else None
 
     def _transmit(self, qp: QueuePair, seg: Segment, plane: Plane, now: float) -> bool:
         """Send seg on plane; False if the socket would block (nothing changed: try again later).
@@ -381,9 +436,8 @@ class Device:
         k = psn % ENTROPY  # the source port (flow entropy) rotates with the PSN
         frame = wire.data_frame(plane.addr_b, qp.remote_planes[plane.index], plane.tx_ports[k], qp.remote_qpn,
                                 psn, seg.va, seg.rkey, seg.view, ack_req=seg.sends > 0, imm=seg.imm)
-        try:
-            plane.tx[k].sendmsg(frame, (), 0, (qp.remote_addrs[plane.index], wire.ROCE_PORT))
-        except BlockingIOError:
+        if not self._send(plane, k, plane.tx_ports[k], TC_DATA, qp.remote_planes[plane.index],
+                          qp.remote_addrs[plane.index], frame):
             return False
         if seg.psn < 0:
             seg.psn = psn
@@ -409,7 +463,7 @@ class Device:
             # and its schedule starts again from the ACK that opened the window.
             qp.window_full = False
             qp.ready_at = max(qp.ready_at, now)
-        horizon = now + BURST_S
+        horizon = now + self.burst
         if qp.pending and len(qp.inflight) >= self.window:
             qp.window_full = True
             return
@@ -465,7 +519,7 @@ class Device:
         round trip, not the RTO's floor (200 us of fabric is seconds of wall time at a large D, and a
         plane wrongly down that long skews the spraying), and never more often than every 10 ms."""
         srtt = max((qp.srtt for qp in self.qps.values()), default=0.0)
-        return max(4 * srtt + self.ack_delay if srtt else self.rto, 0.01)
+        return max(4 * srtt + self.ack_delay if srtt else self.rto, self.min_probe_s)
 
     def _probe_planes(self, now: float) -> None:
         for plane in self.planes:
@@ -479,15 +533,43 @@ class Device:
                 qp.charged.pop(psn, None)  # its answer is a duplicate's, and not a refund
                 frame = wire.data_frame(plane.addr_b, qp.remote_planes[plane.index], plane.tx_ports[0],
                                         qp.remote_qpn, psn & wire.PSN_MASK, 0, 0, memoryview(b""), ack_req=True)
-                try:
-                    plane.tx[0].sendmsg(frame, (), 0, (qp.remote_addrs[plane.index], wire.ROCE_PORT))
-                except BlockingIOError:
+                if not self._send(plane, 0, plane.tx_ports[0], TC_DATA, qp.remote_planes[plane.index],
+                                  qp.remote_addrs[plane.index], frame):
                     break
                 plane.probe_psn = psn
                 plane.stats["probes"] += 1
                 break
 
+    def _send(self, plane: Plane, k: int, sport: int, tclass: int, dst: bytes, dst_text: str, payload: Any) -> bool:
+        """One RoCEv2 packet (BTH onward) out of `plane`: through the kernel socket that has source port
+        `sport` (k: which data socket; -1 ctl, -2 cnp), or built whole and handed to the switch port.
+        False if the kernel would block (nothing changed: try again later)."""
+        io = self.io
+        if io is None:
+            try:
+                if k >= 0:
+                    plane.tx[k].sendmsg(payload, (), 0, (dst_text, wire.ROCE_PORT))  # in pieces, nothing copied
+                else:
+                    (plane.ctl if k == -1 else plane.cnp).sendto(payload, (dst_text, wire.ROCE_PORT))
+            except BlockingIOError:
+                return False
+            return True
+        io.send[plane.index](pk.udp6_frame(io.head[plane.index], tclass, plane.addr_b, dst, sport, wire.ROCE_PORT,
+                                           payload))
+        return True
+
     # -- receiving ----------------------------------------------------------------------
+
+    def on_frame(self, plane_index: int, frame: Any, now: float) -> None:
+        """Fabric clock: a whole frame (Ethernet, IPv6, UDP, RoCEv2) the switch delivered to this port."""
+        plane = self.planes[plane_index]
+        plane.stats["rx_packets"] += 1
+        mv = memoryview(frame)
+        if len(mv) < 62 or mv[12] != 0x86 or mv[13] != 0xDD:
+            self.counters["truncated"] += 1
+            return
+        tclass = (mv[14] & 0x0F) << 4 | mv[15] >> 4
+        self._packet(plane, mv[62:], bytes(mv[22:38]), mv[54] << 8 | mv[55], tclass, now)
 
     def _receive(self, now: float) -> None:
         wall = time.time()  # the kernel stamps arrivals on the realtime clock
@@ -506,17 +588,17 @@ class Device:
                     elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(val) >= 16:
                         sec, ns = _TIMESPEC.unpack_from(val)
                         self.recv_late.add(wall - sec - ns * 1e-9)
-                self._packet(plane, data, addr, tclass, now)
+                src = self.src_cache.get(addr[0])
+                if src is None:
+                    src = self.src_cache[addr[0]] = wire.ip6(addr[0].split("%")[0])
+                self._packet(plane, data, src, addr[1], tclass, now)
 
-    def _packet(self, plane: Plane, data: memoryview, addr: Any, tclass: int, now: float) -> None:
+    def _packet(self, plane: Plane, data: memoryview, src: bytes, sport: int, tclass: int, now: float) -> None:
         """`data` is a view of the receive buffer, valid until the next receive: nothing keeps it."""
         if len(data) < 16:
             self.counters["truncated"] += 1
             return
-        src = self.src_cache.get(addr[0])
-        if src is None:
-            src = self.src_cache[addr[0]] = wire.ip6(addr[0].split("%")[0])
-        if not wire.check(src, plane.addr_b, addr[1], data):
+        if not wire.check(src, plane.addr_b, sport, data):
             self.counters["bad_icrc"] += 1
             return
         op, qpn, psn, ack_req = wire.parse_bth(data)
@@ -532,6 +614,7 @@ class Device:
         elif op == wire.OP_ACK:
             self._on_ack(qp, plane, data, psn, now)
         elif op == wire.OP_CNP:
+            qp.cc.tick(now / self.dilation)  # its timers up to now first: the cut is of the rate at now
             qp.cc.on_cnp(now / self.dilation)
             qp.rate_trace.append((now / self.dilation, qp.cc.rate))
         else:
@@ -617,13 +700,12 @@ class Device:
         self._send_ctl(qp, qp.ack_plane if plane is None else plane, pkt)
 
     def _send_ctl(self, qp: QueuePair, plane_index: int, body: bytes, cnp: bool = False) -> None:
+        if plane_index >= len(qp.remote_planes):
+            return
         plane = self.planes[plane_index]
-        sock, port = (plane.cnp, plane.cnp_port) if cnp else (plane.ctl, plane.ctl_port)
-        try:
-            sock.sendto(wire.seal(plane.addr_b, qp.remote_planes[plane_index], port, body),
-                        (qp.remote_addrs[plane_index], wire.ROCE_PORT))
-        except (BlockingIOError, IndexError):
-            pass
+        port = plane.cnp_port if cnp else plane.ctl_port
+        self._send(plane, -2 if cnp else -1, port, TC_CNP if cnp else TC_ACK, qp.remote_planes[plane_index],
+                   qp.remote_addrs[plane_index], wire.seal(plane.addr_b, qp.remote_planes[plane_index], port, body))
 
     def _on_ack(self, qp: QueuePair, plane: Plane, data: memoryview, wpsn: int, now: float) -> None:
         syndrome, echo, base, bitmap, duplicate = wire.parse_ack(data)

@@ -1,0 +1,53 @@
+"""Time behind one interface, wall or fabric.
+
+Everything that keeps fabric time (the engine's switches and links, MetaRoCE
+endpoints, collective ranks) reads the time and schedules work through a
+`Clock`: `clock()` is now, in that clock's seconds, and `at(t, fn, arg)`
+runs `fn(t, arg)` at t. Three implement it (emu.dataplane.loop): `Loop`, a
+virtual schedule for unit tests; `WallLoop`, the same schedule on the
+machine's monotonic clock, dilated by D; and `FabricLoop`, fabric time as a
+clock of its own, advanced from event to event as fast as the CPU allows
+while the project's own traffic runs, so nothing can be late and a result
+cannot depend on the machine's speed or load. `WALL` is the plain wall
+clock for a part that drives itself (an endpoint in its own process, which
+sleeps in select() rather than on a schedule).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+CLOCKS = ("fabric", "wall")
+
+
+class Clock(Protocol):
+    def clock(self) -> float:
+        """Now, in this clock's seconds."""
+        ...
+
+    def at(self, t: float, fn: Callable[[float, Any], None], arg: Any = None) -> None:
+        """Run fn(t, arg) at time t."""
+        ...
+
+
+class _Wall:
+    """The machine's monotonic clock, for a part that sleeps on its own (no schedule to run)."""
+
+    @staticmethod
+    def clock() -> float:
+        return time.monotonic()
+
+    def at(self, t: float, fn: Callable[[float, Any], None], arg: Any = None) -> None:
+        raise NotImplementedError("the plain wall clock runs no schedule: drive the part with progress()")
+
+
+WALL = _Wall()
+
+
+def check_clock(name: str) -> str:
+    if name not in CLOCKS:
+        raise ValueError(f"unknown clock {name!r}: fabric (fabric time of its own, exact and as fast as the "
+                         "CPU allows) or wall (fabric time = wall time / D, for kernel traffic and BMv2)")
+    return name
