@@ -11,10 +11,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.utils import rdpcap
 
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
-from emu.roce.run import PerfRun, mininet_popen
-from emu.roce.transport import HEADERS
+from emu.roce.run import EnginePerf, PerfRun, mininet_popen
 from emu.scenarios.dcqcn import ECN as DCQCN_ECN
 from emu.scenarios.dcqcn import overlap_rates
 from emu.topo.fpf import FPFTopo
@@ -92,43 +90,34 @@ def test_tshark_decodes_rroce_and_every_icrc_matches(tmp_path, no_leftovers):
         assert bytes(p[BTH])[-4:] == p[BTH].compute_icrc(b"")
 
 
-# At D = 5000 the endpoints fell behind (fidelity NOT OK) and the two flows' share moved between 0.68
-# and 0.97 over five runs. At 10 000 the endpoints' mean lateness sits at the limit (0.0156 packet
-# times against 0.015 in two of three runs); 15 000 is on time. The share is the fabric's only where
-# everything kept fabric time, so a run that fell behind is repeated at twice the dilation.
-DCQCN_D = 15_000
-
-
-def incast_pair(cc: str, nbytes: int, dilation: float = DCQCN_D) -> tuple[list[dict], dict, dict]:
-    net = FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), settings=RunSettings(dilation=dilation, ecn=DCQCN_ECN))
+def incast_pair(cc: str, nbytes: int) -> tuple[list[dict], dict, dict]:
+    """Two MetaRoCE writers into one 100G port, on the fabric clock: no D to choose, nothing late (on
+    the wall clock this needed D = 15 000 and more, and a fresh machine still fell behind: a 32 MiB
+    transfer did not complete in 120 s)."""
+    net = FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), settings=RunSettings(clock="fabric", ecn=DCQCN_ECN))
     net.start()
     try:
         net.engine.sample_queues([("p0l0", "p0l0-eth3")], 2e-6)
-        clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
-                                  mininet_popen(net.get("gpu2")), nbytes=nbytes, dilation=dilation, cc=cc,
-                                  lat_iters=0, timeout=120).wait()
+        run = EnginePerf(net.engine, [net.host_planes("gpu0"), net.host_planes("gpu1")], net.host_planes("gpu2"),
+                         nbytes=nbytes, cc=cc, lat_iters=0)
+        clients, server = run.wait()
         stats = net.engine.stats()
         queue = [q for _, q in net.engine.queue_samples()["p0l0/p0l0-eth3"] if q]
     finally:
         net.stop()
     port = stats["switches"]["p0l0"]["ports"]["p0l0-eth3"]
     port["time_over_kmax"] = sum(q >= DCQCN_ECN[1] for q in queue) / max(1, len(queue))
-    port["fidelity"] = fabric_fidelity(stats, frame_bytes=1024 + HEADERS, endpoints=[*clients, server])
+    port["kernel_frames"] = run.kernel_frames
     return clients, server, port
 
 
 def test_dcqcn_two_flows_converge_within_20_percent_below_kmax(no_leftovers):
-    for dilation in (DCQCN_D, 2 * DCQCN_D):
-        # 32 MiB, ~3 ms of fabric, tens of CNP cycles: 16 MiB on time gave 0.81-0.99 (CI failed at 0.76
-        # on a run nothing judged), 32 MiB 0.91-0.93.
-        clients, server, port = incast_pair("dcqcn", 32 << 20, dilation)
-        if port["fidelity"]["ok"]:
-            break
-    assert port["fidelity"]["ok"], port["fidelity"]  # at 2 x D as well: the figures below would be the emulator's
-    assert server["data_ok"]
+    # 32 MiB, ~3 ms of fabric, tens of CNP cycles (on the wall clock, on-time runs gave 0.91-0.93).
+    clients, server, port = incast_pair("dcqcn", 32 << 20)
+    assert server["data_ok"] and port["kernel_frames"] == 0
     assert all(c["cnps"] > 0 for c in clients) and server["cnps_sent"] > 0
     a, b = overlap_rates(server["rx_traces"])
-    assert min(a, b) >= 0.8 * max(a, b), (a, b, dilation)
+    assert min(a, b) >= 0.8 * max(a, b), (a, b)
     assert port["over_kmax"][3] < 0.5 * port["ecn_enqueued"][3]
     assert port["time_over_kmax"] < 0.5  # sampled over time by the engine, not only at arrivals
     # The same incast without congestion control: the queue sits past Kmax (only PFC would stop it).

@@ -21,13 +21,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from emu.fidelity import Lateness, Part
+from emu.roce.endpoint import Wait, drive_wall
 from emu.roce.perf import publish, wait_for
 from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
 
@@ -39,11 +40,6 @@ START_MARGIN_S = 0.05  # wall time between the last rank's arrival and the commo
 def pattern(rank: int, size: int) -> np.ndarray:
     """Rank r's starting data: (r + 1) * (i % 1000 + 1); sums of these are easy to predict."""
     return ((rank + 1) * (np.arange(size // 4, dtype=np.int64) % 1000 + 1)).astype(np.int32)
-
-
-# What a rank's operation yields: a condition to wait for (checked whenever its device has done
-# something), or None: "let the device send what was just posted, then go on".
-Wait = Callable[[], bool] | None
 
 
 class Ring:
@@ -204,25 +200,6 @@ class Ring:
             yield from self.ring([(0, "stage", False)], size)
             return int(np.count_nonzero(self.ints(self.stage, 0, size) != pattern((r - 1) % n, size)))
         raise ValueError(f"unknown op {op!r}")
-
-
-def drive_wall(gen: Generator[Wait, None, Any], dev: Device, timeout: float, what: str) -> Any:
-    """Run an operation on the wall clock in this process: turn the device's crank until each wait
-    holds; its value. TimeoutError naming `what` past `timeout` wall seconds."""
-    deadline = time.monotonic() + timeout
-    try:
-        wait = next(gen)
-        while True:
-            if wait is None:
-                dev.progress(0.0)
-            else:
-                while not wait():
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{what}: not done in {timeout:g} s: {dev.describe()}")
-                    dev.progress(0.0005)
-            wait = gen.send(None)
-    except StopIteration as stop:
-        return stop.value
 
 
 class WallRank:

@@ -270,6 +270,26 @@ class Engine:
             raise EngineError(f"job {job}: {r.get('error')}")
         return r
 
+    # Wall seconds fabric time may stand still during a job before it is given up: the worker's loop
+    # answers between batches of events, so a live job advances between two looks whatever the load.
+    JOB_STALL_S = 120.0
+
+    def wait_job(self, job: int, poll_s: float = 0.02) -> dict[str, Any]:
+        """Wait for a job to end: its final state (`result`, `kernel_frames`). EngineError if it failed,
+        or if its fabric time stood still for JOB_STALL_S of wall time (a stuck worker, never a slow one)."""
+        fabric_s, moved = -1.0, time.monotonic()
+        while True:
+            state = self.job_state(job)
+            if state["done"]:
+                return state
+            if state["fabric_s"] > fabric_s:
+                fabric_s, moved = state["fabric_s"], time.monotonic()
+            elif time.monotonic() - moved > self.JOB_STALL_S:
+                raise EngineError(f"job {job}: the engine's fabric time stood at {fabric_s * 1e6:.1f} us for "
+                                  f"{self.JOB_STALL_S:.0f} s of wall time: its worker is stuck (log: "
+                                  f"{self._log_where(0)})")
+            time.sleep(poll_s)
+
     @property
     def deaths(self) -> list[str]:
         """Every worker death seen so far, one line each."""

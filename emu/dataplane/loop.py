@@ -234,7 +234,7 @@ class FabricLoop(WallLoop):
         while self.running:
             if self.busy:
                 n = 0
-                while heap and n < batch:
+                while heap and n < batch and self.busy:  # a job that ends hands the rest back to the wall
                     t, _, fn, arg = pop(heap)
                     self.now = t
                     fn(t, arg)
@@ -242,7 +242,7 @@ class FabricLoop(WallLoop):
                 self.events += n
                 events = epoll.poll(0 if heap else 1.0)
             else:
-                f = self._mapped(time.monotonic())
+                f = self.clock()
                 while heap and heap[0][0] <= f and not self.busy:
                     t, _, fn, arg = pop(heap)
                     if t > self.now:

@@ -56,7 +56,7 @@ RX_BURST = 256
 # Jobs a fabric-clock worker runs inside itself, by kind: "module:function" taking (JobHost, params)
 # and returning an object with `finished`, `error`, `result()`. Imported by name when first asked
 # for: the engine knows no endpoint code, and imports stay downward.
-JOBS = {"collective": "emu.collectives.job:start"}
+JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start"}
 
 
 def control_path(run_dir: str, index: int) -> str:
@@ -82,6 +82,7 @@ class Worker:
         self.sample_names: list[str] = []
         self.samples: deque = deque()
         self.sample_every = 0.0
+        self.sampler_idle = False  # fabric clock: sampling waits for the next job
         self.opened = self._open_ports()
         self.switches = build_switches(spec, self.loop, index, self._external)
         self.control = self._open_control()
@@ -222,6 +223,9 @@ class Worker:
         module, fn = target.split(":")
         job = getattr(importlib.import_module(module), fn)(self, params)
         self.jobs[len(self.jobs) + 1] = job
+        if self.sampler_idle:
+            self.sampler_idle = False
+            self.loop.at(self.loop.now, self._sample, None)
         return {"ok": True, "job": len(self.jobs)}
 
     def _job_result(self, job_id: int) -> dict[str, Any]:
@@ -337,6 +341,9 @@ class Worker:
 
     def _sample(self, t: float, _: Any) -> None:
         if not self.sampled:
+            return
+        if self.fabric and not self.loop.busy:  # type: ignore[attr-defined]
+            self.sampler_idle = True  # nothing of ours runs: sample again when a job starts
             return
         self.samples.append((t, [sw.ports[i].tx.queued() for sw, i in self.sampled]))
         self.loop.at(t + self.sample_every, self._sample, None)

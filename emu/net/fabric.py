@@ -238,12 +238,20 @@ class FabricNet(Mininet):
 
         hosts = []
         for h in sorted(self.hosts, key=lambda h: (len(h.name), h.name)):
-            intfs = [i for i in h.intfList()
-                     if isinstance(getattr(i, "link", None), FabricLink) and i.link.fabric.host_ip6]
-            ports = [(i.link.fabric.host_ip6.split("/")[0], i.link.fabric.rate_bps) for i in intfs]
-            facing = [(_peer(i).node.name, _peer(i).name) for i in intfs]
-            hosts.append(RankHost(h.name, mininet_popen(h), ports, facing))
+            planes = self.host_planes(h.name)
+            hosts.append(RankHost(h.name, mininet_popen(h), [(a, r) for _, _, a, r in planes],
+                                  [(sw, port) for sw, port, _, _ in planes]))
         return hosts
+
+    def host_planes(self, name: str) -> list[list[Any]]:
+        """Host `name`'s planes in port order, each [switch, the switch's port facing it, the host's IPv6
+        address, rate b/s]: where an endpoint inside the engine attaches (fabric clock)."""
+        out = []
+        for i in self.get(name).intfList():
+            if isinstance(getattr(i, "link", None), FabricLink) and i.link.fabric.host_ip6:
+                out.append([_peer(i).node.name, _peer(i).name, i.link.fabric.host_ip6.split("/")[0],
+                            i.link.fabric.rate_bps])
+        return out
 
     @property
     def deaths(self) -> list[str]:

@@ -1,10 +1,12 @@
-"""perftest-like MetaRoCE write bandwidth and latency between two hosts of a running fabric.
+"""perftest-like MetaRoCE write bandwidth and latency between hosts of a running fabric.
 
-Each side runs in its host's namespace (`python -m emu.roce.perf server|client DIR ...`);
-they meet through files in DIR (the out-of-band rendezvous: namespaces share
-the filesystem, so no extra network is needed). The client fills its buffer
-with a seeded pattern and writes it; the server checks, byte for byte, that
-its memory holds exactly that, and says so in its result.
+On the wall clock each side runs in its host's namespace (`python -m
+emu.roce.perf server|client DIR ...`); they meet through files in DIR (the
+out-of-band rendezvous: namespaces share the filesystem, so no extra network
+is needed). On the fabric clock the engine runs them inside itself (`start`,
+a job). Either way the client's writes are the same operation (`writes`), it
+fills its buffer with a seeded pattern and writes it, and the server checks,
+byte for byte, that its memory holds exactly that, and says so in its result.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import time
 import zlib
 from typing import Any
 
-from emu.roce.transport import Device, host_plane_addresses
+from emu.roce.endpoint import Attach, Endpoint, Op, drive_wall
+from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
 
 
 def publish(directory: str, name: str, info: dict[str, Any]) -> None:
@@ -46,6 +49,54 @@ def pattern(size: int, seed: int) -> bytearray:
     return bytearray(random.Random(seed).randbytes(size))
 
 
+def writes(dev: Device, qp: QueuePair, mr: MemoryRegion, remote: dict[str, int], *, message: int, lat_iters: int,
+           name: str) -> Op:
+    """The client's operation, on either clock: `lat_iters` 8-byte writes one at a time (post to
+    completion, one round trip each), then the whole region in messages of `message` bytes, all
+    posted at once. Its value is the client's result, in fabric units."""
+    now = dev.clock.clock
+    d = dev.dilation
+
+    def idle() -> bool:
+        return not qp.busy()
+
+    lats = []
+    for i in range(lat_iters):
+        t = now()
+        qp.post_write(10_000 + i, mr, 0, 8, remote["va"], remote["rkey"])
+        yield idle
+        dev.poll_cq()
+        lats.append((now() - t) / d)
+    dev.reset_fidelity()
+    t0 = now()
+    for wr, off in enumerate(range(0, mr.size, message)):
+        qp.post_write(wr, mr, off, min(message, mr.size - off), remote["va"] + off, remote["rkey"])
+    yield idle
+    elapsed = now() - t0
+    comps = dev.poll_cq()
+    lats.sort()
+    return {
+        "role": "client", "qpn": qp.qpn, "bytes": mr.size, "message": message, "wall_s": elapsed,
+        "fabric_s": elapsed / d, "bw_fabric_bps": mr.size * 8 / (elapsed / d) if elapsed else 0.0,
+        "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),
+        "retransmits": qp.retransmits, "cnps": qp.cc.cnps, "final_rate_bps": qp.cc.rate,
+        "rate_trace": qp.rate_trace,
+        "plane_trace": [(t / d, b) for t, b in dev.plane_trace],
+        "lat_fabric_s": {"min": lats[0], "typical": lats[len(lats) // 2], "max": lats[-1]} if lats else {},
+        "planes": dev.plane_stats(), "fidelity": dev.fidelity(name),
+    }
+
+
+def server_result(dev: Device, ends: list[tuple[MemoryRegion, QueuePair]], nbytes: int, seed: int) -> dict[str, Any]:
+    """What the server saw: whether every client's region holds exactly its pattern, and its traces."""
+    ok = [mr.buf == pattern(nbytes, seed + i) for i, (mr, _) in enumerate(ends)]
+    return {"role": "server", "qpn": ends[0][1].qpn, "qpns": [qp.qpn for _, qp in ends], "data_ok": all(ok),
+            "bad_requests": sum(qp.bad for _, qp in ends), "counters": dev.counters,
+            "cnps_sent": sum(qp.cnps_sent for _, qp in ends), "planes": dev.plane_stats(),
+            "rx_traces": [[(t / dev.dilation, b) for t, b in qp.rx_trace] for _, qp in ends],
+            "fidelity": dev.fidelity("server")}
+
+
 def server(args: argparse.Namespace) -> dict[str, Any]:
     """One queue pair and one region per client; client i writes pattern(seed + i)."""
     dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc, mtu=args.mtu,
@@ -60,12 +111,7 @@ def server(args: argparse.Namespace) -> dict[str, Any]:
         qp.connect(peer["qpn"], peer["addrs"])
     for i in range(args.clients):
         wait_for(args.dir, f"done-{i}", args.timeout, dev)
-    ok = [mr.buf == pattern(args.bytes, args.seed + i) for i, (mr, _) in enumerate(ends)]
-    return {"role": "server", "qpn": ends[0][1].qpn, "qpns": [qp.qpn for _, qp in ends], "data_ok": all(ok),
-            "bad_requests": sum(qp.bad for _, qp in ends), "counters": dev.counters,
-            "cnps_sent": sum(qp.cnps_sent for _, qp in ends), "planes": dev.plane_stats(),
-            "rx_traces": [[(t / args.dilation, b) for t, b in qp.rx_trace] for _, qp in ends],
-            "fidelity": dev.fidelity("server")}
+    return server_result(dev, ends, args.bytes, args.seed)
 
 
 def client(args: argparse.Namespace) -> dict[str, Any]:
@@ -78,39 +124,74 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
                                                 "mr": mr.info()})
     peer = wait_for(args.dir, f"server-{args.index}", args.timeout)
     qp.connect(peer["qpn"], peer["addrs"])
-    remote = peer["mr"]
-    # Latency first: small writes one at a time, post to completion (one round trip).
-    lats = []
-    for i in range(args.lat_iters):
-        t = time.monotonic()
-        qp.post_write(10_000 + i, mr, 0, 8, remote["va"], remote["rkey"])
-        dev.run_until_idle(args.timeout)
-        dev.poll_cq()
-        lats.append((time.monotonic() - t) / args.dilation)
-    # Bandwidth: the whole buffer in messages of `message` bytes, all posted at once.
-    dev.reset_fidelity()
-    t0 = time.monotonic()
-    wr = 0
-    for off in range(0, args.bytes, args.message):
-        n = min(args.message, args.bytes - off)
-        qp.post_write(wr, mr, off, n, remote["va"] + off, remote["rkey"])
-        wr += 1
-    dev.run_until_idle(args.timeout)
-    wall = time.monotonic() - t0
-    comps = dev.poll_cq()
+    out = drive_wall(writes(dev, qp, mr, peer["mr"], message=args.message, lat_iters=args.lat_iters,
+                            name=f"client {args.index}"), dev, args.timeout, f"client {args.index}")
     publish(args.dir, f"done-{args.index}", {"crc32": zlib.crc32(mr.buf)})
-    lats.sort()
-    return {
-        "role": "client", "qpn": qp.qpn, "bytes": args.bytes, "message": args.message, "wall_s": wall,
-        "fabric_s": wall / args.dilation,
-        "bw_fabric_bps": args.bytes * 8 / (wall / args.dilation) if wall else 0.0,
-        "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),
-        "retransmits": qp.retransmits, "cnps": qp.cc.cnps, "final_rate_bps": qp.cc.rate,
-        "rate_trace": qp.rate_trace,
-        "plane_trace": [(t / args.dilation, b) for t, b in dev.plane_trace],
-        "lat_fabric_s": {"min": lats[0], "typical": lats[len(lats) // 2], "max": lats[-1]} if lats else {},
-        "planes": dev.plane_stats(), "fidelity": dev.fidelity(f"client {args.index}"),
-    }
+    return out
+
+
+class PerfJob:
+    """The same exchange on the fabric clock, inside the engine: params nbytes, message, cc, mtu, seed,
+    lat_iters, budget_s (fabric seconds), server (planes) and clients (a list of planes), planes as
+    [switch, port, IPv6 address, rate b/s]. Every client starts at one fabric instant."""
+
+    def __init__(self, host: Attach, params: dict[str, Any]) -> None:
+        self.loop = host.loop
+        self.params = params
+        self.error = ""
+        self.finished = False
+        nbytes, seed = int(params["nbytes"]), int(params["seed"])
+        rng = random.Random(seed)
+        kw = {"mtu": params["mtu"], "cc": params["cc"]}
+        self.server = Endpoint.attached(host, params["server"], self.fail, "server", seed=rng.getrandbits(32), **kw)
+        self.clients = [Endpoint.attached(host, planes, self.fail, f"client {i}", seed=rng.getrandbits(32), **kw)
+                        for i, planes in enumerate(params["clients"])]
+        self.ends: list[tuple[MemoryRegion, QueuePair]] = []
+        ops = []
+        for i, ep in enumerate(self.clients):
+            mr, qp = ep.dev.reg_mr(nbytes), ep.dev.create_qp()
+            mr.buf[:] = pattern(nbytes, seed + i)
+            smr, sqp = self.server.dev.reg_mr(nbytes), self.server.dev.create_qp()
+            qp.connect(sqp.qpn, [p.addr for p in self.server.dev.planes])
+            sqp.connect(qp.qpn, [p.addr for p in ep.dev.planes])
+            self.ends.append((smr, sqp))
+            ops.append(writes(ep.dev, qp, mr, smr.info(), message=int(params["message"]),
+                              lat_iters=int(params["lat_iters"]), name=f"client {i}"))
+        self.results: list[dict[str, Any] | None] = [None] * len(self.clients)
+        self.t0 = self.loop.begin()
+        self.loop.at(self.t0 + float(params["budget_s"]), self._budget, None)
+        for i, (ep, op) in enumerate(zip(self.clients, ops, strict=True)):
+            ep.start(op, self.t0, lambda out, t, i=i: self._done(i, out))
+
+    def _done(self, i: int, out: dict[str, Any]) -> None:
+        self.results[i] = out
+        if all(r is not None for r in self.results) and not self.finished:
+            self.finished = True
+            self.loop.end()
+
+    def _budget(self, t: float, _: Any) -> None:
+        if not self.finished:
+            busy = [f"{ep.name}: {ep.dev.describe()}" for ep in self.clients if ep.op is not None]
+            self.fail(f"the writes did not complete in {self.params['budget_s']:g} s of fabric time; "
+                      f"{'; '.join(busy[:3])}")
+
+    def fail(self, why: str) -> None:
+        if not self.finished:
+            self.error = why
+            self.finished = True
+            for ep in self.clients:
+                ep.stop()
+            self.loop.end()
+
+    def result(self) -> dict[str, Any]:
+        return {"clients": self.results,
+                "server": server_result(self.server.dev, self.ends, int(self.params["nbytes"]),
+                                        int(self.params["seed"])),
+                "fabric_s": self.loop.now - self.t0}
+
+
+def start(host: Attach, params: dict[str, Any]) -> PerfJob:
+    return PerfJob(host, params)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,3 +55,28 @@ class PerfRun:
                     proc.kill()
                     proc.wait()
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class EnginePerf:
+    """The same exchange on the fabric clock, inside the engine (emu.roce.perf.PerfJob): clients and
+    server given by their planes ([switch, port, IPv6 address, rate b/s] each, as
+    FabricNet.host_planes gives them). `wait()` returns what PerfRun's does, plus nothing late."""
+
+    def __init__(self, engine: Any, src: list[list[Any]] | list[list[list[Any]]], dst: list[list[Any]], *, nbytes: int,
+                 cc: str = "none", message: int = 1 << 20, lat_iters: int = 5, mtu: int = 1024, seed: int = 1) -> None:
+        self.many = bool(src) and isinstance(src[0][0], list)
+        clients = src if self.many else [src]
+        rate = sum(p[3] for p in dst)
+        params = {"nbytes": nbytes, "message": message, "cc": cc, "mtu": mtu, "seed": seed, "lat_iters": lat_iters,
+                  "server": dst, "clients": clients,
+                  # 100 times the bytes at the server's line rate: stuck, not slow.
+                  "budget_s": 100 * (nbytes * 8 * len(clients) / rate + lat_iters * 20e-6) + 0.01}
+        self.engine = engine
+        self.job = engine.start_job("perf", params)
+        self.kernel_frames = 0
+
+    def wait(self) -> tuple[Any, dict[str, Any]]:
+        state = self.engine.wait_job(self.job)
+        self.kernel_frames = int(state["kernel_frames"])
+        out = state["result"]
+        return (out["clients"] if self.many else out["clients"][0]), out["server"]
