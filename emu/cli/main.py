@@ -53,9 +53,24 @@ def _settings(args: argparse.Namespace):
     settings = RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
                            workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                            measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
-                           links=args.links, clock=args.clock)
+                           links=args.links, clock=_clock(args))
     _check_backend(settings)
     return settings
+
+
+def _clock(args: argparse.Namespace) -> str:
+    """--clock, else the fabric clock for a scenario that runs all its traffic inside the engine (with the
+    native engine), else the wall clock."""
+    if args.clock:
+        return args.clock
+    if args.command == "scenario" and args.backend == "native":
+        from emu.scenarios import scenario_class
+
+        try:
+            return "fabric" if scenario_class(args.name).fabric_clock else "wall"
+        except ValueError:
+            return "wall"  # an unknown name is said where the scenario is looked up
+    return "wall"
 
 
 def _check_backend(settings: Any) -> None:
@@ -257,9 +272,11 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dilation", type=dilation_arg, default=None,
                    help="wall time = fabric time x D, or auto (default: EMU_DILATION, else 1000 for `up`, a 100G "
                         "link at 100 Mb/s; auto for scenarios: the smallest D this machine keeps on time)")
-    p.add_argument("--clock", choices=("fabric", "wall"), default="wall",
-                   help="wall (default: fabric time = wall time / D, kernel traffic and BMv2) or fabric (fabric "
-                        "time is the engine's own: every switch in one worker, the project's endpoints inside it)")
+    p.add_argument("--clock", choices=("fabric", "wall"), default=None,
+                   help="fabric: fabric time is the engine's own (every switch in one worker, the project's "
+                        "endpoints inside it: exact on any machine; the default of scenarios whose traffic is all "
+                        "the project's); wall: fabric time = wall time / D (kernel traffic, BMv2; the default of "
+                        "`up` and the other scenarios)")
     p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
     p.add_argument("--workers", type=int, default=0, help="engine worker processes (default: one per core)")

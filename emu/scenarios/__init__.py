@@ -51,6 +51,12 @@ def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, ou
     if settings.backend == "bmv2" and cls.bmv2_lacks:  # said before anything is built
         raise ScenarioError(f"{name} cannot run on --backend bmv2: {cls.bmv2_lacks}")
     scenario = cls.from_params(params)  # its parameters checked, before anything is built
+    if settings.clock == "fabric":
+        if not cls.fabric_clock:
+            raise ScenarioError(f"{name} runs on the wall clock: its traffic is the kernel's or BMv2 carries it "
+                                "(--clock wall)")
+        if dilation == "auto":  # nothing can be late: D only paces the kernel's frames between jobs
+            return scenario.run(settings, out_dir, plot=plot)
     if dilation != "auto":
         settings = replace(settings, dilation=float(dilation))
     if cls.picks_dilation:
