@@ -275,3 +275,19 @@ def test_the_same_scenario_verdict_on_both_backends(scenario, params, dilation, 
         # sent over it afterwards, the data whole.
         assert r["data_ok"] and r["failed_plane_marked_down"]
         assert r["data_packets_on_failed_plane_after_detection"] == 0 and r["retransmits"] > 0
+
+
+@needs_bmv2
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_bmv2_collective_is_never_judged_better_than_unknown(compiled, no_leftovers):
+    """Issue 27, item 2: simple_switch keeps no schedule it could report against, so a BMv2 collective's
+    verdict is unknown (the README says so), --strict exits 3, and auto D learns nothing from it."""
+    r = subprocess.run([sys.executable, "-m", "emu.cli.main", "bench", "collective", "allreduce", "--backend", "bmv2",
+                        "--topo", "fpf", "--gpus", "2", "--planes", "1", "--sizes", "64KiB", "--dilation", "100000",
+                        "--json", "--strict"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 3, r.stderr[-2000:]
+    result = json.loads(r.stdout.splitlines()[0])
+    assert result["wrong"] == 0 and result["clock"] == "wall"
+    # Unknown, or not ok if a part of ours also fell behind; never ok.
+    assert result["fidelity"]["ok"] is not True and result["fidelity"]["missing"] == ["BMv2 simple_switch"]

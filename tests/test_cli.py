@@ -202,3 +202,14 @@ def test_a_failing_scenario_verdict_exits_one_so_ci_can_gate_on_it(tmp_path, no_
     out = json.loads(r.stdout)
     assert out["passed"] is False and out["pfc_frames"] == 0 and out["drops_lossless"] == 0, out
     assert r.returncode == 1, r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_pingall_says_reachability_is_exact_and_what_its_verdict_is_about(no_leftovers):
+    """Issue 27, item 11: `make demo` printed "fidelity: NOT OK ... raise --dilation" and then PASSED. A
+    pingall's verdict is about the ping times at this D; whether every address answered is exact."""
+    r = emu("up", "fpf", "--gpus", "2", "--planes", "1", "--test", "pingall", "--dilation", "100")
+    assert r.returncode == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert "reachability is exact; the ping times' fidelity:" in said and "PASSED" in said, said

@@ -20,7 +20,7 @@ FABRIC = {"gpus": "4", "planes": "2", "leaves": "1", "sizes": "256KiB"}
 def test_too_small_a_dilation_is_flagged_with_the_part_that_fell_behind(no_leftovers):
     """D = 100: 200G per GPU would be 2 Gb/s of Python per host; the verdict must say so."""
     r = subprocess.run([sys.executable, "-m", "emu.cli.main", "bench", "collective", "allreduce", "--topo", "fpf",
-                        "--gpus", "4", "--planes", "2", "--leaves", "1", "--sizes", "64KiB", "--dilation", "100",
+                        "--gpus", "4", "--planes", "2", "--leaves", "1", "--sizes", "64KiB", "--dilation", "100", "--clock", "wall",
                         "--json", "--strict"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 3, r.stderr  # --strict: the result exists but is not the fabric's
     result = json.loads(r.stdout)

@@ -144,11 +144,12 @@ def test_topology_options_build_the_links_they_describe(name, no_leftovers):
 
 @pytest.mark.parametrize("op", ["allgather", "reducescatter", "sendrecv"])
 def test_bench_collective_other_ops_print_the_table(op, no_leftovers):
-    r = emu("bench", "collective", op, "--topo", "fpf", "--gpus", "4", "--sizes", "64KiB", "--dilation", "20000")
+    r = emu("bench", "collective", op, "--topo", "fpf", "--gpus", "4", "--sizes", "64KiB")  # the fabric clock
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     header = next(line for line in lines if "busbw" in line)
-    assert "#wrong" in header and f"# {op} on fpf, 4 ranks" in lines[0] and "D=20000" in lines[0], r.stdout
+    assert "#wrong" in header and f"# {op} on fpf, 4 ranks" in lines[0] and "the fabric clock" in lines[0], r.stdout
+    assert "fidelity: exact (fabric clock" in r.stdout, r.stdout
     rows = [line.split() for line in lines if line.strip() and not line.startswith("#")]
     assert len(rows) == 1 and rows[0][-1] == "0", r.stdout  # one size, #wrong 0
     assert int(rows[0][0]) == (4 * 65536 if op == "allgather" else 65536)

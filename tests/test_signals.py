@@ -22,7 +22,10 @@ COMMANDS = {
     "up": FPF,
     "incast": ["scenario", "incast", "--dilation", "10000", "--no-plot", "--out", "/run/emu/sig-out"],
     "collective": ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "2", "--planes", "2",
-                   "--sizes", "256KiB", "--dilation", "20000"],
+                   "--sizes", "256KiB", "--dilation", "20000", "--clock", "wall"],
+    # On the fabric clock the ranks run inside the engine's worker: a job of 64 MiB lasts a few seconds.
+    "fabric-collective": ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "4", "--planes", "2",
+                          "--sizes", "64MiB"],
     "bmv2": [*FPF, "--backend", "bmv2"],
 }
 
@@ -60,7 +63,24 @@ MOMENTS = {
     "pings": lambda: any(" ping " in f" {p} " or p.split(" ", 2)[1] == "ping" for p in _ours_and_pings()),
     "senders": lambda: _running("emu.traffic"),
     "ranks": lambda: _running("emu.collectives.rank"),
+    "job": lambda: _worker_busy(),
 }
+
+
+def _worker_busy() -> bool:
+    """An engine worker using the CPU hard: on the fabric clock, a job running inside it."""
+    for line in _ours():
+        pid = int(line.split()[0])
+        if "emu.dataplane.worker" in line:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    first = int(f.read().rsplit(")", 1)[1].split()[11])
+                time.sleep(0.2)
+                with open(f"/proc/{pid}/stat") as f:
+                    return int(f.read().rsplit(")", 1)[1].split()[11]) - first > 10  # over half a core
+            except (OSError, ValueError):
+                return False
+    return False
 
 
 def _ours_and_pings() -> list[str]:
@@ -82,6 +102,7 @@ def _ours_and_pings() -> list[str]:
     ("incast", signal.SIGTERM, "workers"), ("incast", signal.SIGTERM, "senders"),
     ("collective", signal.SIGTERM, "workers"), ("collective", signal.SIGTERM, "ranks"),
     ("collective", signal.SIGINT, "ranks"),
+    ("fabric-collective", signal.SIGTERM, "job"), ("fabric-collective", signal.SIGINT, "job"),
     ("bmv2", signal.SIGTERM, "switches"), ("bmv2", signal.SIGTERM, "pings"),
 ])
 def test_a_signal_at_any_moment_leaves_nothing_and_the_next_run_works(name, sig, moment, no_leftovers):

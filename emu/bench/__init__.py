@@ -31,8 +31,12 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
         from emu.bench import setup
 
         return setup.run(params)
+    if name == "sync":
+        from emu.bench import sync
+
+        return sync.run(params)
     if name == "soak":
         from emu.bench import soak
 
         return soak.run(params)
-    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce, setup, soak")
+    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce, setup, soak, sync")

@@ -416,7 +416,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_roce)
     p = sub.add_parser("bench", help="measure the engine against the kernel")
-    p.add_argument("name", choices=("engine", "link", "collective", "roce", "setup", "soak"),
+    p.add_argument("name", choices=("engine", "link", "collective", "roce", "setup", "soak", "sync"),
                    help="soak: --cycles N --kills K --fuzz FRAMES --incasts M --seed S (reliability, not speed); "
                         "setup: --topo fpf,tahan,tahan-next --repetitions N (bring-up and tear-down against "
                         "plain Mininet)")

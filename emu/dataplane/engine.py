@@ -40,6 +40,7 @@ from emu.launch import (
     child_env,
     owner,
     private_dir,
+    proc_stat,
     python_module,
     recorded_deaths,
     say_death,
@@ -252,6 +253,11 @@ class Engine:
             for i, name in enumerate(r.get("ports", [])):
                 out[name] = [(t, q[i]) for t, q in r["samples"]]
         return out
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the workers have used so far: what a benchmark divides by its work."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        return sum(max(0, proc_stat(p.pid, 11)) + max(0, proc_stat(p.pid, 12)) for p in self.procs) / ticks
 
     def start_job(self, kind: str, params: dict[str, Any]) -> int:
         """Fabric clock: start a job of ours inside the engine (see worker.JOBS); its id."""

@@ -50,7 +50,8 @@ class RoceWrite:
 
 class RoceOps:
     """MetaRoCE from the root namespace: `net.roce.write("gpu0", "gpu1", nbytes=1 << 20)` runs the
-    endpoints in the two hosts (emu.roce), over every plane the hosts have, at the fabric's D."""
+    endpoints over every plane the hosts have, on the fabric's clock: inside the engine on the fabric
+    clock, as processes in the two hosts at the fabric's D on the wall clock."""
 
     def __init__(self, net: FabricNet) -> None:
         self.net = net
@@ -58,16 +59,21 @@ class RoceOps:
     def write(self, src: str, dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
               timeout: float | None = None) -> RoceWrite:
         """Write `nbytes` (bytes) from host `src` to host `dst` in `message`-byte RDMA writes; `cc`:
-        "none" or "dcqcn"; `timeout` in wall seconds (default: room for the write at 10 Gb/s of fabric
-        rate, stretched by D). Raises RuntimeError if an endpoint fails."""
-        from emu.roce.run import PerfRun, mininet_popen
+        "none" or "dcqcn"; on the wall clock, `timeout` in wall seconds (default: room for the write at
+        10 Gb/s of fabric rate, stretched by D; on the fabric clock the endpoints run inside the engine
+        and only a fabric time that stops advancing ends the wait). Raises RuntimeError if an endpoint
+        fails."""
+        from emu.roce.run import EnginePerf, PerfRun, mininet_popen
 
-        if timeout is None:
-            timeout = 300.0 + nbytes * 8 / 10e9 * self.net.settings.dilation
-
-        client, server = PerfRun(mininet_popen(self.net.get(src)), mininet_popen(self.net.get(dst)), nbytes=nbytes,
-                                 dilation=self.net.settings.dilation, cc=cc, message=message, timeout=timeout,
-                                 lat_iters=0).wait()
+        if self.net.settings.clock == "fabric":
+            client, server = EnginePerf(self.net.engine, self.net.host_planes(src), self.net.host_planes(dst),
+                                        nbytes=nbytes, cc=cc, message=message, lat_iters=0).wait()
+        else:
+            if timeout is None:
+                timeout = 300.0 + nbytes * 8 / 10e9 * self.net.settings.dilation
+            client, server = PerfRun(mininet_popen(self.net.get(src)), mininet_popen(self.net.get(dst)),
+                                     nbytes=nbytes, dilation=self.net.settings.dilation, cc=cc, message=message,
+                                     timeout=timeout, lat_iters=0).wait()
         return RoceWrite(nbytes=client["bytes"], fabric_s=client["fabric_s"], bw_fabric_bps=client["bw_fabric_bps"],
                          retransmits=client["retransmits"], data_ok=bool(server["data_ok"]), planes=client["planes"],
                          fidelity=client["fidelity"] + server["fidelity"], client=client, server=server)

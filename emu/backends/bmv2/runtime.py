@@ -11,6 +11,7 @@ using the handles simple_switch_CLI printed when each entry was added.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from emu.backends.bmv2.cli import bmv2_port, table_commands
 from emu.backends.bmv2.links import wire_name
 from emu.control.model import SwitchTables
 from emu.dataplane.spec import SwitchSpec
-from emu.launch import Supervisor
+from emu.launch import Supervisor, proc_stat
 from emu.net.netlink import Netlink, NetlinkError
 
 _HANDLE = re.compile(r"Entry has been added with handle (\d+)")
@@ -136,6 +137,14 @@ class Bmv2DataPlane:
             except NetlinkError as exc:
                 raise Bmv2RuntimeError(f"{switch}: cannot set {port} {'up' if up else 'down'}: {exc}") from None
         (self.down.discard if up else self.down.add)((switch, port))
+
+    def cpu_seconds(self) -> float:
+        """CPU time of every simple_switch and of the engine carrying the links, so far."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        own = sum(max(0, proc_stat(p.proc.pid, 11)) + max(0, proc_stat(p.proc.pid, 12))
+                  for p in self.procs.values() if p.proc is not None) / ticks
+        wires = self.wires.engine.cpu_seconds() if self.wires is not None and self.wires.engine is not None else 0.0
+        return own + wires
 
     def stats(self) -> dict[str, Any]:
         """BMv2's own port counters in the engine's stats layout; with engine links, each port's MAC
