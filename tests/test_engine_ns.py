@@ -6,6 +6,7 @@ import dataclasses
 import os
 import re
 import signal
+import time
 
 import pytest
 
@@ -55,3 +56,27 @@ def test_a_dead_worker_is_reported_by_name(no_leftovers):
         engine.procs[0].wait(timeout=10)  # the event itself: the worker is gone
         with pytest.raises(EngineError, match="worker 0 exited"):
             engine.stats()
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_worker_that_stops_for_a_while_makes_the_verdict_name_it(no_leftovers):
+    """Issue 27, item 4: an engine worker held still (SIGSTOP) while traffic crosses it runs its timers
+    late; the verdict over the measured window is NOT OK and names it."""
+    import subprocess as sp
+
+    from emu import FabricNet, FPFTopo
+    from emu.net.fidelity import fabric_fidelity
+
+    with FabricNet(FPFTopo(gpus=2, planes=1), dilation=1000) as net:
+        net.engine.reset_fidelity()
+        ping = net.get("gpu0").popen(["ping", "-i", "0.002", "-c", "400", "-q", "10.0.1.2"], stdout=sp.PIPE)
+        time.sleep(0.2)
+        worker = net.engine.procs[0].pid
+        os.kill(worker, signal.SIGSTOP)
+        time.sleep(0.3)
+        os.kill(worker, signal.SIGCONT)
+        ping.wait(30)
+        fid = fabric_fidelity(net.engine.stats())
+    assert fid["ok"] is False and fid["behind"] == ["engine worker 0"], fid["behind"]
+    assert fid["worst"]["name"] == "engine worker 0" and fid["worst"]["p99_fabric_ns"] > 1000

@@ -31,6 +31,13 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
         from emu.bench import setup
 
         return setup.run(params)
+    if name == "calibrate":
+        from emu.bench import dilation
+
+        forgot = dilation.reset() if params.get("reset") else False
+        return {"bench": "calibrate", "machine": dilation.machine_key(), "cache": dilation.CACHE, "reset": forgot,
+                "learnt": dilation.learnt(), "how": "what --dilation auto has learnt on this machine, per kind of "
+                                                    "run (CPU seconds per packet and how many runs taught it)"}
     if name == "sync":
         from emu.bench import sync
 
@@ -39,4 +46,4 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
         from emu.bench import soak
 
         return soak.run(params)
-    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce, setup, soak, sync")
+    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce, setup, soak, sync, calibrate")

@@ -28,6 +28,12 @@ UTILISATION = 0.5  # leave half the cores' time for the kernel, wake-ups and bur
 # constant (small fabrics pay wake-ups more than CPU), hence what is learnt is kept per fabric shape.
 DEFAULT_COST_S = 200e-6
 TRIES = 3
+# An on-time run teaches the D it would have needed with its worst part at this share of its limit:
+# lateness in fabric time shrinks as 1/D, so a run at D whose worst part used a share r of its limit
+# would have been at HEADROOM at D x r / HEADROOM. Never more than the D that was run (what was
+# measured bounds what is learnt), never less than a quarter of it (a step down is taken in steps).
+HEADROOM = 0.5
+LEARN_DOWN_AT_MOST = 4.0
 
 
 def machine_key() -> str:
@@ -81,6 +87,39 @@ def learn(kind: str, cost_s: float) -> None:
         pass  # a read-only machine still runs, it only does not remember
 
 
+def reset() -> bool:
+    """Forget what this machine has learnt (every kind); True if there was something to forget."""
+    data = _load()
+    if not data.pop(machine_key(), None):
+        return False
+    try:
+        with open(CACHE, "w") as f:
+            json.dump(data, f, indent=1)
+    except OSError:
+        return False
+    return True
+
+
+def learnt() -> dict[str, Any]:
+    """What this machine has learnt, by kind of run: cost per packet and how many runs taught it."""
+    return dict(_load().get(machine_key(), {}))
+
+
+def _over(fid: dict[str, Any]) -> float:
+    """How far the worst part was from its limit (1.0: at it): p99 against the jitter limit, or a paced
+    sender's mean against its own."""
+    w, t = fid.get("worst") or {}, fid.get("threshold") or {}
+    if not w or not t:
+        return 0.0
+    return max(w.get("p99_packet_times", 0.0) / t["packet_times"],
+               w.get("mean_packet_times", 0.0) / t["paced_mean_packet_times"] if w.get("paced") else 0.0)
+
+
+def needed(d: float, fid: dict[str, Any]) -> float:
+    """From a run at D that was on time, the D it would have needed (see HEADROOM)."""
+    return min(d, max(d / LEARN_DOWN_AT_MOST, d * _over(fid) / HEADROOM))
+
+
 def nice(d: float) -> float:
     """Round up to 1, 2 or 5 x a power of ten: dilations people can compare."""
     e = 10 ** math.floor(math.log10(d))
@@ -115,15 +154,14 @@ def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
                       "rows": [{k: r[k] for k in ("size", "time_us", "busbw_GBps") if k in r}
                                for r in result.get("rows", [])]})
         if fid.get("ok"):
-            learn(kind, cost_of(d, load_pps))
+            # Learnt from what this run measured, both ways: a run with room to spare lowers the cost,
+            # so one slow run (a busy machine) does not raise every later run's D for good.
+            learn(kind, cost_of(needed(d, fid), load_pps))
             break
         if fid.get("ok") is None or attempt == TRIES - 1:
             break  # unknown fidelity cannot be fixed by a larger D; or out of tries
-        w, t = fid.get("worst") or {}, fid["threshold"]
-        # How far past its limit the worst part was: p99 against the jitter limit, or a paced
-        # sender's mean against its limit; lateness in fabric time shrinks as 1/D.
-        over = max(w.get("p99_packet_times", 0.0) / t["packet_times"],
-                   w.get("mean_packet_times", 0.0) / t["paced_mean_packet_times"] if w.get("paced") else 0.0)
+        w = fid.get("worst") or {}
+        over = _over(fid)  # lateness in fabric time shrinks as 1/D
         factor = max(2.0, 1.5 * over)
         why = f"the run at D={d:g} fell behind ({w.get('name', '?')}, {over:.1f}x its limit): x{factor:.1f}"
         d = nice(d * factor)
@@ -131,4 +169,5 @@ def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
     return result
 
 
-__all__ = ["choose", "cost_of", "cost_per_packet", "learn", "machine_key", "nice", "run_auto"]
+__all__ = ["choose", "cost_of", "cost_per_packet", "learn", "learnt", "machine_key", "needed", "nice", "reset",
+           "run_auto"]

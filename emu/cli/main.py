@@ -198,6 +198,10 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         clock = args.clock or ("fabric" if args.backend == "native" else "wall")
         settings = RunSettings(backend=args.backend, links=args.links, clock=clock)
         _check_backend(settings)
+    if args.reset:
+        if args.name != "calibrate":
+            raise ValueError("--reset is for `emu bench calibrate`")
+        params["reset"] = "1"
     if args.clock and args.name != "collective":
         raise ValueError(f"--clock is for `emu bench collective`; `emu bench {args.name}` measures on the wall clock")
     result = run_bench(args.name, params, dilation=_dilation(args, auto=args.name == "collective"),
@@ -210,7 +214,9 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         print(import_module(f"emu.bench.{args.name}").table(result))
     else:
         _emit(result, args.json)
-    return _fidelity_exit(result, args.strict, code, printed=tabled and args.name == "collective")
+    # calibrate and sync measure the machine, not a fabric: they have no verdict to print.
+    return _fidelity_exit(result, args.strict, code,
+                          printed=(tabled and args.name == "collective") or args.name in ("calibrate", "sync"))
 
 
 def cmd_roce(args: argparse.Namespace, extra: list[str]) -> int:
@@ -416,7 +422,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_roce)
     p = sub.add_parser("bench", help="measure the engine against the kernel")
-    p.add_argument("name", choices=("engine", "link", "collective", "roce", "setup", "soak", "sync"),
+    p.add_argument("name", choices=("engine", "link", "collective", "roce", "setup", "soak", "sync", "calibrate"),
                    help="soak: --cycles N --kills K --fuzz FRAMES --incasts M --seed S (reliability, not speed); "
                         "setup: --topo fpf,tahan,tahan-next --repetitions N (bring-up and tear-down against "
                         "plain Mininet)")
@@ -425,6 +431,8 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                    help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "
                         "time, retried larger if the run falls behind); `link` defaults to 1000")
     p.add_argument("--backend", choices=("native", "bmv2"), default="native", help="for `collective`")
+    p.add_argument("--reset", action="store_true",
+                   help="for `calibrate`: forget what --dilation auto has learnt on this machine")
     p.add_argument("--clock", choices=("fabric", "wall"), default=None,
                    help="for `collective`: fabric (the default with the native engine: fabric time is the "
                         "engine's own, exact on any machine) or wall (fabric time = wall time / D)")

@@ -67,7 +67,7 @@ class Ring:
         self.got: set[int] = set()  # immediates received and not yet waited for
         # Wall time this rank spends on itself while it should be moving data (the reduction,
         # a late start): what a GPU would not spend, so it counts against fidelity.
-        self.harness = Lateness(1024)
+        self.harness = Lateness()
         self.done_at = 0.0  # when the last operation's communication finished (its clock)
 
     def info(self) -> dict[str, Any]:

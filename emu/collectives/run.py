@@ -146,6 +146,7 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
 def measure(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, clock: str, dilation: float,
             cc: str = "none", seed: int = 0) -> dict[str, Any]:
     """Run the collective on the fabric's clock and summarise it with the engine's counters."""
+    engine.reset_fidelity()  # the collective is measured, the fabric's bring-up is not
     if clock == "fabric":
         results, kernel = run_in_engine(engine, hosts, op, sizes, cc=cc, seed=seed)
     else:

@@ -24,6 +24,7 @@ from emu.dataplane.protocol import (
     ProbeResult,
     QueueSamples,
     Request,
+    ResetFidelity,
     RunJob,
     SampleQueues,
     SetHeadroom,
@@ -253,6 +254,12 @@ class Engine:
             for i, name in enumerate(r.get("ports", [])):
                 out[name] = [(t, q[i]) for t, q in r["samples"]]
         return out
+
+    def reset_fidelity(self) -> None:
+        """Every worker starts a new lateness window: what follows is the measurement, set-up is not judged."""
+        self.check()
+        for i in range(self.spec.workers):
+            self.request(i, ResetFidelity())
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the workers have used so far: what a benchmark divides by its work."""

@@ -29,6 +29,11 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class ResetFidelity:
+    """Start a new measurement window for the worker's lateness (what Stats reports): set-up is not judged."""
+
+
+@dataclass(frozen=True)
 class SetPort:
     switch: str
     port: str
@@ -99,9 +104,9 @@ class Stop:
     """End the worker's loop."""
 
 
-Request = (Ping | Stats | SetPort | SetTables | SetHeadroom | Probe | ProbeResult | SampleQueues | QueueSamples
+Request = (Ping | Stats | ResetFidelity | SetPort | SetTables | SetHeadroom | Probe | ProbeResult | SampleQueues | QueueSamples
            | RunJob | JobResult | Stop)
-REQUESTS: dict[str, type] = {c.__name__: c for c in (Ping, Stats, SetPort, SetTables, SetHeadroom, Probe,
+REQUESTS: dict[str, type] = {c.__name__: c for c in (Ping, Stats, ResetFidelity, SetPort, SetTables, SetHeadroom, Probe,
                                                       ProbeResult, SampleQueues, QueueSamples, RunJob, JobResult,
                                                       Stop)}
 
@@ -129,5 +134,5 @@ def decode(line: bytes) -> Request:
         raise ProtocolError(f"{cls.__name__}: {exc}") from None
 
 
-__all__ = ["REQUESTS", "JobResult", "RunJob", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "SampleQueues",
+__all__ = ["REQUESTS", "JobResult", "RunJob", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "ResetFidelity", "SampleQueues",
            "SetHeadroom", "SetPort", "SetTables", "Stats", "Stop", "decode", "encode"]

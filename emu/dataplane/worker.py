@@ -34,6 +34,7 @@ from emu.dataplane.protocol import (
     ProbeResult,
     QueueSamples,
     Request,
+    ResetFidelity,
     RunJob,
     SampleQueues,
     SetHeadroom,
@@ -292,6 +293,8 @@ class Worker:
                 return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "uptime_s": now - self.t0,
                         "fidelity": self.loop.lateness.summary(),
                         "switches": {n: sw.stats(now) for n, sw in self.switches.items()}}
+            case ResetFidelity():
+                self.loop.lateness.reset()
             case SetPort(switch, port, up):
                 sw, idx = self._port(switch, port)
                 sw.set_port_up(idx, bool(up))

@@ -111,6 +111,7 @@ class Scenario:
         parts = {}
         for role, topo in self.topologies().items():
             with fabric(topo, settings) as net:
+                net.engine.reset_fidelity()  # what measure() does is judged, the bring-up is not
                 parts[role] = self.measure(net, settings, role)
         return parts
 

@@ -138,6 +138,11 @@ class Bmv2DataPlane:
                 raise Bmv2RuntimeError(f"{switch}: cannot set {port} {'up' if up else 'down'}: {exc}") from None
         (self.down.discard if up else self.down.add)((switch, port))
 
+    def reset_fidelity(self) -> None:
+        """The engine carrying the links starts a new lateness window (simple_switch keeps none)."""
+        if self.wires is not None and self.wires.engine is not None:
+            self.wires.engine.reset_fidelity()
+
     def cpu_seconds(self) -> float:
         """CPU time of every simple_switch and of the engine carrying the links, so far."""
         ticks = os.sysconf("SC_CLK_TCK")
