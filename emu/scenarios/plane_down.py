@@ -64,6 +64,8 @@ class PlaneDown(Scenario):
         planes = range(self.planes)
         by_plane = {p: rx["by_source"].get(f"10.{p}.0.2", 0) for p in planes}
         offered = {p: s["sent_bytes"] for p, s in enumerate(sent)}
+        # Judged against what the parameters planned: a send the kernel refused is not "not offered".
+        planned = {p: flows[p].wire_bytes for p in planes}
         bin_s = rx["bin_s"]
         fail_after = failed_at - rx["first_monotonic"]  # one system-wide monotonic clock in every namespace
         after = {p: sum(v for k, v in rx["bins"].get(f"10.{p}.0.2", {}).items() if int(k) * bin_s > fail_after)
@@ -78,11 +80,12 @@ class PlaneDown(Scenario):
             "planes": self.planes,
             "failed_plane": failed,
             "failed_at_fabric_s": fail_after / d,
+            "planned_bytes_by_plane": planned,
             "offered_bytes_by_plane": offered,
             "delivered_bytes_by_plane": by_plane,
             "delivered_after_failure_by_plane": after,
-            "others_complete": all(by_plane[p] == offered[p] for p in others),
-            "failed_plane_lost_bytes": offered[failed] - by_plane[failed],
+            "others_complete": all(by_plane[p] == planned[p] for p in others),
+            "failed_plane_lost_bytes": planned[failed] - by_plane[failed],
             "received_series": series,
             "fidelity": fabric_fidelity(stats, rate_bps=rate, senders=sent),
         }

@@ -68,6 +68,7 @@ class Srv6Te(Scenario):
             after = _forwarded(net.engine.stats(), ROUTERS)
             phases.append({
                 "phase": name,
+                "planned_bytes": flow.wire_bytes,  # what the parameters planned: a refused send still counts
                 "sent_bytes": sent[0]["sent_bytes"],
                 "received_bytes": got[("c1h0", PORT, True)]["received_bytes"],
                 "forwarded_by_router": {r: after[r] - before[r] for r in ROUTERS},
@@ -93,7 +94,7 @@ class Srv6Te(Scenario):
         return ("r1" in crossed["shortest"] and not {"r3", "r4"} & set(crossed["shortest"])
                 and {"r3", "r4"} <= set(crossed["policy"]) and "r1" not in crossed["policy"]
                 and "r1" in crossed["restored"] and not {"r3", "r4"} & set(crossed["restored"])
-                and all(ph["received_bytes"] == ph["sent_bytes"] for ph in phases)
+                and all(ph["received_bytes"] == ph["planned_bytes"] for ph in phases)
                 and steered["rtt_fabric_s"] > short["rtt_fabric_s"])
 
     def plot(self, result: dict[str, Any], ax: Any) -> None:
