@@ -61,22 +61,23 @@ def test_a_dead_worker_is_reported_by_name(no_leftovers):
 @pytest.mark.root
 @pytest.mark.mininet
 def test_a_worker_that_stops_for_a_while_makes_the_verdict_name_it(no_leftovers):
-    """Issue 27, item 4: an engine worker held still (SIGSTOP) while traffic crosses it runs its timers
-    late; the verdict over the measured window is NOT OK and names it."""
-    import subprocess as sp
-
+    """Issue 27, item 4: an engine worker held still (SIGSTOP) runs its timers late once it goes on; the
+    verdict over the measured window is NOT OK and names it. Its schedule here is a queue sampler every
+    microsecond of fabric time (a millisecond of wall time at D = 1000): a frame from a host is
+    scheduled from when the worker takes it, so it would not show a stop."""
     from emu import FabricNet, FPFTopo
     from emu.net.fidelity import fabric_fidelity
 
     with FabricNet(FPFTopo(gpus=2, planes=1), dilation=1000) as net:
+        net.engine.sample_queues([("p0l0", "p0l0-eth1")], 1e-6)
         net.engine.reset_fidelity()
-        ping = net.get("gpu0").popen(["ping", "-i", "0.002", "-c", "400", "-q", "10.0.1.2"], stdout=sp.PIPE)
         time.sleep(0.2)
         worker = net.engine.procs[0].pid
         os.kill(worker, signal.SIGSTOP)
         time.sleep(0.3)
         os.kill(worker, signal.SIGCONT)
-        ping.wait(30)
+        time.sleep(0.2)
         fid = fabric_fidelity(net.engine.stats())
     assert fid["ok"] is False and fid["behind"] == ["engine worker 0"], fid["behind"]
-    assert fid["worst"]["name"] == "engine worker 0" and fid["worst"]["p99_fabric_ns"] > 1000
+    assert fid["worst"]["name"] == "engine worker 0"
+    assert fid["worst"]["p99_fabric_ns"] > fid["threshold"]["fabric_ns"]
