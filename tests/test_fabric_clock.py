@@ -109,3 +109,23 @@ def test_frames_stay_real_pcap_in_fabric_time_and_kernel_traffic_still_flows(tmp
         sent = p[UDP].chksum
         del p[UDP].chksum
         assert IPv6(bytes(p[IPv6]))[UDP].chksum == sent
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_job_that_cannot_finish_fails_with_its_reason_and_the_fabric_goes_on(no_leftovers):
+    """A job past its fabric-time budget is stuck, not slow (nothing can be slow here): it ends with
+    what each endpoint was doing, and the engine carries the next job and the kernel's traffic."""
+    from emu import FabricNet, FPFTopo
+    from emu.dataplane.engine import EngineError
+    from emu.roce.run import EnginePerf
+
+    with FabricNet(FPFTopo(gpus=2, planes=1), clock="fabric") as net:
+        planes = {h: net.host_planes(h) for h in ("gpu0", "gpu1")}
+        params = {"nbytes": 1 << 20, "message": 1 << 20, "cc": "none", "mtu": 1024, "seed": 1, "lat_iters": 0,
+                  "server": planes["gpu1"], "clients": [planes["gpu0"]], "budget_s": 1e-6}  # 1 MiB in 1 us
+        with pytest.raises(EngineError, match=r"did not complete in 1e-06 s of fabric time; client 0: QP"):
+            net.engine.wait_job(net.engine.start_job("perf", params))
+        client, server = EnginePerf(net.engine, planes["gpu0"], planes["gpu1"], nbytes=1 << 20, lat_iters=0).wait()
+        assert server["data_ok"] and client["completions_ok"] == 1
+        assert " 0% packet loss" in net.get("gpu0").cmd("ping -c1 -W2 10.0.1.2")

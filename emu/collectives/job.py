@@ -17,20 +17,17 @@ import random
 from typing import Any
 
 from emu.collectives.rank import Ring
-from emu.roce.endpoint import Attach, Endpoint
+from emu.roce.endpoint import Attach, Endpoint, Job
 
 
-class CollectiveJob:
+class CollectiveJob(Job):
     """params: op, sizes, cc, mtu, slice, seed, ranks (each: name, planes as [switch, port, address,
     rate b/s]), budget_s (fabric seconds after which the job is said not to complete)."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
-        self.loop = host.loop
-        self.params = params
+        super().__init__(host, params)
         self.op = params["op"]
         self.sizes: list[int] = list(params["sizes"])
-        self.error = ""
-        self.finished = False
         n = len(params["ranks"])
         self.rows: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         rng = random.Random(params.get("seed", 0))
@@ -42,17 +39,15 @@ class CollectiveJob:
         everyone = {r: ring.info() for r, ring in enumerate(self.rings)}
         for ring in self.rings:
             ring.connect(everyone)
-        self.t0 = self.loop.begin()
-        self.started = self.t0
         self.k = -1
         self.left = 0
-        self.loop.at(self.t0 + float(params["budget_s"]), self._budget, None)
+        self.started = self.begin()
         self._next_size(self.t0)
 
     def _next_size(self, t: float) -> None:
         self.k += 1
         if self.k == len(self.sizes):
-            self._end()
+            self.finish()
             return
         size = self.sizes[self.k]
         self.left = len(self.endpoints)
@@ -71,22 +66,8 @@ class CollectiveJob:
         if self.left == 0:
             self.loop.at(t, lambda tt, _: self._next_size(tt), None)  # after every callback of this instant
 
-    def _budget(self, t: float, _: Any) -> None:
-        if not self.finished:
-            busy = [f"{ep.name}: {ep.dev.describe()}" for ep in self.endpoints if ep.op is not None]
-            self.fail(f"{self.op} of {self.sizes[self.k]} B did not complete in {self.params['budget_s']:g} s of "
-                      f"fabric time; {'; '.join(busy[:3])}")
-
-    def fail(self, why: str) -> None:
-        if not self.finished:
-            self.error = why
-            self._end()
-
-    def _end(self) -> None:
-        self.finished = True
-        for ep in self.endpoints:
-            ep.stop()
-        self.loop.end()
+    def what(self) -> str:
+        return f"{self.op} of {self.sizes[self.k]} B"
 
     def result(self) -> dict[str, Any]:
         """As the wall-clock ranks report themselves (emu.collectives.run reads both alike)."""

@@ -129,12 +129,21 @@ class WallLoop(Loop):
         if self.handlers.pop(fd, None) is not None:
             self.epoll.unregister(fd)
 
+    def _dispatch(self, events: list[tuple[int, int]]) -> None:
+        """What epoll said is ready: the timer (re-armed by the caller) or a socket's handler."""
+        timer = self.timer
+        for fd, _ in events:
+            if fd == timer.fd:
+                timer.clear()
+                timer.armed = -1.0
+            else:
+                self.handlers[fd]()
+
     def run_forever(self) -> None:
         heap = self.heap
         pop = heapq.heappop
         monotonic = time.monotonic
         late = self.lateness
-        handlers = self.handlers
         timer = self.timer
         while self.running:
             now = monotonic()
@@ -156,12 +165,7 @@ class WallLoop(Loop):
                     events = self.epoll.poll(1.0)
             else:
                 events = self.epoll.poll(1.0)
-            for fd, _ in events:
-                if fd == timer.fd:
-                    timer.clear()
-                    timer.armed = -1.0
-                else:
-                    handlers[fd]()
+            self._dispatch(events)
 
 
 
@@ -227,7 +231,6 @@ class FabricLoop(WallLoop):
     def run_forever(self) -> None:
         heap = self.heap
         pop = heapq.heappop
-        handlers = self.handlers
         timer = self.timer
         epoll = self.epoll
         batch = self.BATCH
@@ -253,9 +256,4 @@ class FabricLoop(WallLoop):
                 if heap:
                     timer.arm(self._anchor_w + (heap[0][0] - self._anchor_f) * self.idle_dilation)
                 events = epoll.poll(1.0)
-            for fd, _ in events:
-                if fd == timer.fd:
-                    timer.clear()
-                    timer.armed = -1.0
-                else:
-                    handlers[fd]()
+            self._dispatch(events)

@@ -144,3 +144,43 @@ class Endpoint:
             if self.wait is None:
                 return True  # it posted something: the device sends it before the operation goes on
         return moved
+
+
+class Job:
+    """A fabric-clock job's life inside the engine: it begins at one fabric instant (FabricLoop.begin),
+    fails with its reason if it has not finished within `params["budget_s"]` of fabric time (stuck, not
+    slow: nothing here can be slow), and once finished hands fabric time back to the wall. Subclasses
+    fill `endpoints`, say what they do (`what()`) and call finish() when done."""
+
+    def __init__(self, host: Attach, params: dict[str, Any]) -> None:
+        self.loop = host.loop
+        self.params = params
+        self.error = ""
+        self.finished = False
+        self.endpoints: list[Endpoint] = []
+        self.t0 = 0.0
+
+    def begin(self) -> float:
+        self.t0 = self.loop.begin()
+        self.loop.at(self.t0 + float(self.params["budget_s"]), self._budget, None)
+        return self.t0
+
+    def what(self) -> str:
+        raise NotImplementedError
+
+    def _budget(self, t: float, _: Any) -> None:
+        if not self.finished:
+            busy = [f"{ep.name}: {ep.dev.describe()}" for ep in self.endpoints if ep.op is not None]
+            self.fail(f"{self.what()} did not complete in {self.params['budget_s']:g} s of fabric time; "
+                      f"{'; '.join(busy[:3])}")
+
+    def fail(self, why: str) -> None:
+        if not self.finished:
+            self.error = why
+            self.finish()
+
+    def finish(self) -> None:
+        self.finished = True
+        for ep in self.endpoints:
+            ep.stop()
+        self.loop.end()

@@ -20,7 +20,7 @@ import time
 import zlib
 from typing import Any
 
-from emu.roce.endpoint import Attach, Endpoint, Op, drive_wall
+from emu.roce.endpoint import Attach, Endpoint, Job, Op, drive_wall
 from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
 
 
@@ -130,16 +130,13 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-class PerfJob:
+class PerfJob(Job):
     """The same exchange on the fabric clock, inside the engine: params nbytes, message, cc, mtu, seed,
     lat_iters, budget_s (fabric seconds), server (planes) and clients (a list of planes), planes as
     [switch, port, IPv6 address, rate b/s]. Every client starts at one fabric instant."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
-        self.loop = host.loop
-        self.params = params
-        self.error = ""
-        self.finished = False
+        super().__init__(host, params)
         nbytes, seed = int(params["nbytes"]), int(params["seed"])
         rng = random.Random(seed)
         kw = {"mtu": params["mtu"], "cc": params["cc"]}
@@ -158,30 +155,18 @@ class PerfJob:
             ops.append(writes(ep.dev, qp, mr, smr.info(), message=int(params["message"]),
                               lat_iters=int(params["lat_iters"]), name=f"client {i}"))
         self.results: list[dict[str, Any] | None] = [None] * len(self.clients)
-        self.t0 = self.loop.begin()
-        self.loop.at(self.t0 + float(params["budget_s"]), self._budget, None)
+        self.endpoints = [*self.clients, self.server]
+        self.begin()
         for i, (ep, op) in enumerate(zip(self.clients, ops, strict=True)):
             ep.start(op, self.t0, lambda out, t, i=i: self._done(i, out))
 
     def _done(self, i: int, out: dict[str, Any]) -> None:
         self.results[i] = out
         if all(r is not None for r in self.results) and not self.finished:
-            self.finished = True
-            self.loop.end()
+            self.finish()
 
-    def _budget(self, t: float, _: Any) -> None:
-        if not self.finished:
-            busy = [f"{ep.name}: {ep.dev.describe()}" for ep in self.clients if ep.op is not None]
-            self.fail(f"the writes did not complete in {self.params['budget_s']:g} s of fabric time; "
-                      f"{'; '.join(busy[:3])}")
-
-    def fail(self, why: str) -> None:
-        if not self.finished:
-            self.error = why
-            self.finished = True
-            for ep in self.clients:
-                ep.stop()
-            self.loop.end()
+    def what(self) -> str:
+        return f"{len(self.clients)} client(s) writing {self.params['nbytes']} B each"
 
     def result(self) -> dict[str, Any]:
         return {"clients": self.results,
