@@ -66,8 +66,8 @@ def test_the_same_allreduce_is_the_same_bit_for_bit_idle_and_with_both_cores_bus
 
 @pytest.mark.root
 @pytest.mark.mininet
-def test_a_different_seed_is_a_different_run_and_the_seed_is_recorded(no_leftovers):
-    """Spraying's source ports and the queue pairs come from the seed: what makes the run what it is."""
+def test_the_same_seed_gives_the_same_run_and_the_seed_is_recorded(no_leftovers):
+    """The endpoints' queue pairs, keys and addresses come from the seed: a run is named by it."""
     from emu.bench.collective import run
     from emu.net.switch import RunSettings
 

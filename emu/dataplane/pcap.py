@@ -13,7 +13,6 @@ class PcapWriter:
     """Nanosecond pcap; a frame at wall time t is stamped start + (t - t0) / dilation."""
 
     def __init__(self, path: str, t0: float, dilation: float) -> None:
-        self.path = path
         self.f = open(path, "wb", buffering=1 << 16)  # noqa: SIM115 (closed by close())
         self.f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1))
         self.t0 = t0

@@ -10,6 +10,7 @@ engine named, so the engine can report it.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -75,6 +76,7 @@ class Worker:
         self.jobs: dict[int, Any] = {}
         self.sockets: list[socket.socket] = []
         self.pcaps: list[PcapWriter] = []
+        self.pcap_of: dict[str, PcapWriter] = {}  # by port: a job's endpoint writes its frames there too
         self.rx_sockets: list[tuple[socket.socket, Any]] = []
         self.rings: list[RxRing] = []
         self.t0 = self.loop.clock()
@@ -141,6 +143,7 @@ class Worker:
             return None
         w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{sw.name}-{ps.ifname}.pcap"), self.t0, self.spec.dilation)
         self.pcaps.append(w)
+        self.pcap_of[ps.ifname] = w
         return w
 
     def _external(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
@@ -203,7 +206,7 @@ class Worker:
         self.attached[(sw.name, idx)] = on_frame
         from_host = sw.from_host
         loop = self.loop
-        pcap = next((w for w in self.pcaps if w.path.endswith(f"/{sw.name}-{ps.ifname}.pcap")), None)
+        pcap = self.pcap_of.get(ps.ifname)
 
         def send(frame: Any) -> None:
             t = loop.now
@@ -219,8 +222,6 @@ class Worker:
         target = JOBS.get(kind)
         if target is None:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
-        import importlib
-
         module, fn = target.split(":")
         job = getattr(importlib.import_module(module), fn)(self, params)
         self.jobs[len(self.jobs) + 1] = job
