@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -27,17 +28,6 @@ def test_invalid_json_is_named(tmp_path):
     bad.write_text("{ not json")
     with pytest.raises(Bmv2Error, match="not valid JSON"):
         Bmv2Process("s1", [], 19091, json_path=str(bad)).check()
-
-
-def test_thrift_port_in_use_is_named(tmp_path):
-    ok = tmp_path / "fabric.json"
-    ok.write_text(json.dumps({}))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(1)
-        port = s.getsockname()[1]
-        with pytest.raises(Bmv2Error, match=f"Thrift port {port} is already in use"):
-            Bmv2Process("s1", [], port, json_path=str(ok)).check()
 
 
 def test_missing_binary_says_what_to_install(tmp_path, monkeypatch):
@@ -291,3 +281,51 @@ def test_a_bmv2_collective_is_never_judged_better_than_unknown(compiled, no_left
     assert result["wrong"] == 0 and result["clock"] == "wall"
     # Unknown, or not ok if a part of ours also fell behind; never ok.
     assert result["fidelity"]["ok"] is not True and result["fidelity"]["missing"] == ["BMv2 simple_switch"]
+
+
+@needs_bmv2
+def test_thrift_is_reachable_only_inside_the_switch_namespace(compiled, no_leftovers):
+    """Two switches on BMv2's default Thrift port while this namespace listens on it too: each
+    answers its own CLI, from inside its own namespace; nothing of theirs listens here, so what
+    connects to 9090 from the machine's network reaches our listener, not a switch's tables."""
+    from emu.net.cleanup import switch_namespace
+    from emu.net.netlink import namespace_names
+
+    with socket.socket() as mine:
+        mine.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        mine.bind(("0.0.0.0", 9090))
+        mine.listen(4)
+        a, b = Bmv2Process("iso-a", [], device_id=1), Bmv2Process("iso-b", [], device_id=2)
+        try:
+            a.start()
+            b.start()
+            names = {a.namespace, b.namespace}
+            assert names <= set(namespace_names())
+            assert a.namespace == switch_namespace("iso-a", a.log_dir) != b.namespace
+            for sw in (a, b):
+                sw.load(["register_write FabricIngress.hash_mult 0 %d" % sw.device_id])
+                assert f"hash_mult[0]= {sw.device_id}" in sw.load(["register_read FabricIngress.hash_mult 0"])
+                argv = open(f"/proc/{sw.proc.pid}/cmdline").read().split("\0")
+                assert argv[argv.index("--device-id") + 1] == str(sw.device_id)
+                assert os.readlink(f"/proc/{sw.proc.pid}/ns/net") != os.readlink("/proc/self/ns/net")
+            with socket.create_connection(("127.0.0.1", 9090), timeout=5):
+                conn, _ = mine.accept()  # ours answered: no switch is bound in this namespace
+                conn.close()
+            listeners = {int(row.split()[1].rsplit(":", 1)[1], 16) for t in ("tcp", "tcp6")
+                         for row in open(f"/proc/self/net/{t}").read().splitlines()[1:] if row.split()[3] == "0A"}
+            assert 9090 in listeners and set(range(9091, 9100)).isdisjoint(listeners)
+        finally:
+            a.stop()
+            b.stop()
+    assert not names & set(namespace_names())
+
+
+def test_notifications_socket_goes_in_the_run_folder(tmp_path):
+    """Where the build has nanomsg, each switch's notifications socket is its own, in its folder."""
+    sw = Bmv2Process("s7", [(1, "emub-x")], log_dir=str(tmp_path), device_id=7)
+    cmd = sw.command(notifications=True)
+    addr = cmd[cmd.index("--notifications-addr") + 1]
+    assert addr == f"ipc://{tmp_path}/bmv2-s7-notifications.ipc"
+    assert cmd[cmd.index("--device-id") + 1] == "7" and "1@emub-x" in cmd
+    assert "--notifications-addr" not in sw.command(notifications=False)
+

@@ -164,3 +164,18 @@ def test_clean_finds_an_orphaned_simple_switch_whose_run_folder_is_gone(no_lefto
     report = clean()
     assert pid in report.processes
     assert not os.path.exists(f"/proc/{pid}/cmdline") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert "emu-p4-orphan-test-orphan" in report.namespaces  # its namespace, where its Thrift port was
+
+
+def test_clean_leaves_a_live_owners_switch_alone(no_leftovers):
+    """`emu clean` while a switch's owner lives (here, this test) keeps the switch and its namespace."""
+    from emu.backends.bmv2.switch import Bmv2Process
+
+    sw = Bmv2Process("held", [])
+    sw.start()
+    try:
+        report = clean()
+        assert sw.proc.pid not in report.processes and sw.namespace not in report.namespaces
+        assert sw.proc.poll() is None and "hash_mult[0]=" in sw.load(["register_read FabricIngress.hash_mult 0"])
+    finally:
+        sw.stop()

@@ -32,6 +32,30 @@ RECORD = "created.json"
 BMV2_LOG_DIR = os.path.join(RUN_ROOT, "bmv2")  # logs of simple_switch started outside a run (checks)
 
 
+SWITCH_NS_PREFIX = "emu-p4-"  # a P4 switch's own namespace: emu-p4-RUN-SWITCH or emu-p4-pidPID-SWITCH
+
+
+def switch_namespace(switch: str, log_dir: str) -> str:
+    """The namespace a P4 switch runs in, named after its run (the run folder it logs in) so that
+    `emu clean` leaves a live run's alone; a switch outside any run is named after its owner's pid."""
+    path = log_dir.rstrip("/")
+    base = os.path.basename(path)
+    in_run = base.startswith("run-") and os.path.dirname(path) == RUN_ROOT
+    return f"{SWITCH_NS_PREFIX}{base[len('run-'):] if in_run else f'pid{os.getpid()}'}-{switch}"
+
+
+def _held(namespace: str, live_runs: set[str]) -> bool:
+    """A switch namespace whose run is live, or whose owner (a switch outside any run) still is."""
+    if not namespace.startswith(SWITCH_NS_PREFIX):
+        return False
+    tag = namespace[len(SWITCH_NS_PREFIX):]
+    if tag.startswith("pid"):
+        pid = tag[3:].split("-", 1)[0]
+        return pid.isdigit() and os.path.exists(f"/proc/{pid}")
+    return any(os.path.basename(r).startswith("run-") and tag.startswith(os.path.basename(r)[4:] + "-")
+               for r in live_runs)
+
+
 def netns_id(pid: int) -> str:
     try:
         return os.readlink(f"/proc/{pid}/ns/net")
@@ -197,7 +221,9 @@ def clean() -> CleanReport:
         dead_pids += [p for p in rec.get("pids", []) if "mininet:" in _cmdline(p)]
         dead_netns.update(rec.get("netns", []))
         report.run_dirs.append(path)
-    report.processes += _kill(worker_pids(exclude_runs=live))
+    # A switch outside any run (a bench's, a test's) is known by its namespace's owner.
+    held = {p for n in list_project_namespaces() if _held(n, live) for p in namespace_pids(n)}
+    report.processes += _kill([p for p in worker_pids(exclude_runs=live) if p not in held])
     report.processes += _kill(dead_pids)
     # Node shells whose Mininet died: orphaned to init, and no live run's.
     me = os.getpid()
@@ -219,7 +245,7 @@ def clean() -> CleanReport:
     report.processes += _kill([int(p) for p in os.listdir("/proc")
                                if p.isdigit() and int(p) != me and " -m emu." in _cmdline(int(p))
                                and netns_id(int(p)) not in (root_ns, "", *live_netns)])
-    namespaces = list_project_namespaces()
+    namespaces = [n for n in list_project_namespaces() if not _held(n, live)]
     for ns in namespaces:
         report.processes += _kill(namespace_pids(ns))
     present = set(root_interfaces())

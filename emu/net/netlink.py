@@ -293,6 +293,19 @@ class Netlink:
                        master=self.index(master) if master else None)
         self._on("set link", ifname, lambda idx: self.ipr.link("set", index=idx, **attrs))
 
+    def move_link(self, ifname: str, namespace: str) -> None:
+        """Move one interface into the namespace `namespace` (made by create_namespace). The kernel
+        takes it down and resets its per-namespace settings (IPv6) to that namespace's defaults."""
+        try:
+            fd = os.open(os.path.join(NETNS_DIR, namespace), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise NetlinkError("open namespace", namespace, exc.errno or 0) from None
+        try:
+            self._on("move link", ifname, lambda idx: self.ipr.link("set", index=idx, net_ns_fd=fd))
+        finally:
+            os.close(fd)
+            self._index.pop(ifname, None)
+
     def delete_link(self, ifname: str, *, missing_ok: bool = True) -> bool:
         """Delete one interface (a veth takes its peer with it); whether it was there."""
         try:

@@ -131,8 +131,9 @@ class Bmv2DataPlane:
         if self.wires is not None and self.wires.engine is not None:
             self.wires.engine.set_port(switch, port, up)
         else:
-            try:
-                with Netlink.here() as nl:
+            try:  # the port is in its switch's own namespace (emu.backends.bmv2.switch)
+                ns = getattr(self.procs.get(switch), "namespace", "")
+                with (Netlink.of_name(ns) if ns else Netlink.here()) as nl:
                     nl.set_link(port, up=up)
             except NetlinkError as exc:
                 raise Bmv2RuntimeError(f"{switch}: cannot set {port} {'up' if up else 'down'}: {exc}") from None

@@ -1,8 +1,16 @@
 """The BMv2 backend: simple_switch running p4/fabric.p4, fed from the same table model.
 
 Every way a start can fail says why and where the log is, and leaves no
-process behind: the compiled program missing or not JSON, the Thrift port
-taken, the binary not installed, the switch exiting or not answering.
+process behind: the compiled program missing or not JSON, the binary not
+installed, the switch exiting or not answering.
+
+Each simple_switch runs in a network namespace of its own (emu-p4-...),
+holding its ports and a loopback: its Thrift server, which takes table
+writes from anyone who reaches it and which BMv2 binds to every address,
+is reachable only from inside (our simple_switch_CLI is started there),
+never from the machine's network, and no switch can take another's port.
+Each has its own device id, and where the build has nanomsg its
+notifications socket is in the run folder, not at a fixed name in /tmp.
 Links: BMv2 paces queues in packets, not bytes, and has no delay, so the
 links get their rate and delay from netem qdiscs or from the native
 engine's link model (emu.backends.bmv2.links).
@@ -15,7 +23,6 @@ import os
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,9 +40,10 @@ from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.runtime import Bmv2DataPlane
 from emu.dataplane.engine import RUN_ROOT
 from emu.launch import Supervisor, die_with_parent, private_dir
-from emu.net.cleanup import BMV2_LOG_DIR
+from emu.net.cleanup import BMV2_LOG_DIR, switch_namespace
 from emu.net.link import node_netlink
-from emu.net.netns import kernel_has_netem
+from emu.net.netlink import NETNS_DIR, Netlink, NetlinkError, create_namespace, remove_namespace
+from emu.net.netns import kernel_has_netem, nsexec
 from emu.net.switch import FabricSwitch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -49,14 +57,42 @@ class Bmv2Error(RuntimeError):
     pass
 
 
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def listening(pid: int, port: int, namespace: str) -> bool:
+    """Whether process `pid`, inside `namespace`, has a TCP socket listening on `port`: read from the
+    process's own view of the network (/proc/PID/net), as no socket of ours could reach it."""
+    try:
+        mine, want = os.stat(f"/proc/{pid}/ns/net"), os.stat(os.path.join(NETNS_DIR, namespace))
+    except OSError:
+        return False
+    if (mine.st_dev, mine.st_ino) != (want.st_dev, want.st_ino):
+        return False  # not there yet (setpriv and nsenter exec it in turn)
+    for table in ("tcp", "tcp6"):
         try:
-            s.bind(("127.0.0.1", port))
+            with open(f"/proc/{pid}/net/{table}") as f:
+                rows = f.read().splitlines()[1:]
         except OSError:
-            return False
-    return True
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+_NOTIFICATIONS: bool | None = None
+
+
+def has_notifications_option() -> bool:
+    """Whether this simple_switch has nanomsg notifications (p4lang's packages do), whose socket it
+    otherwise opens at a fixed name in /tmp, the same for every switch."""
+    global _NOTIFICATIONS
+    if _NOTIFICATIONS is None:
+        try:
+            out = subprocess.run(["simple_switch", "--help"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        _NOTIFICATIONS = "--notifications-addr" in out
+    return _NOTIFICATIONS
 
 
 class CliSession:
@@ -67,16 +103,18 @@ class CliSession:
     CLI does not know; its "Unknown syntax" answer says the batch is done. Commands are written
     while answers are read, so neither pipe fills and blocks the other."""
 
-    def __init__(self, name: str, thrift_port: int) -> None:
+    def __init__(self, name: str, thrift_port: int, namespace: str) -> None:
         self.name = name
         self.thrift_port = thrift_port
+        self.namespace = namespace  # the switch's: its Thrift server is reachable only from there
         self.proc: subprocess.Popen | None = None
         self.batches = 0
 
     def _start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
             # Unbuffered: the CLI (Python) would otherwise hold its answers until it exits.
-            self.proc = subprocess.Popen(["simple_switch_CLI", "--thrift-port", str(self.thrift_port)],
+            cmd = nsexec(self.namespace, ["simple_switch_CLI", "--thrift-port", str(self.thrift_port)])
+            self.proc = subprocess.Popen(cmd,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
             # Both ends non-blocking: a write larger than the room in the pipe then writes what fits
@@ -132,14 +170,19 @@ class CliSession:
 
 @dataclass
 class Bmv2Process:
+    """One simple_switch. start() moves its ports (interfaces in this namespace) into a namespace of
+    its own and runs it there; stop() deletes them with it: once started, the switch owns its ports."""
+
     name: str
     ports: list[tuple[int, str]]  # (BMv2 port number, interface)
-    thrift_port: int
+    thrift_port: int = 9090  # inside the switch's own namespace: every switch can have BMv2's default
     json_path: str = DEFAULT_JSON
     priority_queues: int = 8
     log_dir: str = BMV2_LOG_DIR  # a fabric's switches log in its run directory: `emu clean` knows whose
+    device_id: int = 0  # how BMv2's IPC messages tell switches apart: a fabric numbers its own
     proc: subprocess.Popen | None = field(default=None, repr=False)
     cli: CliSession | None = field(default=None, repr=False)
+    namespace: str = field(default="", repr=False)
 
     @property
     def log_path(self) -> str:
@@ -154,40 +197,69 @@ class Bmv2Process:
             raise Bmv2Error(f"{self.name}: {self.json_path} does not exist: {INSTALL_HINT}") from None
         except ValueError as exc:
             raise Bmv2Error(f"{self.name}: {self.json_path} is not valid JSON ({exc}); recompile with `make p4`") from None
-        if not port_free(self.thrift_port):
-            raise Bmv2Error(f"{self.name}: Thrift port {self.thrift_port} is already in use (another switch?)")
         for tool in ("simple_switch", "simple_switch_CLI"):
             if shutil.which(tool) is None:
                 raise Bmv2Error(f"{self.name}: {tool} not found: {INSTALL_HINT}")
+
+    def command(self, notifications: bool) -> list[str]:
+        """simple_switch's arguments (inside its namespace); `notifications`: the build takes
+        --notifications-addr, whose socket then goes in the run folder."""
+        cmd = ["simple_switch", "--thrift-port", str(self.thrift_port), "--device-id", str(self.device_id),
+               "--log-file", self.log_path[:-4], "--log-flush", "--log-level", "warn"]
+        if notifications:
+            cmd += ["--notifications-addr", f"ipc://{os.path.join(self.log_dir, f'bmv2-{self.name}-notifications.ipc')}"]
+        for num, ifname in self.ports:
+            cmd += ["-i", f"{num}@{ifname}"]
+        return cmd + [self.json_path, "--", "--priority-queues", str(self.priority_queues)]
 
     def start(self, timeout: float = 10.0) -> None:
         self.check()
         private_dir(RUN_ROOT)
         private_dir(self.log_dir)
-        cmd = [*die_with_parent(), "simple_switch", "--thrift-port", str(self.thrift_port), "--log-file", self.log_path[:-4],
-               "--log-flush", "--log-level", "warn"]
-        for num, ifname in self.ports:
-            cmd += ["-i", f"{num}@{ifname}"]
-        cmd += [self.json_path, "--", "--priority-queues", str(self.priority_queues)]
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise Bmv2Error(f"{self.name}: simple_switch exited with code {self.proc.returncode}: "
-                                f"{self._tail()} (log: {self.log_path})")
-            if not port_free(self.thrift_port):
-                return
-            if time.monotonic() > deadline:
-                self.stop()
-                raise Bmv2Error(f"{self.name}: simple_switch did not answer on Thrift port {self.thrift_port} "
-                                f"within {timeout:.0f}s (log: {self.log_path})")
-            time.sleep(0.05)
+        try:
+            self._namespace()
+            cmd = [*die_with_parent(), *nsexec(self.namespace, self.command(has_notifications_option()))]
+            with open(self.log_path, "w") as log:
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            deadline = time.monotonic() + timeout
+            while not listening(self.proc.pid, self.thrift_port, self.namespace):
+                if self.proc.poll() is not None:
+                    raise Bmv2Error(f"{self.name}: simple_switch exited with code {self.proc.returncode}: "
+                                    f"{self._tail()} (log: {self.log_path})")
+                if time.monotonic() > deadline:
+                    raise Bmv2Error(f"{self.name}: simple_switch did not answer on Thrift port {self.thrift_port} "
+                                    f"within {timeout:.0f}s (log: {self.log_path})")
+                time.sleep(0.05)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _namespace(self) -> None:
+        """The switch's namespace: loopback up (Thrift), no IPv6 on its ports (the kernel's own
+        solicitations would enter the fabric), its ports moved in and up."""
+        name = switch_namespace(self.name, self.log_dir)
+        try:
+            if os.path.exists(os.path.join(NETNS_DIR, name)):
+                raise Bmv2Error(f"{self.name}: namespace {name} exists already (another switch of this name "
+                                "in this run, or a crash's: `emu clean`)")
+            create_namespace(name)
+            self.namespace = name
+            with Netlink.of_name(name) as nl:
+                nl.sysctl({"ipv6/conf/all/disable_ipv6": 1, "ipv6/conf/default/disable_ipv6": 1})
+                nl.set_link("lo", up=True)
+            with Netlink.here() as here:
+                for _, ifname in self.ports:
+                    here.move_link(ifname, name)
+            with Netlink.of_name(name) as nl:
+                for _, ifname in self.ports:
+                    nl.set_link(ifname, up=True)
+        except NetlinkError as exc:
+            raise Bmv2Error(f"{self.name}: cannot give the switch its namespace: {exc}") from None
 
     def load(self, commands: list[str]) -> str:
         """Run commands through simple_switch_CLI; its output (handles, counter values) is returned."""
         if self.cli is None:
-            self.cli = CliSession(self.name, self.thrift_port)
+            self.cli = CliSession(self.name, self.thrift_port, self.namespace)
         out = self.cli.run(commands)
         bad = [line for line in out.splitlines() if "Error" in line or "Invalid" in line]
         if bad:
@@ -202,6 +274,8 @@ class Bmv2Process:
             return "(no log)"
 
     def stop(self) -> None:
+        """The switch, its CLI, and its namespace with the ports in it (deleted here, not left to
+        the kernel's asynchronous clean-up of a namespace: their names are free when this returns)."""
         if self.cli is not None:
             self.cli.close()
             self.cli = None
@@ -213,6 +287,16 @@ class Bmv2Process:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
+        if self.namespace:
+            try:
+                with Netlink.of_name(self.namespace) as nl:
+                    for li in nl.links():
+                        if li.name != "lo":
+                            nl.delete_link(li.name)
+            except NetlinkError:
+                pass
+            remove_namespace(self.namespace)
+            self.namespace = ""
 
 
 def _static_neighbours(switches: tuple) -> None:
@@ -251,16 +335,13 @@ def netem_available() -> bool:
 class Bmv2Backend:
     """simple_switch per switch, running p4/fabric.p4 with entries from the table model (emu.net.backend)."""
 
-    thrift_base = 9090
-
     def check(self, settings, switches: list[str]) -> None:
-        """The link mode, the program, the binaries and every switch's Thrift port."""
+        """The link mode, the program and the binaries (each switch's Thrift port is in its own namespace)."""
         try:
             choose_links(settings.links, netem=netem_available(), pfc=settings.pfc)
         except LinkModeError as exc:
             raise Bmv2Error(str(exc)) from None
-        for n, name in enumerate(switches or ["check"]):
-            Bmv2Process(name, [], self.thrift_base + n, json_path=settings.p4_json or DEFAULT_JSON).check()
+        Bmv2Process((switches or ["check"])[0], [], json_path=settings.p4_json or DEFAULT_JSON).check()
 
     def start(self, switches: tuple, built, settings) -> Bmv2DataPlane:
         links = choose_links(settings.links, netem=netem_available(), pfc=settings.pfc)
@@ -281,8 +362,8 @@ class Bmv2Backend:
             taken = wires.start() if wires is not None else {}
             for n, (sw, spec) in enumerate(zip(switches, specs, strict=True)):
                 ports = [(bmv2_port(p.index), taken.get((sw.name, p.index), p.ifname)) for p in spec.ports]
-                proc = Bmv2Process(sw.name, ports, self.thrift_base + n, json_path=settings.p4_json or DEFAULT_JSON,
-                                   log_dir=built.spec.run_dir)
+                proc = Bmv2Process(sw.name, ports, json_path=settings.p4_json or DEFAULT_JSON,
+                                   log_dir=built.spec.run_dir, device_id=n)
                 plane.procs[sw.name] = proc
                 proc.start()
                 if plane.supervisor is None:
@@ -293,7 +374,8 @@ class Bmv2Backend:
                     queues += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation,
                                              depth_pkts=depth)
                     if wires is None:
-                        _netem_link(p.ifname, rate_bps=p.rate_bps, delay_s=p.delay_s, dilation=settings.dilation)
+                        _netem_link(p.ifname, rate_bps=p.rate_bps, delay_s=p.delay_s, dilation=settings.dilation,
+                                    namespace=proc.namespace)
                         if p.peer_kind == "host":  # the host's side of its link too, or it sends unshaped
                             host_if = _peer_intf(sw, p.ifname)
                             _netem_link(host_if.name, rate_bps=p.rate_bps, delay_s=p.delay_s,
@@ -322,10 +404,14 @@ def _peer_intf(sw, ifname: str):
     return intf.link.intf2 if intf.link.intf1 is intf else intf.link.intf1
 
 
-def _netem_link(ifname: str, *, rate_bps: float, delay_s: float, dilation: float, node=None) -> None:
-    """One netem qdisc: the dilated rate and delay of the link leaving `ifname` (in `node`'s namespace)."""
+def _netem_link(ifname: str, *, rate_bps: float, delay_s: float, dilation: float, node=None,
+                namespace: str = "") -> None:
+    """One netem qdisc: the dilated rate and delay of the link leaving `ifname` (in `node`'s namespace,
+    or the named `namespace`: a switch's own)."""
     cmd = ["tc", "qdisc", "replace", "dev", ifname, "root", "netem", "delay", f"{delay_s * dilation * 1e3:.6f}ms",
            "rate", f"{int(rate_bps / dilation)}bit"]
+    if namespace:
+        cmd = nsexec(namespace, cmd)
     if node is None:
         r = subprocess.run(cmd, capture_output=True, text=True)
         code, err = r.returncode, r.stderr
@@ -335,4 +421,4 @@ def _netem_link(ifname: str, *, rate_bps: float, delay_s: float, dilation: float
         raise Bmv2Error(f"tc netem on {ifname} failed: {err.strip()}")
 
 
-__all__ = ["Bmv2Backend", "Bmv2Error", "Bmv2Process"]
+__all__ = ["Bmv2Backend", "Bmv2Error", "Bmv2Process", "listening"]
