@@ -34,6 +34,35 @@ def test_no_process_of_ours_imports_from_the_working_directory(tmp_path, no_left
     assert not marker.exists()
 
 
+SHIM = """import importlib.util, os, sys
+with open({mark!r}, "a") as f:
+    f.write(" ".join(sys.argv) + "\\n")
+here = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.machinery.PathFinder.find_spec(
+    "json", [p for p in sys.path if os.path.realpath(p or ".") != os.path.realpath(here)])
+real = importlib.util.module_from_spec(spec)
+sys.modules["json"] = real  # who imported this gets the standard json
+spec.loader.exec_module(real)
+"""
+
+
+@pytest.mark.parametrize("pythonpath", [None, "."])
+def test_python_m_from_a_users_directory_gives_children_no_import_from_it(pythonpath, tmp_path, no_leftovers):
+    """Issue 27, item 7: `python -m emu.cli.main` from a user's folder (and with PYTHONPATH=. too)
+    puts that folder on the parent's path; no root child (engine worker, endpoint, traffic) may
+    import from it. The planted json.py records who imported it, then hands over the real one."""
+    marker = tmp_path / "imported"
+    (tmp_path / "json.py").write_text(SHIM.format(mark=str(marker)))
+    env = dict(os.environ)
+    if pythonpath is not None:  # before whatever the caller had (tools/mutate.py points it at a worktree)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, os.environ.get("PYTHONPATH")) if p)
+    r = subprocess.run([sys.executable, "-m", "emu.cli.main", "lab", "check", "planes", "--solution"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    importers = marker.read_text().splitlines()
+    assert importers and all(line.split()[0].endswith("emu/cli/main.py") for line in importers), importers
+
+
 @pytest.mark.parametrize("env, args, says", [
     ({"EMU_DILATION": "abc"}, ["clean"], None),  # a bad environment does not stop a clean-up
     ({"EMU_DILATION": "abc"}, ["up", "fpf", "--gpus", "2", "--planes", "1", "--test", "pingall"], "EMU_DILATION"),
