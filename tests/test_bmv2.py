@@ -303,7 +303,7 @@ def test_thrift_is_reachable_only_inside_the_switch_namespace(compiled, no_lefto
             assert names <= set(namespace_names())
             assert a.namespace == switch_namespace("iso-a", a.log_dir) != b.namespace
             for sw in (a, b):
-                sw.load(["register_write FabricIngress.hash_mult 0 %d" % sw.device_id])
+                sw.load([f"register_write FabricIngress.hash_mult 0 {sw.device_id}"])
                 assert f"hash_mult[0]= {sw.device_id}" in sw.load(["register_read FabricIngress.hash_mult 0"])
                 argv = open(f"/proc/{sw.proc.pid}/cmdline").read().split("\0")
                 assert argv[argv.index("--device-id") + 1] == str(sw.device_id)

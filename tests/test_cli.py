@@ -213,3 +213,30 @@ def test_pingall_says_reachability_is_exact_and_what_its_verdict_is_about(no_lef
     assert r.returncode == 0, r.stderr
     said = " ".join(r.stdout.split())
     assert "reachability is exact; the ping times' fidelity:" in said and "PASSED" in said, said
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_emu_scenario_dcqcn_as_the_readme_gives_it(tmp_path, no_leftovers):
+    """Issue 27, item 14: the README's `emu scenario dcqcn --json`, on its default clock (fabric): both
+    runs deliver every byte, DCQCN keeps the queue over Kmax far less than no control does, the
+    verdict is exact, and the plot is written."""
+    r = emu("scenario", "dcqcn", "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads(r.stdout)
+    assert result["passed"] is True and result["clock"] == "fabric" and result["fidelity"]["ok"] is True
+    on, off = result["dcqcn"], result["none"]
+    assert on["data_ok"] and off["data_ok"]
+    assert on["over_kmax_fraction"] < 0.5 * off["over_kmax_fraction"], (on["over_kmax_fraction"], off["over_kmax_fraction"])
+    assert os.path.getsize(tmp_path / "dcqcn.png") > 1000
+
+
+def test_lab_list_json_is_json_and_a_closed_pipe_is_quiet():
+    """`emu lab list --json` printed text; `emu ... | head` printed "[Errno 32] Broken pipe"."""
+    r = emu("lab", "list", "--json")
+    labs = json.loads(r.stdout)
+    assert r.returncode == 0 and {"planes", "metaroce", "ecn-dcqcn"} <= {lab["name"] for lab in labs}
+    assert all(lab["title"] for lab in labs)
+    p = subprocess.Popen([*EMU, "lab", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before the first line
+    assert p.wait(60) in (0, 141) and b"Broken pipe" not in p.stderr.read()

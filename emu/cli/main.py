@@ -324,8 +324,11 @@ def cmd_lab(args: argparse.Namespace, extra: list[str]) -> int:
     from emu import labs
 
     if args.action == "list":
-        for name in labs.lab_names():
-            print(f"{name:14} {labs.title(name)}")
+        if args.json:
+            print(json.dumps([{"name": n, "title": labs.title(n)} for n in labs.lab_names()], indent=2))
+        else:
+            for name in labs.lab_names():
+                print(f"{name:14} {labs.title(name)}")
         return 0
     if not args.name:
         raise ValueError(f"emu lab {args.action} needs a lab name; labs: {', '.join(labs.lab_names())}")
@@ -474,6 +477,9 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + stop.signum
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `emu ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (ValueError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
         err.print(f"[red]emu {args.command}: {exc}[/red]")
         return 1
