@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -51,3 +52,70 @@ def test_an_unknown_lab_and_a_missing_working_copy_are_one_clear_error(tmp_path)
     assert out.returncode == 1 and "no lab 'nosuch'" in out.stderr and "Traceback" not in out.stderr
     out = emu("lab", "check", LABS[0], "--dir", str(tmp_path / "absent"))
     assert out.returncode == 1 and "emu lab start" in out.stderr and "Traceback" not in out.stderr
+
+
+# Issue 27, item 6: answers a student could really write, that run and are wrong. Each lab's solution
+# with edits; the steps that must fail, each with words of the hint it must give; the rest must pass.
+WRONG = {
+    "planes": ("planes.py", [
+        ('return f"10.{plane}.0.{gpu + 2}"', 'return f"10.{plane}.0.{gpu + 1}"'),  # off by one
+        ('return [p for p in range(PLANES) if " 0% packet loss" in host.cmd(f"ping -c1 -W1 {plane_address(gpu, p)}")]',
+         "return list(range(PLANES))"),  # misses the failed plane
+        ("return [s / total for s in sent] if total else [0.0] * PLANES", "return [0.25] * PLANES"),  # a constant
+        ("return low[0] if low else None", "return shares.index(min(shares))"),
+    ], {"Step 1": "10.p.l.(s+2)", "Step 2": "with plane 2 failed", "Step 3": "with plane 1 down",
+        "Step 4": "should say None"}),
+    "metaroce": ("metaroce.py", [
+        ('return bool(server["data_ok"]) and client', "return client"),  # trusts completions alone
+        ('return [i for i, p in enumerate(client["planes"]) if p["downs"] > 0]', "return []"),
+        ("last = t\n", "last = last\n"),  # the first instant, never the last growth
+        ("return [m / total for m in moved]", "return [m / total / 2 for m in moved]"),  # does not sum to 1
+    ], {"Step 1": "data check failed", "Step 2": "taken out of the spray: [2]", "Step 3": "failure_time said 0.00 us",
+        "Step 4": "share_after said"}),
+    "srv6-te": ("srv6.py", [
+        ('return f"fc00:{k:x}::e"', 'return f"fc00:{k + 1:x}::e"'),  # off by one
+        ("return [end_sid(4), end_sid(3), dt6_sid(6)]", "return [end_sid(1), dt6_sid(6)]"),  # delivers, the short way
+        ("return sorted(r for r in BACKBONE if sent(after, r) - sent(before, r) >= packets)",
+         'return ["r0", "r1", "r2"]'),  # the shortest path, whatever the counters say
+    ], {"Step 1": "End.DT6", "Step 2": "the long way is r0, r4, r3, r2", "Step 3": "the steered path crossed"}),
+    "wcmp": ("wcmp.py", [
+        ("return {path: c / total for path, c in capacities.items()}",
+         "return {path: 1 / len(capacities) for path in capacities}"),  # plain ECMP
+        ("hold_down_s=1e-3", "hold_down_s=0.0"),
+    ], {"Step 1": "weighted ECMP gives", "Step 2": "off by", "Step 3": "you predicted", "Step 4": "hold-down"}),
+    "ecn-dcqcn": ("dcqcn.py", [
+        ("if q >= kmax:", "if q > kmax:"),
+        ("return 100_000, 400_000, 0.01", "return 700_000, 900_000, 0.01"),  # marks too late
+    ], {"Step 1": "at 400000 bytes the chance is 1.0", "Step 3": "mark earlier"}),
+    "pfc-headroom": ("headroom.py", [
+        ("round_trip + 2 * MTU_ON_WIRE + 2 * MTU_ON_WIRE", "round_trip + MTU_ON_WIRE + 2 * MTU_ON_WIRE"),  # an MTU short
+        ("p.drops_by_class[3]", "p.drops_by_class[0]"),  # the lossy class
+        ("rtt_s / 2 -", "rtt_s -"),  # the round trip taken for one way
+    ], {"Step 1": "needs about", "Step 2": "lossless_drops said 0", "Step 4": "length_from_rtt said"}),
+    "p4-ecn": ("ecn_decide.p4", [
+        ("if (r < (depth - kmin) * step) { mark = 1; }", "mark = 1;"),  # a step at kmin, not RED's slope
+    ], {"Step 3": "RED gives about 0.18"}),
+}
+
+
+def test_every_lab_has_a_wrong_answer_case():
+    assert sorted(WRONG) == LABS
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_a_wrong_but_running_answer_fails_the_right_step_with_its_hint(name, tmp_path, no_leftovers):
+    module, edits, hints = WRONG[name]
+    work = tmp_path / "work"
+    shutil.copytree(labs.lab_dir(name) / "solution", work)
+    text = (work / module).read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, (name, old)
+        text = text.replace(old, new)
+    (work / module).write_text(text)
+    out = emu("lab", "check", name, "--dir", str(work), "--json")
+    result = json.loads(out.stdout)
+    assert out.returncode == 1 and not result["passed"], out.stderr[-2000:]
+    failed = {s["step"].split(":")[0]: s["detail"] for s in result["steps"] if not s["passed"]}
+    assert sorted(failed) == sorted(hints), json.dumps(result, indent=1)
+    for step, words in hints.items():
+        assert words in failed[step] and "raised" not in failed[step], (step, failed[step])

@@ -54,6 +54,9 @@ def step_failed(work, net: FabricNet) -> str:
     """Step 2: where the lost packets went"""
     client, _ = _transfer(net)
     truth = [i for i, p in enumerate(client["planes"]) if p["downs"] > 0]
+    if FAILED not in truth or _last_growth(client, FAILED) >= client["plane_trace"][-1][0]:
+        raise RuntimeError(f"plane {FAILED} never went down under the transfer (planes marked down: {truth}): "
+                           "the checker's failure, not your code")
     said = sorted(work.failed_planes(client))
     if said != truth:
         raise StepFailed(f"planes taken out of the spray: {truth}; failed_planes said {said}")

@@ -64,16 +64,29 @@ def step_reachable(work, net: FabricNet) -> str:
 
 def step_shares(work, net: FabricNet) -> str:
     """Step 3: spraying, seen in the counters"""
+    def judge(before, after, case: str) -> list[float]:
+        truth, said = _shares(before, after), work.plane_shares(before, after)
+        if len(said) != PLANES or any(abs(a - b) > 0.01 for a, b in zip(said, truth, strict=True)):
+            raise StepFailed(f"{case}, the leaves' counters give {[round(x, 3) for x in truth]}, plane_shares said "
+                             f"{said}: subtract before from after for each p{{P}}l0, then divide by the total")
+        return truth
+
     before = net.stats()
     _write(net, 4 << 20)
-    after = net.stats()
-    truth, said = _shares(before, after), work.plane_shares(before, after)
-    if len(said) != PLANES or any(abs(a - b) > 0.01 for a, b in zip(said, truth, strict=True)):
-        raise StepFailed(f"the leaves' counters give {[round(x, 3) for x in truth]}, plane_shares said "
-                         f"{said}: subtract before from after for each p{{P}}l0, then divide by the total")
-    if max(truth) - min(truth) > 0.05:
-        raise RuntimeError(f"the fabric sprayed unevenly ({truth}): not your code")
-    return "shares " + ", ".join(f"{x:.3f}" for x in said)
+    even = judge(before, net.stats(), "with every plane up")
+    if max(even) - min(even) > 0.05:
+        raise RuntimeError(f"the fabric sprayed unevenly ({even}): not your code")
+    # Spraying is even, so a constant answer cannot be told from a computed one there: judge a write
+    # with a plane down too, where the right shares are not all alike.
+    net.fail(plane=1)
+    try:
+        before = net.stats()
+        _write(net, 2 << 20)
+        after = net.stats()
+    finally:
+        net.restore(plane=1)
+    judge(before, after, "with plane 1 down")
+    return "shares " + ", ".join(f"{x:.3f}" for x in even) + ", and with plane 1 down"
 
 
 def step_dead_plane(work, net: FabricNet) -> str:
