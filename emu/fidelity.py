@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import math
+import os
+import sys
 from array import array
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -168,6 +171,37 @@ def verdict(parts: list[Part], *, dilation: float, packet_s: float,
     }
 
 
+# Drops in the emulator's own I/O, in no switch of the fabric: an engine port's receive ring full (its
+# worker lagged), a send the kernel refused, a frame too big for a ring slot, and on BMv2 what the port's
+# MAC handed simple_switch that its ingress never saw, or its egress sent that the MAC never read.
+EMULATOR_IO = ("rx_socket_overflow", "tx_error", "rx_truncated", "p4_input", "p4_output")
+
+
+def emulator_drops(stats: dict[str, Any]) -> dict[str, int]:
+    """Packets the emulator itself lost, by reason, from a fabric's stats (only reasons that happened)."""
+    out: dict[str, int] = {}
+    for sw in stats["switches"].values():
+        for port in sw["ports"].values():
+            for reason, n in port.get("drops", {}).items():
+                if reason in EMULATOR_IO and n:
+                    out[reason] = out.get(reason, 0) + n
+    return out
+
+
+def log_for_study(fid: dict[str, Any]) -> None:
+    """With EMU_FIDELITY_LOG set, one JSON line per wall-clock verdict (its ok, D and the emulator's own
+    drops) appended there: how item 10 of issue 27 measured how often on-time runs lose packets in
+    the emulator's I/O before letting those losses decide `ok` (docs/testing.md)."""
+    path = os.environ.get("EMU_FIDELITY_LOG")
+    if not path:
+        return
+    row = {"ok": fid.get("ok"), "dilation": fid.get("dilation"), "drops": fid.get("emulator_drops", {}),
+           "behind": fid.get("behind", []), "argv": " ".join(sys.argv[1:6]),
+           "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def fabric_clock_verdict(*, packet_s: float, kernel_frames: int = 0) -> dict[str, Any]:
     """The `fidelity` object of a run on the fabric clock: every part that keeps fabric time ran on the
     engine's own schedule, so none could be late and `ok` is true on any machine, idle or loaded.
@@ -240,6 +274,7 @@ def line(fid: dict[str, Any] | None) -> str:
             f"behind; {worst}; {limit}: these figures are partly the emulator's; raise --dilation")
 
 
-__all__ = ["Lateness", "Part", "THRESHOLD_PACKET_TIMES", "combine", "engine_parts", "fabric_clock_verdict", "line",
+__all__ = ["EMULATOR_IO", "Lateness", "Part", "THRESHOLD_PACKET_TIMES", "combine", "emulator_drops", "engine_parts",
+           "fabric_clock_verdict", "line", "log_for_study",
            "packet_time_s",
            "tight_timers", "verdict"]

@@ -4,23 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from emu.fidelity import Part, engine_parts, packet_time_s, verdict
-
-# Drops in the emulator's own I/O, in no switch of the fabric: an engine port's receive ring full (its
-# worker lagged), a send the kernel refused, a frame too big for a ring slot, and on BMv2 what the port's
-# MAC handed simple_switch that its ingress never saw, or its egress sent that the MAC never read.
-EMULATOR_IO = ("rx_socket_overflow", "tx_error", "rx_truncated", "p4_input", "p4_output")
-
-
-def emulator_drops(stats: dict[str, Any]) -> dict[str, int]:
-    """Packets the emulator itself lost, by reason, from a fabric's stats (only reasons that happened)."""
-    out: dict[str, int] = {}
-    for sw in stats["switches"].values():
-        for port in sw["ports"].values():
-            for reason, n in port.get("drops", {}).items():
-                if reason in EMULATOR_IO and n:
-                    out[reason] = out.get(reason, 0) + n
-    return out
+from emu.fidelity import (
+    EMULATOR_IO,
+    Part,
+    emulator_drops,
+    engine_parts,
+    log_for_study,
+    packet_time_s,
+    verdict,
+)
 
 
 def fabric_fidelity(stats: dict[str, Any], *, rate_bps: float = 100e9, frame_bytes: int = 1500,
@@ -35,5 +27,10 @@ def fabric_fidelity(stats: dict[str, Any], *, rate_bps: float = 100e9, frame_byt
     all_parts += [Part(**f) for e in endpoints or [] for f in e.get("fidelity", [])]
     # BMv2's simple_switch keeps no schedule it could report against: its runs are never judged ok.
     missing = ["BMv2 simple_switch"] if stats.get("backend") == "bmv2" else []
-    return verdict(all_parts, dilation=stats["dilation"], packet_s=packet_time_s(rate_bps, frame_bytes),
-                   missing=missing) | {"emulator_drops": emulator_drops(stats)}
+    fid = verdict(all_parts, dilation=stats["dilation"], packet_s=packet_time_s(rate_bps, frame_bytes),
+                  missing=missing) | {"emulator_drops": emulator_drops(stats)}
+    log_for_study(fid)
+    return fid
+
+
+__all__ = ["EMULATOR_IO", "emulator_drops", "fabric_fidelity"]
