@@ -127,15 +127,17 @@ def test_bench_collective_on_bmv2_without_the_program_says_make_p4(no_leftovers)
 
 @pytest.mark.root
 def test_scenarios_bmv2_cannot_run_say_what_it_lacks_before_building(no_leftovers):
+    if shutil.which("simple_switch") is None or shutil.which("p4c-bm2-ss") is None:
+        pytest.skip("needs BMv2 and p4c (README, BMv2 and p4c): without them the backend check refuses first")
     subprocess.run(["make", "p4"], check=True, capture_output=True)
-    if shutil.which("simple_switch") is None:
-        pytest.skip("needs BMv2 (README, BMv2 and p4c): without it the backend check refuses first")
     for name, lack in (("headroom", "headroom"), ("dcqcn", "queue depth")):
         r = emu("scenario", name, "--backend", "bmv2", "--json")
         assert r.returncode == 1 and "cannot run on --backend bmv2" in r.stderr and lack in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
 
 
+@pytest.mark.root
+@pytest.mark.mininet
 def test_emu_scenario_defaults_to_auto_dilation_and_says_the_d_it_chose(tmp_path, no_leftovers):
     r = emu("scenario", "fpf-vs-nsf", "--gpus", "4", "--planes", "2", "--json", "--strict", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -195,6 +197,8 @@ def test_up_help_lists_the_topologys_own_parameters_and_defaults():
     assert "gpus" not in tahan  # only the named topology's
 
 
+@pytest.mark.root
+@pytest.mark.mininet
 def test_a_failing_scenario_verdict_exits_one_so_ci_can_gate_on_it(tmp_path, no_leftovers):
     """One sender cannot congest a port: the incast verdict (PFC must have paused someone) fails."""
     r = emu("scenario", "incast", "--senders", "1", "--bytes", "64KiB", "--dilation", "10000", "--json",

@@ -79,7 +79,11 @@ def test_metaroce_perf_on_fabrics_with_their_own_address_plan(topo, no_leftovers
     finally:
         net.stop()
     assert server["data_ok"] and client["completions_ok"] == client["completions"] > 0
-    assert client["fidelity"] and server["fidelity"]
+    # Each endpoint reports its clock-keeping parts, named, with events counted and lateness measured.
+    for who, res in (("client", client), ("server", server)):
+        parts = res["fidelity"]
+        assert parts and all(p["kind"] == "endpoint" and p["name"].startswith("endpoint ") and p["events"] > 0
+                             and 0 <= p["p99_s"] <= p["max_s"] for p in parts), (who, parts)
 
 
 def test_bag_collective_shows_the_long_haul_cliff(tmp_path, no_leftovers):

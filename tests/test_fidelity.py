@@ -79,9 +79,10 @@ def test_a_paced_sender_late_on_average_loses_rate_and_fails():
     assert v["worst"]["mean_packet_times"] == pytest.approx(0.1)
 
 
-def test_packets_the_emulators_own_io_lost_are_named_in_every_verdict_and_line():
+def test_packets_the_emulators_own_io_lost_are_named_in_every_verdict_and_line(tmp_path, monkeypatch):
     """A loss in a port's receive ring or on simple_switch's way in is the emulator's, not the fabric's:
-    the result says so, whatever the timing verdict (which it leaves as it is)."""
+    the result says so, and (issue 27, item 10) the run is not ok, as if a part had fallen behind: in
+    a whole suite's and the benches' on-time runs these losses were zero (docs/testing.md)."""
     from emu.net.fidelity import emulator_drops, fabric_fidelity
 
     port = {"drops": {"rx_socket_overflow": 3, "queue_overflow": 40}}
@@ -92,8 +93,18 @@ def test_packets_the_emulators_own_io_lost_are_named_in_every_verdict_and_line()
                           "s1": {"ports": {"s1-eth1": bmv2_port}}}}
     assert emulator_drops(stats) == {"rx_socket_overflow": 3, "p4_input": 2}  # not the queue's, nor the link's
     v = fabric_fidelity(stats)
-    assert v["ok"] is True and v["emulator_drops"] == {"p4_input": 2, "rx_socket_overflow": 3}
+    assert v["ok"] is False and v["emulator_drops"] == {"p4_input": 2, "rx_socket_overflow": 3}
+    assert v["behind"] == ["the emulator's own I/O (p4_input 2, rx_socket_overflow 3)"]
     assert "the emulator's own I/O lost 5 packets (p4_input 2, rx_socket_overflow 3)" in line(v)
+    assert line(v).startswith("fidelity: NOT OK, the emulator's own I/O lost packets;")
     clean = fabric_fidelity({**stats, "switches": {}})
-    assert clean["emulator_drops"] == {} and "I/O" not in line(clean)
+    assert clean["ok"] is True and clean["emulator_drops"] == {} and "I/O" not in line(clean)
+    # The retry of auto D says why it raised D.
+    from emu.bench import dilation
+
+    monkeypatch.setattr(dilation, "CACHE", str(tmp_path / "calibration.json"))  # not this machine's
+    tries = iter([v, clean])
+    said: list[str] = []
+    r = dilation.run_auto(lambda d: {"fidelity": next(tries)}, 1e6, "test-emulator-drops", say=said.append)
+    assert len(r["dilation_auto"]["tries"]) == 2 and "lost packets in the emulator's own I/O" in said[1]
     assert combine({"a": v, "b": v})["emulator_drops"] == {"p4_input": 4, "rx_socket_overflow": 6}

@@ -55,7 +55,8 @@ def test_the_cli_commands_and_run_options_on_a_live_fpf(no_leftovers):
         assert " 0% packet loss" in out, out
         out = live.do("measure p0l0 p0s0")
         lengths = [float(x) for x in re.findall(r"-> (\d+) m", out)]
-        assert len(lengths) == 2 and all(50 <= m <= 200 for m in lengths), out  # the 100 m fabric cable
+        # The 100 m fabric cable: a late probe only reads longer, never shorter.
+        assert len(lengths) == 2 and all(95 <= m <= 115 for m in lengths), out
         out = live.do("rperf gpu0 gpu1 1MiB")
         assert "data ok" in out, out
         r = emu("roce", "perf", "gpu0", "gpu1", "--bytes", "1MiB", "--lat-iters", "2", "--json")

@@ -116,3 +116,25 @@ def test_a_scenario_at_auto_dilation_is_on_time_and_says_why(tmp_path, no_leftov
     ran = dilation.cost_of(r["dilation"], load)  # what is learnt is bounded by what ran (and was measured ok)
     assert "learnt" in source and ran / dilation.LEARN_DOWN_AT_MOST <= cost <= ran
     assert cost == pytest.approx(dilation.cost_of(dilation.needed(r["dilation"], r["fidelity"]), load))
+
+
+def test_plane_down_judges_delivery_against_the_planned_bytes(tmp_path, monkeypatch, no_leftovers):
+    """Issue 27, item 8: a send the kernel refuses (ENOBUFS) is neither sent nor delivered. Judged
+    against what the sender says it sent, plane 0 would read complete; against what the parameters
+    planned, it is not, and the verdict fails. One datagram of plane 0's flow is made a refused one."""
+    from emu.scenarios import plane_down
+
+    real = plane_down.Traffic.wait
+
+    def one_refused(self, timeout=None):
+        sent, got = real(self, timeout)
+        sent[0]["sent_bytes"] -= 1400
+        got[("gpu1", plane_down.PORT, False)]["by_source"]["10.0.0.2"] -= 1400
+        return sent, got
+
+    monkeypatch.setattr(plane_down.Traffic, "wait", one_refused)
+    r = run_scenario("plane-down", {"planes": "2", "bytes": "256KiB"}, RunSettings(), dilation=10000,
+                     out_dir=str(tmp_path))
+    assert r["planned_bytes_by_plane"][0] == -(-(256 << 10) // 1400) * 1400
+    assert r["delivered_bytes_by_plane"][0] == r["planned_bytes_by_plane"][0] - 1400
+    assert r["others_complete"] is False and r["passed"] is False

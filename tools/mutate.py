@@ -3,7 +3,7 @@
     git worktree add /tmp/mut HEAD --detach
     sudo .venv/bin/python tools/mutate.py /tmp/mut [ITEM ...]
 
-Issue 14's items: each line names the mechanism broken and the test that must fail. The worktree is
+Issue 14's and issue 27's items: each line names the mechanism broken and the test that must fail. The worktree is
 reset after each; this checkout is never touched. docs/testing.md has the last results.
 """
 import os
@@ -35,6 +35,34 @@ M = [
   "tests/test_api.py::test_ten_lines_ping_every_plane_then_fail_one", "stop() leaves the workers running (and clean() would remove them: the fixture's own snapshot must see it)"),
  ("12", "emu/net/fabric.py", 'do {once} && echo OK $a ||', 'do false && echo OK $a ||',
   "tests/test_cli.py::test_up_fpf_pingall_all_planes_zero_loss", "every first ping fails, the retry answers"),
+ # Issue 27's items.
+ ("27.0", "emu/launch.py", "        stopping = True\n        raise Stopped(signum)", "        stopping = True",
+  "tests/test_signals.py::test_a_signal_at_any_moment_leaves_nothing_and_the_next_run_works",
+  "SIGTERM, SIGHUP and SIGINT are noted and ignored: the run goes on"),
+ ("27.2", "emu/collectives/run.py", 'missing = ["BMv2 simple_switch"] if stats.get("backend") == "bmv2" else None',
+  "missing = None", "tests/test_bmv2.py::test_a_bmv2_collective_is_never_judged_better_than_unknown",
+  "a BMv2 collective's verdict leaves simple_switch out"),
+ ("27.3", "emu/fidelity.py", "rank = max(1, math.ceil(q * self.count))", "rank = max(1, math.ceil(q * min(self.count, 8192)))",
+  "tests/test_fidelity.py::test_lateness_judges_the_whole_window_not_its_tail", "quantiles read from a window's first 8192 ranks"),
+ ("27.4", "emu/fidelity.py", "            self.bins[i] += 1\n", "            self.bins[0] += 1\n",
+  "tests/test_engine_ns.py::test_a_worker_that_stops_for_a_while_makes_the_verdict_name_it",
+  "every late event is counted as on time"),
+ ("27.5", "emu/bench/dilation.py", "return min(d, max(d / LEARN_DOWN_AT_MOST, d * _over(fid) / HEADROOM))", "return d",
+  "tests/test_dilation.py::test_an_on_time_run_with_room_to_spare_lowers_what_was_learnt_in_steps",
+  "auto D learns only upwards (item 13 too)"),
+ ("27.6", "labs/planes/check.py", '    judge(before, after, "with plane 1 down")\n', "",
+  "tests/test_labs.py::test_a_wrong_but_running_answer_fails_the_right_step_with_its_hint[planes]",
+  "planes step 3 judges only the even spray, where a constant answer passes"),
+ ("27.7", "emu/launch.py", "(os.path.realpath(p) != cwd or os.path.realpath(p) == _OWN_ROOT)", "True",
+  "tests/test_reliability.py::test_python_m_from_a_users_directory_gives_children_no_import_from_it",
+  "children's PYTHONPATH keeps the user's working directory"),
+ ("27.8", "emu/scenarios/plane_down.py", "planned = {p: flows[p].wire_bytes for p in planes}",
+  "planned = {p: sent[p][\"sent_bytes\"] for p in planes}",
+  "tests/test_scenarios.py::test_plane_down_judges_delivery_against_the_planned_bytes", "plane-down judged against what the senders said they sent"),
+ ("27.9", "emu/backends/bmv2/switch.py", "*nsexec(self.namespace, self.command(has_notifications_option()))",
+  "*self.command(has_notifications_option())",
+  "tests/test_bmv2.py::test_thrift_is_reachable_only_inside_the_switch_namespace",
+  "simple_switch runs in the machine's namespace, its Thrift port open to its network"),
 ]
 only = sys.argv[2:]
 for key, path, old, new, test, what in M:

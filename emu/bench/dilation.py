@@ -163,7 +163,8 @@ def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
         w = fid.get("worst") or {}
         over = _over(fid)  # lateness in fabric time shrinks as 1/D
         factor = max(2.0, 1.5 * over)
-        why = f"the run at D={d:g} fell behind ({w.get('name', '?')}, {over:.1f}x its limit): x{factor:.1f}"
+        why = (f"the run at D={d:g} fell behind ({w.get('name', '?')}, {over:.1f}x its limit): x{factor:.1f}"
+               if over > 1 else f"the run at D={d:g} lost packets in the emulator's own I/O: x{factor:.1f}")
         d = nice(d * factor)
     result["dilation_auto"] = {"chosen": d, "tries": tries}
     return result

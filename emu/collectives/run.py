@@ -178,8 +178,7 @@ def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[di
         parts = engine_parts(stats) + [Part(**f) for res in results for f in res["fidelity"]]
         # BMv2's simple_switch keeps no schedule it could report against: never better than unknown.
         missing = ["BMv2 simple_switch"] if stats.get("backend") == "bmv2" else None
-        fidelity = verdict(parts, dilation=dilation, packet_s=packet_s, missing=missing) | {
-            "emulator_drops": emulator_drops(stats)}
+        fidelity = verdict(parts, dilation=dilation, packet_s=packet_s, missing=missing, drops=emulator_drops(stats))
         log_for_study(fidelity)
     # The bandwidth bound: every GPU's ports busy all the time, less RoCE/UDP/IPv6/Ethernet headers.
     bound = gpu_rate / 8 * MTU / (MTU + HEADERS) / 1e9

@@ -226,8 +226,13 @@ class Engine:
         self._ask(switch, SetHeadroom(switch, port, nbytes))
 
     def probe_rtts(self, switch: str, port: str, count: int = 5, timeout: float = 10.0) -> list[float]:
-        """Round trips of `count` probes across one link, in fabric seconds."""
-        pid = self._ask(switch, Probe(switch, port, count, max(0.001, 1e-6 * self.spec.dilation)))["probe"]
+        """Round trips of `count` probes across one link, in fabric seconds. `timeout` (wall s) is
+        what the wait allows beyond the probes' own time at this D: their spacing and four times the
+        cable's round trip (at D = 1e6 a 2 km cable's is 20 s of wall time)."""
+        interval = max(0.001, 1e-6 * self.spec.dilation)
+        delay = next((p.delay_s for s in self.spec.switches if s.name == switch for p in s.ports if p.ifname == port), 0.0)
+        timeout += count * interval + 4 * 2 * delay * self.spec.dilation
+        pid = self._ask(switch, Probe(switch, port, count, interval))["probe"]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             rtts = self._ask(switch, ProbeResult(switch, pid))["rtts_s"]

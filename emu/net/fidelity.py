@@ -28,7 +28,7 @@ def fabric_fidelity(stats: dict[str, Any], *, rate_bps: float = 100e9, frame_byt
     # BMv2's simple_switch keeps no schedule it could report against: its runs are never judged ok.
     missing = ["BMv2 simple_switch"] if stats.get("backend") == "bmv2" else []
     fid = verdict(all_parts, dilation=stats["dilation"], packet_s=packet_time_s(rate_bps, frame_bytes),
-                  missing=missing) | {"emulator_drops": emulator_drops(stats)}
+                  missing=missing, drops=emulator_drops(stats))
     log_for_study(fid)
     return fid
 
