@@ -79,3 +79,14 @@ def no_leftovers():
     report = clean()
     assert not any(new), (f"the test left things behind: interfaces {new[0]}, namespaces {new[1]}, "
                           f"processes {new[2]}, files {new[3]} (emu clean found: {report})")
+
+
+@pytest.fixture(scope="session")
+def wcmp_native(tmp_path_factory):
+    """The wcmp scenario on the native engine (1024 flows, 2 MiB, D = 10 000), run once for the suite:
+    test_scenarios judges it in detail and test_bmv2 compares BMv2's verdict with it (half a minute)."""
+    from emu.net.switch import RunSettings
+    from emu.scenarios import run_scenario
+
+    return run_scenario("wcmp", {"flows": "1024", "bytes": "2MiB"}, RunSettings(), dilation=10000,
+                        out_dir=str(tmp_path_factory.mktemp("wcmp")))

@@ -211,16 +211,16 @@ def test_a_fabric_too_big_for_this_machine_is_refused_before_anything_exists(mon
 
 
 def test_soak_bench_reports_no_leftovers_and_no_failures(no_leftovers):
-    """`emu bench soak` in small: a cycle with malformed frames, a run killed -9, a PFC incast."""
-    r = subprocess.run([*EMU, "bench", "soak", "--cycles", "1", "--kills", "1", "--fuzz", "500", "--incasts", "1",
+    """`emu bench soak` in small: a cycle with malformed frames, a run killed -9, no incast (the same
+    incast is test_scenarios', and at auto D make demo's)."""
+    r = subprocess.run([*EMU, "bench", "soak", "--cycles", "1", "--kills", "1", "--fuzz", "500", "--incasts", "0",
                         "--json"], capture_output=True, text=True, timeout=600)
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["passed"], (out["failures"], out["leftovers"], r.stderr[-1000:])
     assert out["leftovers"] == [] and out["failures"] == [] and len(out["kill_at_s"]) == 1
     (fuzz,) = out["fuzz"]
     assert fuzz["dropped"] >= 500 and fuzz["pingall_after_loss_pct"] == 0 and fuzz["engine_alive"]
-    (incast,) = out["incasts"]
-    assert incast["drops_lossless"] == 0 and incast["pfc_frames"] > 0 and incast["delivered_all"], incast
+    assert out["incasts"] == []
 
 
 def test_rings_shrink_alike_when_a_workers_ports_would_pass_its_budget():

@@ -73,12 +73,12 @@ def test_measured_headroom_stops_the_drops_a_short_one_causes(tmp_path, no_lefto
     assert abs(r["measured_km"] - r["true_km"]) < 0.05 * r["true_km"]
 
 
-def test_wcmp_shares_follow_capacity_and_damping_cuts_updates(tmp_path, no_leftovers):
+def test_wcmp_shares_follow_capacity_and_damping_cuts_updates(no_leftovers, wcmp_native):
     # At D = 1000 the engine falls behind here (worker p99 30 packet times late) and loses datagrams
     # that the fabric would not: the test runs where fidelity holds, and checks that it does.
     # 1024 flows over ~1500 datagrams: the hash's sampling error is ~0.015 (256 flows over 374 datagrams
     # gave 0.08 once).
-    r = run_scenario("wcmp", {"flows": "1024", "bytes": "2MiB"}, RunSettings(), dilation=10000, out_dir=str(tmp_path))
+    r = wcmp_native  # run_scenario("wcmp", {"flows": "1024", "bytes": "2MiB"}, RunSettings(), dilation=10000)
     on_time = r["fidelity"]["ok"]  # a loss while the engine fell behind is the emulator's, not the fabric's
     # Equal-cost splitting would put 25 % on each link: 15 points off on every one.
     assert sorted(p["expected_share"] for p in r["paths"].values()) == pytest.approx([0.1, 0.1, 0.4, 0.4])
