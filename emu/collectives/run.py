@@ -197,6 +197,8 @@ def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[di
                      "wrong": sum(res["rows"][k]["wrong"] for res in results), "busbw_of_bound": busbw / bound,
                      "gap_per_step_us": (t * 1e6 - wire_us) / steps})
     retransmits = sum(res.get("retransmits", 0) for res in results)
+    # Retransmissions of packets that arrived after all (the copy came twice): reordering taken for loss.
+    spurious = sum(p.get("spurious_retransmits", 0) for res in results for p in res.get("planes", []))
     # Every frame a wire carried: each switch port's, and each host NIC model's (the first hop).
     hops = sum(p.get("tx_packets", 0) + p.get("host_nic", {}).get("tx_packets", 0)
                for s in stats["switches"].values() for p in s["ports"].values())
@@ -204,7 +206,7 @@ def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[di
             "avg_busbw_GBps": sum(r["busbw_GBps"] for r in rows) / len(rows),
             "wrong": sum(r["wrong"] for r in rows), "bound_busbw_GBps": bound, "steps": steps,
             "retransmits": retransmits, "packet_hops": hops,
-            "attribution": attribution(stats, retransmits, fidelity),
+            "attribution": attribution(stats, retransmits, fidelity) | {"spurious_retransmits": spurious},
             "fidelity": fidelity}
 
 
