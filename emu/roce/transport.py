@@ -169,6 +169,11 @@ class QueuePair:
         self.rate_trace: list[tuple[float, float]] = []  # (fabric s, bps): on every CNP and every sample
         self.highest_sacked = -1
         self.sacked_since = False
+        # How much longer than two round trips a packet that later ones overtook may still be on its
+        # way (RACK's reordering window, RFC 8985): grown by a quarter round trip each time a packet
+        # taken for lost arrives after all, up to two round trips. Spraying over planes whose queues
+        # differ (an ECMP collision on one leaf uplink) reorders by more than a fixed rule allows.
+        self.reo_wnd = 0.0
         self.rto_check = 0.0
         self.error: str | None = None
         # responder
@@ -494,7 +499,7 @@ class Device:
             if seg.acked:
                 continue
             overtaken = (highest - seg.psn >= reorder and qp.srtt > 0
-                         and now - seg.sent_at > 2 * qp.srtt + self.ack_delay)
+                         and now - seg.sent_at > 2 * qp.srtt + self.ack_delay + qp.reo_wnd)
             backoff = rto * (1 << min(seg.sends - 1, 6))  # each timeout of the same packet doubles its timer
             if (overtaken and seg.sends == 1) or now - seg.sent_at > backoff:
                 lost_on = self.planes[seg.plane]
@@ -771,6 +776,7 @@ class Device:
         index = qp.charged.pop(psn, -1)
         if index < 0:
             return
+        qp.reo_wnd = min(qp.reo_wnd + qp.srtt / 4, 2 * qp.srtt)
         plane = self.planes[index]
         plane.stats["spurious_retransmits"] += 1
         plane.losses = max(0, plane.losses - 1)
