@@ -138,3 +138,21 @@ def test_plane_down_judges_delivery_against_the_planned_bytes(tmp_path, monkeypa
     assert r["planned_bytes_by_plane"][0] == -(-(256 << 10) // 1400) * 1400
     assert r["delivered_bytes_by_plane"][0] == r["planned_bytes_by_plane"][0] - 1400
     assert r["others_complete"] is False and r["passed"] is False
+
+
+def test_roce_plane_down_on_the_fabric_clock_is_exact_and_the_same_twice(tmp_path, no_leftovers):
+    """Issue 22: the plane fails at a fabric time the engine keeps (40 % into its share), so the
+    sender's reaction is measured in the fabric's time alone: the plane is marked down, gets no data
+    after, every byte arrives, and a second run gives the same figures to the last digit."""
+    runs = [run_scenario("roce-plane-down", {"planes": "4", "bytes": "2MiB"}, RunSettings(clock="fabric"),
+                         out_dir=str(tmp_path)) for _ in range(2)]
+    r = runs[0]
+    assert r["clock"] == "fabric" and r["fidelity"]["ok"] is True and r["passed"], r
+    assert r["failed_plane_marked_down"] and r["data_packets_on_failed_plane_after_detection"] == 0
+    assert r["probes_on_failed_plane"] > 0 and r["retransmits"] > 0
+    failed, trace = r["failed_plane"], r["plane_trace"]
+    at_fail = next(sent for t, sent in trace if t >= r["failed_at_fabric_s"])
+    # It had carried part of its share when it failed, and stopped there (retransmissions went elsewhere).
+    assert 0.25 < at_fail[failed] / (2 * 2**20 / 4) < 0.6, at_fail
+    assert r["bytes_by_plane"][failed] < min(b for i, b in enumerate(r["bytes_by_plane"]) if i != failed)
+    assert runs[1]["bw_fabric_bps"] == r["bw_fabric_bps"] and runs[1]["retransmits"] == r["retransmits"]

@@ -216,6 +216,11 @@ class Worker:
 
         return send, bytes.fromhex(ps.peer_mac.replace(":", "")), bytes.fromhex(ps.mac.replace(":", ""))
 
+    def set_port(self, switch: str, port: str, up: bool) -> None:
+        """A port down or up: asked over the control socket, or scheduled by a job (Attach)."""
+        sw, idx = self._port(switch, port)
+        sw.set_port_up(idx, up)
+
     def _run_job(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
         if not self.fabric:
             raise ValueError("jobs run inside the engine on the fabric clock only (this run keeps the wall clock)")
@@ -297,8 +302,7 @@ class Worker:
             case ResetFidelity():
                 self.loop.lateness.reset()
             case SetPort(switch, port, up):
-                sw, idx = self._port(switch, port)
-                sw.set_port_up(idx, bool(up))
+                self.set_port(switch, port, bool(up))
             case SetTables(switch, tables):
                 self._switch(switch).load_tables(SwitchTables.from_dict(tables))
             case SetHeadroom(switch, port, nbytes):

@@ -55,6 +55,10 @@ class Attach(Protocol):
         returns send(frame) into that port's NIC model, the host's MAC and the switch port's."""
         ...
 
+    def set_port(self, switch: str, port: str, up: bool) -> None:
+        """A switch port down or up now, as a failure the job schedules in fabric time."""
+        ...
+
 
 class Endpoint:
     """A device inside the engine on the fabric clock, and the operation it runs (if any): woken by
@@ -153,6 +157,7 @@ class Job:
     fill `endpoints`, say what they do (`what()`) and call finish() when done."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
+        self.host = host
         self.loop = host.loop
         self.params = params
         self.error = ""
@@ -161,9 +166,20 @@ class Job:
         self.t0 = 0.0
 
     def begin(self) -> float:
+        """Start at one fabric instant; schedule the budget's end and the job's port events
+        (`params["port_events"]`: [after (fabric s from the start), up, [[switch, port], ...]] each):
+        a failure on the fabric clock must come at a fabric time, as nothing outside the engine can
+        act while a job runs."""
         self.t0 = self.loop.begin()
         self.loop.at(self.t0 + float(self.params["budget_s"]), self._budget, None)
+        for after, up, ports in self.params.get("port_events", []):
+            self.loop.at(self.t0 + float(after), self._set_ports, (bool(up), ports))
         return self.t0
+
+    def _set_ports(self, t: float, arg: tuple[bool, list[list[str]]]) -> None:
+        up, ports = arg
+        for switch, port in ports:
+            self.host.set_port(switch, port, up)
 
     def what(self) -> str:
         raise NotImplementedError

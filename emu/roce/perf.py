@@ -172,7 +172,7 @@ class PerfJob(Job):
         return {"clients": self.results,
                 "server": server_result(self.server.dev, self.ends, int(self.params["nbytes"]),
                                         int(self.params["seed"])),
-                "fabric_s": self.loop.now - self.t0}
+                "fabric_s": self.loop.now - self.t0, "t0_fabric_s": self.t0}
 
 
 def start(host: Attach, params: dict[str, Any]) -> PerfJob:

@@ -63,15 +63,20 @@ class EnginePerf:
     FabricNet.host_planes gives them). `wait()` returns what PerfRun's does, plus nothing late."""
 
     def __init__(self, engine: Any, src: list[list[Any]] | list[list[list[Any]]], dst: list[list[Any]], *, nbytes: int,
-                 cc: str = "none", message: int = 1 << 20, lat_iters: int = 5, mtu: int = 1024, seed: int = 1) -> None:
+                 cc: str = "none", message: int = 1 << 20, lat_iters: int = 5, mtu: int = 1024, seed: int = 1,
+                 port_events: list[tuple[float, bool, list[tuple[str, str]]]] | None = None) -> None:
+        """`port_events`: (fabric s after the start, up, [(switch, port), ...]) each, done by the
+        engine at that fabric time (emu.roce.endpoint.Job)."""
         self.many = bool(src) and isinstance(src[0][0], list)
         clients = src if self.many else [src]
         rate = sum(p[3] for p in dst)
         params = {"nbytes": nbytes, "message": message, "cc": cc, "mtu": mtu, "seed": seed, "lat_iters": lat_iters,
                   "server": dst, "clients": clients,
+                  "port_events": [[after, up, [list(p) for p in ports]] for after, up, ports in port_events or []],
                   # 100 times the bytes at the server's line rate: stuck, not slow.
                   "budget_s": 100 * (nbytes * 8 * len(clients) / rate + lat_iters * 20e-6) + 0.01}
         self.engine = engine
+        self.t0_fabric_s = 0.0
         self.job = engine.start_job("perf", params)
         self.kernel_frames = 0
 
@@ -79,4 +84,5 @@ class EnginePerf:
         state = self.engine.wait_job(self.job)
         self.kernel_frames = int(state["kernel_frames"])
         out = state["result"]
+        self.t0_fabric_s = float(out.get("t0_fabric_s", 0.0))  # the job's start, on its traces' clock
         return (out["clients"] if self.many else out["clients"][0]), out["server"]
