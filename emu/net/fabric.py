@@ -312,9 +312,12 @@ class FabricNet(Mininet):
         """Bytes `switch` has sent out of all its ports so far (its data plane's counters)."""
         return self.stats().switch(switch).tx_bytes
 
-    def wait_forwarded(self, switch: str, nbytes: int, timeout: float = 120.0) -> float:
+    def wait_forwarded(self, switch: str, nbytes: int, timeout: float | None = None) -> float:
         """Wait until `switch` has sent `nbytes` more than when called; the wall seconds it took.
-        What a failure "mid-transfer" waits for: traffic under way, not a guess at when it starts."""
+        What a failure "mid-transfer" waits for: traffic under way, not a guess at when it starts.
+        `timeout` (wall s) follows the bytes and D by default (as if they crawled at 1 Gb/s)."""
+        if timeout is None:
+            timeout = 120.0 + nbytes * 8 / 1e9 * self.settings.dilation
         start = time.monotonic()
         base = self.forwarded(switch)
         while self.forwarded(switch) - base < nbytes:

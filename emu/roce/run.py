@@ -27,10 +27,15 @@ class PerfRun:
     """Start a server and one or more clients writing to it; `wait()` returns (client results, server)."""
 
     def __init__(self, src: Popen | list[Popen], dst: Popen, *, nbytes: int, dilation: float, cc: str = "none",
-                 message: int = 1 << 20, timeout: float = 300.0, lat_iters: int = 5, mtu: int = 1024,
+                 message: int = 1 << 20, timeout: float | None = None, lat_iters: int = 5, mtu: int = 1024,
                  plane_rate_bps: float = 100e9) -> None:
+        """`timeout` (wall s): by default it follows the work and D, as if the writes crawled at
+        1 Gb/s of fabric rate (a fixed 300 s cut a slow machine's run at a large D short: a run that
+        falls behind must say so in its verdict, not time out)."""
         self.dir = scratch_dir("roce")
         srcs = src if isinstance(src, list) else [src]
+        if timeout is None:
+            timeout = 120.0 + (nbytes * len(srcs) * 8 / 1e9 + lat_iters * 1e-4) * dilation
         args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--cc", cc, "--message", str(message),
                 "--timeout", str(timeout), "--lat-iters", str(lat_iters), "--mtu", str(mtu),
                 "--plane-rate", str(plane_rate_bps)]

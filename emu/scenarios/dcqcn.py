@@ -82,7 +82,7 @@ class Dcqcn(Scenario):
         else:
             clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
                                       mininet_popen(net.get("gpu2")), nbytes=self.as_size("bytes"),
-                                      dilation=settings.dilation, cc=role, lat_iters=0, timeout=300).wait()
+                                      dilation=settings.dilation, cc=role, lat_iters=0).wait()
         stats = net.engine.stats()
         queue = net.engine.queue_samples()["p0l0/p0l0-eth3"]
         port = stats["switches"]["p0l0"]["ports"]["p0l0-eth3"]

@@ -45,7 +45,7 @@ def _congest(json_path: str) -> dict:
         with net:
             clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
                                       mininet_popen(net.get("gpu2")), nbytes=4 << 20, dilation=D, cc="dcqcn",
-                                      lat_iters=0, timeout=300).wait()
+                                      lat_iters=0).wait()
             _run.update(port=net.stats().port("p0l0", "p0l0-eth3"), curve=net.engine.ecn_by_depth("p0l0"),
                         server=server)
     return _run
