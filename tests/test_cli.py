@@ -150,8 +150,8 @@ def test_emu_scenario_defaults_to_auto_dilation_and_says_the_d_it_chose(tmp_path
 @pytest.mark.root
 @pytest.mark.mininet
 def test_emu_scenario_as_a_command_json_no_pfc_and_exit_status(tmp_path, no_leftovers):
-    r = emu("scenario", "incast", "--senders", "3", "--bytes", "128KiB", "--no-pfc", "--dilation", "10000",
-            "--json", "--out", str(tmp_path))
+    r = emu("scenario", "incast", "--senders", "3", "--bytes", "128KiB", "--no-pfc", "--clock", "wall",
+            "--dilation", "10000", "--json", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["scenario"] == "incast" and out["pfc"] is False and out["pfc_frames"] == 0
@@ -201,7 +201,7 @@ def test_up_help_lists_the_topologys_own_parameters_and_defaults():
 @pytest.mark.mininet
 def test_a_failing_scenario_verdict_exits_one_so_ci_can_gate_on_it(tmp_path, no_leftovers):
     """One sender cannot congest a port: the incast verdict (PFC must have paused someone) fails."""
-    r = emu("scenario", "incast", "--senders", "1", "--bytes", "64KiB", "--dilation", "10000", "--json",
+    r = emu("scenario", "incast", "--senders", "1", "--bytes", "64KiB", "--json",
             "--out", str(tmp_path))
     out = json.loads(r.stdout)
     assert out["passed"] is False and out["pfc_frames"] == 0 and out["drops_lossless"] == 0, out

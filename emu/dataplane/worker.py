@@ -58,7 +58,7 @@ RX_BURST = 256
 # Jobs a fabric-clock worker runs inside itself, by kind: "module:function" taking (JobHost, params)
 # and returning an object with `finished`, `error`, `result()`. Imported by name when first asked
 # for: the engine knows no endpoint code, and imports stay downward.
-JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start"}
+JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start"}
 
 
 def control_path(run_dir: str, index: int) -> str:
@@ -73,6 +73,8 @@ class Worker:
         self.loop: WallLoop = FabricLoop(spec.idle_dilation) if self.fabric else WallLoop()
         # Fabric clock: (switch, port index) -> on_frame(t, frame) of the endpoint a job attached there.
         self.attached: dict[tuple[str, int], Callable[[float, Any], None]] = {}
+        # Fabric clock: (switch, port index) -> (UDP port, on_frame) of a job's IPv4 UDP receiver there.
+        self.attached_udp4: dict[tuple[str, int], tuple[int, Callable[[float, Any], None]]] = {}
         self.jobs: dict[int, Any] = {}
         self.sockets: list[socket.socket] = []
         self.pcaps: list[PcapWriter] = []
@@ -174,12 +176,19 @@ class Worker:
         self.loop.add_reader(sock.fileno(), on_readable)
         self.rx_sockets.append((sock, port))
 
-        attached = self.attached
+        attached, attached_udp4 = self.attached, self.attached_udp4
         key = (sw.name, idx)
 
         def deliver(t: float, frame: Any) -> None:
             if pcap is not None:
                 pcap.write(t, frame)
+            # IPv4 UDP (IHL 5) to the port a job's receiver counts on: to it, not the kernel.
+            if attached_udp4 and len(frame) > 41 and frame[12] == 8 and frame[13] == 0 and frame[23] == 17 \
+                    and frame[14] == 0x45:
+                udp = attached_udp4.get(key)
+                if udp is not None and frame[36] << 8 | frame[37] == udp[0]:
+                    udp[1](t, frame)
+                    return
             # MetaRoCE (IPv6, UDP to 4791) for an endpoint running in this engine: to it, not the kernel.
             if attached and len(frame) > 62 and frame[12] == 0x86 and frame[13] == 0xDD and frame[20] == 17 \
                     and frame[56] == 0x12 and frame[57] == 0xB7:
@@ -215,6 +224,16 @@ class Worker:
             from_host(idx, t, frame)
 
         return send, bytes.fromhex(ps.peer_mac.replace(":", "")), bytes.fromhex(ps.mac.replace(":", ""))
+
+    def attach_udp4(self, switch: str, port: str, udp_port: int,
+                    on_frame: Callable[[float, Any], None] | None) -> None:
+        """IPv4 UDP frames to `udp_port` arriving at the host behind (switch, port) go to on_frame(t, frame)
+        (a job's counting receiver) instead of the host's kernel; None gives them back to the kernel."""
+        sw, idx = self._port(switch, port)
+        if on_frame is None:
+            self.attached_udp4.pop((sw.name, idx), None)
+        else:
+            self.attached_udp4[(sw.name, idx)] = (udp_port, on_frame)
 
     def set_port(self, switch: str, port: str, up: bool) -> None:
         """A port down or up: asked over the control socket, or scheduled by a job (Attach)."""
