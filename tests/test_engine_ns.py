@@ -81,3 +81,31 @@ def test_a_worker_that_stops_for_a_while_makes_the_verdict_name_it(no_leftovers)
     assert fid["ok"] is False and fid["behind"] == ["engine worker 0"], fid["behind"]
     assert fid["worst"]["name"] == "engine worker 0"
     assert fid["worst"]["p99_fabric_ns"] > fid["threshold"]["fabric_ns"]
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_udp_sender_held_still_makes_the_verdict_name_it(no_leftovers):
+    """Issue 27, item 4, the generator's half: a paced UDP sender stopped (SIGSTOP) for 0.3 s of wall
+    time mid-flow sends what fell due late, so its mean lateness passes the paced senders' limit and
+    the verdict names it (whatever else a loaded machine may add to the list)."""
+    from emu import FabricNet, FPFTopo
+    from emu.net.fidelity import fabric_fidelity
+    from emu.scenarios.common import Flow, Traffic
+
+    # D = 100 000: a packet time is 11.5 ms of wall time, so the sender keeps its pace with room to
+    # spare unless stopped (at D = 10 000 it already fell behind on its own here, proving nothing).
+    with FabricNet(FPFTopo(gpus=2, planes=1), dilation=100_000) as net:
+        flow = Flow("gpu1", "gpu0", net.get("gpu0").IP(), 9100, 256 << 10, 100e9)  # 2.1 s of wall time
+        traffic = Traffic(net, [flow], dilation=100_000)
+        sender = traffic.senders[0].pid
+        net.wait_forwarded("p0l0", 32 << 10)  # under way: an eighth of the flow has crossed the leaf
+        os.kill(sender, signal.SIGSTOP)
+        time.sleep(0.3)
+        os.kill(sender, signal.SIGCONT)
+        sent, got = traffic.wait()
+        fid = fabric_fidelity(net.engine.stats(), rate_bps=100e9, senders=sent)
+    assert got[("gpu0", 9100, False)]["received_bytes"] == flow.wire_bytes  # late, not lost
+    assert fid["ok"] is False and "traffic sender 0" in fid["behind"], fid["behind"]
+    part = next(p for p in fid["parts"] if p["name"] == "traffic sender 0")
+    assert part["paced"] and part["mean_packet_times"] > fid["threshold"]["paced_mean_packet_times"], part
