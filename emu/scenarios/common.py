@@ -119,7 +119,8 @@ class FabricTraffic:
             switch, port = net.host_planes(host)[0][:2]
             return [switch, port, ip]
 
-        params = {"flows": [{"src": end(f.src, net.get(f.src).IP()), "dst": end(f.dst, f.dst_ip), "port": f.port,
+        params = {"flows": [{"src": end(f.src, net.get(f.src).IP()), "dst": end(f.dst, f.dst_ip), "dst_host": f.dst,
+                             "port": f.port,
                              "nbytes": f.nbytes, "size": f.size, "rate_bps": f.rate_bps, "tos": f.tos,
                              "flows": f.flows, "sport": 40000 + 64 * i} for i, f in enumerate(flows)],
                   "bin_s": bin_s,
@@ -132,8 +133,7 @@ class FabricTraffic:
     def wait(self) -> tuple[list[dict], dict[tuple[str, int, bool], dict]]:
         state = self.net.engine.wait_job(self.job)
         self.kernel_frames = int(state["kernel_frames"])
-        hosts = {tuple(plane[:2]): h.name for h in self.net.hosts for plane in self.net.host_planes(h.name)}
-        got = {(hosts[(r["switch"], r["port"])], r["udp_port"], False): r for r in state["result"]["received"]}
+        got = {(r["host"], r["udp_port"], False): r for r in state["result"]["received"]}
         return state["result"]["sent"], got
 
 

@@ -22,8 +22,8 @@ IDLE_S = 100e-6  # after the last send, this long without an arrival ends the co
 
 
 class UdpJob(Job):
-    """params: flows, each {src: [switch, port, IPv4], dst: [switch, port, IPv4], port, nbytes, size,
-    rate_bps, tos, flows}; bin_s (fabric s); budget_s. Result: per flow what it sent, per receiver
+    """params: flows, each {src: [switch, port, IPv4], dst: [switch, port, IPv4], dst_host, port, nbytes,
+    size, rate_bps, tos, flows, sport}; bin_s (fabric s); budget_s. Result: per flow what it sent, per receiver
     (dst switch, port, UDP port) what arrived, in emu.traffic.udp's result layout, times in fabric s."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
@@ -37,8 +37,9 @@ class UdpJob(Job):
         for f in params["flows"]:
             key = (f["dst"][0], f["dst"][1], int(f["port"]))
             if key not in self.receivers:
-                self.receivers[key] = {"received_bytes": 0, "by_source": {}, "bins": {}, "bin_s": self.bin_s,
-                                       "first_monotonic": None, "last": None, "socket_overflow_packets": 0}
+                self.receivers[key] = {"host": f.get("dst_host", ""), "received_bytes": 0, "by_source": {}, "bins": {},
+                                       "bin_s": self.bin_s, "first_monotonic": None, "last": None,
+                                       "socket_overflow_packets": 0}
                 host.attach_udp4(key[0], key[1], key[2], lambda t, frame, k=key: self._arrive(k, t, frame))
             count = -(-int(f["nbytes"]) // int(f["size"]))
             self.expect[key] = self.expect.get(key, 0) + count * int(f["size"])
@@ -75,7 +76,7 @@ class UdpJob(Job):
     def _arrive(self, key: tuple[str, str, int], t: float, frame: Any) -> None:
         r = self.receivers[key]
         n = (frame[38] << 8 | frame[39]) - 8
-        src = f"{frame[26]}.{frame[27]}.{frame[28]}.{frame[29]}"
+        src = frame[26] << 24 | frame[27] << 16 | frame[28] << 8 | frame[29]  # dotted in result(): no string a packet
         if r["first_monotonic"] is None:
             r["first_monotonic"] = t
         r["last"] = t
@@ -110,8 +111,11 @@ class UdpJob(Job):
         got = []
         for (sw, port, udp_port), r in self.receivers.items():
             first, last = r["first_monotonic"], r["last"]
+            ip = ipaddress.IPv4Address
             got.append({"switch": sw, "port": port, "udp_port": udp_port,
-                        **{k: v for k, v in r.items() if k != "last"},
+                        **{k: v for k, v in r.items() if k not in ("last", "by_source", "bins")},
+                        "by_source": {str(ip(a)): n for a, n in r["by_source"].items()},
+                        "bins": {str(ip(a)): b for a, b in r["bins"].items()},
                         "wall_s": (last - first) if first is not None and last is not None else 0.0})
         return {"sent": sent, "received": got, "fabric_s": self.loop.now - self.t0}
 

@@ -73,8 +73,8 @@ def listening(pid: int, port: int, namespace: str) -> bool:
         except OSError:
             continue
         for row in rows:
-            local, state = row.split()[1], row.split()[3]
-            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN on local :port
                 return True
     return False
 
