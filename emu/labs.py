@@ -5,9 +5,12 @@ background, numbered steps, questions), starter/ (the student's copy, with
 TODOs), solution/, and check.py. check.py defines `MODULE` (the file the
 student edits, e.g. "planes.py"), `STEPS`, a list of functions
 `step(work, net) -> str`, each returning what it measured on success and
-raising `StepFailed(hint)` on failure, and optionally `fabric()`, a context
-manager giving the `net` every step shares (a FabricNet, torn down at the
-end whatever happened). `work` is the student's module, imported from their
+raising `StepFailed(hint)` on failure, and optionally `fabric(clock)`, a
+context manager giving the `net` every step shares (a FabricNet on that
+clock, torn down at the end whatever happened), with `CLOCKS`, the clocks it
+can run on, its default first (the fabric clock wherever the lab's measured
+traffic is the project's own: exact, and as fast as the CPU allows), and
+`CLOCK_NOTE`, why it has only those. `work` is the student's module, imported from their
 folder (or whatever the checker's `load(path)` makes of the file, for work
 that is not Python). A step whose code is still a TODO (NotImplementedError) fails with
 the hint to do it; a step that fails does not stop the next.
@@ -96,12 +99,27 @@ def _load(path: Path, module_name: str) -> ModuleType:
     return module
 
 
-def check(name: str, *, solution: bool = False, work_dir: str | None = None,
+def clocks(name: str) -> tuple[str, ...]:
+    """The clocks lab `name`'s checker can run its fabric on, its default first (check.py's `CLOCKS`)."""
+    return tuple(getattr(_checker(name), "CLOCKS", ("wall",)))
+
+
+def _checker(name: str) -> ModuleType:
+    return _load(lab_dir(name) / "check.py", f"emu_lab_check_{name.replace('-', '_')}")
+
+
+def check(name: str, *, solution: bool = False, work_dir: str | None = None, clock: str | None = None,
           progress: Callable[[StepResult], None] | None = None) -> dict[str, Any]:
     """Run every step of lab `name` on the student's work (their folder, default ./lab-NAME) or on the
-    lab's solution; {"lab", "passed", "steps": [{"step", "passed", "detail", "seconds"}]}."""
+    lab's solution, on `clock` (default: the lab's first; see clocks()); {"lab", "clock", "passed",
+    "steps": [{"step", "passed", "detail", "seconds"}]}."""
     folder = lab_dir(name)
-    checker = _load(folder / "check.py", f"emu_lab_check_{name.replace('-', '_')}")
+    checker = _checker(name)
+    can = tuple(getattr(checker, "CLOCKS", ("wall",)))
+    clock = clock or can[0]
+    if clock not in can:
+        raise LabError(f"lab {name} runs on the {' or '.join(can)} clock, not {clock}"
+                       + (f": {checker.CLOCK_NOTE}" if hasattr(checker, "CLOCK_NOTE") else ""))
     where = folder / "solution" if solution else Path(work_dir or f"lab-{name}")
     path = where / checker.MODULE
     if not path.is_file():
@@ -114,12 +132,12 @@ def check(name: str, *, solution: bool = False, work_dir: str | None = None,
         results.append(StepResult("import", False, f"{path} does not import: {exc!r}", 0.0))
         work = None
     if work is not None:
-        with getattr(checker, "fabric", nullcontext)() as net:
+        with (checker.fabric(clock) if hasattr(checker, "fabric") else nullcontext()) as net:
             for step in checker.STEPS:
                 results.append(_run_step(step, work, net))
                 if progress:
                     progress(results[-1])
-    return {"lab": name, "passed": bool(results) and all(r.passed for r in results),
+    return {"lab": name, "clock": clock, "passed": bool(results) and all(r.passed for r in results),
             "steps": [asdict(r) for r in results]}
 
 

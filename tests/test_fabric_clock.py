@@ -129,3 +129,31 @@ def test_a_job_that_cannot_finish_fails_with_its_reason_and_the_fabric_goes_on(n
         client, server = EnginePerf(net.engine, planes["gpu0"], planes["gpu1"], nbytes=1 << 20, lat_iters=0).wait()
         assert server["data_ok"] and client["completions_ok"] == 1
         assert " 0% packet loss" in net.get("gpu0").cmd("ping -c1 -W2 10.0.1.2")
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_jobs_endpoints_fall_silent_when_it_ends_and_a_restored_plane_carries_only_its_share(no_leftovers):
+    """A write under a failed plane leaves its sender probing that plane; once its job ended it must stop
+    (it did not: after the plane came back the old endpoints went on exchanging frames with the next
+    job's, 140 MB on that plane for a 1 MiB write and 28 s of wall). A plane failed between jobs, and
+    restored, is also routed again before the next job starts (the controller settles first)."""
+    from emu import FabricNet, FPFTopo
+
+    with FabricNet(FPFTopo(gpus=2, planes=4, leaves=1), clock="fabric", dilation=10_000) as net:
+        def sent() -> list[int]:
+            s = net.stats()
+            return [s.switch(f"p{p}l0").tx_bytes for p in range(4)]
+
+        first = sent()
+        net.roce.write("gpu0", "gpu1", nbytes=1 << 20)
+        plain = [b - a for a, b in zip(first, sent(), strict=True)]
+        net.fail(plane=1)
+        down = net.roce.write("gpu0", "gpu1", nbytes=2 << 20)
+        assert down.data_ok and down.planes[1]["downs"] > 0
+        net.restore(plane=1)
+        before = sent()
+        again = net.roce.write("gpu0", "gpu1", nbytes=1 << 20)
+        after = [b - a for a, b in zip(before, sent(), strict=True)]
+        assert again.data_ok and again.retransmits == 0
+        assert after == plain, (plain, after)  # the same write, the same bytes on every plane, nothing else

@@ -26,6 +26,27 @@ def test_lab_list_names_every_lab_with_its_title():
     assert out.returncode == 0, out.stderr
     assert [line.split()[0] for line in out.stdout.splitlines()] == LABS
     assert "planes" in LABS
+    listed = {r["name"]: r["clocks"] for r in json.loads(emu("lab", "list", "--json").stdout)}
+    # The fabric clock first wherever the lab's measured traffic is the project's own; BMv2 keeps the wall's.
+    assert listed["planes"] == ["fabric", "wall"] and listed["p4-ecn"] == ["wall"]
+    assert listed["ecn-dcqcn"] == ["fabric"]
+
+
+# Each lab's other clocks (its default is the one every other test here runs on).
+OTHER_CLOCKS = [(name, clock) for name in LABS for clock in labs.clocks(name)[1:]]
+
+
+@pytest.mark.parametrize("name,clock", OTHER_CLOCKS)
+def test_the_solution_passes_on_the_labs_other_clock_too(name, clock, no_leftovers):
+    out = emu("lab", "check", name, "--solution", "--clock", clock, "--json")
+    result = json.loads(out.stdout)
+    assert out.returncode == 0 and result["passed"] and result["clock"] == clock, json.dumps(result, indent=1)
+
+
+def test_a_clock_the_lab_does_not_have_is_one_clear_error():
+    out = emu("lab", "check", "p4-ecn", "--solution", "--clock", "fabric")
+    assert out.returncode == 1 and "runs on the wall clock" in out.stderr and "BMv2" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 @pytest.mark.parametrize("name", LABS)
@@ -33,7 +54,7 @@ def test_solution_passes_and_the_starter_fails_with_a_hint(name, tmp_path, no_le
     out = emu("lab", "check", name, "--solution", "--json")
     result = json.loads(out.stdout)
     assert out.returncode == 0 and result["passed"], json.dumps(result, indent=1)
-    assert result["lab"] == name and len(result["steps"]) >= 2
+    assert result["lab"] == name and len(result["steps"]) >= 2 and result["clock"] == labs.clocks(name)[0]
 
     start = emu("lab", "start", name, "--dir", str(tmp_path / "work"))
     assert start.returncode == 0 and "Step 1" in start.stdout, start.stderr

@@ -325,10 +325,11 @@ def cmd_lab(args: argparse.Namespace, extra: list[str]) -> int:
 
     if args.action == "list":
         if args.json:
-            print(json.dumps([{"name": n, "title": labs.title(n)} for n in labs.lab_names()], indent=2))
+            print(json.dumps([{"name": n, "title": labs.title(n), "clocks": list(labs.clocks(n))}
+                              for n in labs.lab_names()], indent=2))
         else:
             for name in labs.lab_names():
-                print(f"{name:14} {labs.title(name)}")
+                print(f"{name:14} {labs.title(name)} [{', '.join(labs.clocks(name))}]")
         return 0
     if not args.name:
         raise ValueError(f"emu lab {args.action} needs a lab name; labs: {', '.join(labs.lab_names())}")
@@ -344,7 +345,7 @@ def cmd_lab(args: argparse.Namespace, extra: list[str]) -> int:
             mark = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
             Console(soft_wrap=True).print(f"{mark}  {r.step} ({r.seconds:.1f} s): {r.detail}", markup=True, highlight=False)
 
-    result = labs.check(args.name, solution=args.solution, work_dir=args.dir, progress=show)
+    result = labs.check(args.name, solution=args.solution, work_dir=args.dir, clock=args.clock, progress=show)
     if args.json:
         print(json.dumps(result, indent=2))
     elif result["steps"] and not result["steps"][0]["passed"] and result["steps"][0]["step"] == "import":
@@ -455,6 +456,8 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?")
     p.add_argument("--dir", help="your working folder (default ./lab-NAME)")
     p.add_argument("--solution", action="store_true", help="check the lab's own solution instead")
+    p.add_argument("--clock", choices=("fabric", "wall"), help="the clock the checker's fabric keeps (default: the lab's "
+                   "first, `emu lab list` says which it has): fabric is exact and as fast as the CPU allows")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_lab)
     return ap

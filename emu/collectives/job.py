@@ -17,7 +17,8 @@ import random
 from typing import Any
 
 from emu.collectives.rank import Ring
-from emu.roce.endpoint import Attach, Endpoint, Job
+from emu.dataplane.job import Attach, Job
+from emu.roce.endpoint import Endpoint
 
 
 class CollectiveJob(Job):
@@ -34,6 +35,7 @@ class CollectiveJob(Job):
         self.endpoints = [Endpoint.attached(host, rank["planes"], self.fail, f"rank {r} ({rank['name']})",
                                             mtu=params["mtu"], cc=params["cc"], seed=rng.getrandbits(32))
                           for r, rank in enumerate(params["ranks"])]
+        self.participants = list(self.endpoints)
         self.rings = [Ring(ep.dev, r, n, self.op, max(self.sizes), params["slice"], timed=False)
                       for r, ep in enumerate(self.endpoints)]
         everyone = {r: ring.info() for r, ring in enumerate(self.rings)}

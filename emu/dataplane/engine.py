@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from emu.dataplane.protocol import (
@@ -76,6 +77,8 @@ class Engine:
         self.logs: list[str] = []
         self.on_death = say_death  # how a worker's death is reported, the moment it happens
         self.supervisor: Supervisor | None = None
+        # Called before a job starts (the fabric's controller settling): see start_job.
+        self.before_job: Callable[[], None] | None = None
 
     def log_path(self, index: int) -> str:
         return os.path.join(self.run_dir, f"worker-{index}.log")
@@ -229,10 +232,14 @@ class Engine:
         """Round trips of `count` probes across one link, in fabric seconds. `timeout` (wall s) is
         what the wait allows beyond the probes' own time at this D: their spacing and four times the
         cable's round trip (at D = 1e6 a 2 km cable's is 20 s of wall time)."""
-        interval = max(0.001, 1e-6 * self.spec.dilation)
+        # Wall seconds a fabric second takes now: D on the wall clock; on the fabric clock, with no job
+        # running, the D its idle time follows (a 1 ms spacing there would be 1 ms of fabric time, 10 s
+        # of wall at D = 10 000).
+        wall_d = self.spec.idle_dilation if self.spec.clock == "fabric" else self.spec.dilation
+        spacing = max(0.001 / wall_d, 1e-6)  # fabric s: at least 1 ms of wall, and 1 us of fabric
         delay = next((p.delay_s for s in self.spec.switches if s.name == switch for p in s.ports if p.ifname == port), 0.0)
-        timeout += count * interval + 4 * 2 * delay * self.spec.dilation
-        pid = self._ask(switch, Probe(switch, port, count, interval))["probe"]
+        timeout += (count * spacing + 4 * 2 * delay) * wall_d
+        pid = self._ask(switch, Probe(switch, port, count, spacing * self.spec.dilation))["probe"]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             rtts = self._ask(switch, ProbeResult(switch, pid))["rtts_s"]
@@ -272,7 +279,12 @@ class Engine:
         return sum(max(0, proc_stat(p.pid, 11)) + max(0, proc_stat(p.pid, 12)) for p in self.procs) / ticks
 
     def start_job(self, kind: str, params: dict[str, Any]) -> int:
-        """Fabric clock: start a job of ours inside the engine (see worker.JOBS); its id."""
+        """Fabric clock: start a job of ours inside the engine (see worker.JOBS); its id. `before_job`
+        runs first: a control plane keeps its timers on the wall clock, so an update still pending when
+        a job starts would land at a fabric time that depends on the machine's speed (a plane restored
+        just before a write was still unrouted during it, and its packets looped)."""
+        if self.before_job is not None:
+            self.before_job()
         r = self.request(0, RunJob(kind, params), timeout=60)
         if not r.get("ok"):
             raise EngineError(f"the engine refused the {kind} job: {r.get('error')}")

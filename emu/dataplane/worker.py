@@ -207,7 +207,7 @@ class Worker:
 
     def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
-        """A job's endpoint at the host behind (switch, port): see emu.collectives.job.Attach."""
+        """A job's endpoint at the host behind (switch, port): see emu.dataplane.job.Attach."""
         sw, idx = self._port(switch, port)
         ps = sw.spec.ports[idx]
         if ps.peer_kind != "host":

@@ -13,6 +13,7 @@ and tests parametrise by backend name.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from emu.dataplane.engine import Engine
@@ -33,6 +34,9 @@ class DataPlane(Protocol):
     def cpu_seconds(self) -> float: ...  # CPU time its processes have used so far (benchmarks divide by it)
     def reset_fidelity(self) -> None: ...  # a new lateness window: what follows is measured, set-up is not
     def stop(self) -> None: ...
+
+    # Run before a fabric-clock job starts (FabricSwitch sets the controller's settle): Engine.start_job.
+    before_job: Callable[[], None] | None
 
 
 class Backend(Protocol):

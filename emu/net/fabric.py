@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
@@ -46,6 +47,8 @@ class RoceWrite:
     fidelity: list[dict[str, Any]]  # the endpoints' own lateness (emu.fidelity parts)
     client: dict[str, Any]  # everything the writer reported (plane_trace, rate_trace, ...)
     server: dict[str, Any]
+    kernel_frames: int = 0  # fabric clock: kernel frames the engine took while the write ran
+    failed_at_fabric_s: float | None = None  # with fail_plane: when, on the client's traces' clock
 
 
 class RoceOps:
@@ -57,26 +60,55 @@ class RoceOps:
         self.net = net
 
     def write(self, src: str, dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
-              timeout: float | None = None) -> RoceWrite:
+              timeout: float | None = None, fail_plane: tuple[int, int] | None = None) -> RoceWrite:
         """Write `nbytes` (bytes) from host `src` to host `dst` in `message`-byte RDMA writes; `cc`:
         "none" or "dcqcn"; on the wall clock, `timeout` in wall seconds (default: room for the write at
         10 Gb/s of fabric rate, stretched by D; on the fabric clock the endpoints run inside the engine
-        and only a fabric time that stops advancing ends the wait). Raises RuntimeError if an endpoint
-        fails."""
+        and only a fabric time that stops advancing ends the wait). `fail_plane=(plane, nbytes)`: that
+        plane fails under the write once the source's switch on it has forwarded `nbytes` (bytes) of it
+        (on the fabric clock the engine fails it at the fabric time they take at the plane's line rate,
+        as nothing outside the engine can act while the write runs), and is restored after. Raises
+        RuntimeError if an endpoint fails."""
         from emu.roce.run import EnginePerf, PerfRun, mininet_popen
 
-        if self.net.settings.clock == "fabric":
-            client, server = EnginePerf(self.net.engine, self.net.host_planes(src), self.net.host_planes(dst),
-                                        nbytes=nbytes, cc=cc, message=message, lat_iters=0).wait()
+        net, failed_at, kernel_frames = self.net, None, 0
+        src_planes = net.host_planes(src)
+        if fail_plane is not None and not 0 <= fail_plane[0] < len(src_planes):
+            raise ValueError(f"fail_plane: {src} has planes 0..{len(src_planes) - 1}, not {fail_plane[0]}")
+        if net.settings.clock == "fabric":
+            events, ports = [], []
+            if fail_plane is not None:
+                plane, after_bytes = fail_plane
+                ports = net.plane_ports(plane)
+                events = [(after_bytes * 8 / src_planes[plane][3], False, ports)]
+            run = EnginePerf(net.engine, src_planes, net.host_planes(dst), nbytes=nbytes, cc=cc, message=message,
+                             lat_iters=0, port_events=events)
+            try:
+                client, server = run.wait()
+            finally:
+                for sw, port in ports:
+                    net.engine.set_port(sw, port, True)
+            kernel_frames = run.kernel_frames
+            if events:
+                failed_at = run.t0_fabric_s + events[0][0]
         else:
             if timeout is None:
-                timeout = 300.0 + nbytes * 8 / 10e9 * self.net.settings.dilation
-            client, server = PerfRun(mininet_popen(self.net.get(src)), mininet_popen(self.net.get(dst)),
-                                     nbytes=nbytes, dilation=self.net.settings.dilation, cc=cc, message=message,
-                                     timeout=timeout, lat_iters=0).wait()
+                timeout = 300.0 + nbytes * 8 / 10e9 * net.settings.dilation
+            wall = PerfRun(mininet_popen(net.get(src)), mininet_popen(net.get(dst)), nbytes=nbytes,
+                           dilation=net.settings.dilation, cc=cc, message=message, timeout=timeout, lat_iters=0)
+            if fail_plane is not None:
+                net.wait_forwarded(src_planes[fail_plane[0]][0], fail_plane[1])
+                net.fail(plane=fail_plane[0])
+                failed_at = time.monotonic() / net.settings.dilation  # the endpoints' traces' clock
+            try:
+                client, server = wall.wait()
+            finally:
+                if fail_plane is not None:
+                    net.restore(plane=fail_plane[0])
         return RoceWrite(nbytes=client["bytes"], fabric_s=client["fabric_s"], bw_fabric_bps=client["bw_fabric_bps"],
                          retransmits=client["retransmits"], data_ok=bool(server["data_ok"]), planes=client["planes"],
-                         fidelity=client["fidelity"] + server["fidelity"], client=client, server=server)
+                         fidelity=client["fidelity"] + server["fidelity"], client=client, server=server,
+                         kernel_frames=kernel_frames, failed_at_fabric_s=failed_at)
 
 
 @dataclass(frozen=True)
@@ -258,6 +290,31 @@ class FabricNet(Mininet):
                 out.append([_peer(i).node.name, _peer(i).name, i.link.fabric.host_ip6.split("/")[0],
                             i.link.fabric.rate_bps])
         return out
+
+    def host_port(self, name: str, dst_ip: str) -> tuple[str, str, str]:
+        """Where host `name`'s IPv4 frames to `dst_ip` leave: (switch, the switch's port, the host's
+        address on it), the plane whose subnet holds `dst_ip` as the kernel's route would pick, else
+        its first plane (the default route's)."""
+        first: tuple[str, str, str] | None = None
+        for i in self.get(name).intfList():
+            if isinstance(getattr(i, "link", None), FabricLink) and i.link.fabric.host_ip4:
+                addr = ipaddress.ip_interface(i.link.fabric.host_ip4)
+                here = (_peer(i).node.name, _peer(i).name, str(addr.ip))
+                if ipaddress.ip_address(dst_ip) in addr.network:
+                    return here
+                first = first or here
+        if first is None:
+            raise ValueError(f"{name} has no IPv4 fabric interface")
+        return first
+
+    def plane_ports(self, plane: int) -> list[tuple[str, str]]:
+        """Every port of plane `plane`'s switches, (switch, port) each: what a job's port events take
+        down to fail the plane at a fabric time (on the fabric clock nothing outside the engine can)."""
+        ports = [(sw.name, i.name) for sw in self.switches if isinstance(sw, FabricSwitch) and sw.shard == plane
+                 for i in sw.intfList() if i.name.startswith(f"{sw.name}-")]
+        if not ports:
+            raise ValueError(f"no plane {plane}")
+        return ports
 
     @property
     def deaths(self) -> list[str]:

@@ -132,6 +132,7 @@ class FabricSwitch(Switch):
         for sw in switches:
             sw.engine = plane
             sw.control = control
+        plane.before_job = control.settle  # a job starts on settled routes (Engine.start_job)
         if settings.measured_headroom:
             for a, b in sorted({tuple(sorted((u, v))) for u, v in built.graph.graph.edges()}):
                 control.size_headroom(a, b)

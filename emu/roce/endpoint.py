@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
-from typing import Any, Protocol
+from typing import Any
 
+from emu.dataplane.job import Attach
 from emu.roce.transport import Device, FabricIO
 
 Wait = Callable[[], bool] | None
@@ -44,28 +45,6 @@ def drive_wall(gen: Generator[Wait, None, Any], dev: Device, timeout: float, wha
         return stop.value
 
 
-class Attach(Protocol):
-    """What the engine gives a fabric-clock job (emu.dataplane.worker.Worker): its loop, and a host's ports."""
-
-    loop: Any
-
-    def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
-               ) -> tuple[Callable[[Any], None], bytes, bytes]:
-        """Frames for UDP 4791 arriving at the host behind (switch, port) go to on_frame(t, frame);
-        returns send(frame) into that port's NIC model, the host's MAC and the switch port's."""
-        ...
-
-    def attach_udp4(self, switch: str, port: str, udp_port: int,
-                    on_frame: Callable[[float, Any], None] | None) -> None:
-        """IPv4 UDP frames to `udp_port` arriving at the host behind (switch, port) go to on_frame(t, frame);
-        None gives them back to the host's kernel."""
-        ...
-
-    def set_port(self, switch: str, port: str, up: bool) -> None:
-        """A switch port down or up now, as a failure the job schedules in fabric time."""
-        ...
-
-
 class Endpoint:
     """A device inside the engine on the fabric clock, and the operation it runs (if any): woken by
     arrivals and by its own timers. `fail(why)` is told of an exception or a stuck device."""
@@ -80,6 +59,7 @@ class Endpoint:
         self.wait: Wait = None
         self.wake_at = float("inf")
         self.same = 0  # wake-ups in a row at one instant
+        self.stopped = False  # its job has ended: it sends, answers and wakes no more
 
     @classmethod
     def attached(cls, host: Attach, planes: list[list[Any]], fail: Callable[[str], None], name: str,
@@ -99,6 +79,8 @@ class Endpoint:
         return box[0]
 
     def arrive(self, plane: int, t: float, frame: Any) -> None:
+        if self.stopped:
+            return
         self.dev.on_frame(plane, frame, t)
         self.kick(t)
 
@@ -113,10 +95,21 @@ class Endpoint:
         self.kick(t)
 
     def stop(self) -> None:
+        """Its job has ended: no more operation, and the device falls silent (a device left running
+        would go on probing a failed plane, and answer for its host in the next job)."""
         self.op = None
+        self.stopped = True
+
+    def busy(self) -> bool:
+        return self.op is not None
+
+    def describe(self) -> str:
+        return self.dev.describe()
 
     def kick(self, t: float) -> None:
         """Do what is due, let the operation go on as far as it can, and sleep until the next due time."""
+        if self.stopped:
+            return
         try:
             while True:
                 due = self.dev.step(t)
@@ -154,55 +147,3 @@ class Endpoint:
             if self.wait is None:
                 return True  # it posted something: the device sends it before the operation goes on
         return moved
-
-
-class Job:
-    """A fabric-clock job's life inside the engine: it begins at one fabric instant (FabricLoop.begin),
-    fails with its reason if it has not finished within `params["budget_s"]` of fabric time (stuck, not
-    slow: nothing here can be slow), and once finished hands fabric time back to the wall. Subclasses
-    fill `endpoints`, say what they do (`what()`) and call finish() when done."""
-
-    def __init__(self, host: Attach, params: dict[str, Any]) -> None:
-        self.host = host
-        self.loop = host.loop
-        self.params = params
-        self.error = ""
-        self.finished = False
-        self.endpoints: list[Endpoint] = []
-        self.t0 = 0.0
-
-    def begin(self) -> float:
-        """Start at one fabric instant; schedule the budget's end and the job's port events
-        (`params["port_events"]`: [after (fabric s from the start), up, [[switch, port], ...]] each):
-        a failure on the fabric clock must come at a fabric time, as nothing outside the engine can
-        act while a job runs."""
-        self.t0 = self.loop.begin()
-        self.loop.at(self.t0 + float(self.params["budget_s"]), self._budget, None)
-        for after, up, ports in self.params.get("port_events", []):
-            self.loop.at(self.t0 + float(after), self._set_ports, (bool(up), ports))
-        return self.t0
-
-    def _set_ports(self, t: float, arg: tuple[bool, list[list[str]]]) -> None:
-        up, ports = arg
-        for switch, port in ports:
-            self.host.set_port(switch, port, up)
-
-    def what(self) -> str:
-        raise NotImplementedError
-
-    def _budget(self, t: float, _: Any) -> None:
-        if not self.finished:
-            busy = [f"{ep.name}: {ep.dev.describe()}" for ep in self.endpoints if ep.op is not None]
-            self.fail(f"{self.what()} did not complete in {self.params['budget_s']:g} s of fabric time; "
-                      f"{'; '.join(busy[:3])}")
-
-    def fail(self, why: str) -> None:
-        if not self.finished:
-            self.error = why
-            self.finish()
-
-    def finish(self) -> None:
-        self.finished = True
-        for ep in self.endpoints:
-            ep.stop()
-        self.loop.end()

@@ -20,7 +20,8 @@ import time
 import zlib
 from typing import Any
 
-from emu.roce.endpoint import Attach, Endpoint, Job, Op, drive_wall
+from emu.dataplane.job import Attach, Job
+from emu.roce.endpoint import Endpoint, Op, drive_wall
 from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
 
 
@@ -155,7 +156,7 @@ class PerfJob(Job):
             ops.append(writes(ep.dev, qp, mr, smr.info(), message=int(params["message"]),
                               lat_iters=int(params["lat_iters"]), name=f"client {i}"))
         self.results: list[dict[str, Any] | None] = [None] * len(self.clients)
-        self.endpoints = [*self.clients, self.server]
+        self.participants = [*self.clients, self.server]
         self.begin()
         for i, (ep, op) in enumerate(zip(self.clients, ops, strict=True)):
             ep.start(op, self.t0, lambda out, t, i=i: self._done(i, out))

@@ -71,7 +71,7 @@ class EnginePerf:
                  cc: str = "none", message: int = 1 << 20, lat_iters: int = 5, mtu: int = 1024, seed: int = 1,
                  port_events: list[tuple[float, bool, list[tuple[str, str]]]] | None = None) -> None:
         """`port_events`: (fabric s after the start, up, [(switch, port), ...]) each, done by the
-        engine at that fabric time (emu.roce.endpoint.Job)."""
+        engine at that fabric time (emu.dataplane.job.Job)."""
         self.many = bool(src) and isinstance(src[0][0], list)
         clients = src if self.many else [src]
         rate = sum(p[3] for p in dst)

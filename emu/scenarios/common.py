@@ -60,6 +60,8 @@ class Traffic:
     fabric time its bytes take at the slowest sender's rate (a fixed 120 s cut an incast at
     D = 200 000 short, and the bytes it had not yet counted looked lost)."""
 
+    kernel_frames = 0  # on the wall clock every frame is the kernel's: none is counted apart
+
     def __init__(self, net: FabricNet, flows: list[Flow], *, dilation: float, idle_s: float = 3.0) -> None:
         self.net = net
         self.flows = flows
@@ -112,29 +114,44 @@ class Traffic:
 class FabricTraffic:
     """The same flows on the fabric clock, run by the engine itself (emu.traffic.job): `wait()` gives
     what Traffic's does (per flow what it sent; per receiver what arrived, by source and in time bins),
-    times in fabric seconds. Flows leave and arrive on each host's plane-0 port."""
+    times in fabric seconds. A flow leaves by the plane its kernel route would take (FabricNet.host_port)
+    and is counted on the port its destination address is on. `port_events`: (fabric s after the start,
+    up, [(switch, port), ...]) each, done by the engine at that fabric time; after `wait()`, `t0_fabric_s`
+    is the start on the receivers' clock."""
 
-    def __init__(self, net: FabricNet, flows: list[Flow], *, bin_s: float = 1e-6) -> None:
+    def __init__(self, net: FabricNet, flows: list[Flow], *, bin_s: float = 1e-6,
+                 port_events: list[tuple[float, bool, list[tuple[str, str]]]] | None = None) -> None:
         def end(host: str, ip: str) -> list[str]:
-            switch, port = net.host_planes(host)[0][:2]
+            switch, port, _ = net.host_port(host, ip)
             return [switch, port, ip]
 
-        params = {"flows": [{"src": end(f.src, net.get(f.src).IP()), "dst": end(f.dst, f.dst_ip), "dst_host": f.dst,
-                             "port": f.port,
+        params = {"flows": [{"src": end(f.src, net.host_port(f.src, f.dst_ip)[2]), "dst": end(f.dst, f.dst_ip),
+                             "dst_host": f.dst, "port": f.port,
                              "nbytes": f.nbytes, "size": f.size, "rate_bps": f.rate_bps, "tos": f.tos,
                              "flows": f.flows, "sport": 40000 + 64 * i} for i, f in enumerate(flows)],
                   "bin_s": bin_s,
+                  "port_events": [[after, up, [list(p) for p in ports]] for after, up, ports in port_events or []],
                   # 100 times the bytes at the slowest flow's rate: stuck, not slow.
                   "budget_s": 100 * sum(f.wire_bytes for f in flows) * 8 / min(f.rate_bps for f in flows) + 0.01}
         self.net = net
         self.job = net.engine.start_job("udp", params)
         self.kernel_frames = 0
+        self.t0_fabric_s = 0.0
 
     def wait(self) -> tuple[list[dict], dict[tuple[str, int, bool], dict]]:
         state = self.net.engine.wait_job(self.job)
         self.kernel_frames = int(state["kernel_frames"])
+        self.t0_fabric_s = float(state["result"]["t0_fabric_s"])
         got = {(r["host"], r["udp_port"], False): r for r in state["result"]["received"]}
         return state["result"]["sent"], got
+
+
+def start_traffic(net: FabricNet, flows: list[Flow]) -> Traffic | FabricTraffic:
+    """The flows on the fabric's own clock: run by the engine itself on the fabric clock (exact), as
+    paced processes in the hosts at the fabric's D on the wall clock. Both `wait()` alike."""
+    if net.settings.clock == "fabric":
+        return FabricTraffic(net, flows)
+    return Traffic(net, flows, dilation=net.settings.dilation)
 
 
 def totals(stats: dict[str, Any], lossless: tuple[int, ...] = (3,)) -> dict[str, Any]:

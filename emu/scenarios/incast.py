@@ -20,11 +20,10 @@ from emu.scenarios.base import Scenario
 from emu.scenarios.common import (
     DSCP_LOSSLESS,
     ECT0,
-    FabricTraffic,
     Flow,
     ScenarioError,
-    Traffic,
     rate_series,
+    start_traffic,
     totals,
 )
 from emu.topo.fpf import FPFTopo
@@ -75,7 +74,7 @@ class Incast(Scenario):
         flows = [Flow(f"gpu{i}", "gpu0", dst, PORT, self.as_size("bytes"), rate, size=self.size,
                       tos=DSCP_LOSSLESS << 2 | ECT0) for i in range(1, self.senders + 1)]
         fabric = settings.clock == "fabric"
-        traffic = FabricTraffic(net, flows) if fabric else Traffic(net, flows, dilation=settings.dilation)
+        traffic = start_traffic(net, flows)
         sent, got = traffic.wait()
         d = 1.0 if fabric else settings.dilation  # the receiver's times: fabric seconds already, or wall
         stats = net.engine.stats()

@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from emu.fidelity import fabric_clock_verdict, packet_time_s
 from emu.net.fabric import FabricNet
 from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import Flow, ScenarioError, Traffic
+from emu.scenarios.common import HEADERS, FabricTraffic, Flow, ScenarioError, Traffic
 from emu.topo.fpf import FPFTopo
 
 PORT = 9200
@@ -30,6 +31,7 @@ class PlaneDown(Scenario):
     its flow is `at` (a fraction) of the way through."""
 
     name = "plane-down"
+    fabric_clock = True  # the engine runs its UDP flows and fails the plane at a fabric time, exactly
 
     planes: int = 4
     bytes: str = "1MiB"
@@ -52,14 +54,29 @@ class PlaneDown(Scenario):
         return FPFTopo(gpus=2, planes=self.planes, leaves=1, rate=f"{self.as_rate('rate'):g}")
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
-        nbytes, rate, failed, d = self.as_size("bytes"), self.as_rate("rate"), self.fail, settings.dilation
+        nbytes, rate, failed = self.as_size("bytes"), self.as_rate("rate"), self.fail
         flows = [Flow("gpu0", "gpu1", f"10.{p}.0.3", PORT, nbytes, rate) for p in range(self.planes)]
-        traffic = Traffic(net, flows, dilation=d)
-        net.wait_forwarded(f"p{failed}l0", int(self.at * nbytes))  # `at` into the failed plane's flow
-        net.fail(plane=failed)
-        failed_at = time.monotonic()
-        sent, got = traffic.wait()
-        stats = net.engine.stats()
+        if settings.clock == "fabric":
+            # The plane's every port goes down at the fabric time its flow is `at` through at line rate
+            # (each datagram on the wire with its headers, preamble and gap), done by the engine itself.
+            d = 1.0
+            after = self.at * -(-nbytes // flows[0].size) * packet_time_s(rate, flows[0].size + HEADERS + 24)
+            ports = net.plane_ports(failed)
+            traffic = FabricTraffic(net, flows, port_events=[(after, False, ports)])
+            sent, got = traffic.wait()
+            for sw, port in ports:
+                net.engine.set_port(sw, port, True)
+            failed_at = traffic.t0_fabric_s + after  # on the receiver's clock
+            fidelity = fabric_clock_verdict(packet_s=packet_time_s(rate, flows[0].size + HEADERS),
+                                            kernel_frames=traffic.kernel_frames)
+        else:
+            d = settings.dilation
+            wall = Traffic(net, flows, dilation=d)
+            net.wait_forwarded(f"p{failed}l0", int(self.at * nbytes))  # `at` into the failed plane's flow
+            net.fail(plane=failed)
+            failed_at = time.monotonic()  # one system-wide monotonic clock in every namespace, as the receiver's
+            sent, got = wall.wait()
+            fidelity = fabric_fidelity(net.engine.stats(), rate_bps=rate, senders=sent)
         rx = got[("gpu1", PORT, False)]
         planes = range(self.planes)
         by_plane = {p: rx["by_source"].get(f"10.{p}.0.2", 0) for p in planes}
@@ -67,9 +84,9 @@ class PlaneDown(Scenario):
         # Judged against what the parameters planned: a send the kernel refused is not "not offered".
         planned = {p: flows[p].wire_bytes for p in planes}
         bin_s = rx["bin_s"]
-        fail_after = failed_at - rx["first_monotonic"]  # one system-wide monotonic clock in every namespace
-        after = {p: sum(v for k, v in rx["bins"].get(f"10.{p}.0.2", {}).items() if int(k) * bin_s > fail_after)
-                 for p in planes}
+        fail_after = failed_at - rx["first_monotonic"]
+        after_fail = {p: sum(v for k, v in rx["bins"].get(f"10.{p}.0.2", {}).items() if int(k) * bin_s > fail_after)
+                      for p in planes}
         series = {}
         for p in planes:  # received per plane over time: fabric us, Gb/s
             bins = rx["bins"].get(f"10.{p}.0.2", {})
@@ -83,11 +100,11 @@ class PlaneDown(Scenario):
             "planned_bytes_by_plane": planned,
             "offered_bytes_by_plane": offered,
             "delivered_bytes_by_plane": by_plane,
-            "delivered_after_failure_by_plane": after,
+            "delivered_after_failure_by_plane": after_fail,
             "others_complete": all(by_plane[p] == planned[p] for p in others),
             "failed_plane_lost_bytes": planned[failed] - by_plane[failed],
             "received_series": series,
-            "fidelity": fabric_fidelity(stats, rate_bps=rate, senders=sent),
+            "fidelity": fidelity,
         }
 
     def verdict(self, result: dict[str, Any]) -> bool:
@@ -103,5 +120,6 @@ class PlaneDown(Scenario):
         ax.axvline(result["failed_at_fabric_s"] * 1e6, color="k", linestyle="--", linewidth=0.8)
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("received (Gb/s)")
-        ax.set_title(f"FPF plane {failed} fails under load (D={result['dilation']:g})")
+        clock = "fabric clock" if result.get("clock") == "fabric" else f"D={result['dilation']:g}"
+        ax.set_title(f"FPF plane {failed} fails under load ({clock})")
         ax.legend(fontsize=8)

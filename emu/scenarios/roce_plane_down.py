@@ -9,7 +9,6 @@ shows bytes sent per plane over time, from the sender's own samples.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +16,6 @@ from emu.fidelity import fabric_clock_verdict, packet_time_s
 from emu.net.fabric import FabricNet
 from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
-from emu.roce.run import EnginePerf, PerfRun, mininet_popen
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
 from emu.scenarios.common import ScenarioError
@@ -49,28 +47,14 @@ class RocePlaneDown(Scenario):
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         nbytes, failed = self.as_size("bytes"), self.fail
+        # The plane fails 40 % into its share: on the fabric clock the engine does it at the fabric time
+        # that takes at line rate (nothing outside it can act while the write runs).
+        w = net.roce.write("gpu0", "gpu1", nbytes=nbytes, fail_plane=(failed, int(0.4 * nbytes / self.planes)))
+        client, server, failed_at = w.client, w.server, w.failed_at_fabric_s
         if settings.clock == "fabric":
-            # Nothing outside the engine can act while the job runs: the plane's every port goes down
-            # at the fabric time its share is 40 % sent at line rate, done by the engine itself.
-            src, dst = net.host_planes("gpu0"), net.host_planes("gpu1")
-            rate = src[failed][3]
-            after = 0.4 * nbytes / self.planes * 8 / rate
-            ports = [(sw.name, i.name) for sw in net.switches if getattr(sw, "shard", None) == failed
-                     for i in sw.intfList() if i.name.startswith(f"{sw.name}-")]
-            run_ = EnginePerf(net.engine, src, dst, nbytes=nbytes, lat_iters=0, port_events=[(after, False, ports)])
-            client, server = run_.wait()
-            for sw, port in ports:
-                net.engine.set_port(sw, port, True)
-            failed_at = run_.t0_fabric_s + after
-            fidelity = fabric_clock_verdict(packet_s=packet_time_s(rate, 1024 + HEADERS),
-                                            kernel_frames=run_.kernel_frames)
+            fidelity = fabric_clock_verdict(packet_s=packet_time_s(net.host_planes("gpu0")[failed][3], 1024 + HEADERS),
+                                            kernel_frames=w.kernel_frames)
         else:
-            wall = PerfRun(mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1")), nbytes=nbytes,
-                           dilation=settings.dilation, lat_iters=0)
-            net.wait_forwarded(f"p{failed}l0", int(0.4 * nbytes / self.planes))  # 40 % into the plane's share
-            net.fail(plane=failed)
-            failed_at = time.monotonic() / settings.dilation
-            client, server = wall.wait()
             fidelity = fabric_fidelity(net.engine.stats(), frame_bytes=1024 + HEADERS, endpoints=[client, server])
         p = client["planes"][failed]
         return {

@@ -14,8 +14,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from emu.dataplane.job import Attach, Job
 from emu.packet import ETH_P_IPV4, UDP, ethernet, ipv4_header
-from emu.roce.endpoint import Attach, Job
 
 HEADER = 42  # Ethernet + IPv4 + UDP in front of each datagram, as emu.traffic.udp counts
 IDLE_S = 100e-6  # after the last send, this long without an arrival ends the count (fabric s)
@@ -24,23 +24,29 @@ IDLE_S = 100e-6  # after the last send, this long without an arrival ends the co
 class UdpJob(Job):
     """params: flows, each {src: [switch, port, IPv4], dst: [switch, port, IPv4], dst_host, port, nbytes,
     size, rate_bps, tos, flows, sport}; bin_s (fabric s); budget_s. Result: per flow what it sent, per receiver
-    (dst switch, port, UDP port) what arrived, in emu.traffic.udp's result layout, times in fabric s."""
+    (dst_host, UDP port: one socket, whichever of the host's ports its datagrams arrive at) what arrived, in
+    emu.traffic.udp's result layout, times in fabric s."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
         self.bin_s = float(params["bin_s"])
         self.senders: list[dict[str, Any]] = []
-        self.receivers: dict[tuple[str, str, int], dict[str, Any]] = {}
-        self.expect: dict[tuple[str, str, int], int] = {}
+        # One receiver per host and UDP port, as one socket would be, on every port its flows arrive at.
+        self.receivers: dict[tuple[str, int], dict[str, Any]] = {}
+        self.expect: dict[tuple[str, int], int] = {}
+        self.ports: dict[tuple[str, str, int], tuple[str, int]] = {}
         self.last_arrival = 0.0
         self.sending = 0
         for f in params["flows"]:
-            key = (f["dst"][0], f["dst"][1], int(f["port"]))
+            key = (f.get("dst_host") or f"{f['dst'][0]}/{f['dst'][1]}", int(f["port"]))
             if key not in self.receivers:
-                self.receivers[key] = {"host": f.get("dst_host", ""), "received_bytes": 0, "by_source": {}, "bins": {},
+                self.receivers[key] = {"host": key[0], "received_bytes": 0, "by_source": {}, "bins": {},
                                        "bin_s": self.bin_s, "first_monotonic": None, "last": None,
                                        "socket_overflow_packets": 0}
-                host.attach_udp4(key[0], key[1], key[2], lambda t, frame, k=key: self._arrive(k, t, frame))
+            at = (f["dst"][0], f["dst"][1], key[1])
+            if at not in self.ports:
+                self.ports[at] = key
+                host.attach_udp4(*at, lambda t, frame, k=key: self._arrive(k, t, frame))
             count = -(-int(f["nbytes"]) // int(f["size"]))
             self.expect[key] = self.expect.get(key, 0) + count * int(f["size"])
             send, host_mac, switch_mac = host.attach(f["src"][0], f["src"][1], lambda t, frame: None)
@@ -73,7 +79,7 @@ class UdpJob(Job):
             if self.sending == 0:
                 self.loop.at(t + IDLE_S, self._idle, None)
 
-    def _arrive(self, key: tuple[str, str, int], t: float, frame: Any) -> None:
+    def _arrive(self, key: tuple[str, int], t: float, frame: Any) -> None:
         r = self.receivers[key]
         n = (frame[38] << 8 | frame[39]) - 8
         src = frame[26] << 24 | frame[27] << 16 | frame[28] << 8 | frame[29]  # dotted in result(): no string a packet
@@ -99,7 +105,7 @@ class UdpJob(Job):
             self.loop.at(quiet_from, self._idle, None)
 
     def finish(self) -> None:
-        for sw, port, udp_port in self.receivers:
+        for sw, port, udp_port in self.ports:
             self.host.attach_udp4(sw, port, udp_port, None)
         super().finish()
 
@@ -109,15 +115,15 @@ class UdpJob(Job):
     def result(self) -> dict[str, Any]:
         sent = [{"sent_bytes": s["sent_bytes"], "packets": s["i"], "errors": 0} for s in self.senders]
         got = []
-        for (sw, port, udp_port), r in self.receivers.items():
+        for (_, udp_port), r in self.receivers.items():
             first, last = r["first_monotonic"], r["last"]
             ip = ipaddress.IPv4Address
-            got.append({"switch": sw, "port": port, "udp_port": udp_port,
+            got.append({"udp_port": udp_port,
                         **{k: v for k, v in r.items() if k not in ("last", "by_source", "bins")},
                         "by_source": {str(ip(a)): n for a, n in r["by_source"].items()},
                         "bins": {str(ip(a)): b for a, b in r["bins"].items()},
                         "wall_s": (last - first) if first is not None and last is not None else 0.0})
-        return {"sent": sent, "received": got, "fabric_s": self.loop.now - self.t0}
+        return {"sent": sent, "received": got, "fabric_s": self.loop.now - self.t0, "t0_fabric_s": self.t0}
 
 
 def start(host: Attach, params: dict[str, Any]) -> UdpJob:

@@ -8,6 +8,8 @@ from emu.roce.run import EnginePerf
 from emu.scenarios.dcqcn import overlap_rates
 
 MODULE = "dcqcn.py"
+CLOCKS = ("fabric",)
+CLOCK_NOTE = "on the wall clock its two DCQCN flows needed D = 15 000 and more, and a slower machine fell behind"
 # Per flow: ~2.7 ms of fabric, tens of cut-and-recover rounds. On the fabric clock the run is exact and
 # the same every time for the same thresholds (on the wall clock it needed D = 15 000 and more, and a
 # slower machine still fell behind).

@@ -8,28 +8,25 @@ from typing import Any
 
 from emu import FabricNet, FPFTopo
 from emu.labs import StepFailed
-from emu.roce.run import PerfRun, mininet_popen
 
 MODULE = "metaroce.py"
+CLOCKS = ("fabric", "wall")  # the write is the project's own: exact on the fabric clock; D for the wall's
 D = 10_000
 FAILED = 2
 _run: dict[str, Any] = {}  # the one transfer every step reads
 
 
 @contextmanager
-def fabric() -> Iterator[FabricNet]:
-    with FabricNet(FPFTopo(gpus=2, planes=4, leaves=1), dilation=D) as net:
+def fabric(clock: str) -> Iterator[FabricNet]:
+    with FabricNet(FPFTopo(gpus=2, planes=4, leaves=1), clock=clock, dilation=D) as net:
         yield net
 
 
 def _transfer(net: FabricNet) -> tuple[dict[str, Any], dict[str, Any]]:
     if not _run:
-        run = PerfRun(mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1")), nbytes=16 << 20,
-                      dilation=D, lat_iters=0)
-        net.wait_forwarded(f"p{FAILED}l0", 1 << 20)  # under way: plane 2 has carried 1 MiB
-        net.fail(plane=FAILED)
-        _run["client"], _run["server"] = run.wait()
-        net.restore(plane=FAILED)
+        # Under way: plane 2 fails once it has carried 1 MiB, and is restored after.
+        w = net.roce.write("gpu0", "gpu1", nbytes=16 << 20, fail_plane=(FAILED, 1 << 20))
+        _run["client"], _run["server"] = w.client, w.server
     return _run["client"], _run["server"]
 
 

@@ -13,6 +13,8 @@ from emu.launch import scratch_dir
 from emu.roce.run import PerfRun, mininet_popen
 
 MODULE = "ecn_decide.p4"
+CLOCKS = ("wall",)
+CLOCK_NOTE = "BMv2's simple_switch keeps wall time"
 D = 5000
 P4 = LABS_DIR.parent / "p4"
 _run: dict = {}

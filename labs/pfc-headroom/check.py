@@ -9,20 +9,21 @@ from emu import BAGTopo, FabricNet
 from emu.control.runtime import PROBE_FRAME, WIRE_OVERHEAD_BYTES
 from emu.dataplane.buffer import pfc_headroom
 from emu.labs import StepFailed
-from emu.scenarios.common import DSCP_LOSSLESS, ECT0, Flow, Traffic, totals
+from emu.scenarios.common import DSCP_LOSSLESS, ECT0, Flow, start_traffic, totals
 from emu.units import FIBRE_S_PER_M
 
 MODULE = "headroom.py"
+CLOCKS = ("fabric", "wall")  # the incast is the project's own flows: exact on the fabric clock; D for the wall's
 D = 10_000
 LENGTH_M = 2000.0
 RATE = 800e9
 
 
 @contextmanager
-def fabric() -> Iterator[FabricNet]:
+def fabric(clock: str) -> Iterator[FabricNet]:
     topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts_per_leaf=2, bags=1, rate="400G",
                    fabric_rate="800G", bag_rates="800G", distance=f"{LENGTH_M:g}m")
-    with FabricNet(topo, dilation=D) as net:
+    with FabricNet(topo, clock=clock, dilation=D) as net:
         yield net
 
 
@@ -31,7 +32,7 @@ def _incast(net: FabricNet) -> tuple[object, object, int, int]:
     flows = [Flow(src, "h100x0", dst, 9400, 2 << 20, 400e9, tos=DSCP_LOSSLESS << 2 | ECT0)
              for src in ("h000x0", "h000x1")]
     before = net.stats()
-    sent, got = Traffic(net, flows, dilation=D).wait()
+    sent, got = start_traffic(net, flows).wait()
     after = net.stats()
     return before, after, sum(s["sent_bytes"] for s in sent), got[("h100x0", 9400, False)]["received_bytes"]
 

@@ -12,6 +12,8 @@ from emu.scenarios.common import Flow, Traffic
 from emu.topo import rbb
 
 MODULE = "srv6.py"
+CLOCKS = ("wall",)
+CLOCK_NOTE = "its flow is IPv6 UDP over SRv6, which the engine's own UDP flows (IPv4) do not carry yet"
 DST = "fd00:1:0::2"  # c1h0
 PREFIX = "fd00:1::/64"
 PACKETS = 200  # one way: a ping's replies would take the shortest path back and count on r1
@@ -19,7 +21,7 @@ BACKBONE = ("r0", "r1", "r2", "r3", "r4")
 
 
 @contextmanager
-def fabric() -> Iterator[FabricNet]:
+def fabric(clock: str) -> Iterator[FabricNet]:
     with FabricNet(RBBTopo(routers=5, campuses=2, hosts_per_campus=1), dilation=1000) as net:
         net.get("c0h0").cmd(f"ping -6 -c2 -W3 {DST}")  # neighbours resolved before anything is counted
         yield net

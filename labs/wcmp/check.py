@@ -9,21 +9,24 @@ from contextlib import contextmanager
 from emu import BAGTopo, FabricNet, FabricStats
 from emu.control.runtime import ControlTiming
 from emu.labs import StepFailed
-from emu.scenarios.common import Flow, Traffic
+from emu.scenarios.common import Flow, start_traffic
 
 MODULE = "wcmp.py"
+# The measured flows are the project's own: exact on the fabric clock. The flaps come between them, the
+# controller's timers on fabric time that follows the wall at 1/D (on either clock).
+CLOCKS = ("fabric", "wall")
 D = 2000
 DETECTION = ControlTiming(detection_s=50e-6)
 FAILED = "bag0x0-bag1x0"
 
 
 @contextmanager
-def fabric() -> Iterator[FabricNet]:
+def fabric(clock: str) -> Iterator[FabricNet]:
     # 800G spine links: what feeds a BAG switch never limits it, so each path's share is its long-haul
     # capacity's share (the scenario's 400G ones do limit: question 2).
     topo = BAGTopo(regions=2, buildings=1, leaves=1, spines=1, hosts_per_leaf=1, bags=2, rate="400G",
                    fabric_rate="800G", bag_rates="400G,100G", distance="10km")
-    with FabricNet(topo, dilation=D, control=DETECTION) as net:
+    with FabricNet(topo, clock=clock, dilation=D, control=DETECTION) as net:
         yield net
 
 
@@ -40,7 +43,7 @@ def _paths(net: FabricNet) -> dict[str, tuple[str, str, float]]:
 def _measure(net: FabricNet) -> tuple[FabricStats, FabricStats]:
     flow = Flow("h000x0", "h100x0", net.get("h100x0").IP(), 9500, 2 << 20, 300e9, flows=512)
     before = net.stats()
-    Traffic(net, [flow], dilation=D).wait()
+    start_traffic(net, [flow]).wait()
     return before, net.stats()
 
 
@@ -102,7 +105,7 @@ def _flap(net: FabricNet, timing: ControlTiming) -> int:
     start = control.updates
     for up in (False, True, False):
         (net.restore if up else net.fail)(link=("bag0x0", "bag1x0"))
-        time.sleep(150e-6 * D)
+        time.sleep(150e-6 * net.settings.dilation)
     control.settle()
     updates = control.updates - start
     control.timing = ControlTiming(detection_s=0.0)

@@ -1,0 +1,109 @@
+"""What a fabric-clock job is to the engine, whatever it runs (RDMA endpoints, UDP flows).
+
+A job lives inside an engine worker on the fabric clock (emu.dataplane.worker
+starts it by kind, from a module above this one): the worker hands it its
+loop and the host ports it may attach to (`Attach`), and the job's base
+(`Job`) keeps its life: one start instant, a budget of fabric time, the
+failures it schedules, and the end that hands fabric time back to the wall.
+It sits here, beside the worker, so that every kind of job (emu.roce,
+emu.collectives, emu.traffic) imports it downward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class Attach(Protocol):
+    """What the engine gives a fabric-clock job (emu.dataplane.worker.Worker): its loop, and a host's ports."""
+
+    loop: Any
+
+    def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
+               ) -> tuple[Callable[[Any], None], bytes, bytes]:
+        """Frames for UDP 4791 arriving at the host behind (switch, port) go to on_frame(t, frame);
+        returns send(frame) into that port's NIC model, the host's MAC and the switch port's."""
+        ...
+
+    def attach_udp4(self, switch: str, port: str, udp_port: int,
+                    on_frame: Callable[[float, Any], None] | None) -> None:
+        """IPv4 UDP frames to `udp_port` arriving at the host behind (switch, port) go to on_frame(t, frame);
+        None gives them back to the host's kernel."""
+        ...
+
+    def set_port(self, switch: str, port: str, up: bool) -> None:
+        """A switch port down or up now, as a failure the job schedules in fabric time."""
+        ...
+
+
+class Participant(Protocol):
+    """A part of a job that may still be working when the job ends (a MetaRoCE endpoint)."""
+
+    name: str
+
+    def busy(self) -> bool:
+        """Still running an operation."""
+        ...
+
+    def describe(self) -> str:
+        """What it is doing, for a stuck job's reason."""
+        ...
+
+    def stop(self) -> None:
+        ...
+
+
+class Job:
+    """A fabric-clock job's life inside the engine: it begins at one fabric instant (FabricLoop.begin),
+    fails with its reason if it has not finished within `params["budget_s"]` of fabric time (stuck, not
+    slow: nothing here can be slow), and once finished hands fabric time back to the wall. Subclasses
+    fill `participants`, say what they do (`what()`), give their `result()` and call finish() when done."""
+
+    def __init__(self, host: Attach, params: dict[str, Any]) -> None:
+        self.host = host
+        self.loop = host.loop
+        self.params = params
+        self.error = ""
+        self.finished = False
+        self.participants: list[Participant] = []
+        self.t0 = 0.0
+
+    def begin(self) -> float:
+        """Start at one fabric instant; schedule the budget's end and the job's port events
+        (`params["port_events"]`: [after (fabric s from the start), up, [[switch, port], ...]] each):
+        a failure on the fabric clock must come at a fabric time, as nothing outside the engine can
+        act while a job runs."""
+        self.t0 = self.loop.begin()
+        self.loop.at(self.t0 + float(self.params["budget_s"]), self._budget, None)
+        for after, up, ports in self.params.get("port_events", []):
+            self.loop.at(self.t0 + float(after), self._set_ports, (bool(up), ports))
+        return self.t0
+
+    def _set_ports(self, t: float, arg: tuple[bool, list[list[str]]]) -> None:
+        up, ports = arg
+        for switch, port in ports:
+            self.host.set_port(switch, port, up)
+
+    def what(self) -> str:
+        raise NotImplementedError
+
+    def result(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _budget(self, t: float, _: Any) -> None:
+        if not self.finished:
+            busy = [f"{p.name}: {p.describe()}" for p in self.participants if p.busy()]
+            self.fail(f"{self.what()} did not complete in {self.params['budget_s']:g} s of fabric time; "
+                      f"{'; '.join(busy[:3])}")
+
+    def fail(self, why: str) -> None:
+        if not self.finished:
+            self.error = why
+            self.finish()
+
+    def finish(self) -> None:
+        self.finished = True
+        for p in self.participants:
+            p.stop()
+        self.loop.end()
