@@ -182,3 +182,19 @@ def test_incast_on_the_fabric_clock_is_exact_with_and_without_pfc(tmp_path, no_l
     assert off["drops_lossless"] > 0 and off["pfc_frames"] == 0 and off["delivered_bytes"] < off["planned_bytes"]
     # The receiver's time bins are fabric microseconds: the 2.6 MB take about 210 us at 100G.
     assert 150e-6 < r["receive_fabric_s"] < 400e-6, r["receive_fabric_s"]
+
+
+def test_trimming_recovers_every_cut_by_nack_where_loss_waits_for_timers(tmp_path, no_leftovers):
+    """Issue 23: the same 8 x 4 MiB MetaRoCE incast (DCQCN) on the same fabric, three ways. Trimming:
+    every byte right, packets cut, no pause frame, no retransmission timer fired, each cut NACKed and
+    resent once. Lossy: drops, and timers fired. PFC: pauses and no loss at all."""
+    r = run_scenario("trimming", {}, RunSettings(clock="fabric"), out_dir=str(tmp_path))
+    trim, lossy, pfc = r["trim"], r["lossy"], r["pfc"]
+    assert r["clock"] == "fabric" and r["fidelity"]["ok"] is True and r["passed"], r
+    assert trim["data_ok"] and trim["trims"] > 0 and trim["pfc_frames"] == 0 and trim["timeouts"] == 0
+    assert trim["trim_nacks"] == trim["trims"] == trim["retransmits"] and not trim["drops_by_reason"]
+    assert lossy["data_ok"] and lossy["drops_by_reason"] and lossy["timeouts"] > 0 and lossy["trims"] == 0
+    assert pfc["data_ok"] and pfc["pfc_frames"] > 0 and pfc["retransmits"] == 0 and not pfc["drops_by_reason"]
+    done = {w: r[w]["fct_fabric_s"]["max"] for w in ("pfc", "lossy", "trim")}
+    assert r["incast_first"] == min(done, key=lambda w: done[w]) and r["incast_margin_fabric_s"] > 0
+    assert (tmp_path / "trimming.png").stat().st_size > 0

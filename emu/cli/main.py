@@ -49,11 +49,20 @@ def _settings(args: argparse.Namespace):
         except ValueError:
             raise ValueError(f"--ecn: PMAX is a probability in (0, 1], got {parts[2]!r}") from None
         ecn = (parse_size(parts[0]), parse_size(parts[1]), pmax)
+    trim = None
+    if args.trim:
+        parts = args.trim.split(",")
+        try:
+            trim = (int(parts[0]), int(parts[1]) if len(parts) > 1 else 11)
+        except (ValueError, IndexError):
+            raise ValueError(f"--trim needs SIZE[,DSCP] in bytes and a DSCP, e.g. 64,11; got {args.trim!r}") from None
+        if len(parts) > 2:
+            raise ValueError(f"--trim needs SIZE[,DSCP], got {args.trim!r}")
     d = _dilation(args, auto=args.command == "scenario")  # "auto" is decided per run, by run_scenario
     settings = RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
                            workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                            measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
-                           links=args.links, clock=_clock(args))
+                           links=args.links, clock=_clock(args), trim=trim)
     _check_backend(settings)
     return settings
 
@@ -295,6 +304,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="with --backend bmv2, what carries the links' rate and delay: tc netem, or the native "
                         "engine as wires (any kernel); auto: netem where the kernel has it")
     p.add_argument("--ecn", help="RED marking in classes 0 and 3: KMIN,KMAX,PMAX (default 100KB,400KB,0.2)")
+    p.add_argument("--trim", metavar="SIZE[,DSCP]",
+                   help="packet trimming: a MetaRoCE data packet the buffer would drop is cut to SIZE bytes after "
+                        "its Ethernet header (48..1500, e.g. 64) and sent ahead as DSCP (default 11); its class "
+                        "is then lossy (no PFC) and the receiver NACKs it at once")
     p.add_argument("--measured-headroom", action="store_true",
                    help="size every switch link's PFC headroom from probe round trips at start")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -50,6 +50,33 @@ def _default_dscp() -> list[int]:
 
 
 @dataclass(frozen=True)
+class TrimSpec:
+    """Packet trimming (NDP; Ultra Ethernet; SAI's trim size, DSCP and queue): an IP packet of a
+    trimmable DSCP (`classes`) that the buffer would drop is cut to `size` bytes after its Ethernet
+    header, its DSCP set to `dscp`, and queued in egress queue `queue` (one of the strict-priority
+    ones) while that queue holds under `cap_bytes`; past the cap it is dropped and counted. The
+    trimmed header is not charged to the shared buffer: the header queue is its own. PFC is off for
+    the trimmable classes' traffic classes (a trimmed class is lossy by design)."""
+
+    size: int = 64
+    dscp: int = 11
+    classes: tuple[int, ...] = (24,)  # MetaRoCE's data in trimming mode (its ACKs keep DSCP 26)
+    queue: int = 7
+    cap_bytes: int = 64 << 10
+
+    def __post_init__(self) -> None:
+        if not 48 <= self.size <= 1500:
+            raise SpecError(f"trim size must be 48..1500 bytes after the Ethernet header (IPv6 + UDP is 48), "
+                            f"got {self.size}")
+        if not 0 <= self.dscp < 64 or any(not 0 <= d < 64 for d in self.classes):
+            raise SpecError(f"trim DSCPs must be in 0..63, got {self.dscp} and {self.classes}")
+        if self.dscp in self.classes:
+            raise SpecError(f"the trimmed DSCP {self.dscp} cannot itself be trimmable")
+        if not 0 <= self.queue < 8 or self.cap_bytes <= 0:
+            raise SpecError(f"trim queue must be 0..7 and its cap > 0, got {self.queue}, {self.cap_bytes}")
+
+
+@dataclass(frozen=True)
 class QosSpec:
     dscp_to_tc: tuple[int, ...] = field(default_factory=lambda: tuple(_default_dscp()))
     lossless: tuple[int, ...] = (3,)
@@ -61,8 +88,11 @@ class QosSpec:
     strict: tuple[int, ...] = (7, 6)
     weights: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 1, 1)
     host_nic_limit: int = 64 << 20
+    trim: TrimSpec | None = None
 
     def __post_init__(self) -> None:
+        if self.trim is not None and self.trim.queue not in self.strict:
+            raise SpecError(f"the trim queue {self.trim.queue} must be a strict-priority one ({self.strict})")
         if len(self.dscp_to_tc) != 64 or any(not 0 <= t < 8 for t in self.dscp_to_tc):
             raise SpecError("dscp_to_tc needs 64 traffic classes in 0..7")
         if any(not 0 <= t < 8 for t in self.lossless):
@@ -79,6 +109,8 @@ class QosSpec:
     def from_dict(cls, d: dict[str, Any]) -> QosSpec:
         d = dict(d)
         d["ecn"] = {int(k): EcnSpec(**v) for k, v in d.get("ecn", {}).items()}
+        if d.get("trim") is not None:
+            d["trim"] = TrimSpec(**{**d["trim"], "classes": tuple(d["trim"]["classes"])})
         for key in ("dscp_to_tc", "lossless", "strict", "weights"):
             if key in d:
                 d[key] = tuple(d[key])

@@ -30,6 +30,7 @@ from emu.dataplane.tables import GroupState, Lpm
 
 CONTROL_TC = 7
 PFC_XOFF_QUANTA = 0xFFFF
+TRIMMED = -1  # the ingress port a trimmed header is queued with: it is not charged to the buffer
 SOLICITED_NODE = int(ipaddress.IPv6Address("ff02::1:ff00:0"))
 IPV4 = pk.ETH_P_IPV4
 IPV6 = pk.ETH_P_IPV6
@@ -54,7 +55,7 @@ class Port:
     __slots__ = (
         "index", "name", "mac", "peer_kind", "peer_mac", "tx", "nic", "ip4", "ip6",
         "rx_packets", "rx_bytes", "drops", "drops_tc", "ecn_marked", "pfc_tx", "pfc_rx",
-        "up", "rate_bps", "delay", "q_enq", "q_over_kmax",
+        "up", "rate_bps", "delay", "q_enq", "q_over_kmax", "trimmed",
     )
 
     def __init__(self, index: int, name: str, mac: bytes, peer_kind: str) -> None:
@@ -74,6 +75,7 @@ class Port:
         self.q_enq = [0] * NQ  # IP packets queued where ECN is on, and how many found it past Kmax
         self.q_over_kmax = [0] * NQ
         self.ecn_marked = 0
+        self.trimmed = [0] * NQ  # by the traffic class the packet had before it was cut
         self.pfc_tx = 0
         self.pfc_rx = 0
         self.up = True
@@ -96,6 +98,12 @@ class Switch:
         self.dscp_tc = list(qos.dscp_to_tc)
         self.lossless = [q in qos.lossless for q in range(NQ)]
         self.pfc = qos.pfc
+        self.trim = qos.trim
+        self.trimmable = [False] * 64  # by DSCP
+        if qos.trim is not None:
+            for d in qos.trim.classes:
+                self.trimmable[d] = True
+                self.lossless[self.dscp_tc[d]] = False  # a trimmed class is lossy by design: no PFC
         self.ecn: list[tuple[int, int, float] | None] = [None] * NQ
         for tc, e in qos.ecn.items():
             self.ecn[tc] = (e.kmin, e.kmax, e.pmax)
@@ -541,7 +549,10 @@ class Switch:
         mmu = self.mmu
         reason = mmu.admit(in_port, tc, out_port, n, lossless)
         if reason is not None:
-            port.drop(reason, tc)
+            if self.trim is not None and ipv and n > l3 + self.trim.size and self.trimmable[self._dscp(frame, l3, ipv)]:
+                self._trim(t, port, tc, frame, l3, ipv, reason)
+            else:
+                port.drop(reason, tc)
             return
         ecn = self.ecn[tc]
         if ecn is not None and ipv:
@@ -558,6 +569,23 @@ class Switch:
             mmu.xoff[in_port][tc] = True
             self.send_pfc(t, in_port, {tc: PFC_XOFF_QUANTA})
         port.tx.enqueue(t, tc, frame, in_port)
+
+    @staticmethod
+    def _dscp(frame: Any, l3: int, ipv: int) -> int:
+        if ipv == 4:
+            return frame[l3 + 1] >> 2
+        return (frame[l3] & 0x0F) << 2 | frame[l3 + 1] >> 6
+
+    def _trim(self, t: float, port: Port, tc: int, frame: Any, l3: int, ipv: int, reason: str) -> None:
+        """Cut instead of dropping: the header goes out ahead of the data, in its own strict-priority
+        queue, uncharged to the shared buffer (TrimSpec); past that queue's cap it is dropped."""
+        trim = self.trim
+        assert trim is not None
+        if port.tx.qbytes[trim.queue] + l3 + trim.size > trim.cap_bytes:
+            port.drop("trim_queue_full", tc)
+            return
+        port.trimmed[tc] += 1
+        port.tx.enqueue(t, trim.queue, pk.trim_frame(frame, l3, ipv, trim.size, trim.dscp), TRIMMED)
 
     @staticmethod
     def _mark_ce(frame: bytearray, l3: int, ipv: int) -> bool:
@@ -578,6 +606,8 @@ class Switch:
         return True
 
     def _dequeued(self, out_port: int, t: float, tc: int, frame: Any, in_port: int) -> Any:
+        if in_port == TRIMMED:
+            return frame  # a trimmed header was never charged to the buffer
         mmu = self.mmu
         mmu.release(in_port, tc, out_port, len(frame))
         if mmu.xoff[in_port][tc] and mmu.should_resume(in_port, tc):
@@ -622,6 +652,7 @@ class Switch:
                 "drops": dict(p.drops),
                 "drops_tc": list(p.drops_tc),
                 "ecn_marked": p.ecn_marked,
+                "trimmed": list(p.trimmed),
                 "ecn_enqueued": list(p.q_enq),
                 "over_kmax": list(p.q_over_kmax),
                 "pfc_tx": p.pfc_tx,

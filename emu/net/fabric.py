@@ -72,6 +72,7 @@ class RoceOps:
         from emu.roce.run import EnginePerf, PerfRun, mininet_popen
 
         net, failed_at, kernel_frames = self.net, None, 0
+        trim_dscp = net.settings.trim[1] if net.settings.trim else None
         src_planes = net.host_planes(src)
         if fail_plane is not None and not 0 <= fail_plane[0] < len(src_planes):
             raise ValueError(f"fail_plane: {src} has planes 0..{len(src_planes) - 1}, not {fail_plane[0]}")
@@ -82,7 +83,7 @@ class RoceOps:
                 ports = net.plane_ports(plane)
                 events = [(after_bytes * 8 / src_planes[plane][3], False, ports)]
             run = EnginePerf(net.engine, src_planes, net.host_planes(dst), nbytes=nbytes, cc=cc, message=message,
-                             lat_iters=0, port_events=events)
+                             lat_iters=0, port_events=events, trim_dscp=trim_dscp)
             try:
                 client, server = run.wait()
             finally:
@@ -95,7 +96,8 @@ class RoceOps:
             if timeout is None:
                 timeout = 300.0 + nbytes * 8 / 10e9 * net.settings.dilation
             wall = PerfRun(mininet_popen(net.get(src)), mininet_popen(net.get(dst)), nbytes=nbytes,
-                           dilation=net.settings.dilation, cc=cc, message=message, timeout=timeout, lat_iters=0)
+                           dilation=net.settings.dilation, cc=cc, message=message, timeout=timeout, lat_iters=0,
+                           trim_dscp=trim_dscp)
             if fail_plane is not None:
                 net.wait_forwarded(src_planes[fail_plane[0]][0], fail_plane[1])
                 net.fail(plane=fail_plane[0])

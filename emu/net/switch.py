@@ -21,7 +21,15 @@ from emu.control.model import MySid
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.control.runtime import ControlTiming, FabricController
 from emu.dataplane.engine import new_run_dir
-from emu.dataplane.spec import EcnSpec, EngineSpec, PortSpec, QosSpec, SwitchSpec
+from emu.dataplane.spec import (
+    EcnSpec,
+    EngineSpec,
+    PortSpec,
+    QosSpec,
+    SpecError,
+    SwitchSpec,
+    TrimSpec,
+)
 from emu.net.backend import BACKENDS, DataPlane, backend
 from emu.net.cleanup import record
 from emu.net.link import SWITCH_MTU, FabricLink, LinkParams, node_netlink, root_netlink
@@ -48,6 +56,9 @@ class RunSettings:
     # inside it, nothing late, results the same on any machine); `dilation` then only paces the kernel's
     # traffic while none of ours runs. "wall": fabric time = wall time / dilation (kernel traffic, BMv2).
     clock: str = "wall"
+    # Packet trimming (size in bytes after the Ethernet header, the trimmed packets' DSCP), or None:
+    # MetaRoCE's data (DSCP 24 in this mode) is cut instead of dropped (emu.dataplane.spec.TrimSpec).
+    trim: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -69,6 +80,13 @@ class RunSettings:
         if self.backend == "native" and self.p4_json:
             raise ValueError("a P4 program is for --backend bmv2: the native engine does not run one")
         check_clock(self.clock)
+        if self.trim is not None:
+            try:
+                TrimSpec(size=self.trim[0], dscp=self.trim[1])
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+            if self.backend != "native":
+                raise ValueError("--trim is the native engine's for now: fabric.p4 does not truncate yet")
         if self.clock == "fabric" and self.backend != "native":
             raise ValueError("the fabric clock is the native engine's: BMv2's simple_switch keeps wall time "
                              "(use --clock wall with --backend bmv2)")
@@ -250,7 +268,8 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     fabric_clock = settings.clock == "fabric"
     if fabric_clock:  # one schedule: every switch and every endpoint in one process (docs/architecture.md)
         workers = 1
-    qos = replace(QosSpec(), pfc=settings.pfc, buffer_per_port=settings.buffer_per_port)
+    qos = replace(QosSpec(), pfc=settings.pfc, buffer_per_port=settings.buffer_per_port,
+                  trim=TrimSpec(size=settings.trim[0], dscp=settings.trim[1]) if settings.trim else None)
     if settings.ecn is not None:
         kmin, kmax, pmax = settings.ecn
         qos = replace(qos, ecn={3: EcnSpec(kmin, kmax, pmax), 0: EcnSpec(kmin, kmax, pmax)})

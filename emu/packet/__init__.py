@@ -96,6 +96,34 @@ def udp6_frame(eth_head: bytes, tclass: int, src: bytes, dst: bytes, sport: int,
             + UDP.pack(sport, dport, ulen, csum) + body)
 
 
+def trim_frame(frame: bytes | bytearray, l3: int, ipv: int, size: int, dscp: int) -> bytearray:
+    """A packet trimmed as a switch trims it (NDP, Ultra Ethernet): the frame cut to `size` bytes
+    after its Ethernet header (`l3`: where the IP header starts), the IP (and UDP) lengths and
+    checksums made right for what is left, its DSCP set to `dscp` (ECN bits kept), so the receiver
+    sees a valid, short packet that names what was cut. The caller checks the frame is longer."""
+    out = bytearray(frame[:l3 + size])
+    if ipv == 4:
+        ihl = (out[l3] & 0x0F) * 4
+        struct.pack_into("!H", out, l3 + 2, size)
+        out[l3 + 1] = dscp << 2 | (out[l3 + 1] & 3)
+        struct.pack_into("!H", out, l3 + 10, 0)
+        struct.pack_into("!H", out, l3 + 10, checksum(out[l3:l3 + ihl]))
+        if out[l3 + 9] == IPPROTO_UDP and size >= ihl + 8:
+            struct.pack_into("!HH", out, l3 + ihl + 4, size - ihl, 0)  # no UDP checksum: RFC 768 allows it
+        return out
+    plen = size - 40
+    struct.pack_into("!H", out, l3 + 4, plen)
+    tclass = dscp << 2 | (out[l3 + 1] >> 4 & 3)
+    out[l3] = 0x60 | tclass >> 4
+    out[l3 + 1] = (tclass & 0x0F) << 4 | (out[l3 + 1] & 0x0F)
+    if out[l3 + 6] == IPPROTO_UDP and plen >= 8:
+        u = l3 + 40
+        struct.pack_into("!HH", out, u + 4, plen, 0)
+        total = fast_sum(bytes(out[l3 + 8:l3 + 40]) + struct.pack("!II", plen, IPPROTO_UDP) + bytes(out[u:]))
+        struct.pack_into("!H", out, u + 6, ~total & 0xFFFF or 0xFFFF)
+    return out
+
+
 def ipv4_header(src: bytes, dst: bytes, proto: int, payload_len: int, ttl: int = 64, tos: int = 0) -> bytes:
     hdr = IPV4.pack(0x45, tos, 20 + payload_len, 0, 0x4000, ttl, proto, 0, src, dst)
     return hdr[:10] + struct.pack("!H", checksum(hdr)) + hdr[12:]

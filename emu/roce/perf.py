@@ -80,7 +80,8 @@ def writes(dev: Device, qp: QueuePair, mr: MemoryRegion, remote: dict[str, int],
         "role": "client", "qpn": qp.qpn, "bytes": mr.size, "message": message, "wall_s": elapsed,
         "fabric_s": elapsed / d, "bw_fabric_bps": mr.size * 8 / (elapsed / d) if elapsed else 0.0,
         "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),
-        "retransmits": qp.retransmits, "cnps": qp.cc.cnps, "final_rate_bps": qp.cc.rate,
+        "retransmits": qp.retransmits, "timeouts": qp.timeouts, "trim_nacks": qp.trim_nacks,
+        "cnps": qp.cc.cnps, "final_rate_bps": qp.cc.rate,
         "rate_trace": qp.rate_trace,
         "plane_trace": [(t / d, b) for t, b in dev.plane_trace],
         "lat_fabric_s": {"min": lats[0], "typical": lats[len(lats) // 2], "max": lats[-1]} if lats else {},
@@ -101,7 +102,7 @@ def server_result(dev: Device, ends: list[tuple[MemoryRegion, QueuePair]], nbyte
 def server(args: argparse.Namespace) -> dict[str, Any]:
     """One queue pair and one region per client; client i writes pattern(seed + i)."""
     dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc, mtu=args.mtu,
-                 plane_rate_bps=args.plane_rate)
+                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp)
     ends = []
     for i in range(args.clients):
         mr, qp = dev.reg_mr(args.bytes), dev.create_qp()
@@ -117,7 +118,7 @@ def server(args: argparse.Namespace) -> dict[str, Any]:
 
 def client(args: argparse.Namespace) -> dict[str, Any]:
     dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc, mtu=args.mtu,
-                 plane_rate_bps=args.plane_rate)
+                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp)
     mr = dev.reg_mr(args.bytes)
     mr.buf[:] = pattern(args.bytes, args.seed + args.index)
     qp = dev.create_qp()
@@ -140,7 +141,7 @@ class PerfJob(Job):
         super().__init__(host, params)
         nbytes, seed = int(params["nbytes"]), int(params["seed"])
         rng = random.Random(seed)
-        kw = {"mtu": params["mtu"], "cc": params["cc"]}
+        kw = {"mtu": params["mtu"], "cc": params["cc"], "trim_dscp": params.get("trim_dscp")}
         self.server = Endpoint.attached(host, params["server"], self.fail, "server", seed=rng.getrandbits(32), **kw)
         self.clients = [Endpoint.attached(host, planes, self.fail, f"client {i}", seed=rng.getrandbits(32), **kw)
                         for i, planes in enumerate(params["clients"])]
@@ -188,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--message", type=int, default=1 << 20)
     ap.add_argument("--dilation", type=float, default=1000.0)
     ap.add_argument("--cc", default="none")
+    ap.add_argument("--trim-dscp", type=int, default=None, help="the fabric trims: trimmed packets carry this DSCP")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lat-iters", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=300.0)

@@ -60,6 +60,9 @@ from emu.roce.cc import CongestionControl, make
 
 HEADERS = wire.DATA_HEADER + wire.ICRC_BYTES + 8 + 40 + 14 + 24  # RoCE + UDP + IPv6 + Ethernet + wire
 TC_DATA = 26 << 2 | 0b10  # lossless class, ECT(0)
+# Trimming mode: data is marked DSCP 24 (the same class, 3, but the switches' trimmable DSCP) so that
+# a switch cuts it rather than drop it, while ACKs keep DSCP 26 and are never cut.
+TC_DATA_TRIMMABLE = 24 << 2 | 0b10
 TC_ACK = 26 << 2
 TC_CNP = 48 << 2
 DUP_THRESH = 3
@@ -141,7 +144,7 @@ class Plane:
     stats: dict[str, int] = field(default_factory=lambda: {"tx_packets": 0, "tx_bytes": 0, "rx_packets": 0,
                                                            "retransmits": 0, "probes": 0,
                                                            "tx_after_down": 0, "downs": 0,
-                                                           "spurious_retransmits": 0})
+                                                           "spurious_retransmits": 0, "trims": 0})
 
 
 class QueuePair:
@@ -163,6 +166,10 @@ class QueuePair:
         self.window_full = False  # sends wait for ACKs: not late while they do
         self.srtt = 0.0
         self.retransmits = 0
+        self.timeouts = 0  # retransmissions the timer sent (no SACK, no NACK had said the packet was lost)
+        self.trim_nacks = 0  # NACKs for trimmed packets: each resent at once, on another plane
+        self.resend: deque[int] = deque()  # PSNs a NACK asked for again, to go before new data
+        self.last_trim_cut = -1.0  # when a trim last cut the rate (at most once a CNP interval)
         # PSN -> the plane its last retransmission charged with losing it, until a duplicate arrival
         # proves that plane innocent (kept past the cumulative ACK: the duplicate may come later).
         self.charged: dict[int, int] = {}
@@ -249,11 +256,15 @@ class FabricIO:
 class Device:
     def __init__(self, addrs: list[str], *, dilation: float, plane_rate_bps: float = 100e9, mtu: int = 1024,
                  cc: str = "none", window: int = 512, rto_fabric_s: float = 200e-6, seed: int | None = None,
-                 clock: Clock = WALL, io: FabricIO | None = None) -> None:
+                 clock: Clock = WALL, io: FabricIO | None = None, trim_dscp: int | None = None) -> None:
         """`clock` and `io`: WALL and None (kernel sockets bound to `addrs`, in this namespace), or the
-        engine's fabric clock and the FabricIO of the host's switch ports (dilation 1)."""
+        engine's fabric clock and the FabricIO of the host's switch ports (dilation 1). `trim_dscp`:
+        trimming mode (the fabric's switches cut instead of dropping): data goes out trimmable, and a
+        packet that arrives with this DSCP is a trimmed one, NACKed at once."""
         if not addrs:
             raise RoceError("a device needs at least one port (plane address)")
+        self.trim_dscp = trim_dscp
+        self.tc_data = TC_DATA if trim_dscp is None else TC_DATA_TRIMMABLE
         self.clock = clock
         self.io = io
         # Packets due within BURST_S go in one go on the wall clock (a sleep that short costs more than it
@@ -275,7 +286,7 @@ class Device:
         self.cq: deque[Completion] = deque()
         self.recv_cq: deque[Completion] = deque()  # writes with immediate, whole and in order
         self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0,
-                         "duplicates": 0}
+                         "duplicates": 0, "trimmed": 0}
         self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
         self.next_sample = 0.0
         self.plane_trace: list[tuple[float, list[int]]] = []  # (wall s, bytes sent per plane), sampled
@@ -310,7 +321,7 @@ class Device:
         rx.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
         rx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
         rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        tx = [sock(0, TC_DATA) for _ in range(ENTROPY)]
+        tx = [sock(0, self.tc_data) for _ in range(ENTROPY)]
         ctl, cnp = sock(0, TC_ACK), sock(0, TC_CNP)
         return Plane(i, addr, wire.ip6(addr), rx, tx, [s.getsockname()[1] for s in tx], ctl, ctl.getsockname()[1],
                      cnp, cnp.getsockname()[1])
@@ -369,12 +380,14 @@ class Device:
             if qp.ack_due and now >= qp.ack_deadline:
                 self._send_ack(qp)
             qp.cc.tick(now / self.dilation)
+            if qp.resend:
+                self._resend(qp, now)
             self._recover(qp, now)
             self._send_data(qp, now)
         self._probe_planes(now)
         due = float("inf")
         for qp in self.qps.values():
-            if qp.pending and len(qp.inflight) < self.window:
+            if (qp.pending and len(qp.inflight) < self.window) or qp.resend:
                 free = min((p.next_free for p in self.planes if p.healthy), default=now)
                 due = min(due, max(qp.next_send, free))
             if qp.ack_due:
@@ -441,7 +454,7 @@ class Device:
         k = psn % ENTROPY  # the source port (flow entropy) rotates with the PSN
         frame = wire.data_frame(plane.addr_b, qp.remote_planes[plane.index], plane.tx_ports[k], qp.remote_qpn,
                                 psn, seg.va, seg.rkey, seg.view, ack_req=seg.sends > 0, imm=seg.imm)
-        if not self._send(plane, k, plane.tx_ports[k], TC_DATA, qp.remote_planes[plane.index],
+        if not self._send(plane, k, plane.tx_ports[k], self.tc_data, qp.remote_planes[plane.index],
                           qp.remote_addrs[plane.index], frame):
             return False
         if seg.psn < 0:
@@ -501,13 +514,16 @@ class Device:
             overtaken = (highest - seg.psn >= reorder and qp.srtt > 0
                          and now - seg.sent_at > 2 * qp.srtt + self.ack_delay + qp.reo_wnd)
             backoff = rto * (1 << min(seg.sends - 1, 6))  # each timeout of the same packet doubles its timer
-            if (overtaken and seg.sends == 1) or now - seg.sent_at > backoff:
+            timer = now - seg.sent_at > backoff
+            if (overtaken and seg.sends == 1) or timer:
                 lost_on = self.planes[seg.plane]
                 others = any(p.healthy and p.index != seg.plane for p in self.planes)
                 # Never back onto the plane that lost it while another one is healthy: wait for a free one.
                 plane = self._pick_plane(qp, now, avoid=seg.plane if others else -1)
                 if plane is None or not self._transmit(qp, seg, plane, now):
                     return
+                if timer and not (overtaken and seg.sends == 1):
+                    qp.timeouts += 1
                 qp.charged[seg.psn] = lost_on.index
                 if len(qp.charged) > CHARGED_KEPT:
                     del qp.charged[next(iter(qp.charged))]
@@ -518,6 +534,39 @@ class Device:
                     lost_on.stats["downs"] += 1
                     lost_on.probe_due = now + self._probe_interval()
                 qp.retransmits += 1
+
+    def _resend(self, qp: QueuePair, now: float) -> None:
+        """What NACKs asked for, before any new data, each on another plane than the one that trimmed it
+        (that plane's queue was full a moment ago). A trim is congestion, not a failure: no plane is
+        charged with a loss."""
+        while qp.resend:
+            seg = qp.inflight.get(qp.resend[0])
+            if seg is None or seg.acked:
+                qp.resend.popleft()
+                continue
+            others = any(p.healthy and p.index != seg.plane for p in self.planes)
+            plane = self._pick_plane(qp, now, avoid=seg.plane if others else -1)
+            if plane is None or not self._transmit(qp, seg, plane, now):
+                return
+            qp.resend.popleft()
+            qp.retransmits += 1
+
+    def _on_nack(self, qp: QueuePair, echo: int, now: float) -> None:
+        """A trimmed packet's NACK: resend that PSN at once (no timer), and take the trim as congestion.
+        DCQCN's only way down is a CNP, so a trim enters as one, at most one per CNP interval (as the
+        receiver paces its CNPs): a trim says a queue overflowed, at least what a mark says."""
+        psn = self._unwrap(echo, max(qp.cum_acked, 0))
+        seg = qp.inflight.get(psn)
+        if seg is None or seg.acked or psn in qp.resend:
+            return
+        qp.trim_nacks += 1
+        self.planes[seg.plane].stats["trims"] += 1
+        qp.resend.append(psn)
+        if self.cc_name != "none" and now - qp.last_trim_cut >= qp.cc.cnp_interval_s * self.dilation:
+            qp.last_trim_cut = now
+            qp.cc.tick(now / self.dilation)
+            qp.cc.on_cnp(now / self.dilation)
+            qp.rate_trace.append((now / self.dilation, qp.cc.rate))
 
     def _probe_interval(self) -> float:
         """How often a plane marked down is probed (wall s): a retransmission timeout from the measured
@@ -603,6 +652,9 @@ class Device:
         if len(data) < 16:
             self.counters["truncated"] += 1
             return
+        if tclass >> 2 == self.trim_dscp:  # cut by a switch: its ICRC no longer matches, by design
+            self._on_trimmed(plane, data)
+            return
         if not wire.check(src, plane.addr_b, sport, data):
             self.counters["bad_icrc"] += 1
             return
@@ -624,6 +676,20 @@ class Device:
             qp.rate_trace.append((now / self.dilation, qp.cc.rate))
         else:
             self.counters["truncated"] += 1
+
+    def _on_trimmed(self, plane: Plane, data: memoryview) -> None:
+        """A data packet a switch trimmed: NACK its PSN at once, over the plane it came by (its header
+        survives the cut; its payload and ICRC do not)."""
+        op, qpn, wpsn, _ = wire.parse_bth(data)
+        qp = self.qps.get(qpn)
+        if qp is None or op not in (wire.OP_WRITE_ONLY, wire.OP_WRITE_ONLY_IMM):
+            self.counters["unknown_qp" if qp is None else "truncated"] += 1
+            return
+        psn = self._unwrap(wpsn, qp.expected)
+        if psn < qp.expected or psn in qp.beyond:
+            return  # a copy already arrived whole
+        self.counters["trimmed"] += 1
+        self._send_ack(qp, syndrome=wire.SYNDROME_NAK_PSN, plane=plane.index, echo=psn)
 
     @staticmethod
     def _unwrap(wire_psn: int, near: int) -> int:
@@ -691,7 +757,7 @@ class Device:
                 self._send_ctl(qp, plane.index, wire.cnp_packet(qp.remote_qpn), cnp=True)
 
     def _send_ack(self, qp: QueuePair, syndrome: int = wire.SYNDROME_ACK, plane: int | None = None,
-                  duplicate: bool = False) -> None:
+                  duplicate: bool = False, echo: int | None = None) -> None:
         qp.ack_due = False
         qp.ack_unsent = 0
         bits = bytearray(32)
@@ -700,8 +766,8 @@ class Device:
             i = psn - base
             if 0 <= i < wire.SACK_BITS:
                 bits[i >> 3] |= 0x80 >> (i & 7)
-        pkt = wire.ack_packet(qp.remote_qpn, (qp.expected - 1) & wire.PSN_MASK, qp.newest, base, bytes(bits), syndrome,
-                              duplicate)
+        pkt = wire.ack_packet(qp.remote_qpn, (qp.expected - 1) & wire.PSN_MASK, qp.newest if echo is None else echo,
+                              base, bytes(bits), syndrome, duplicate)
         self._send_ctl(qp, qp.ack_plane if plane is None else plane, pkt)
 
     def _send_ctl(self, qp: QueuePair, plane_index: int, body: bytes, cnp: bool = False) -> None:
@@ -714,6 +780,9 @@ class Device:
 
     def _on_ack(self, qp: QueuePair, plane: Plane, data: memoryview, wpsn: int, now: float) -> None:
         syndrome, echo, base, bitmap, duplicate = wire.parse_ack(data)
+        if syndrome == wire.SYNDROME_NAK_PSN:  # "send this PSN again": a switch trimmed it
+            self._on_nack(qp, echo, now)
+            return
         if syndrome != wire.SYNDROME_ACK:
             qp.error = f"remote access error (NAK 0x{syndrome:02x})"
             for wr_id, _, _ in qp.wrs:

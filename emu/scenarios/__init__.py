@@ -31,6 +31,7 @@ SCENARIOS = {
     "dcqcn": "emu.scenarios.dcqcn:Dcqcn",
     "roce-plane-down": "emu.scenarios.roce_plane_down:RocePlaneDown",
     "bag-collective": "emu.scenarios.bag_collective:BagCollective",
+    "trimming": "emu.scenarios.trimming:Trimming",
 }
 
 

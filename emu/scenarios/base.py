@@ -102,6 +102,11 @@ class Scenario:
         """The run's settings as this scenario needs them (its own ECN thresholds, control timing)."""
         return settings
 
+    def role_settings(self, role: str, settings: RunSettings) -> RunSettings:
+        """The settings of the fabric built for `role` (a scenario comparing PFC, loss and trimming on
+        the same fabric builds it three ways)."""
+        return settings
+
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -110,9 +115,10 @@ class Scenario:
         that picks D per run itself (picks_dilation), whether to."""
         parts = {}
         for role, topo in self.topologies().items():
-            with fabric(topo, settings) as net:
+            mine = self.role_settings(role, settings)
+            with fabric(topo, mine) as net:
                 net.engine.reset_fidelity()  # what measure() does is judged, the bring-up is not
-                parts[role] = self.measure(net, settings, role)
+                parts[role] = self.measure(net, mine, role)
         return parts
 
     def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:
