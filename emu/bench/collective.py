@@ -65,7 +65,8 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: 
     t0 = time.monotonic()
     with fabric(topo, settings) as net:
         cpu0, t1 = net.engine.cpu_seconds(), time.monotonic()
-        report = measure(net.engine, net.rank_hosts(), op, sizes, clock=settings.clock, dilation=d, cc=cc, seed=seed)
+        report = measure(net.engine, net.rank_hosts(), op, sizes, clock=settings.clock, dilation=d, cc=cc, seed=seed,
+                         trim_dscp=settings.trim[1] if settings.trim else None)
         # The measurement alone (not bring-up): the engine's CPU, which on the fabric clock is all of it.
         run_s, cpu_s = time.monotonic() - t1, net.engine.cpu_seconds() - cpu0
     fabric_ms = sum(r["time_us"] for r in report["rows"]) / 1e3

@@ -49,15 +49,7 @@ def _settings(args: argparse.Namespace):
         except ValueError:
             raise ValueError(f"--ecn: PMAX is a probability in (0, 1], got {parts[2]!r}") from None
         ecn = (parse_size(parts[0]), parse_size(parts[1]), pmax)
-    trim = None
-    if args.trim:
-        parts = args.trim.split(",")
-        try:
-            trim = (int(parts[0]), int(parts[1]) if len(parts) > 1 else 11)
-        except (ValueError, IndexError):
-            raise ValueError(f"--trim needs SIZE[,DSCP] in bytes and a DSCP, e.g. 64,11; got {args.trim!r}") from None
-        if len(parts) > 2:
-            raise ValueError(f"--trim needs SIZE[,DSCP], got {args.trim!r}")
+    trim = _trim(args.trim)
     d = _dilation(args, auto=args.command == "scenario")  # "auto" is decided per run, by run_scenario
     settings = RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
                            workers=args.workers, pcap_dir=args.pcap or "", control=timing,
@@ -65,6 +57,19 @@ def _settings(args: argparse.Namespace):
                            links=args.links, clock=_clock(args), trim=trim)
     _check_backend(settings)
     return settings
+
+
+def _trim(text: str | None) -> tuple[int, int] | None:
+    """--trim SIZE[,DSCP]: (bytes kept after the Ethernet header, the trimmed packets' DSCP; 11 if not given)."""
+    if not text:
+        return None
+    parts = text.split(",")
+    try:
+        if len(parts) > 2:
+            raise ValueError
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 11
+    except ValueError:
+        raise ValueError(f"--trim needs SIZE[,DSCP] in bytes and a DSCP, e.g. 64,11; got {text!r}") from None
 
 
 def _clock(args: argparse.Namespace) -> str:
@@ -205,7 +210,8 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         from emu.net.switch import RunSettings
 
         clock = args.clock or ("fabric" if args.backend == "native" else "wall")
-        settings = RunSettings(backend=args.backend, links=args.links, clock=clock)
+        settings = RunSettings(backend=args.backend, links=args.links, clock=clock, trim=_trim(args.trim),
+                               pfc=not args.trim)  # a trimmed class is lossy: no PFC to count
         _check_backend(settings)
     if args.reset:
         if args.name != "calibrate":
@@ -448,6 +454,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                    help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "
                         "time, retried larger if the run falls behind); `link` defaults to 1000")
     p.add_argument("--backend", choices=("native", "bmv2"), default="native", help="for `collective`")
+    p.add_argument("--trim", metavar="SIZE[,DSCP]", help="for `collective`: the fabric trims (see `emu up --help`)")
     p.add_argument("--reset", action="store_true",
                    help="for `calibrate`: forget what --dilation auto has learnt on this machine")
     p.add_argument("--clock", choices=("fabric", "wall"), default=None,

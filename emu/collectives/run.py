@@ -101,7 +101,7 @@ def _check(hosts: list[RankHost], op: str) -> None:
 
 
 def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "none",
-                  seed: int = 0) -> tuple[list[dict], int]:
+                  seed: int = 0, trim_dscp: int | None = None) -> tuple[list[dict], int]:
     """Fabric clock: every rank inside the engine (emu.collectives.job), all starting each size at one
     fabric instant. Every rank's report, as run_ranks gives them, and how many frames the kernel sent
     into the fabric while the job ran. EngineError with the job's reason if it fails."""
@@ -109,7 +109,7 @@ def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int],
     missing = [h.name for h in hosts if len(h.switch_ports) != len(h.ports)]
     if missing:
         raise ValueError(f"hosts {', '.join(missing)} have no switch port known for every plane")
-    params = {"op": op, "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed,
+    params = {"op": op, "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed, "trim_dscp": trim_dscp,
               # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
               "budget_s": 100 * _ideal_fabric_s(hosts, op, sizes) + 0.01,
               "ranks": [{"name": h.name, "planes": [[sw, port, addr, rate] for (sw, port), (addr, rate)
@@ -152,11 +152,14 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
 
 
 def measure(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, clock: str, dilation: float,
-            cc: str = "none", seed: int = 0) -> dict[str, Any]:
-    """Run the collective on the fabric's clock and summarise it with the engine's counters."""
+            cc: str = "none", seed: int = 0, trim_dscp: int | None = None) -> dict[str, Any]:
+    """Run the collective on the fabric's clock and summarise it with the engine's counters. `trim_dscp`:
+    the fabric trims (the ranks' trimming mode; the fabric clock's only, for now)."""
     engine.reset_fidelity()  # the collective is measured, the fabric's bring-up is not
     if clock == "fabric":
-        results, kernel = run_in_engine(engine, hosts, op, sizes, cc=cc, seed=seed)
+        results, kernel = run_in_engine(engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp)
+    elif trim_dscp is not None:
+        raise ValueError("a collective on a trimming fabric runs on the fabric clock for now (--clock fabric)")
     else:
         results, kernel = run_ranks(hosts, op, sizes, dilation=dilation, cc=cc), 0
     return summarise(op, hosts, sizes, results, engine.stats(), dilation, clock=clock, kernel_frames=kernel, seed=seed)

@@ -268,7 +268,8 @@ class FabricNet(Mininet):
         hosts = self.rank_hosts()
         chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], len(hosts))
         return CollectiveResult.from_report(measure(self.engine, hosts, op, chunks, clock=self.settings.clock,
-                                                    dilation=self.settings.dilation, cc=cc, seed=seed))
+                                                    dilation=self.settings.dilation, cc=cc, seed=seed,
+                                                    trim_dscp=self.settings.trim[1] if self.settings.trim else None))
 
     def rank_hosts(self) -> list[RankHost]:
         """Every host as a collective rank: how to start a process in it, its planes (IPv6 address and

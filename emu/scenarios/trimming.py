@@ -33,7 +33,7 @@ from emu.scenarios.common import ScenarioError, totals
 from emu.topo.fpf import FPFTopo
 
 WAYS = ("pfc", "lossy", "trim")
-TRIM = (64, 11)  # bytes kept after the Ethernet header (NDP's and htsim's default), the trimmed DSCP
+TRIM = (64, 11)  # bytes kept after the Ethernet header, the trimmed DSCP (unless --trim says otherwise)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -68,7 +68,7 @@ class Trimming(Scenario):
         return {way: FPFTopo(gpus=self.senders + 1, planes=1, leaves=2) for way in WAYS}
 
     def role_settings(self, role: str, settings: RunSettings) -> RunSettings:
-        return replace(settings, pfc=role == "pfc", trim=TRIM if role == "trim" else None)
+        return replace(settings, pfc=role == "pfc", trim=(settings.trim or TRIM) if role == "trim" else None)
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         nbytes, fabric = self.as_size("bytes"), settings.clock == "fabric"
@@ -107,7 +107,7 @@ class Trimming(Scenario):
         first = min(done, key=lambda w: done[w])
         second = min((w for w in WAYS if w != first), key=lambda w: done[w])
         return {"senders": self.senders, "bytes_per_flow": self.as_size("bytes"), "cc": self.cc,
-                "trim_size_bytes": TRIM[0], "trim_dscp": TRIM[1], **parts,
+                "trim_size_bytes": (settings.trim or TRIM)[0], "trim_dscp": (settings.trim or TRIM)[1], **parts,
                 "incast_first": first, "incast_margin_fabric_s": done[second] - done[first],
                 "incast_margin_fraction": (done[second] - done[first]) / done[second],
                 "fidelity": combine({way: run["fidelity"] for way, run in parts.items()})}
