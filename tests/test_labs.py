@@ -78,6 +78,12 @@ def test_an_unknown_lab_and_a_missing_working_copy_are_one_clear_error(tmp_path)
 # Issue 27, item 6: answers a student could really write, that run and are wrong. Each lab's solution
 # with edits; the steps that must fail, each with words of the hint it must give; the rest must pass.
 WRONG = {
+    "trimming": ("trimming.py", [
+        ("return size - IPV6, size - IPV6", "return size - IPV6, size - IPV6 - UDP"),  # UDP's length counts itself
+        ("    return 64  #", "    return 48  #"),  # IPv6 + UDP only: no BTH left to NACK by
+        ('out.append(int.from_bytes(f[aeth + 1:aeth + 4], "big"))',
+         'out.append(int.from_bytes(f[roce + 9:roce + 12], "big"))'),  # the BTH's cumulative PSN
+    ], {"Step 1": "counts its own 8", "Step 2": "BTH", "Step 3": "AETH's last three bytes"}),
     "planes": ("planes.py", [
         ('return f"10.{plane}.0.{gpu + 2}"', 'return f"10.{plane}.0.{gpu + 1}"'),  # off by one
         ('return [p for p in range(PLANES) if " 0% packet loss" in host.cmd(f"ping -c1 -W1 {plane_address(gpu, p)}")]',

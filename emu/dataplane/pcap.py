@@ -28,3 +28,23 @@ class PcapWriter:
 
     def close(self) -> None:
         self.f.close()
+
+
+def read_frames(path: str) -> list[tuple[float, bytes]]:
+    """A pcap this module wrote (or any little-endian one): (time stamp in seconds, frame bytes) each,
+    in order; what a checker reads without scapy's guesses about the link type."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 24:
+        raise ValueError(f"{path}: not a pcap file (too short)")
+    magic = struct.unpack_from("<I", data)[0]
+    if magic not in (0xA1B23C4D, 0xA1B2C3D4):
+        raise ValueError(f"{path}: not a little-endian pcap file (magic {magic:#x})")
+    scale = 1e-9 if magic == 0xA1B23C4D else 1e-6
+    out, at = [], 24
+    while at + 16 <= len(data):
+        sec, frac, n, _ = _REC.unpack_from(data, at)
+        at += 16
+        out.append((sec + frac * scale, data[at:at + n]))
+        at += n
+    return out

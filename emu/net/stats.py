@@ -27,6 +27,7 @@ class PortStats:
     pfc_rx: int = 0
     paused_s: tuple[float, ...] = ()  # fabric seconds each priority of this port was paused
     queue_hwm: tuple[int, ...] = ()  # the deepest each egress queue got, bytes
+    trimmed: tuple[int, ...] = ()  # packets cut instead of dropped (--trim), by the class they had
 
     @classmethod
     def from_dict(cls, name: str, d: dict[str, Any]) -> PortStats:
@@ -36,7 +37,7 @@ class PortStats:
                    drops=sum(reasons.values()), drop_reasons=reasons,
                    drops_by_class=tuple(d.get("drops_tc", ())), ecn_marked=d.get("ecn_marked", 0),
                    pfc_tx=d.get("pfc_tx", 0), pfc_rx=d.get("pfc_rx", 0), paused_s=tuple(d.get("paused_s", ())),
-                   queue_hwm=tuple(d.get("queue_hwm", ())))
+                   queue_hwm=tuple(d.get("queue_hwm", ())), trimmed=tuple(d.get("trimmed", ())))
 
 
 @dataclass(frozen=True)

@@ -649,11 +649,11 @@ class Device:
 
     def _packet(self, plane: Plane, data: memoryview, src: bytes, sport: int, tclass: int, now: float) -> None:
         """`data` is a view of the receive buffer, valid until the next receive: nothing keeps it."""
-        if len(data) < 16:
-            self.counters["truncated"] += 1
-            return
         if tclass >> 2 == self.trim_dscp:  # cut by a switch: its ICRC no longer matches, by design
             self._on_trimmed(plane, data)
+            return
+        if len(data) < 16:
+            self.counters["truncated"] += 1
             return
         if not wire.check(src, plane.addr_b, sport, data):
             self.counters["bad_icrc"] += 1
@@ -679,7 +679,10 @@ class Device:
 
     def _on_trimmed(self, plane: Plane, data: memoryview) -> None:
         """A data packet a switch trimmed: NACK its PSN at once, over the plane it came by (its header
-        survives the cut; its payload and ICRC do not)."""
+        survives the cut; its payload and ICRC do not). A cut that kept less than the BTH says nothing."""
+        if len(data) < wire.BTH_BYTES:
+            self.counters["truncated"] += 1
+            return
         op, qpn, wpsn, _ = wire.parse_bth(data)
         qp = self.qps.get(qpn)
         if qp is None or op not in (wire.OP_WRITE_ONLY, wire.OP_WRITE_ONLY_IMM):

@@ -48,6 +48,7 @@ PSN_MASK = 0xFFFFFF
 
 _FF8 = b"\xff" * 8
 _BTH = struct.Struct("!BBHII")
+BTH_BYTES = _BTH.size  # 12
 _RETH = struct.Struct("!QII")
 _AETH = struct.Struct("!I")
 _IMM = struct.Struct("!I")
