@@ -13,6 +13,7 @@
  *   srv6_encap        lpm ipv6.dst          -> h_encaps_1(src, s1) | h_encaps_2(src, s1, s2) | h_encaps_3(...)
  *   ecn_red           exact egress_port     -> set_ecn_red(kmin, kmax, step)   RED on enq_qdepth (packets)
  *   pfc_threshold     exact (port, prio)    -> set_pfc(xoff, xon, refresh)     lossless priorities only
+ *   trim_cfg          exact egress_port     -> set_trim(qdepth, dscp)          trimming (see below)
  *
  * A group is a slot table: `size` members, 0..size-1; weights are repeated
  * members (as the engine's slot tables). The member is a CRC-16 of the
@@ -29,6 +30,15 @@
  * which the MAC restores), and the MAC returns the bytes in credit frames
  * (EtherType 0x88b5) once they left, so frames held by a pause still
  * count against this switch's XOFF, and back-pressure goes hop by hop.
+ *
+ * Trimming (--trim): BMv2 drops in its traffic manager, before egress, and
+ * egress only sees the depth a packet found when it was queued. So a RoCE
+ * write of the trimmable DSCP (24) that found its queue at `qdepth` packets
+ * or more is cut at egress to 64 bytes after Ethernet (IPv6, UDP, the BTH
+ * and the first 4 bytes of the RETH: the headers this program parses, so its
+ * UDP checksum can be computed over exactly what is left), its lengths set
+ * and its DSCP rewritten. It leaves from the queue it was in: unlike the
+ * engine's, a cut here does not jump ahead of the data (docs/p4.md).
  */
 
 #include <core.p4>
@@ -49,6 +59,10 @@ const bit<8>  PROTO_TCP = 6;
 const bit<8>  PROTO_ROUTING = 43;
 const bit<8>  PROTO_IPV6 = 41;
 const bit<16> ROCE_PORT = 4791;
+const bit<6>  DSCP_TRIMMABLE = 24;  // MetaRoCE's data in trimming mode
+const bit<8>  BTH_WRITE_ONLY = 0x0a;
+const bit<8>  BTH_WRITE_ONLY_IMM = 0x0b;
+const bit<16> TRIM_KEEP = 64;  // bytes after Ethernet: IPv6 40, UDP 8, BTH 12, the RETH's first 4
 
 header ethernet_t { bit<48> dst; bit<48> src; bit<16> ether_type; }
 header vlan_t { bit<3> pcp; bit<1> dei; bit<12> vid; bit<16> ether_type; }
@@ -72,6 +86,7 @@ header srh_segment_t { bit<128> sid; }
 header l4_ports_t { bit<16> src_port; bit<16> dst_port; }
 header udp_rest_t { bit<16> len; bit<16> checksum; }
 header bth_t { bit<8> opcode; bit<8> flags; bit<16> pkey; bit<8> resv; bit<24> dest_qp; bit<8> ack; bit<24> psn; }
+header reth_head_t { bit<32> va_hi; }  // a write's RETH, its first 4 bytes: what a 64-byte cut keeps of it
 
 struct headers_t {
     ethernet_t ethernet;
@@ -86,6 +101,7 @@ struct headers_t {
     l4_ports_t ports;
     udp_rest_t udp;
     bth_t bth;
+    reth_head_t reth_head;
 }
 
 struct metadata_t {
@@ -112,6 +128,9 @@ struct metadata_t {
     bit<32> pfc_xoff;
     bit<32> pfc_xon;
     bit<48> pfc_refresh;
+    bit<32> trim_qdepth;
+    bit<6>  trim_dscp;
+    bit<1>  trimmed;
     @field_list(1) bit<3>  pause_prio;
     @field_list(1) bit<16> pause_quanta;
 }
@@ -209,7 +228,15 @@ parser FabricParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
             default: accept;
         }
     }
-    state parse_bth { pkt.extract(hdr.bth); transition accept; }
+    state parse_bth {
+        pkt.extract(hdr.bth);
+        transition select(hdr.bth.opcode) {
+            BTH_WRITE_ONLY: parse_reth_head;
+            BTH_WRITE_ONLY_IMM: parse_reth_head;
+            default: accept;
+        }
+    }
+    state parse_reth_head { pkt.extract(hdr.reth_head); transition accept; }
 }
 
 control FabricVerifyChecksum(inout headers_t hdr, inout metadata_t meta) { apply { } }
@@ -474,6 +501,19 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta, inout standard_
         size = 512;
     }
 
+    counter(512, CounterType.packets) trimmed;
+    // Trimming on this port: cut a trimmable write that found `qdepth` packets queued or more.
+    action set_trim(bit<32> qdepth, bit<6> dscp) {
+        meta.trim_qdepth = qdepth;
+        meta.trim_dscp = dscp;
+    }
+    table trim_cfg {
+        key = { std.egress_port: exact; }
+        actions = { set_trim; NoAction; }
+        default_action = NoAction();
+        size = 512;
+    }
+
     apply {
         tx_port.count((bit<32>)std.egress_port);
         if (std.instance_type == 1) {
@@ -525,6 +565,19 @@ control FabricEgress(inout headers_t hdr, inout metadata_t meta, inout standard_
                 ecn_depth_marked.count(bucket);
             }
         }
+        if (hdr.ipv6.isValid() && hdr.ipv6.dscp == DSCP_TRIMMABLE && hdr.reth_head.isValid()
+                && !hdr.vlan.isValid() && !hdr.srh.isValid()) {
+            if (trim_cfg.apply().hit) {
+                if ((bit<32>)std.enq_qdepth >= meta.trim_qdepth) {
+                    truncate(14 + (bit<32>)TRIM_KEEP);
+                    hdr.ipv6.payload_len = TRIM_KEEP - 40;
+                    hdr.udp.len = TRIM_KEEP - 40;
+                    hdr.ipv6.dscp = meta.trim_dscp;
+                    meta.trimmed = 1;
+                    trimmed.count((bit<32>)std.egress_port);
+                }
+            }
+        }
     }
 }
 
@@ -535,6 +588,13 @@ control FabricComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
               hdr.ipv4.protocol, hdr.ipv4.src, hdr.ipv4.dst },
             hdr.ipv4.checksum, HashAlgorithm.csum16);
+        // A cut write's UDP checksum, over the IPv6 pseudo-header and exactly the bytes the cut kept.
+        update_checksum(meta.trimmed == 1,
+            { hdr.ipv6.src, hdr.ipv6.dst, 16w0, hdr.udp.len, 24w0, PROTO_UDP,
+              hdr.ports.src_port, hdr.ports.dst_port, hdr.udp.len,
+              hdr.bth.opcode, hdr.bth.flags, hdr.bth.pkey, hdr.bth.resv, hdr.bth.dest_qp, hdr.bth.ack,
+              hdr.bth.psn, hdr.reth_head.va_hi },
+            hdr.udp.checksum, HashAlgorithm.csum16);
     }
 }
 
@@ -552,6 +612,7 @@ control FabricDeparser(packet_out pkt, in headers_t hdr) {
         pkt.emit(hdr.ports);
         pkt.emit(hdr.udp);
         pkt.emit(hdr.bth);
+        pkt.emit(hdr.reth_head);
     }
 }
 

@@ -85,8 +85,9 @@ class RunSettings:
                 TrimSpec(size=self.trim[0], dscp=self.trim[1])
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
-            if self.backend != "native":
-                raise ValueError("--trim is the native engine's for now: fabric.p4 does not truncate yet")
+            if self.backend == "bmv2" and self.trim[0] != 64:
+                raise ValueError("--trim on BMv2 keeps 64 bytes (fabric.p4's UDP checksum covers exactly the "
+                                 f"headers it parses), not {self.trim[0]}")
         if self.clock == "fabric" and self.backend != "native":
             raise ValueError("the fabric clock is the native engine's: BMv2's simple_switch keeps wall time "
                              "(use --clock wall with --backend bmv2)")

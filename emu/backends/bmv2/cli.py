@@ -37,8 +37,10 @@ def bmv2_port(index: int) -> int:
 
 def table_commands(tables: SwitchTables, *, port_macs: list[str], dscp_to_tc: list[int] | None = None,
                    ecn_red: dict[int, tuple[int, int, int]] | None = None,
-                   pfc: dict[int, tuple[int, int, int]] | None = None, lossless: tuple[int, ...] = ()) -> list[str]:
+                   pfc: dict[int, tuple[int, int, int]] | None = None, lossless: tuple[int, ...] = (),
+                   trim: dict[int, tuple[int, int]] | None = None) -> list[str]:
     """`ecn_red`: per port (Kmin, Kmax in packets, step = Pmax x 65536 / (Kmax - Kmin)), see red_params.
+    `trim`: per port (the queue depth in packets from which a trimmable write is cut, the cut's DSCP).
     `pfc`: per port (XOFF bytes, XON bytes, XOFF refresh in wall us) for each `lossless` priority, see
     pfc_params; without it fabric.p4 charges nothing and sends no pause."""
     tables.validate()
@@ -75,6 +77,8 @@ def table_commands(tables: SwitchTables, *, port_macs: list[str], dscp_to_tc: li
         out.append(f"table_add srv6_encap h_encaps_{n} {e.prefix} => {e.source} {' '.join(e.segments)}")
     for port, (kmin, kmax, step) in sorted((ecn_red or {}).items()):
         out.append(f"table_add ecn_red set_ecn_red {bmv2_port(port)} => {kmin} {kmax} {step}")
+    for port, (qdepth, dscp) in sorted((trim or {}).items()):
+        out.append(f"table_add trim_cfg set_trim {bmv2_port(port)} => {qdepth} {dscp}")
     for port, (xoff, xon, refresh) in sorted((pfc or {}).items()):
         for prio in lossless:
             out.append(f"table_add pfc_threshold set_pfc {bmv2_port(port)} {prio} => {xoff} {xon} {refresh}")

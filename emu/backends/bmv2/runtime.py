@@ -102,13 +102,15 @@ class Bmv2DataPlane:
 
     def __init__(self, specs: list[SwitchSpec], procs: dict[str, Any], *, dilation: float, wires: Any = None,
                  run_dir: str = "", ecn_red: dict[str, dict[int, tuple[int, int, int]]] | None = None,
-                 pfc: dict[str, dict[int, tuple[int, int, int]]] | None = None) -> None:
+                 pfc: dict[str, dict[int, tuple[int, int, int]]] | None = None,
+                 trim: dict[str, dict[int, tuple[int, int]]] | None = None) -> None:
         self.specs = {s.name: s for s in specs}
         self.procs = procs
         self.dilation = dilation
         self.wires = wires  # EngineLinks, when the engine carries the links
         self.ecn_red = ecn_red or {}
         self.pfc = pfc or {}  # per switch, per port: fabric.p4's (XOFF, XON, refresh); empty: no PFC
+        self.trim = trim or {}  # per switch, per port: fabric.p4's (cut from this queue depth, DSCP)
         self.installed = {s.name: InstalledTables() for s in specs}
         self.down: set[tuple[str, str]] = set()  # (switch, port) the controller set down
         self.run_dir = run_dir  # what `emu clean` reads after a crash; removed at stop
@@ -117,7 +119,8 @@ class Bmv2DataPlane:
     def commands(self, switch: str, tables: SwitchTables) -> list[str]:
         s = self.specs[switch]
         return table_commands(tables, port_macs=[p.mac for p in s.ports], dscp_to_tc=list(s.qos.dscp_to_tc),
-                              ecn_red=self.ecn_red.get(switch), pfc=self.pfc.get(switch), lossless=s.qos.lossless)
+                              ecn_red=self.ecn_red.get(switch), pfc=self.pfc.get(switch), lossless=s.qos.lossless,
+                              trim=self.trim.get(switch))
 
     def set_tables(self, switch: str, tables: dict[str, Any] | SwitchTables, extra: list[str] | None = None) -> None:
         t = tables if isinstance(tables, SwitchTables) else SwitchTables.from_dict(tables)
@@ -165,7 +168,7 @@ class Bmv2DataPlane:
         counters = (("FabricIngress.rx_port", "rx"), ("FabricEgress.tx_port", "tx"),
                     ("FabricEgress.ecn_marked", "ecn"), ("FabricIngress.pfc_rx", "pfc"),
                     ("FabricIngress.pfc_xoff_sent", "xoff"), ("FabricIngress.pfc_xon_sent", "xon"),
-                    ("FabricIngress.dropped", "dropped"))
+                    ("FabricIngress.dropped", "dropped"), ("FabricEgress.trimmed", "trimmed"))
         for name, s in self.specs.items():
             cmds = [f"counter_read {c} {bmv2_port(p.index)}" for p in s.ports for c, _ in counters]
             values = counter_values(self.procs[name].load(cmds))
@@ -178,12 +181,14 @@ class Bmv2DataPlane:
             unaccounted = 0  # in, less dropped on purpose, less out that was not a cloned pause frame
             for k, p in enumerate(s.ports):
                 i = bmv2_port(p.index)
-                (rxp, rxb), (txp, txb), (ecn, _), (pfc, _), (xoff, _), (xon, _), (dropped, _) = (
+                (rxp, rxb), (txp, txb), (ecn, _), (pfc, _), (xoff, _), (xon, _), (dropped, _), (cut, _) = (
                     values[(c, i)] for c, _ in counters)
                 unaccounted += rxp - dropped - (txp - xoff - xon)
                 port = {"up": (name, p.ifname) not in self.down,
                         "rx_packets": rxp, "rx_bytes": rxb, "tx_packets": txp, "tx_bytes": txb,
-                        "ecn_marked": ecn, "pfc_rx": pfc, "pfc_tx": xoff + xon, "pfc_xoff_p4": xoff, "pfc_xon_p4": xon}
+                        "ecn_marked": ecn, "pfc_rx": pfc, "pfc_tx": xoff + xon, "pfc_xoff_p4": xoff, "pfc_xon_p4": xon,
+                        # cut in egress, by the class the trimmable DSCP maps to (the engine's layout)
+                        "trimmed": [cut if tc == s.qos.dscp_to_tc[24] else 0 for tc in range(8)]}
                 mac_ports = macs.get(name, {}).get("ports", {})
                 mac = mac_ports.get(p.ifname)
                 if mac is not None:  # what the MAC saw: the pauses it honoured, what it held and dropped

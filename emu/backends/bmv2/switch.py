@@ -357,7 +357,8 @@ class Bmv2Backend:
                   "(--links engine makes the engine each port's MAC)", file=sys.stderr)
         own_dir = "" if switches[0].run_dir else built.spec.run_dir  # a FabricNet removes its own
         plane = Bmv2DataPlane(specs, {}, dilation=settings.dilation, wires=wires, run_dir=own_dir,
-                              ecn_red={s.name: _ecn_red(s) for s in specs}, pfc=pfc)
+                              ecn_red={s.name: _ecn_red(s) for s in specs}, pfc=pfc,
+                              trim={s.name: _trim(s, depth) for s in specs if s.qos.trim is not None})
         try:
             taken = wires.start() if wires is not None else {}
             for n, (sw, spec) in enumerate(zip(switches, specs, strict=True)):
@@ -391,6 +392,12 @@ def _ecn_red(spec) -> dict[int, tuple[int, int, int]]:
     """fabric.p4 runs RED on enq_qdepth with the lossless class's Kmin, Kmax and Pmax (in packets)."""
     ecn = spec.qos.ecn.get(3)
     return {p.index: red_params(ecn.kmin, ecn.kmax, ecn.pmax) for p in spec.ports} if ecn is not None else {}
+
+
+def _trim(spec, depth: int) -> dict[int, tuple[int, int]]:
+    """fabric.p4 cuts a trimmable write that found its queue three quarters full (BMv2 would drop it
+    at the full queue, before egress could cut it): the last quarter is left to what is cut."""
+    return {p.index: (max(1, depth * 3 // 4), spec.qos.trim.dscp) for p in spec.ports}
 
 
 def _pfc(spec, queue_bytes: int, dilation: float) -> dict[int, tuple[int, int, int]]:
