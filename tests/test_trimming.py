@@ -164,8 +164,9 @@ def test_bad_trim_options_are_one_clear_error_before_anything_is_built():
 
     with pytest.raises(ValueError, match="trim size"):
         RunSettings(trim=(40, 11))
-    with pytest.raises(ValueError, match="native engine"):
-        RunSettings(trim=(64, 11), backend="bmv2", clock="wall")
+    with pytest.raises(ValueError, match="BMv2 keeps 64 bytes"):
+        RunSettings(trim=(128, 11), backend="bmv2", clock="wall")
+    assert RunSettings(trim=(64, 11), backend="bmv2", clock="wall").trim == (64, 11)
     for bad in ("abc", "64,11,3", "30"):
         out = subprocess.run([sys.executable, "-m", "emu.cli.main", "scenario", "trimming", "--trim", bad],
                              capture_output=True, text=True, timeout=60)
