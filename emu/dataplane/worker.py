@@ -58,7 +58,8 @@ RX_BURST = 256
 # Jobs a fabric-clock worker runs inside itself, by kind: "module:function" taking (JobHost, params)
 # and returning an object with `finished`, `error`, `result()`. Imported by name when first asked
 # for: the engine knows no endpoint code, and imports stay downward.
-JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start"}
+JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start",
+        "writes": "emu.roce.perf:start_writes"}
 
 
 def control_path(run_dir: str, index: int) -> str:

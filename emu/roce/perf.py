@@ -181,6 +181,61 @@ def start(host: Attach, params: dict[str, Any]) -> PerfJob:
     return PerfJob(host, params)
 
 
+class WritesJob(Job):
+    """Writes between pairs of hosts at once, on the fabric clock (a traffic pattern: an incast with
+    victim flows beside it, a permutation): params hosts ({name: planes}), pairs ([[src, dst], ...];
+    a host is the source of one pair at most), nbytes, message, cc, mtu, seed, trim_dscp, budget_s.
+    One device per host, a queue pair per pair at each end; every writer starts at one fabric instant.
+    Result: per pair, its source, destination, the writer's result and whether the data arrived exact."""
+
+    def __init__(self, host: Attach, params: dict[str, Any]) -> None:
+        super().__init__(host, params)
+        nbytes, seed = int(params["nbytes"]), int(params["seed"])
+        pairs = [(str(a), str(b)) for a, b in params["pairs"]]
+        sources = [a for a, _ in pairs]
+        if len(set(sources)) != len(sources) or any(a == b for a, b in pairs):
+            raise ValueError("writes: each host writes to one other host at most")
+        rng = random.Random(seed)
+        kw = {"mtu": params["mtu"], "cc": params["cc"], "trim_dscp": params.get("trim_dscp")}
+        self.eps = {name: Endpoint.attached(host, planes, self.fail, name, seed=rng.getrandbits(32), **kw)
+                    for name, planes in sorted(params["hosts"].items())}
+        self.pairs = pairs
+        self.ends: list[tuple[MemoryRegion, int]] = []  # at each destination: the region, its pattern's seed
+        ops = []
+        for i, (a, b) in enumerate(pairs):
+            src, dst = self.eps[a].dev, self.eps[b].dev
+            mr, qp = src.reg_mr(nbytes), src.create_qp()
+            mr.buf[:] = pattern(nbytes, seed + i)
+            dmr, dqp = dst.reg_mr(nbytes), dst.create_qp()
+            qp.connect(dqp.qpn, [p.addr for p in dst.planes])
+            dqp.connect(qp.qpn, [p.addr for p in src.planes])
+            self.ends.append((dmr, seed + i))
+            ops.append(writes(src, qp, mr, dmr.info(), message=int(params["message"]), lat_iters=0, name=f"{a}->{b}"))
+        self.results: list[dict[str, Any] | None] = [None] * len(pairs)
+        self.participants = list(self.eps.values())
+        self.begin()
+        for i, ((a, _), op) in enumerate(zip(pairs, ops, strict=True)):
+            self.eps[a].start(op, self.t0, lambda out, t, i=i: self._done(i, out))
+
+    def _done(self, i: int, out: dict[str, Any]) -> None:
+        self.results[i] = out
+        if all(r is not None for r in self.results) and not self.finished:
+            self.finish()
+
+    def what(self) -> str:
+        return f"{len(self.pairs)} writes of {self.params['nbytes']} B"
+
+    def result(self) -> dict[str, Any]:
+        n = int(self.params["nbytes"])
+        return {"pairs": [{"src": a, "dst": b, "client": r, "data_ok": mr.buf == pattern(n, s)}
+                          for (a, b), r, (mr, s) in zip(self.pairs, self.results, self.ends, strict=True)],
+                "fabric_s": self.loop.now - self.t0, "t0_fabric_s": self.t0}
+
+
+def start_writes(host: Attach, params: dict[str, Any]) -> WritesJob:
+    return WritesJob(host, params)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m emu.roce.perf")
     ap.add_argument("role", choices=("server", "client"))

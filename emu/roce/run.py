@@ -62,6 +62,29 @@ class PerfRun:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class EngineWrites:
+    """Writes between pairs of hosts at once on the fabric clock (emu.roce.perf.WritesJob): `hosts`
+    maps each host's name to its planes (FabricNet.host_planes); `pairs` are (source, destination)
+    names, a host the source of one pair at most. `wait()`: per pair {src, dst, client, data_ok}."""
+
+    def __init__(self, engine: Any, hosts: dict[str, list[list[Any]]], pairs: list[tuple[str, str]], *, nbytes: int,
+                 cc: str = "none", message: int = 1 << 20, mtu: int = 1024, seed: int = 1,
+                 trim_dscp: int | None = None) -> None:
+        rate = min(p[3] for planes in hosts.values() for p in planes) * min(len(p) for p in hosts.values())
+        params = {"hosts": hosts, "pairs": [list(p) for p in pairs], "nbytes": nbytes, "message": message, "cc": cc,
+                  "mtu": mtu, "seed": seed, "trim_dscp": trim_dscp,
+                  # 100 times every byte through one host's ports: stuck, not slow.
+                  "budget_s": 100 * nbytes * 8 * len(pairs) / rate + 0.01}
+        self.engine = engine
+        self.job = engine.start_job("writes", params)
+        self.kernel_frames = 0
+
+    def wait(self) -> list[dict[str, Any]]:
+        state = self.engine.wait_job(self.job)
+        self.kernel_frames = int(state["kernel_frames"])
+        return state["result"]["pairs"]
+
+
 class EnginePerf:
     """The same exchange on the fabric clock, inside the engine (emu.roce.perf.PerfJob): clients and
     server given by their planes ([switch, port, IPv6 address, rate b/s] each, as

@@ -538,12 +538,15 @@ class Device:
     def _resend(self, qp: QueuePair, now: float) -> None:
         """What NACKs asked for, before any new data, each on another plane than the one that trimmed it
         (that plane's queue was full a moment ago). A trim is congestion, not a failure: no plane is
-        charged with a loss."""
+        charged with a loss. Paced by the rate control as new data is: unpaced resends kept a queue
+        deep enough that every resend of one PSN was cut again (BMv2 cuts by the depth a packet finds)."""
         while qp.resend:
             seg = qp.inflight.get(qp.resend[0])
             if seg is None or seg.acked:
                 qp.resend.popleft()
                 continue
+            if qp.next_send > now + self.burst:
+                return
             others = any(p.healthy and p.index != seg.plane for p in self.planes)
             plane = self._pick_plane(qp, now, avoid=seg.plane if others else -1)
             if plane is None or not self._transmit(qp, seg, plane, now):
