@@ -202,3 +202,23 @@ def test_trimming_recovers_every_cut_by_nack_where_loss_waits_for_timers(tmp_pat
     done = {w: r[w]["incast"]["fct_fabric_s"]["max"] for w in ("pfc", "lossy", "trim")}
     assert r["incast_first"] == min(done, key=lambda w: done[w]) and r["incast_margin_fabric_s"] > 0
     assert (tmp_path / "trimming.png").stat().st_size > 0
+
+
+def test_congestion_spreading_pauses_reach_a_switch_without_hot_traffic_and_slow_the_victims(tmp_path,
+                                                                                              no_leftovers):
+    """Issue 26: with PFC alone the pauses spread from the hot port's leaf up to the spines and down to
+    leaf 2, which carries no incast traffic, and the victims on leaf 2 fall below half their line rate;
+    with DCQCN they recover once it has converged, and fewer pauses go out; trimming sends none."""
+    r = run_scenario("congestion-spreading", {}, RunSettings(clock="fabric"), out_dir=str(tmp_path))
+    pfc, dcqcn, trim = r["pfc"], r["pfc+dcqcn"], r["trim+dcqcn"]
+    assert r["clock"] == "fabric" and r["fidelity"]["ok"] is True and r["passed"], r
+    assert r["paused_switches_without_hot_traffic"] == ["p0l2"]
+    assert {e["paused"] for e in pfc["pause_tree"] if e["pauser"] == "p0l0"} == {"p0s0", "p0s1"}  # where it starts
+    assert any(e["paused"] == "p0l2" and e["pauser"].startswith("p0s") and e["paused_fabric_s"] > 0
+               for e in pfc["pause_tree"])
+    line = pfc["victim_line_rate_bps"]
+    assert max(pfc["victim_rates_fabric_bps"]) < 0.5 * line
+    assert min(dcqcn["victim_second_half_rates_fabric_bps"]) > max(pfc["victim_second_half_rates_fabric_bps"])
+    assert trim["pause_tree"] == [] and min(trim["victim_rates_fabric_bps"]) > 0.5 * line
+    assert all(r[w]["data_ok"] and r[w]["timeouts"] == 0 for w in ("pfc", "pfc+dcqcn", "trim+dcqcn"))
+    assert (tmp_path / "congestion-spreading.png").stat().st_size > 0

@@ -32,6 +32,7 @@ SCENARIOS = {
     "roce-plane-down": "emu.scenarios.roce_plane_down:RocePlaneDown",
     "bag-collective": "emu.scenarios.bag_collective:BagCollective",
     "trimming": "emu.scenarios.trimming:Trimming",
+    "congestion-spreading": "emu.scenarios.congestion_spreading:CongestionSpreading",
 }
 
 
