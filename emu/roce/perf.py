@@ -132,7 +132,18 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-class PerfJob(Job):
+class WritersJob(Job):
+    """A job of writers, each of which ends with its result (`results[i]`): done once every one has."""
+
+    results: list[dict[str, Any] | None]
+
+    def _done(self, i: int, out: dict[str, Any]) -> None:
+        self.results[i] = out
+        if all(r is not None for r in self.results) and not self.finished:
+            self.finish()
+
+
+class PerfJob(WritersJob):
     """The same exchange on the fabric clock, inside the engine: params nbytes, message, cc, mtu, seed,
     lat_iters, budget_s (fabric seconds), server (planes) and clients (a list of planes), planes as
     [switch, port, IPv6 address, rate b/s]. Every client starts at one fabric instant."""
@@ -162,11 +173,6 @@ class PerfJob(Job):
         for i, (ep, op) in enumerate(zip(self.clients, ops, strict=True)):
             ep.start(op, self.t0, lambda out, t, i=i: self._done(i, out))
 
-    def _done(self, i: int, out: dict[str, Any]) -> None:
-        self.results[i] = out
-        if all(r is not None for r in self.results) and not self.finished:
-            self.finish()
-
     def what(self) -> str:
         return f"{len(self.clients)} client(s) writing {self.params['nbytes']} B each"
 
@@ -181,7 +187,7 @@ def start(host: Attach, params: dict[str, Any]) -> PerfJob:
     return PerfJob(host, params)
 
 
-class WritesJob(Job):
+class WritesJob(WritersJob):
     """Writes between pairs of hosts at once, on the fabric clock (a traffic pattern: an incast with
     victim flows beside it, a permutation): params hosts ({name: planes}), pairs ([[src, dst], ...];
     a host is the source of one pair at most), nbytes, message, cc, mtu, seed, trim_dscp, budget_s.
@@ -216,11 +222,6 @@ class WritesJob(Job):
         self.begin()
         for i, ((a, _), op) in enumerate(zip(pairs, ops, strict=True)):
             self.eps[a].start(op, self.t0, lambda out, t, i=i: self._done(i, out))
-
-    def _done(self, i: int, out: dict[str, Any]) -> None:
-        self.results[i] = out
-        if all(r is not None for r in self.results) and not self.finished:
-            self.finish()
 
     def what(self) -> str:
         return f"{len(self.pairs)} writes of {self.params['nbytes']} B"
