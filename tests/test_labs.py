@@ -78,6 +78,13 @@ def test_an_unknown_lab_and_a_missing_working_copy_are_one_clear_error(tmp_path)
 # Issue 27, item 6: answers a student could really write, that run and are wrong. Each lab's solution
 # with edits; the steps that must fail, each with words of the hint it must give; the rest must pass.
 WRONG = {
+    "congestion-spreading": ("spreading.py", [
+        ('return sorted({e["paused"] for e in tree if e["pauser"] == node})',
+         'return sorted({e["pauser"] for e in tree if e["paused"] == node})'),  # who paused it, not whom it paused
+        ('if e["paused"].startswith("p") and e["paused"] not in hot})', 'if e["paused"].startswith("p")})'),
+        ('return sum(e["paused_fabric_s"] for e in tree if e["paused"] == node)',
+         'return max((e["paused_fabric_s"] for e in tree if e["paused"] == node), default=0.0)'),  # one link only
+    ], {"Step 1": "their `paused` ends", "Step 2": "beyond the switches", "Step 3": "every link that paused it"}),
     "trimming": ("trimming.py", [
         ("return size - IPV6, size - IPV6", "return size - IPV6, size - IPV6 - UDP"),  # UDP's length counts itself
         ("    return 64  #", "    return 48  #"),  # IPv6 + UDP only: no BTH left to NACK by
