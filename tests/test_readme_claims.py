@@ -57,6 +57,13 @@ def test_the_cli_commands_and_run_options_on_a_live_fpf(no_leftovers):
         lengths = [float(x) for x in re.findall(r"-> (\d+) m", out)]
         # The 100 m fabric cable: a late probe only reads longer, never shorter.
         assert len(lengths) == 2 and all(95 <= m <= 115 for m in lengths), out
+        # Degraded, not down: 50 us more on that cable reads as 10 km more of fibre; restored, 100 m again.
+        out = live.do("degrade p0l0 p0s0 delay=50us", "measure p0l0 p0s0")
+        lengths = [float(x) for x in re.findall(r"-> (\d+) m", out)]
+        assert len(lengths) == 2 and all(10_050 <= m <= 10_150 for m in lengths), out
+        out = live.do("restore p0l0 p0s0", "measure p0l0 p0s0")
+        assert all(95 <= float(m) <= 115 for m in re.findall(r"-> (\d+) m", out)), out
+        assert "usage" in live.do("degrade p0l0 p0s0")  # degraded how: it says
         out = live.do("rperf gpu0 gpu1 1MiB")
         assert "data ok" in out, out
         r = emu("roce", "perf", "gpu0", "gpu1", "--bytes", "1MiB", "--lat-iters", "2", "--json")

@@ -19,8 +19,27 @@ class FabricCLI(CLI):
         self._link(line, up=False)
 
     def do_restore(self, line: str) -> None:
-        """restore NODE1 NODE2 | restore SWITCH | restore plane N: bring it back."""
+        """restore NODE1 NODE2 | restore SWITCH | restore plane N: bring it back (from fail or degrade)."""
         self._link(line, up=True)
+
+    def do_degrade(self, line: str) -> None:
+        """degrade NODE1 NODE2 | SWITCH | plane N  [loss=0.01] [rate=25G] [delay=5us]: lossy, slower or
+        longer, not down (fabric units; `restore` brings it back)."""
+        args = [a for a in line.split() if "=" not in a]
+        opts = dict(a.split("=", 1) for a in line.split() if "=" in a)
+        if len(args) not in (1, 2) or not opts or set(opts) - {"loss", "rate", "delay"}:
+            print("usage: degrade NODE1 NODE2 | SWITCH | plane N  [loss=P] [rate=RATE] [delay=TIME]")
+            return
+        try:
+            kw = {"loss": float(opts.get("loss", 0.0)), "rate": opts.get("rate"), "delay": opts.get("delay")}
+            if args[0] == "plane" and len(args) == 2 and args[1].isdigit():
+                self.mn.degrade(plane=int(args[1]), **kw)
+            elif len(args) == 2:
+                self.mn.degrade(link=(args[0], args[1]), **kw)
+            else:
+                self.mn.degrade(switch=args[0], **kw)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            print(f"*** {exc}")
 
     def do_policy(self, line: str) -> None:
         """policy SWITCH PREFIX SID1,SID2,... | policy SWITCH PREFIX clear: an SRv6 H.Encaps policy, live."""

@@ -16,6 +16,7 @@ rate: it only adds jitter, which the fidelity monitor reports.
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,7 @@ class Transmitter:
         "queues", "qbytes", "qhwm", "busy", "pause_until", "pause_since", "paused_time",
         "strict", "quantum", "deficit", "rr", "visiting", "wake_at", "up",
         "tx_packets", "tx_bytes", "q_tx_packets", "limit_bytes", "drops", "mask", "dwrr_mask",
+        "loss", "rng", "lost", "base",
     )
 
     def __init__(
@@ -83,6 +85,10 @@ class Transmitter:
         self.q_tx_packets = [0] * NQ
         self.limit_bytes = limit_bytes  # 0: no limit of its own (the switch MMU decides)
         self.drops = 0
+        self.loss = 0.0  # a degraded wire: the chance a frame is lost on it (degrade())
+        self.rng: random.Random | None = None
+        self.lost = 0
+        self.base = (rate_bps, delay)  # the wire as built, what restore goes back to
 
     # -- queueing -----------------------------------------------------------
 
@@ -170,17 +176,31 @@ class Transmitter:
         heap = loop.heap
         # Off the schedule only if nothing else was due first: a PFC pause in the heap for an
         # earlier time must stop this wire before its next frame, however late the loop runs.
+        up = self.up
+        if up and self.loss and self.rng is not None and self.rng.random() < self.loss:
+            self.lost += 1  # a degraded wire: the frame took its time on it and never arrived
+            up = False
         if arrive <= loop.clock() and (not heap or heap[0][0] >= arrive):
-            if self.up:
+            if up:
                 self.deliver(arrive, frame)
             if not self.mask:
                 self.busy = False
                 return -1.0
             return end
         loop.at(end, self._done, None)
-        if self.up:
+        if up:
             loop.at(arrive, self.deliver, frame)
         return -1.0
+
+    def degrade(self, *, loss: float, rate_bps: float, extra_delay: float, seed: int) -> None:
+        """A degraded wire, not a dead one: each frame lost with probability `loss` (seeded), the wire at
+        `rate_bps` (0: as built), `extra_delay` more propagation (this loop's units). All zero: as built."""
+        rate = rate_bps or self.base[0]
+        self.rate_bps = rate
+        self.s_per_byte = 8.0 / rate
+        self.delay = self.base[1] + extra_delay
+        self.loss = loss
+        self.rng = random.Random(seed) if loss else None
 
     def _done(self, t: float, _: Any) -> None:
         self.busy = False

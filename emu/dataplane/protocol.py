@@ -41,6 +41,19 @@ class SetPort:
 
 
 @dataclass(frozen=True)
+class Degrade:
+    """A port's link degraded (both directions where the port faces a host): frames lost with
+    probability `loss`, the wire at `rate_bps` (0: as built), `delay_s` more (fabric s). All zero
+    restores it."""
+
+    switch: str
+    port: str
+    loss: float
+    rate_bps: float
+    delay_s: float
+
+
+@dataclass(frozen=True)
 class SetTables:
     switch: str
     tables: dict[str, Any]  # SwitchTables.to_dict()
@@ -104,9 +117,9 @@ class Stop:
     """End the worker's loop."""
 
 
-Request = (Ping | Stats | ResetFidelity | SetPort | SetTables | SetHeadroom | Probe | ProbeResult | SampleQueues | QueueSamples
+Request = (Ping | Stats | ResetFidelity | SetPort | Degrade | SetTables | SetHeadroom | Probe | ProbeResult | SampleQueues | QueueSamples
            | RunJob | JobResult | Stop)
-REQUESTS: dict[str, type] = {c.__name__: c for c in (Ping, Stats, ResetFidelity, SetPort, SetTables, SetHeadroom, Probe,
+REQUESTS: dict[str, type] = {c.__name__: c for c in (Ping, Stats, ResetFidelity, SetPort, Degrade, SetTables, SetHeadroom, Probe,
                                                       ProbeResult, SampleQueues, QueueSamples, RunJob, JobResult,
                                                       Stop)}
 
@@ -135,4 +148,4 @@ def decode(line: bytes) -> Request:
 
 
 __all__ = ["REQUESTS", "JobResult", "RunJob", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "ResetFidelity", "SampleQueues",
-           "SetHeadroom", "SetPort", "SetTables", "Stats", "Stop", "decode", "encode"]
+           "SetHeadroom", "SetPort", "Degrade", "SetTables", "Stats", "Stop", "decode", "encode"]

@@ -219,6 +219,15 @@ class Switch:
         for g in self.groups.values():
             g.set_port_state(port, up)
 
+    def degrade_port(self, port: int, *, loss: float, rate_bps: float, delay_s: float) -> None:
+        """A degraded link (fabric units; all zero: as built): this port's wire, and the host's NIC
+        model where it faces a host, so both directions. Loss is seeded from the switch and port."""
+        p = self.ports[port]
+        for i, tx in enumerate((p.tx, p.nic)):
+            if tx is not None:
+                tx.degrade(loss=loss, rate_bps=rate_bps / self.dilation if rate_bps else 0.0,
+                           extra_delay=delay_s * self.dilation, seed=self.spec.seed * 1_000_003 + 2 * port + i)
+
     def from_host(self, port: int, t: float, frame: bytes) -> None:
         """A frame the host's kernel sent: it first crosses the host NIC and the link."""
         p = self.ports[port]
@@ -649,7 +658,7 @@ class Switch:
                 "rx_bytes": p.rx_bytes,
                 "tx_packets": p.tx.tx_packets,
                 "tx_bytes": p.tx.tx_bytes,
-                "drops": dict(p.drops),
+                "drops": dict(p.drops) | ({"degraded_loss": p.tx.lost} if p.tx.lost else {}),
                 "drops_tc": list(p.drops_tc),
                 "ecn_marked": p.ecn_marked,
                 "trimmed": list(p.trimmed),
@@ -669,7 +678,11 @@ class Switch:
                     "tx_bytes": p.nic.tx_bytes,
                     "paused_s": [x / self.dilation for x in p.nic.paused_seconds(t)],
                     "queue_hwm": list(p.nic.qhwm),
+                    "degraded_loss": p.nic.lost,  # lost on the host's way in
                 }
+            if p.tx.loss or p.tx.rate_bps != p.tx.base[0] or p.tx.delay != p.tx.base[1]:
+                d["degraded"] = {"loss": p.tx.loss, "rate_bps": p.tx.rate_bps * self.dilation,
+                                 "delay_s": p.tx.delay / self.dilation}
             ports[p.name] = d
         return {"ports": ports, "buffer_used": self.mmu.used, "buffer_size": self.mmu.size}
 

@@ -29,6 +29,7 @@ from emu.dataplane.fabric import build_switches
 from emu.dataplane.loop import FabricLoop, WallLoop
 from emu.dataplane.pcap import PcapWriter
 from emu.dataplane.protocol import (
+    Degrade,
     JobResult,
     Ping,
     Probe,
@@ -323,6 +324,9 @@ class Worker:
                 self.loop.lateness.reset()
             case SetPort(switch, port, up):
                 self.set_port(switch, port, bool(up))
+            case Degrade(switch, port, loss, rate_bps, delay_s):
+                sw, idx = self._port(switch, port)
+                sw.degrade_port(idx, loss=float(loss), rate_bps=float(rate_bps), delay_s=float(delay_s))
             case SetTables(switch, tables):
                 self._switch(switch).load_tables(SwitchTables.from_dict(tables))
             case SetHeadroom(switch, port, nbytes):

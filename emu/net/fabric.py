@@ -29,6 +29,7 @@ from emu.net.link import FabricLink, node_netlink, root_netlink
 from emu.net.netlink import new_group
 from emu.net.stats import FabricStats
 from emu.net.switch import QUIET_HOST, FabricSwitch, RunSettings, default_settings
+from emu.units import parse_rate, parse_time
 
 if TYPE_CHECKING:
     from emu.collectives.run import CollectiveResult, RankHost
@@ -155,6 +156,7 @@ class FabricNet(Mininet):
         self.settings = settings
         self.link_group = new_group()  # every root-side link end: one request deletes them all
         self._restore_signals: Callable[[], None] | None = None
+        self._degraded: set[tuple[str, str]] = set()  # (switch, port) that degrade() changed
         super().__init__(topo=topo, **kw)
 
     def addHost(self, name: str, cls: Any = None, **params: Any) -> Any:
@@ -402,8 +404,52 @@ class FabricNet(Mininet):
 
     def restore(self, *, plane: int | None = None, link: tuple[str, str] | None = None,
                 switch: str | None = None) -> None:
-        """Bring back what `fail` took down (the same keywords)."""
+        """Bring back what `fail` took down or `degrade` degraded (the same keywords)."""
+        back = set(self._ports(plane, link, switch)) & self._degraded
+        for sw, port in sorted(back):
+            self.engine.degrade(sw, port)
+        self._degraded -= back
         self._target(plane, link, switch, up=True)
+
+    def degrade(self, *, plane: int | None = None, link: tuple[str, str] | None = None, switch: str | None = None,
+                loss: float = 0.0, rate: str | float | None = None, delay: str | float | None = None) -> None:
+        """Degrade rather than fail: `plane=1`, `link=("p0l0", "p0s1")` or `switch="p0s0"` (as `fail`), every
+        link of it in both directions: each frame lost with probability `loss` (seeded per port: the same
+        run loses the same frames), its wires at `rate` ("25G", or b/s) instead of their own, `delay`
+        ("5us", or fabric s) more on each cable. The control plane is not told: a degraded link is up.
+        `restore` brings it back."""
+        if not hasattr(self.engine, "degrade"):
+            raise ValueError("degrade is the native engine's: this fabric runs on BMv2")
+        rate_bps = parse_rate(rate) if isinstance(rate, str) else float(rate or 0.0)
+        delay_s = parse_time(delay) if isinstance(delay, str) else float(delay or 0.0)
+        if not 0.0 <= loss < 1.0:
+            raise ValueError(f"degrade: loss is a probability in [0, 1), got {loss}")
+        if not (loss or rate_bps or delay_s):
+            raise ValueError("degrade: give loss=, rate= or delay= (restore() brings a link back)")
+        ports = self._ports(plane, link, switch)
+        for sw, port in ports:
+            self.engine.degrade(sw, port, loss=loss, rate_bps=rate_bps, delay_s=delay_s)
+        self._degraded |= set(ports)
+
+    def _ports(self, plane: int | None, link: tuple[str, str] | None, switch: str | None) -> list[tuple[str, str]]:
+        """The switch ports a plane, a link or a switch is made of: (switch, port) each."""
+        if sum(x is not None for x in (plane, link, switch)) != 1:
+            raise ValueError("give exactly one of plane=, link=(a, b) or switch=")
+        if plane is not None:
+            return self.plane_ports(plane)
+        if switch is not None:
+            node = self.nameToNode.get(switch)
+            if not isinstance(node, FabricSwitch):
+                raise ValueError(f"no fabric switch named {switch!r}")
+            return [(switch, i.name) for i in node.intfList() if i.link is not None]
+        a, b = link  # type: ignore[misc]
+        nodes = [self.nameToNode.get(a), self.nameToNode.get(b)]
+        if None in nodes:
+            raise ValueError(f"no node named {a if nodes[0] is None else b!r}")
+        links = self.linksBetween(*nodes)
+        if not links:
+            raise ValueError(f"no link between {a} and {b}")
+        return [(i.node.name, i.name) for lk in links for i in (lk.intf1, lk.intf2) if isinstance(i.node, FabricSwitch)]
 
     def _target(self, plane: int | None, link: tuple[str, str] | None, switch: str | None, *, up: bool) -> None:
         given = [x is not None for x in (plane, link, switch)]
