@@ -321,6 +321,31 @@ def test_thrift_is_reachable_only_inside_the_switch_namespace(compiled, no_lefto
             a.stop()
             b.stop()
     assert not names & set(namespace_names())
+    from emu.net.cleanup import BMV2_LOG_DIR
+
+    assert not [n for n in os.listdir(BMV2_LOG_DIR) if "iso-" in n]  # stopped cleanly: its logs went with it
+
+
+@pytest.mark.root
+@needs_bmv2
+def test_a_killed_switchs_logs_outside_a_run_are_cleaned_once_no_switch_runs(compiled, no_leftovers):
+    """A switch started outside any run (a check's, a bench's) and killed leaves its logs; `emu clean`
+    removes them, and only once no simple_switch runs (a running one's log is somebody's)."""
+    from emu.net.cleanup import BMV2_LOG_DIR, clean
+
+    sw = Bmv2Process("logs-k", [], device_id=3)
+    sw.start()
+    mine = sorted(n for n in os.listdir(BMV2_LOG_DIR) if n.startswith("bmv2-logs-k"))
+    assert mine
+    os.killpg(sw.proc.pid, 9)
+    sw.proc.wait()
+    sw.proc = None
+    try:
+        report = clean()
+        assert {os.path.join(BMV2_LOG_DIR, n) for n in mine} <= set(report.files)
+        assert not [n for n in os.listdir(BMV2_LOG_DIR) if n.startswith("bmv2-logs-k")]
+    finally:
+        sw.stop()  # its namespace: held by this (live) process, so clean() left it to its owner
 
 
 def test_notifications_socket_goes_in_the_run_folder(tmp_path):

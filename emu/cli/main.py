@@ -155,7 +155,7 @@ def cmd_clean(args: argparse.Namespace, extra: list[str]) -> int:
             print("emu clean: nothing to remove")
         else:
             print(f"emu clean: removed {len(r.processes)} processes, {len(r.interfaces)} interfaces, "
-                  f"{len(r.namespaces)} namespaces, {len(r.run_dirs)} run directories")
+                  f"{len(r.namespaces)} namespaces, {len(r.run_dirs)} run directories, {len(r.files)} logs")
         if r.live_runs:
             print(f"emu clean: left {len(r.live_runs)} running fabric(s) alone: {', '.join(r.live_runs)}")
     return 0

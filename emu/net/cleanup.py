@@ -98,9 +98,10 @@ class CleanReport:
     namespaces: list[str] = field(default_factory=list)
     run_dirs: list[str] = field(default_factory=list)
     live_runs: list[str] = field(default_factory=list)  # left alone
+    files: list[str] = field(default_factory=list)  # logs of BMv2 switches started outside a run
 
     def empty(self) -> bool:
-        return not (self.processes or self.interfaces or self.namespaces or self.run_dirs)
+        return not (self.processes or self.interfaces or self.namespaces or self.run_dirs or self.files)
 
 
 def _cmdline(pid: int) -> str:
@@ -276,6 +277,17 @@ def clean() -> CleanReport:
         report.run_dirs += [os.path.join(SCRATCH, n) for n in sorted(os.listdir(SCRATCH)) if not scratch_owner_alive(n)]
     for path in report.run_dirs:
         shutil.rmtree(path, ignore_errors=True)
+    # Logs of switches started outside a run (a check's, a bench's): once no simple_switch runs at all,
+    # nobody's (a switch stopped cleanly removes its own; these are a killed one's).
+    if os.path.isdir(BMV2_LOG_DIR) and not any(_is_bmv2(_cmdline(int(p))) for p in os.listdir("/proc")
+                                               if p.isdigit()):
+        for name in sorted(os.listdir(BMV2_LOG_DIR)):
+            path = os.path.join(BMV2_LOG_DIR, name)
+            try:
+                os.remove(path)
+                report.files.append(path)
+            except OSError:
+                pass
     return report
 
 

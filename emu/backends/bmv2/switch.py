@@ -18,6 +18,7 @@ engine's link model (emu.backends.bmv2.links).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -297,6 +298,10 @@ class Bmv2Process:
                 pass
             remove_namespace(self.namespace)
             self.namespace = ""
+        if self.log_dir == BMV2_LOG_DIR:  # a check's or a bench's switch, stopped: no run keeps its log
+            for suffix in (".log", ".txt", "-notifications.ipc"):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.log_dir, f"bmv2-{self.name}{suffix}"))
 
 
 def _static_neighbours(switches: tuple) -> None:
