@@ -39,6 +39,9 @@ _PUBLIC = {
     "Dcqcn": "emu.scenarios.dcqcn",
     "RocePlaneDown": "emu.scenarios.roce_plane_down",
     "BagCollective": "emu.scenarios.bag_collective",
+    "Trimming": "emu.scenarios.trimming",
+    "CongestionSpreading": "emu.scenarios.congestion_spreading",
+    "DegradedPlane": "emu.scenarios.degraded_plane",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -51,6 +51,7 @@ def test_bad_parameters_are_one_clear_error_before_anything_exists():
 
 def test_the_cli_lists_the_same_scenarios_and_each_ones_parameters():
     text = subprocess.run([*EMU, "scenario", "--help"], capture_output=True, text=True).stdout
+    text = text.replace("-\n", "-")  # argparse wraps a long list at a name's hyphen
     listed = " ".join(text.split()).split("Scenarios: ")[1].split(".")[0].split(", ")
     assert sorted(listed) == sorted(SCENARIOS)
     one = " ".join(subprocess.run([*EMU, "scenario", "plane-down", "--help"], capture_output=True,

@@ -222,3 +222,31 @@ def test_congestion_spreading_pauses_reach_a_switch_without_hot_traffic_and_slow
     assert trim["pause_tree"] == [] and min(trim["victim_rates_fabric_bps"]) > 0.5 * line
     assert all(r[w]["data_ok"] and r[w]["timeouts"] == 0 for w in ("pfc", "pfc+dcqcn", "trim+dcqcn"))
     assert (tmp_path / "congestion-spreading.png").stat().st_size > 0
+
+
+def test_degraded_plane_weighted_spraying_beats_equal_and_a_healed_plane_takes_its_share(tmp_path, no_leftovers):
+    """Issue 26: one of 8 planes lossy, then a quarter of its rate, then 5 us longer per cable. Weighted
+    spraying keeps the lossy plane (as equal spraying does: a plane losing 1 % is still worth 98 % of
+    a slot), gives the slow one less and the long one nothing, and beats equal spraying on both; the
+    allreduces are exact; a plane that heals mid-write carries its share again within 100 us. The
+    verdict catches a weighting that does nothing: equal's figures in weighted's place fail it."""
+    from emu.scenarios.degraded_plane import DegradedPlane
+
+    r = run_scenario("degraded-plane", {"bytes": "4MiB", "allreduce": "1MiB"}, RunSettings(clock="fabric"),
+                     out_dir=str(tmp_path))
+    assert r["clock"] == "fabric" and r["fidelity"]["ok"] is True and r["passed"], r
+
+    def goodput(fault: str, way: str) -> float:
+        return r[fault][way]["write"]["goodput_fabric_bps"]
+
+    assert goodput("rate", "weighted") > 3 * goodput("rate", "equal")
+    assert goodput("delay", "weighted") > 1.4 * goodput("delay", "equal")
+    assert goodput("loss", "weighted") == pytest.approx(goodput("loss", "equal"), rel=0.01)
+    assert r["delay"]["weighted"]["write"]["packets_on_plane"] < 50  # probes' retransmissions only
+    assert r["rate"]["weighted"]["allreduce"]["time_us"] < r["rate"]["equal"]["allreduce"]["time_us"]
+    assert all(r[f][w]["allreduce"]["wrong"] == 0 and r[f][w]["write"]["data_ok"]
+               for f in ("loss", "rate", "delay") for w in ("equal", "weighted", "down"))
+    assert all(0 < r[f]["heal"]["back_to_share_after_fabric_s"] <= 100e-6 for f in ("loss", "rate", "delay"))
+    broken = {**r, "rate": {**r["rate"], "weighted": r["rate"]["equal"]}}
+    assert DegradedPlane(bytes="4MiB", allreduce="1MiB").verdict(broken) is False
+    assert (tmp_path / "degraded-plane.png").stat().st_size > 0

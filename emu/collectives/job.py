@@ -34,7 +34,7 @@ class CollectiveJob(Job):
         rng = random.Random(params.get("seed", 0))
         self.endpoints = [Endpoint.attached(host, rank["planes"], self.fail, f"rank {r} ({rank['name']})",
                                             mtu=params["mtu"], cc=params["cc"], seed=rng.getrandbits(32),
-                                            trim_dscp=params.get("trim_dscp"))
+                                            trim_dscp=params.get("trim_dscp"), spray=params.get("spray", "weighted"))
                           for r, rank in enumerate(params["ranks"])]
         self.participants = list(self.endpoints)
         self.rings = [Ring(ep.dev, r, n, self.op, max(self.sizes), params["slice"], timed=False)

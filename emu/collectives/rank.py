@@ -30,7 +30,7 @@ import numpy as np
 from emu.fidelity import Lateness, Part
 from emu.roce.endpoint import Wait, drive_wall
 from emu.roce.perf import publish, wait_for
-from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
+from emu.roce.transport import SPRAYS, Device, MemoryRegion, QueuePair, host_plane_addresses
 
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
 SLICE = 256 << 10  # bytes a ring step sends per message (the pipeline's grain)
@@ -208,7 +208,8 @@ class WallRank:
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args
         addrs = args.addrs.split(",") if args.addrs else host_plane_addresses()
-        dev = Device(addrs, dilation=args.dilation, cc=args.cc, plane_rate_bps=args.plane_rate, mtu=args.mtu)
+        dev = Device(addrs, dilation=args.dilation, cc=args.cc, plane_rate_bps=args.plane_rate, mtu=args.mtu,
+                     spray=args.spray)
         self.ring = Ring(dev, args.rank, args.nranks, args.op, max(args.sizes), args.slice)
         self.dev = dev
 
@@ -245,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1 << 20])
     ap.add_argument("--dilation", type=float, default=1000.0)
     ap.add_argument("--cc", default="none")
+    ap.add_argument("--spray", choices=SPRAYS, default="weighted", help="how packets spread over the planes")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--name", default="", help="the host's name, for fidelity reports")
     ap.add_argument("--addrs", default="", help="this host's plane addresses, comma-separated (default: read)")

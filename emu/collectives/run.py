@@ -101,7 +101,7 @@ def _check(hosts: list[RankHost], op: str) -> None:
 
 
 def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "none",
-                  seed: int = 0, trim_dscp: int | None = None) -> tuple[list[dict], int]:
+                  seed: int = 0, trim_dscp: int | None = None, spray: str = "weighted") -> tuple[list[dict], int]:
     """Fabric clock: every rank inside the engine (emu.collectives.job), all starting each size at one
     fabric instant. Every rank's report, as run_ranks gives them, and how many frames the kernel sent
     into the fabric while the job ran. EngineError with the job's reason if it fails."""
@@ -110,6 +110,7 @@ def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int],
     if missing:
         raise ValueError(f"hosts {', '.join(missing)} have no switch port known for every plane")
     params = {"op": op, "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed, "trim_dscp": trim_dscp,
+              "spray": spray,
               # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
               "budget_s": 100 * _ideal_fabric_s(hosts, op, sizes) + 0.01,
               "ranks": [{"name": h.name, "planes": [[sw, port, addr, rate] for (sw, port), (addr, rate)
@@ -119,7 +120,8 @@ def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int],
     return state["result"]["ranks"], int(state["kernel_frames"])
 
 
-def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: float, cc: str = "none") -> list[dict]:
+def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: float, cc: str = "none",
+              spray: str = "weighted") -> list[dict]:
     """Wall clock: every rank's own report (rows of fabric times, #wrong, fidelity parts), each rank a
     process in its host; RuntimeError naming the rank if one fails."""
     _check(hosts, op)
@@ -132,7 +134,7 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
     try:
         cmd = python_module("emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
                             "--sizes", ",".join(map(str, sizes)), "--dilation", str(dilation), "--cc", cc,
-                            "--mtu", str(MTU), "--timeout", f"{timeout:.0f}")
+                            "--mtu", str(MTU), "--timeout", f"{timeout:.0f}", "--spray", spray)
         procs = [h.popen(cmd + ["--rank", str(r), "--name", h.name, "--addrs", ",".join(a for a, _ in h.ports),
                                 "--plane-rate", str(min(rate for _, rate in h.ports))])
                  for r, h in enumerate(hosts)]
@@ -152,16 +154,16 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
 
 
 def measure(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, clock: str, dilation: float,
-            cc: str = "none", seed: int = 0, trim_dscp: int | None = None) -> dict[str, Any]:
+            cc: str = "none", seed: int = 0, trim_dscp: int | None = None, spray: str = "weighted") -> dict[str, Any]:
     """Run the collective on the fabric's clock and summarise it with the engine's counters. `trim_dscp`:
     the fabric trims (the ranks' trimming mode; the fabric clock's only, for now)."""
     engine.reset_fidelity()  # the collective is measured, the fabric's bring-up is not
     if clock == "fabric":
-        results, kernel = run_in_engine(engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp)
+        results, kernel = run_in_engine(engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray)
     elif trim_dscp is not None:
         raise ValueError("a collective on a trimming fabric runs on the fabric clock for now (--clock fabric)")
     else:
-        results, kernel = run_ranks(hosts, op, sizes, dilation=dilation, cc=cc), 0
+        results, kernel = run_ranks(hosts, op, sizes, dilation=dilation, cc=cc, spray=spray), 0
     return summarise(op, hosts, sizes, results, engine.stats(), dilation, clock=clock, kernel_frames=kernel, seed=seed)
 
 

@@ -217,11 +217,12 @@ class Engine:
     def set_port(self, switch: str, port: str, up: bool) -> None:
         self._ask(switch, SetPort(switch, port, up))
 
-    def degrade(self, switch: str, port: str, *, loss: float = 0.0, rate_bps: float = 0.0, delay_s: float = 0.0) -> None:
+    def degrade(self, switch: str, port: str, *, loss: float = 0.0, rate_bps: float = 0.0, delay_s: float = 0.0,
+                seed: int = 0) -> None:
         """A port's link degraded (Degrade; fabric units); all zero restores it."""
         if not 0.0 <= loss < 1.0 or rate_bps < 0 or delay_s < 0:
             raise ValueError(f"degrade: loss must be in [0, 1), rate and delay >= 0; got {loss}, {rate_bps}, {delay_s}")
-        self._ask(switch, Degrade(switch, port, loss, rate_bps, delay_s))
+        self._ask(switch, Degrade(switch, port, loss, rate_bps, delay_s, seed))
 
     def _ask(self, switch: str, msg: Request, timeout: float = 5.0) -> dict[str, Any]:
         r = self.request(self.worker_of(switch), msg, timeout=timeout)

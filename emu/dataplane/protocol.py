@@ -44,13 +44,14 @@ class SetPort:
 class Degrade:
     """A port's link degraded (both directions where the port faces a host): frames lost with
     probability `loss`, the wire at `rate_bps` (0: as built), `delay_s` more (fabric s). All zero
-    restores it."""
+    restores it. `seed` varies which frames the same loss takes (a repetition's seed)."""
 
     switch: str
     port: str
     loss: float
     rate_bps: float
     delay_s: float
+    seed: int = 0
 
 
 @dataclass(frozen=True)

@@ -219,14 +219,14 @@ class Switch:
         for g in self.groups.values():
             g.set_port_state(port, up)
 
-    def degrade_port(self, port: int, *, loss: float, rate_bps: float, delay_s: float) -> None:
+    def degrade_port(self, port: int, *, loss: float, rate_bps: float, delay_s: float, seed: int = 0) -> None:
         """A degraded link (fabric units; all zero: as built): this port's wire, and the host's NIC
-        model where it faces a host, so both directions. Loss is seeded from the switch and port."""
+        model where it faces a host, so both directions. Loss is seeded from the switch, the port and `seed`."""
         p = self.ports[port]
         for i, tx in enumerate((p.tx, p.nic)):
             if tx is not None:
                 tx.degrade(loss=loss, rate_bps=rate_bps / self.dilation if rate_bps else 0.0,
-                           extra_delay=delay_s * self.dilation, seed=self.spec.seed * 1_000_003 + 2 * port + i)
+                           extra_delay=delay_s * self.dilation, seed=(self.spec.seed * 1_000_003 + 2 * port + i) ^ seed << 32)
 
     def from_host(self, port: int, t: float, frame: bytes) -> None:
         """A frame the host's kernel sent: it first crosses the host NIC and the link."""

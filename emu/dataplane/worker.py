@@ -238,9 +238,12 @@ class Worker:
             self.attached_udp4[(sw.name, idx)] = (udp_port, on_frame)
 
     def set_port(self, switch: str, port: str, up: bool) -> None:
-        """A port down or up: asked over the control socket, or scheduled by a job (Attach)."""
+        """A port down or up: asked over the control socket, or scheduled by a job (Attach). Up is as
+        built, so a degraded port comes back whole too (a job heals a degraded plane so, at a fabric time)."""
         sw, idx = self._port(switch, port)
         sw.set_port_up(idx, up)
+        if up:
+            sw.degrade_port(idx, loss=0.0, rate_bps=0.0, delay_s=0.0)
 
     def _run_job(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
         if not self.fabric:
@@ -324,9 +327,10 @@ class Worker:
                 self.loop.lateness.reset()
             case SetPort(switch, port, up):
                 self.set_port(switch, port, bool(up))
-            case Degrade(switch, port, loss, rate_bps, delay_s):
+            case Degrade(switch, port, loss, rate_bps, delay_s, seed):
                 sw, idx = self._port(switch, port)
-                sw.degrade_port(idx, loss=float(loss), rate_bps=float(rate_bps), delay_s=float(delay_s))
+                sw.degrade_port(idx, loss=float(loss), rate_bps=float(rate_bps), delay_s=float(delay_s),
+                                   seed=int(seed))
             case SetTables(switch, tables):
                 self._switch(switch).load_tables(SwitchTables.from_dict(tables))
             case SetHeadroom(switch, port, nbytes):

@@ -61,17 +61,22 @@ class RoceOps:
         self.net = net
 
     def write(self, src: str, dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
-              timeout: float | None = None, fail_plane: tuple[int, int] | None = None) -> RoceWrite:
+              timeout: float | None = None, fail_plane: tuple[int, int] | None = None,
+              spray: str = "weighted") -> RoceWrite:
         """Write `nbytes` (bytes) from host `src` to host `dst` in `message`-byte RDMA writes; `cc`:
         "none" or "dcqcn"; on the wall clock, `timeout` in wall seconds (default: room for the write at
         10 Gb/s of fabric rate, stretched by D; on the fabric clock the endpoints run inside the engine
         and only a fabric time that stops advancing ends the wait). `fail_plane=(plane, nbytes)`: that
         plane fails under the write once the source's switch on it has forwarded `nbytes` (bytes) of it
         (on the fabric clock the engine fails it at the fabric time they take at the plane's line rate,
-        as nothing outside the engine can act while the write runs), and is restored after. Raises
-        RuntimeError if an endpoint fails."""
+        as nothing outside the engine can act while the write runs), and is restored after. `spray`:
+        "weighted" (each plane's share follows its measured health) or "equal". Raises RuntimeError if
+        an endpoint fails."""
         from emu.roce.run import EnginePerf, PerfRun, mininet_popen
+        from emu.roce.transport import SPRAYS
 
+        if spray not in SPRAYS:
+            raise ValueError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
         net, failed_at, kernel_frames = self.net, None, 0
         trim_dscp = net.settings.trim[1] if net.settings.trim else None
         src_planes = net.host_planes(src)
@@ -84,7 +89,7 @@ class RoceOps:
                 ports = net.plane_ports(plane)
                 events = [(after_bytes * 8 / src_planes[plane][3], False, ports)]
             run = EnginePerf(net.engine, src_planes, net.host_planes(dst), nbytes=nbytes, cc=cc, message=message,
-                             lat_iters=0, port_events=events, trim_dscp=trim_dscp)
+                             lat_iters=0, port_events=events, trim_dscp=trim_dscp, spray=spray)
             try:
                 client, server = run.wait()
             finally:
@@ -98,7 +103,7 @@ class RoceOps:
                 timeout = 300.0 + nbytes * 8 / 10e9 * net.settings.dilation
             wall = PerfRun(mininet_popen(net.get(src)), mininet_popen(net.get(dst)), nbytes=nbytes,
                            dilation=net.settings.dilation, cc=cc, message=message, timeout=timeout, lat_iters=0,
-                           trim_dscp=trim_dscp)
+                           trim_dscp=trim_dscp, spray=spray)
             if fail_plane is not None:
                 net.wait_forwarded(src_planes[fail_plane[0]][0], fail_plane[1])
                 net.fail(plane=fail_plane[0])
@@ -257,12 +262,12 @@ class FabricNet(Mininet):
         raise RuntimeError("the fabric is not started")
 
     def collective(self, op: str = "allreduce", *, sizes: Sequence[int | str] = ("1MiB",),
-                   cc: str = "none", seed: int = 0) -> CollectiveResult:
+                   cc: str = "none", seed: int = 0, spray: str = "weighted") -> CollectiveResult:
         """Run collective `op` (allreduce, allgather, reducescatter, alltoall, sendrecv) with one rank per
         host over every plane it has, on the fabric's clock (inside the engine on the fabric clock, a
         process per host at the fabric's D on the wall clock); `sizes` in bytes or with units ("64KiB"),
         rounded down to whole int32 chunks per rank; `cc`: "none" or "dcqcn"; `seed`: the endpoints'
-        (a fabric-clock run is the same for the same seed). Rows as nccl-tests prints them, and the
+        (a fabric-clock run is the same for the same seed); `spray`: the ranks' ("weighted" or "equal"). Rows as nccl-tests prints them, and the
         fidelity verdict of the run."""
         from emu.collectives.run import CollectiveResult, measure, whole_chunks
         from emu.units import parse_size
@@ -270,7 +275,7 @@ class FabricNet(Mininet):
         hosts = self.rank_hosts()
         chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], len(hosts))
         return CollectiveResult.from_report(measure(self.engine, hosts, op, chunks, clock=self.settings.clock,
-                                                    dilation=self.settings.dilation, cc=cc, seed=seed,
+                                                    dilation=self.settings.dilation, cc=cc, seed=seed, spray=spray,
                                                     trim_dscp=self.settings.trim[1] if self.settings.trim else None))
 
     def rank_hosts(self) -> list[RankHost]:
@@ -412,11 +417,13 @@ class FabricNet(Mininet):
         self._target(plane, link, switch, up=True)
 
     def degrade(self, *, plane: int | None = None, link: tuple[str, str] | None = None, switch: str | None = None,
-                loss: float = 0.0, rate: str | float | None = None, delay: str | float | None = None) -> None:
+                loss: float = 0.0, rate: str | float | None = None, delay: str | float | None = None,
+                seed: int = 0) -> None:
         """Degrade rather than fail: `plane=1`, `link=("p0l0", "p0s1")` or `switch="p0s0"` (as `fail`), every
         link of it in both directions: each frame lost with probability `loss` (seeded per port: the same
         run loses the same frames), its wires at `rate` ("25G", or b/s) instead of their own, `delay`
-        ("5us", or fabric s) more on each cable. The control plane is not told: a degraded link is up.
+        ("5us", or fabric s) more on each cable; `seed` picks another set of lost frames (repetitions).
+        The control plane is not told: a degraded link is up.
         `restore` brings it back."""
         if not hasattr(self.engine, "degrade"):
             raise ValueError("degrade is the native engine's: this fabric runs on BMv2")
@@ -428,7 +435,7 @@ class FabricNet(Mininet):
             raise ValueError("degrade: give loss=, rate= or delay= (restore() brings a link back)")
         ports = self._ports(plane, link, switch)
         for sw, port in ports:
-            self.engine.degrade(sw, port, loss=loss, rate_bps=rate_bps, delay_s=delay_s)
+            self.engine.degrade(sw, port, loss=loss, rate_bps=rate_bps, delay_s=delay_s, seed=seed)
         self._degraded |= set(ports)
 
     def _ports(self, plane: int | None, link: tuple[str, str] | None, switch: str | None) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from emu.dataplane.job import Attach, Job
 from emu.roce.endpoint import Endpoint, Op, drive_wall
-from emu.roce.transport import Device, MemoryRegion, QueuePair, host_plane_addresses
+from emu.roce.transport import SPRAYS, Device, MemoryRegion, QueuePair, host_plane_addresses
 
 
 def publish(directory: str, name: str, info: dict[str, Any]) -> None:
@@ -102,7 +102,7 @@ def server_result(dev: Device, ends: list[tuple[MemoryRegion, QueuePair]], nbyte
 def server(args: argparse.Namespace) -> dict[str, Any]:
     """One queue pair and one region per client; client i writes pattern(seed + i)."""
     dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc, mtu=args.mtu,
-                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp)
+                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp, spray=args.spray)
     ends = []
     for i in range(args.clients):
         mr, qp = dev.reg_mr(args.bytes), dev.create_qp()
@@ -118,7 +118,7 @@ def server(args: argparse.Namespace) -> dict[str, Any]:
 
 def client(args: argparse.Namespace) -> dict[str, Any]:
     dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc, mtu=args.mtu,
-                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp)
+                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp, spray=args.spray)
     mr = dev.reg_mr(args.bytes)
     mr.buf[:] = pattern(args.bytes, args.seed + args.index)
     qp = dev.create_qp()
@@ -152,7 +152,8 @@ class PerfJob(WritersJob):
         super().__init__(host, params)
         nbytes, seed = int(params["nbytes"]), int(params["seed"])
         rng = random.Random(seed)
-        kw = {"mtu": params["mtu"], "cc": params["cc"], "trim_dscp": params.get("trim_dscp")}
+        kw = {"mtu": params["mtu"], "cc": params["cc"], "trim_dscp": params.get("trim_dscp"),
+              "spray": params.get("spray", "weighted")}
         self.server = Endpoint.attached(host, params["server"], self.fail, "server", seed=rng.getrandbits(32), **kw)
         self.clients = [Endpoint.attached(host, planes, self.fail, f"client {i}", seed=rng.getrandbits(32), **kw)
                         for i, planes in enumerate(params["clients"])]
@@ -202,7 +203,8 @@ class WritesJob(WritersJob):
         if len(set(sources)) != len(sources) or any(a == b for a, b in pairs):
             raise ValueError("writes: each host writes to one other host at most")
         rng = random.Random(seed)
-        kw = {"mtu": params["mtu"], "cc": params["cc"], "trim_dscp": params.get("trim_dscp")}
+        kw = {"mtu": params["mtu"], "cc": params["cc"], "trim_dscp": params.get("trim_dscp"),
+              "spray": params.get("spray", "weighted")}
         self.eps = {name: Endpoint.attached(host, planes, self.fail, name, seed=rng.getrandbits(32), **kw)
                     for name, planes in sorted(params["hosts"].items())}
         self.pairs = pairs
@@ -246,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dilation", type=float, default=1000.0)
     ap.add_argument("--cc", default="none")
     ap.add_argument("--trim-dscp", type=int, default=None, help="the fabric trims: trimmed packets carry this DSCP")
+    ap.add_argument("--spray", choices=SPRAYS, default="weighted", help="how packets spread over the planes")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--lat-iters", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=300.0)

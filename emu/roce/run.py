@@ -28,7 +28,7 @@ class PerfRun:
 
     def __init__(self, src: Popen | list[Popen], dst: Popen, *, nbytes: int, dilation: float, cc: str = "none",
                  message: int = 1 << 20, timeout: float | None = None, lat_iters: int = 5, mtu: int = 1024,
-                 plane_rate_bps: float = 100e9, trim_dscp: int | None = None) -> None:
+                 plane_rate_bps: float = 100e9, trim_dscp: int | None = None, spray: str = "weighted") -> None:
         """`timeout` (wall s): by default it follows the work and D, as if the writes crawled at
         1 Gb/s of fabric rate (a fixed 300 s cut a slow machine's run at a large D short: a run that
         falls behind must say so in its verdict, not time out)."""
@@ -38,7 +38,7 @@ class PerfRun:
             timeout = 120.0 + (nbytes * len(srcs) * 8 / 1e9 + lat_iters * 1e-4) * dilation
         args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--cc", cc, "--message", str(message),
                 "--timeout", str(timeout), "--lat-iters", str(lat_iters), "--mtu", str(mtu),
-                "--plane-rate", str(plane_rate_bps)] + ([] if trim_dscp is None else ["--trim-dscp", str(trim_dscp)])
+                "--plane-rate", str(plane_rate_bps), "--spray", spray] + ([] if trim_dscp is None else ["--trim-dscp", str(trim_dscp)])
         py = python_module("emu.roce.perf")
         self.timeout = timeout
         self.many = isinstance(src, list)
@@ -93,15 +93,16 @@ class EnginePerf:
     def __init__(self, engine: Any, src: list[list[Any]] | list[list[list[Any]]], dst: list[list[Any]], *, nbytes: int,
                  cc: str = "none", message: int = 1 << 20, lat_iters: int = 5, mtu: int = 1024, seed: int = 1,
                  port_events: list[tuple[float, bool, list[tuple[str, str]]]] | None = None,
-                 trim_dscp: int | None = None) -> None:
+                 trim_dscp: int | None = None, spray: str = "weighted") -> None:
         """`port_events`: (fabric s after the start, up, [(switch, port), ...]) each, done by the
         engine at that fabric time (emu.dataplane.job.Job). `trim_dscp`: the fabric trims, and trimmed
-        packets arrive with this DSCP (the endpoints' trimming mode, emu.roce.transport.Device)."""
+        packets arrive with this DSCP (the endpoints' trimming mode, emu.roce.transport.Device). `spray`:
+        the endpoints' spraying, "weighted" or "equal" (Device)."""
         self.many = bool(src) and isinstance(src[0][0], list)
         clients = src if self.many else [src]
         rate = sum(p[3] for p in dst)
         params = {"nbytes": nbytes, "message": message, "cc": cc, "mtu": mtu, "seed": seed, "lat_iters": lat_iters,
-                  "trim_dscp": trim_dscp,
+                  "trim_dscp": trim_dscp, "spray": spray,
                   "server": dst, "clients": clients,
                   "port_events": [[after, up, [list(p) for p in ports]] for after, up, ports in port_events or []],
                   # 100 times the bytes at the server's line rate: stuck, not slow.

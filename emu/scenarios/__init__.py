@@ -33,6 +33,7 @@ SCENARIOS = {
     "bag-collective": "emu.scenarios.bag_collective:BagCollective",
     "trimming": "emu.scenarios.trimming:Trimming",
     "congestion-spreading": "emu.scenarios.congestion_spreading:CongestionSpreading",
+    "degraded-plane": "emu.scenarios.degraded_plane:DegradedPlane",
 }
 
 

@@ -27,7 +27,7 @@ from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.scenarios.common import ScenarioError, fabric, save
 from emu.topo.common import TopologyError
-from emu.units import UnitError, parse_distance, parse_rate, parse_size
+from emu.units import UnitError, parse_distance, parse_rate, parse_size, parse_time
 
 
 @dataclass
@@ -81,6 +81,10 @@ class Scenario:
     def as_rate(self, field: str) -> float:
         """Parameter `field` ("100G") in bits per second."""
         return _unit(self, field, parse_rate)
+
+    def as_time(self, field: str) -> float:
+        """Parameter `field` ("5us") in seconds."""
+        return _unit(self, field, parse_time)
 
     def as_distance(self, field: str) -> float:
         """Parameter `field` ("2km") in metres."""
