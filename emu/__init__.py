@@ -42,6 +42,7 @@ _PUBLIC = {
     "Trimming": "emu.scenarios.trimming",
     "CongestionSpreading": "emu.scenarios.congestion_spreading",
     "DegradedPlane": "emu.scenarios.degraded_plane",
+    "ReplicaExclusion": "emu.scenarios.replica_exclusion",
 }
 
 __all__ = sorted(_PUBLIC)

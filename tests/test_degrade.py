@@ -95,3 +95,28 @@ def test_metaroce_recovers_a_lossy_plane_without_stalls_and_weighs_slow_and_long
         assert weighted.bw_fabric_bps > 1.4 * equal.bw_fabric_bps and equal.data_ok and weighted.data_ok
         with pytest.raises(ValueError, match="spray is one of weighted, equal"):
             net.roce.write("gpu0", "gpu1", nbytes=1 << 20, spray="even")
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_reported_degraded_link_takes_its_wcmp_weight_down_and_restore_gives_it_back(no_leftovers):
+    """The control plane is told of a degraded link only when asked (report=True: the optic's telemetry):
+    then the leaf's groups weight the uplink by its new rate, 25 against 100; unreported, nothing moves;
+    restored, 100 again."""
+    from emu import FabricNet, FPFTopo
+
+    def uplinks(net: FabricNet) -> list[list[float]]:
+        return sorted([m.weight for m in g.members] for g in net.control.tables()["p0l0"].groups if len(g.members) == 2)
+
+    with FabricNet(FPFTopo(gpus=4, planes=1, leaves=2, spines=2), clock="fabric") as net:
+        assert uplinks(net) == [[100.0, 100.0]]
+        net.degrade(link=("p0l0", "p0s0"), rate="25G")
+        net.control.settle()
+        assert uplinks(net) == [[100.0, 100.0]]
+        net.restore(link=("p0l0", "p0s0"))
+        net.degrade(link=("p0l0", "p0s0"), rate="25G", report=True)
+        net.control.settle()
+        assert uplinks(net) == [[25.0, 100.0]]
+        net.restore(link=("p0l0", "p0s0"))
+        net.control.settle()
+        assert uplinks(net) == [[100.0, 100.0]]

@@ -8,6 +8,7 @@ import pytest
 
 from emu.net.switch import RunSettings
 from emu.scenarios import run_scenario
+from emu.scenarios.common import ScenarioError
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
@@ -250,3 +251,26 @@ def test_degraded_plane_weighted_spraying_beats_equal_and_a_healed_plane_takes_i
     broken = {**r, "rate": {**r["rate"], "weighted": r["rate"]["equal"]}}
     assert DegradedPlane(bytes="4MiB", allreduce="1MiB").verdict(broken) is False
     assert (tmp_path / "degraded-plane.png").stat().st_size > 0
+
+
+def test_replica_exclusion_survivors_detect_agree_and_finish_every_step_exact(tmp_path, no_leftovers):
+    """Issue 26: four replicas in the buildings of two BAG regions 20 km apart; replica 2's host dies
+    half-way through step 1. Its left neighbour's transport gives up on it (retry limit), the lowest
+    survivor leads a two-phase view change, and the three survivors redo step 1 and finish step 2,
+    every element right. The times to detect and to resume are given, and a 3-way step is no slower
+    than a 4-way one by more than the ring's share. Without detection (retry_limit 0: the transport
+    never gives up) the survivors are stuck: one clear error, nothing left behind."""
+    r = run_scenario("replica-exclusion", {"size": "256KiB", "steps": "3"}, RunSettings(clock="fabric"),
+                     out_dir=str(tmp_path))
+    assert r["clock"] == "fabric" and r["fidelity"]["ok"] is True and r["passed"], r
+    assert r["survivors"] == [0, 1, 3] and r["survivors_agree"] and r["epochs"] == [1] and r["wrong"] == 0
+    assert r["detected_by"] == [1]  # the dead one's left neighbour
+    assert r["steps_completed"] == {"0": 3, "1": 3, "3": 3}
+    # 7 retries of a ~1 ms timer (four round trips over BAG), doubling: 185 ms; the view change < 1 ms
+    assert 0.05 < r["time_to_detect_fabric_s"] < 0.3 and 0 < r["time_to_agree_fabric_s"] < 0.002
+    assert r["time_to_resume_fabric_s"] > r["time_to_detect_fabric_s"] > 100 * r["step_before_fabric_s"]
+    assert 0 < r["step_before_fabric_s"] and 0 < r["step_after_fabric_s"] < 2 * r["step_before_fabric_s"]
+    assert (tmp_path / "replica-exclusion.png").stat().st_size > 0
+    with pytest.raises(ScenarioError, match="did not finish"):
+        run_scenario("replica-exclusion", {"size": "256KiB", "steps": "3", "retry-limit": "0"},
+                     RunSettings(clock="fabric"), out_dir=str(tmp_path))

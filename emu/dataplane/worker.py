@@ -60,7 +60,7 @@ RX_BURST = 256
 # and returning an object with `finished`, `error`, `result()`. Imported by name when first asked
 # for: the engine knows no endpoint code, and imports stay downward.
 JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start",
-        "writes": "emu.roce.perf:start_writes"}
+        "writes": "emu.roce.perf:start_writes", "replicas": "emu.collectives.elastic:start"}
 
 
 def control_path(run_dir: str, index: int) -> str:

@@ -162,6 +162,7 @@ class FabricNet(Mininet):
         self.link_group = new_group()  # every root-side link end: one request deletes them all
         self._restore_signals: Callable[[], None] | None = None
         self._degraded: set[tuple[str, str]] = set()  # (switch, port) that degrade() changed
+        self._reported: dict[tuple[str, str], float] = {}  # links whose rate degrade(report=True) told: built rate
         super().__init__(topo=topo, **kw)
 
     def addHost(self, name: str, cls: Any = None, **params: Any) -> Any:
@@ -414,17 +415,24 @@ class FabricNet(Mininet):
         for sw, port in sorted(back):
             self.engine.degrade(sw, port)
         self._degraded -= back
+        for a, b, _ in self._switch_links(sorted(back)):
+            built = self._reported.pop((a, b), None)
+            if built is not None:
+                self.control.set_capacity(a, b, built)
         self._target(plane, link, switch, up=True)
 
     def degrade(self, *, plane: int | None = None, link: tuple[str, str] | None = None, switch: str | None = None,
                 loss: float = 0.0, rate: str | float | None = None, delay: str | float | None = None,
-                seed: int = 0) -> None:
+                seed: int = 0, report: bool = False) -> None:
         """Degrade rather than fail: `plane=1`, `link=("p0l0", "p0s1")` or `switch="p0s0"` (as `fail`), every
         link of it in both directions: each frame lost with probability `loss` (seeded per port: the same
         run loses the same frames), its wires at `rate` ("25G", or b/s) instead of their own, `delay`
         ("5us", or fabric s) more on each cable; `seed` picks another set of lost frames (repetitions).
-        The control plane is not told: a degraded link is up.
-        `restore` brings it back."""
+        The control plane is not told (a degraded link is up) unless `report`: then it learns the
+        switch-to-switch links' new rate, as from an optic's telemetry, and WCMP weights the paths
+        through them by it. Which layer does what: WCMP in the switches shares every flow by capacity
+        it is told of; MetaRoCE's spraying weights each plane per connection, end to end, by what it
+        measures (loss, queueing, round trip), told of nothing. `restore` brings it back."""
         if not hasattr(self.engine, "degrade"):
             raise ValueError("degrade is the native engine's: this fabric runs on BMv2")
         rate_bps = parse_rate(rate) if isinstance(rate, str) else float(rate or 0.0)
@@ -437,6 +445,20 @@ class FabricNet(Mininet):
         for sw, port in ports:
             self.engine.degrade(sw, port, loss=loss, rate_bps=rate_bps, delay_s=delay_s, seed=seed)
         self._degraded |= set(ports)
+        if report and rate_bps:
+            for a, b, built in self._switch_links(ports):
+                self._reported.setdefault((a, b), built)
+                self.control.set_capacity(a, b, rate_bps)
+
+    def _switch_links(self, ports: list[tuple[str, str]]) -> list[tuple[str, str, float]]:
+        """The switch-to-switch links among `ports`: (switch, peer switch, the link's built rate) each."""
+        out = []
+        for sw, port in ports:
+            intf = self.nameToNode[sw].intf(port)
+            peer = _peer(intf).node
+            if isinstance(peer, FabricSwitch) and sw < peer.name:
+                out.append((sw, peer.name, float(intf.link.fabric.rate_bps)))
+        return out
 
     def _ports(self, plane: int | None, link: tuple[str, str] | None, switch: str | None) -> list[tuple[str, str]]:
         """The switch ports a plane, a link or a switch is made of: (switch, port) each."""

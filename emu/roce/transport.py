@@ -232,6 +232,9 @@ class QueuePair:
         everything posted before it, is placed."""
         if self.remote_qpn < 0:
             raise RoceError("the queue pair is not connected")
+        if self.error:  # a queue pair in error flushes what is posted to it, as verbs does
+            self.dev.cq.append(Completion(wr_id, f"flushed: {self.error}", 0, self.qpn))
+            return
         if offset < 0 or length < 0 or offset + length > mr.size:
             raise RoceError(f"write of {length} B at {offset} is outside the {mr.size} B region")
         if not self.pending:
@@ -257,6 +260,23 @@ class QueuePair:
     def busy(self) -> bool:
         return bool(self.pending or self.inflight)
 
+    def cancel(self) -> None:
+        """Drop what is posted and not yet sent (a write may be cut short: the peer holds part of it);
+        what is in flight still completes. Its work requests complete no more."""
+        self.pending.clear()
+        self.wrs.clear()
+
+    def fail(self, why: str) -> None:
+        """The queue pair is in error: every work request completes with `why`, nothing more is sent."""
+        self.error = why
+        for wr_id, _, _ in self.wrs:
+            self.dev.cq.append(Completion(wr_id, why, 0, self.qpn))
+        self.wrs.clear()
+        self.pending.clear()
+        self.inflight.clear()
+        self.resend.clear()
+        self.sacked = 0
+
 
 FABRIC_TX_PORTS = tuple(range(49152, 49152 + ENTROPY))  # fabric clock: fixed source ports, for determinism
 FABRIC_CTL_PORT = 49168
@@ -277,17 +297,21 @@ class Device:
     def __init__(self, addrs: list[str], *, dilation: float, plane_rate_bps: float = 100e9, mtu: int = 1024,
                  cc: str = "none", window: int = 512, rto_fabric_s: float = 200e-6, seed: int | None = None,
                  clock: Clock = WALL, io: FabricIO | None = None, trim_dscp: int | None = None,
-                 spray: str = "weighted") -> None:
+                 spray: str = "weighted", retry_limit: int | None = None) -> None:
         """`clock` and `io`: WALL and None (kernel sockets bound to `addrs`, in this namespace), or the
         engine's fabric clock and the FabricIO of the host's switch ports (dilation 1). `trim_dscp`:
         trimming mode (the fabric's switches cut instead of dropping): data goes out trimmable, and a
         packet that arrives with this DSCP is a trimmed one, NACKed at once. `spray`: "weighted" (each
-        plane's share follows its measured health, `_reweigh`) or "equal" (every live plane alike)."""
+        plane's share follows its measured health, `_reweigh`) or "equal" (every live plane alike).
+        `retry_limit`: timer retransmissions of one packet after which its queue pair fails with
+        "retry exceeded" (RoCE's retry_cnt: a peer that never answers is dead); None: never."""
         if not addrs:
             raise RoceError("a device needs at least one port (plane address)")
         if spray not in SPRAYS:
             raise RoceError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
         self.spray = spray
+        self.retry_limit = retry_limit
+        self.alarm_at = float("inf")  # the user's own wake-up (Device.alarm)
         self.trim_dscp = trim_dscp
         self.tc_data = TC_DATA if trim_dscp is None else TC_DATA_TRIMMABLE
         self.clock = clock
@@ -393,9 +417,15 @@ class Device:
         # Wake BURST_S before the next send is due: a wake-up a little late still sends on time.
         select.select(self.rx_fds, (), (), wait - BURST_S if wait > 2 * BURST_S else 0.0)
 
+    def alarm(self, at: float) -> None:
+        """Be woken at `at` (this device's clock) even if nothing of its own is due then: a user's timer."""
+        self.alarm_at = min(self.alarm_at, at)
+
     def step(self, now: float) -> float:
         """Everything due at `now` (ACKs, congestion control, recovery, sends, probes); returns when the
         device next has something to do of its own (inf: only an arrival can wake it)."""
+        if now >= self.alarm_at:
+            self.alarm_at = float("inf")
         if now >= self.next_sample:
             self.next_sample = now + self.sample_s
             for qp in self.qps.values():
@@ -427,7 +457,7 @@ class Device:
         for p in self.planes:
             if not (p.healthy and p.weight):
                 due = min(due, p.probe_due)
-        return due
+        return min(due, self.alarm_at)
 
     def run_until_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -558,6 +588,9 @@ class Device:
                     qp.rto_check = lost_at
             backoff = rto * (1 << min(seg.sends - 1, 6))  # each timeout of the same packet doubles its timer
             timer = now - seg.sent_at > backoff
+            if timer and self.retry_limit is not None and seg.sends > self.retry_limit:
+                qp.fail("retry exceeded")
+                return
             if (overtaken and seg.sends == 1) or timer:
                 lost_on = self.planes[seg.plane]
                 others = any(p.healthy and p.index != seg.plane for p in self.planes)
@@ -841,13 +874,7 @@ class Device:
             self._on_nack(qp, echo, now)
             return
         if syndrome != wire.SYNDROME_ACK:
-            qp.error = f"remote access error (NAK 0x{syndrome:02x})"
-            for wr_id, _, _ in qp.wrs:
-                self.cq.append(Completion(wr_id, qp.error, 0))
-            qp.wrs.clear()
-            qp.pending.clear()
-            qp.inflight.clear()
-            qp.sacked = 0
+            qp.fail(f"remote access error (NAK 0x{syndrome:02x})")
             return
         cum = self._unwrap(wpsn, max(qp.cum_acked, 0))
         base = self._unwrap(base, cum + 1)

@@ -34,6 +34,7 @@ SCENARIOS = {
     "trimming": "emu.scenarios.trimming:Trimming",
     "congestion-spreading": "emu.scenarios.congestion_spreading:CongestionSpreading",
     "degraded-plane": "emu.scenarios.degraded_plane:DegradedPlane",
+    "replica-exclusion": "emu.scenarios.replica_exclusion:ReplicaExclusion",
 }
 
 
