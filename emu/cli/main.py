@@ -130,7 +130,7 @@ def cmd_up(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.cli.up import up
 
     _need_root()
-    return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json)
+    return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json, web=args.web)
 
 
 def cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
@@ -412,6 +412,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                        epilog="Each topology's parameters: `emu up TOPOLOGY --help` or `emu topologies`.")
     p.add_argument("topology")
     p.add_argument("--test", choices=("none", "pingall"), help="headless: build, test, tear down")
+    p.add_argument("--web", metavar="[ADDR:]PORT", help="serve the live view (127.0.0.1 unless ADDR; the URL has a token)")
     _run_options(p)
     if topology:
         _topology_help(p, topology)

@@ -47,9 +47,20 @@ def link_kinds(net: FabricNet) -> dict[str, int]:
     return dict(sorted(kinds.items()))
 
 
-def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | None, as_json: bool) -> int:
+def web_address(text: str) -> tuple[str, int]:
+    """`--web [ADDR:]PORT` -> (address, port); 127.0.0.1 unless an address is given."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--web: give [ADDR:]PORT, a port 0..65535, not {text!r}")
+    return host, int(port)
+
+
+def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | None, as_json: bool,
+       web: str | None = None) -> int:
     console = Console(stderr=as_json)
     topo = make_topo(name, params)  # validated: nothing exists yet if this fails
+    where = web_address(web) if web else None
     setLogLevel("info" if test is None else "warning")
     t0 = time.monotonic()
     net = None
@@ -61,6 +72,9 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
             net.start()
         result["up_s"] = round(time.monotonic() - t0, 3)
         result["links"] = link_kinds(net)
+        if where is not None:
+            result["web"] = net.web(port=where[1], host=where[0]).url
+            console.print(f"live view: {result['web']}", markup=False, highlight=False)
         if test is None:
             console.print(f"[green]{name} is up[/green] in {result['up_s']} s at D={settings.dilation:g}; "
                           "extra commands: stats, fail, restore, pingplanes")

@@ -162,7 +162,8 @@ class FabricNet(Mininet):
         self.link_group = new_group()  # every root-side link end: one request deletes them all
         self._restore_signals: Callable[[], None] | None = None
         self._degraded: set[tuple[str, str]] = set()  # (switch, port) that degrade() changed
-        self._reported: dict[tuple[str, str], float] = {}  # links whose rate degrade(report=True) told: built rate
+        self._reported: dict[tuple[str, str], float] = {}
+        self._views: list[Any] = []  # web views serving this fabric (web()), closed by stop()  # links whose rate degrade(report=True) told: built rate
         super().__init__(topo=topo, **kw)
 
     def addHost(self, name: str, cls: Any = None, **params: Any) -> Any:
@@ -239,6 +240,9 @@ class FabricNet(Mininet):
         """Stop the engine, then delete every veth pair in one request, by device group: the kernel
         removes them in one batch (one by one, each waits for an RCU grace period: about 20 ms a link
         here, most of Mininet's tear-down time)."""
+        for view in self._views:
+            view.close()
+        self._views.clear()
         _kill_host_processes(self.hosts)
         for sw in self.switches:
             if getattr(sw, "engine", None) is not None:
@@ -400,6 +404,16 @@ class FabricNet(Mininet):
             if getattr(sw, "control", None) is not None:
                 return sw.control
         raise RuntimeError("the fabric is not started")
+
+    def web(self, port: int = 0, host: str = "127.0.0.1") -> Any:
+        """Serve the live view of this fabric (emu.web) from this process on host:port (0: a free one);
+        its `url` carries the token every request needs. Read-only; stop() closes it."""
+        from emu.web.app import WebView
+        from emu.web.model import topology_of
+
+        view = WebView(topology_of(self), self.engine.stats, host=host, port=port, clock=self.settings.clock)
+        self._views.append(view)
+        return view
 
     def fail(self, *, plane: int | None = None, link: tuple[str, str] | None = None,
              switch: str | None = None) -> None:

@@ -1,0 +1,111 @@
+"""The live view's server: a Starlette app (the page, the topology, snapshots over a websocket, and
+Prometheus's /metrics), and `WebView`, which serves it from a thread beside a running fabric.
+
+Every route wants the token the server was started with (`?token=` or `Authorization: Bearer`):
+the page shows a fabric's traffic, and a machine may have other users. It listens on 127.0.0.1
+unless told otherwise, and it is read-only: nothing here changes the fabric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+import uvicorn
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from emu.web.model import FabricCollector, Snapshots, Topology
+
+PERIOD_S = 0.25  # wall seconds between snapshots: the page updates four times a second
+
+
+def _allowed(conn: HTTPConnection, token: str) -> bool:
+    given = conn.query_params.get("token", "")
+    auth = conn.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        given = given or auth[7:].strip()
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *, clock: str = "wall",
+             period_s: float = PERIOD_S) -> Starlette:
+    """`stats()`: the engine's counters now (engine.stats), called at each snapshot and scrape."""
+    page = resources.files("emu.web").joinpath("static/index.html").read_text()
+    script = resources.files("emu.web").joinpath("static/view.js").read_text()
+    registry = CollectorRegistry()
+    registry.register(FabricCollector(topo, stats))  # type: ignore[arg-type]
+
+    def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Any]:
+        async def run(request: Request) -> Response:
+            if not _allowed(request, token):
+                return PlainTextResponse("a token is needed: use the URL the server printed", status_code=403)
+            return handler(request)
+        return run
+
+    async def snapshots(ws: WebSocket) -> None:
+        if not _allowed(ws, token):
+            await ws.close(code=1008)
+            return
+        await ws.accept()
+        snaps = Snapshots(topo, clock)
+        try:
+            while True:
+                await ws.send_json(snaps.take(await asyncio.to_thread(stats)))
+                await asyncio.sleep(period_s)
+        except (WebSocketDisconnect, RuntimeError):
+            return
+
+    return Starlette(routes=[
+        Route("/", guarded(lambda r: HTMLResponse(page))),
+        Route("/view.js", lambda r: Response(script, media_type="text/javascript")),  # code, no data: open
+        Route("/topology.json", guarded(lambda r: JSONResponse({**topo.to_json(), "clock": clock}))),
+        Route("/metrics", guarded(lambda r: Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST))),
+        WebSocketRoute("/ws", snapshots),
+    ])
+
+
+class WebView:
+    """The app served from a thread of this process, on `host:port` (port 0: any free one). The URL it
+    gives carries the token. `close()` stops it (FabricNet.stop does)."""
+
+    def __init__(self, topo: Topology, stats: Callable[[], dict[str, Any]], *, host: str = "127.0.0.1",
+                 port: int = 0, clock: str = "wall") -> None:
+        self.token = secrets.token_urlsafe(16)
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+            self.sock.listen(128)  # connections queue from now on, before the server's thread accepts
+        except OSError as exc:
+            self.sock.close()
+            raise ValueError(f"web view: cannot listen on {host}:{port}: {exc.strerror}") from None
+        self.host, self.port = host, self.sock.getsockname()[1]
+        app = make_app(topo, stats, self.token, clock=clock)
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self._serve, name="emu-web", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/?token={self.token}"
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)
+        self.sock.close()

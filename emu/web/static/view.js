@@ -1,0 +1,93 @@
+// The live view: draws the topology once (SVG, one line per link, one mark per node), then colours it
+// from each snapshot the server sends over the websocket. Plain module, no build step.
+const token = new URLSearchParams(location.search).get("token") || "";
+const svg = document.getElementById("fabric");
+const NS = "http://www.w3.org/2000/svg";
+const W = 1000, H = 600;
+const links = new Map();   // link id -> {ab, ba, meta}
+const nodes = new Map();   // node name -> {x, y, el}
+const queues = new Map();  // "switch:port" -> rect
+let ports = {};
+
+function el(kind, attrs, parent = svg) {
+  const e = document.createElementNS(NS, kind);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  parent.appendChild(e);
+  return e;
+}
+
+function colour(util) {
+  if (util === null || util === undefined) return "#ccc";
+  const u = Math.max(0, Math.min(1, util));
+  return `hsl(${120 - 120 * u}, 70%, 42%)`;  // green (idle) to red (line rate)
+}
+
+function describe(key) {
+  const p = ports[key];
+  if (!p) return key;
+  const q = p.queue_bytes.map((b, i) => b ? `q${i} ${b} B` : "").filter(Boolean).join(" ");
+  const drops = Object.entries(p.drops).map(([r, n]) => `${r} ${n}`).join(" ");
+  return `${key}  ${p.up ? "up" : "DOWN"}  ${q || "queues empty"}  pfc sent ${p.pfc_tx} received ${p.pfc_rx}` +
+         `  ecn ${p.ecn_marked}  trimmed ${p.trimmed}  drops ${drops || "none"}` +
+         (p.degraded ? `  degraded ${JSON.stringify(p.degraded)}` : "");
+}
+
+async function draw() {
+  const topo = await (await fetch(`topology.json?token=${encodeURIComponent(token)}`)).json();
+  for (const n of topo.nodes) nodes.set(n.name, { x: n.x * W, y: n.y * H, ...n });
+  const g = el("g", { id: "links" });
+  for (const l of topo.links) {
+    const a = nodes.get(l.a), b = nodes.get(l.b);
+    const mx = (a.x + b.x) / 2, my = (a.y + b.y) / 2;
+    // Two halves: a to the middle is a->b, the middle to b is b->a (each direction its own colour).
+    const ab = el("line", { x1: a.x, y1: a.y, x2: mx, y2: my, class: "link", "data-link": l.id }, g);
+    const ba = el("line", { x1: mx, y1: my, x2: b.x, y2: b.y, class: "link", "data-link": l.id }, g);
+    for (const half of [ab, ba]) {
+      half.addEventListener("mouseenter", () => {
+        document.getElementById("port").textContent =
+          [l.a_port && `${l.a}:${l.a_port}`, l.b_port && `${l.b}:${l.b_port}`].filter(Boolean).map(describe).join("\n");
+      });
+    }
+    links.set(l.id, { ab, ba, meta: l });
+    for (const [end, port] of [[a, l.a_port], [b, l.b_port]]) {
+      if (!port) continue;
+      const other = end === a ? b : a;
+      const qx = end.x + (other.x - end.x) * 0.12, qy = end.y + (other.y - end.y) * 0.12;
+      queues.set(`${end.name}:${port}`, el("rect", { x: qx - 2, y: qy, width: 4, height: 0, class: "queue" }, g));
+    }
+  }
+  for (const n of nodes.values()) {
+    n.el = el(n.kind === "switch" ? "rect" : "circle", n.kind === "switch"
+      ? { x: n.x - 9, y: n.y - 6, width: 18, height: 12, class: "node switch", "data-node": n.name }
+      : { cx: n.x, cy: n.y, r: 5, class: "node host", "data-node": n.name });
+    el("text", { x: n.x, y: n.y + (n.kind === "switch" ? -9 : 14), "text-anchor": "middle" }).textContent = n.name;
+  }
+}
+
+function update(s) {
+  ports = s.ports;
+  document.getElementById("clock").textContent = `fabric time ${(s.fabric_s * 1e3).toFixed(3)} ms`;
+  document.getElementById("fidelity").textContent = s.fidelity;
+  for (const l of s.links) {
+    const drawn = links.get(l.id);
+    if (!drawn) continue;
+    drawn.ab.setAttribute("stroke", colour(l.ab));
+    drawn.ba.setAttribute("stroke", colour(l.ba));
+    drawn.ab.classList.toggle("down", !l.up);
+    drawn.ba.classList.toggle("down", !l.up);
+  }
+  for (const [key, p] of Object.entries(s.ports)) {
+    const rect = queues.get(key);
+    if (!rect) continue;
+    const bytes = p.queue_bytes.reduce((a, b) => a + b, 0);
+    rect.setAttribute("height", Math.min(40, 40 * Math.log10(1 + bytes / 1000) / 3));  // log scale: 1 MB is full
+    rect.setAttribute("data-bytes", bytes);
+    rect.classList.toggle("pausing", p.pausing.some(Boolean));
+  }
+  document.body.dataset.snapshots = String(Number(document.body.dataset.snapshots || 0) + 1);
+}
+
+await draw();
+const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws?token=${encodeURIComponent(token)}`);
+ws.onmessage = (ev) => update(JSON.parse(ev.data));
+ws.onclose = () => { document.getElementById("clock").textContent = "disconnected"; };

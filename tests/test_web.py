@@ -1,0 +1,145 @@
+"""The live view (issue 25): its snapshots over the websocket, /metrics, the token, the address it binds."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from emu.web.app import make_app
+from emu.web.model import End, Link, Topology, layout
+
+
+def fabric() -> tuple[Topology, list[dict]]:
+    """Two hosts on one leaf of plane 0: links gpu0-p0l0 (port p0l0-eth0) and p0l0-gpu1 (p0l0-eth1)."""
+    kinds = {"gpu0": "host", "gpu1": "host", "p0l0": "switch"}
+    groups = {"gpu0": -1, "gpu1": -1, "p0l0": 0}
+    edges = [("gpu0", "p0l0"), ("p0l0", "gpu1")]
+    topo = Topology(layout(sorted(kinds), kinds, groups, edges),
+                    [Link(0, End("gpu0", None, None), End("p0l0", "p0l0", "p0l0-eth0"), 100e9),
+                     Link(1, End("p0l0", "p0l0", "p0l0-eth1"), End("gpu1", None, None), 100e9)], {"p0l0": 0})
+
+    def port(tx: int, nic: int, queue: int, up: bool = True) -> dict:
+        return {"tx_bytes": tx, "rx_bytes": 0, "queue_bytes": [0, 0, 0, queue, 0, 0, 0, 0], "queue_hwm": [0] * 8,
+                "paused_s": [0.0] * 8, "pfc_tx": 0, "pfc_rx": 0, "ecn_marked": 3, "drops": {"buffer_full": 2},
+                "trimmed": [0] * 8, "up": up, "host_nic": {"tx_bytes": nic}}
+
+    def stats(t: float, sent: int, queue: int, up: bool = True) -> dict:
+        # 10 us of fabric time apart: gpu0 -> p0l0 and p0l0 -> gpu1 carry `sent` bytes each.
+        return {"dilation": 1.0, "workers": [{"uptime_s": t, "fidelity": {"p99_s": 0.0}}],
+                "switches": {"p0l0": {"ports": {"p0l0-eth0": port(0, sent, 0, up), "p0l0-eth1": port(sent, 0, queue)}}}}
+
+    return topo, [stats(0.0, 0, 0), stats(10e-6, 62_500, 4096), stats(20e-6, 93_750, 0, up=False)]
+
+
+def client(token: str = "t0k") -> tuple[TestClient, list[dict]]:
+    topo, series = fabric()
+    it = iter(series)
+    last: list[dict] = []
+
+    def stats() -> dict:
+        last[:] = [next(it, last[0] if last else series[-1])]
+        return last[0]
+
+    return TestClient(make_app(topo, stats, token, clock="fabric", period_s=0.0)), series
+
+
+def test_without_the_token_every_route_refuses():
+    c, _ = client()
+    for path in ("/", "/topology.json", "/metrics", "/?token=wrong"):
+        assert c.get(path).status_code == 403, path
+    with pytest.raises(WebSocketDisconnect) as no, c.websocket_connect("/ws"):
+        pass
+    assert no.value.code == 1008
+    assert c.get("/view.js").status_code == 200  # the page's code holds no data
+
+
+def test_snapshots_carry_fabric_time_utilisation_queues_and_failures():
+    c, _ = client()
+    assert "emu: the fabric, live" in c.get("/?token=t0k").text
+    topo = c.get("/topology.json", headers={"Authorization": "Bearer t0k"}).json()
+    assert len(topo["links"]) == 2 and {n["name"] for n in topo["nodes"]} == {"gpu0", "gpu1", "p0l0"}
+    with c.websocket_connect("/ws?token=t0k") as ws:
+        first, second, third = ws.receive_json(), ws.receive_json(), ws.receive_json()
+    assert first["fabric_s"] == 0.0 and first["links"][0]["ab"] is None  # no rate from one sample
+    assert second["fabric_s"] == pytest.approx(10e-6)
+    # 62 500 B in 10 us on 100G: half the line rate, each way counted where the engine sees it
+    assert second["links"][0]["ab"] == pytest.approx(0.5) and second["links"][1]["ab"] == pytest.approx(0.5)
+    assert second["ports"]["p0l0:p0l0-eth1"]["queue_bytes"][3] == 4096
+    assert third["links"][0]["up"] is False and third["links"][1]["up"] is True
+    assert "fabric clock: exact" in third["fidelity"]
+
+
+def test_metrics_are_prometheus_text_labelled_by_plane_switch_port_and_priority():
+    c, _ = client()
+    text = c.get("/metrics?token=t0k").text
+    assert 'emu_port_tx_bytes_total{plane="0",port="p0l0-eth1",switch="p0l0"} 0.0' in text
+    assert 'emu_port_drops_total{plane="0",port="p0l0-eth0",reason="buffer_full",switch="p0l0"} 2.0' in text
+    assert 'emu_port_queue_bytes{plane="0",port="p0l0-eth1",priority="3",switch="p0l0"}' in text
+    assert "emu_fabric_seconds " in text
+
+
+def test_layout_puts_hosts_below_and_planes_side_by_side():
+    kinds = {"gpu0": "host", "p0l0": "switch", "p0s0": "switch", "p1l0": "switch", "p1s0": "switch"}
+    groups = {"gpu0": -1, "p0l0": 0, "p0s0": 0, "p1l0": 1, "p1s0": 1}
+    nodes = {n.name: n for n in layout(sorted(kinds), kinds, groups,
+                                       [("gpu0", "p0l0"), ("gpu0", "p1l0"), ("p0l0", "p0s0"), ("p1l0", "p1s0")])}
+    assert nodes["gpu0"].y > nodes["p0l0"].y > nodes["p0s0"].y  # hosts, leaves, spines, upward
+    assert (nodes["p0l0"].layer, nodes["p0s0"].layer) == (1, 2)
+    assert nodes["p0l0"].x < 0.5 < nodes["p1l0"].x  # plane 0 left, plane 1 right
+
+
+def _get(url: str, **params: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + ("?" + urllib.parse.urlencode(params) if params else ""), timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_running_fabric_serves_its_view_on_loopback_only_and_stops_with_it(no_leftovers):
+    import json
+    import urllib.error
+
+    from emu import FabricNet, FPFTopo
+
+    with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), clock="fabric") as net:
+        view = net.web()
+        base = f"http://127.0.0.1:{view.port}"
+        assert view.host == "127.0.0.1" and view.url.startswith(f"{base}/?token=")
+        assert _get(f"{base}/metrics")[0] == 403
+        net.roce.write("gpu0", "gpu1", nbytes=1 << 20)
+        status, text = _get(f"{base}/metrics", token=view.token)
+        sent = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith("emu_port_tx_bytes_total{") and 'switch="p1l0"' in line]
+        assert status == 200 and len(sent) >= 4 and sum(sent) > 1 << 19  # plane 1's leaf carried about half
+        topo = json.loads(_get(f"{base}/topology.json", token=view.token)[1])
+        assert len(topo["links"]) == 8  # 4 GPUs x 2 planes
+        with pytest.raises(ValueError, match="cannot listen"):
+            net.web(port=view.port)  # the port is taken: one clear error
+    with pytest.raises(urllib.error.URLError):
+        _get(f"{base}/metrics")
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_emu_up_serves_the_view_it_prints_and_a_bad_address_is_one_clear_error(no_leftovers):
+    import json
+    import subprocess
+
+    from tests.helpers import EMU
+
+    out = subprocess.run([*EMU, "up", "fpf", "--gpus", "2", "--planes", "1", "--clock", "fabric", "--test", "pingall",
+                          "--web", "0", "--json"], capture_output=True, text=True, timeout=300)
+    result = json.loads(out.stdout)
+    assert out.returncode == 0 and result["passed"], out.stderr[-1500:]
+    assert result["web"].startswith("http://127.0.0.1:") and "?token=" in result["web"]
+    bad = subprocess.run([*EMU, "up", "fpf", "--gpus", "2", "--planes", "1", "--test", "pingall", "--web", "host:http"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "--web: give [ADDR:]PORT" in bad.stderr and "Traceback" not in bad.stderr
