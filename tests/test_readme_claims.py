@@ -233,11 +233,12 @@ def run_python(code: str, tmp_path, timeout: float = 600) -> list[str]:
 def test_the_readme_fabricnet_example_does_what_its_comments_say(tmp_path, no_leftovers):
     """Issue 27, item 14: the README's first Python block, run as it is, prints what its comments
     promise: no loss, gpu1 answers on plane 0 while plane 1 is down, the write's data arrives, the
-    collective is exact and right, nothing died."""
+    collective is exact and right, nothing died, a plane degrades, and the live view's URL is on
+    loopback with its token."""
     first = readme_python_blocks()[0]
     assert "FabricNet(FPFTopo(gpus=2, planes=2)" in first
     out = run_python(first, tmp_path)
-    loss, ping, write, coll, deaths = out[0], "\n".join(out[1:-3]), out[-3], out[-2], out[-1]
+    loss, ping, write, coll, deaths, url = out[0], "\n".join(out[1:-4]), out[-4], out[-3], out[-2], out[-1]
     assert float(loss) == 0.0, out
     assert " 0% packet loss" in ping and "1 received" in ping, ping
     gbps, ok, tx = write.split()
@@ -246,6 +247,7 @@ def test_the_readme_fabricnet_example_does_what_its_comments_say(tmp_path, no_le
     rows = re.findall(r"\((\d+), ([0-9.]+)\)", coll)
     assert [int(s) for s, _ in rows] == [64 << 10, 1 << 20] and all(float(b) > 0 for _, b in rows), coll
     assert deaths == "[]", deaths
+    assert url.startswith("http://127.0.0.1:") and "/?token=" in url, url
 
 
 def test_the_readme_topology_and_scenario_examples_run_as_written(tmp_path, no_leftovers):
