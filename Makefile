@@ -2,14 +2,14 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EMU := $(VENV)/bin/emu
-APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool
+APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool chromium
 
 .PHONY: setup demo test lint clean p4
 
 setup: $(VENV)/.done
 
 $(VENV)/.done: pyproject.toml
-	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null \
+	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null && command -v chromium >/dev/null \
 	  && command -v ping >/dev/null && command -v brctl >/dev/null && /usr/bin/python3 -c 'import venv, mininet' 2>/dev/null \
 	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS); }
 	test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)

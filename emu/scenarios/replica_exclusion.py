@@ -174,7 +174,8 @@ class ReplicaExclusion(Scenario):
         ax.set_yticklabels([f"replica {r} ({h})" for r, h in enumerate(result["hosts"])], fontsize=7)
         ax.set_xlabel("fabric time (ms)")
         detect = result["time_to_detect_fabric_s"]
-        ax.set_title(f"replica {result['dead']['rank']} dies; survivors' steps (blue: 4-way, green: after exclusion)\n"
+        ax.set_title(f"replica {result['dead']['rank']} dies; survivors' steps (blue: {result['replicas']}-way, "
+                     f"green: after exclusion)\n"
                      f"detected after {detect * 1e3 if detect is not None else float('nan'):.2f} ms, "
                      f"#wrong {result['wrong']}", fontsize=8)
         ax.legend(fontsize=7)

@@ -34,7 +34,7 @@ function describe(key) {
 
 async function draw() {
   const topo = await (await fetch(`topology.json?token=${encodeURIComponent(token)}`)).json();
-  for (const n of topo.nodes) nodes.set(n.name, { x: n.x * W, y: n.y * H, ...n });
+  for (const n of topo.nodes) nodes.set(n.name, { ...n, x: n.x * W, y: n.y * H });
   const g = el("g", { id: "links" });
   for (const l of topo.links) {
     const a = nodes.get(l.a), b = nodes.get(l.b);
