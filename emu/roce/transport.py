@@ -987,7 +987,7 @@ class Device:
                 continue
             q = p.srtt - p.base_rtt
             w = W_MIN if p.loss_rate >= 0.5 else max(W_MIN, 1.0 if q <= typical else typical / q)
-            p.weight = w if w <= p.weight else min(w, p.weight + W_STEP)
+            p.weight = w if w <= p.weight else min(w, max(W_MIN, p.weight + W_STEP))  # back from 0 at W_MIN
 
     def _innocent(self, qp: QueuePair, psn: int, now: float) -> None:
         """PSN arrived twice: the plane charged with losing it delivered it late. Refund the loss; a
