@@ -29,6 +29,31 @@ def test_a_job_starts_at_the_next_whole_fabric_second_after_what_was_due():
     assert loop.busy == 0 and loop.clock() >= 1.0  # idle again: it follows the wall from where it was
 
 
+def test_a_paced_job_takes_the_wall_time_asked_for_and_runs_the_same_events():
+    """pace: a fabric second takes at least `pace` wall seconds while a job runs (for the live view);
+    the events and their fabric times are those of the unpaced run. Only a lower bound is asserted:
+    a slow machine may take longer, never shorter."""
+    import time
+
+    def run(pace: float) -> tuple[float, list[float]]:
+        loop = FabricLoop(idle_dilation=1000.0)
+        start = loop.begin()
+        loop.set_pace(pace)
+        ran: list[float] = []
+        for i in range(1, 11):
+            loop.at(start + i * 1e-4, lambda t, a: ran.append(round(t - start, 9)))
+        loop.at(start + 1e-3, lambda t, a: setattr(loop, "running", False))
+        t0 = time.monotonic()
+        loop.run_forever()
+        return time.monotonic() - t0, ran
+
+    paced, fast = run(300.0), run(0.0)  # a fabric millisecond in 0.3 wall seconds, then unpaced
+    assert paced[1] == fast[1] == [round(i * 1e-4, 9) for i in range(1, 11)]
+    assert paced[0] >= 0.29 and fast[0] < paced[0]
+    with pytest.raises(ValueError, match="pace"):
+        FabricLoop(idle_dilation=1000.0).set_pace(-1.0)
+
+
 def _run(**settings: Any) -> dict[str, Any]:
     from emu.bench.collective import run
     from emu.net.switch import RunSettings

@@ -54,7 +54,7 @@ def _settings(args: argparse.Namespace):
     settings = RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
                            workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                            measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
-                           links=args.links, clock=_clock(args), trim=trim)
+                           links=args.links, clock=_clock(args), trim=trim, pace=args.pace)
     _check_backend(settings)
     return settings
 
@@ -298,6 +298,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                         "endpoints inside it: exact on any machine; the default of scenarios whose traffic is all "
                         "the project's); wall: fabric time = wall time / D (kernel traffic, BMv2; the default of "
                         "`up` and the other scenarios)")
+    p.add_argument("--pace", type=float, default=0.0, metavar="WALL_S",
+                   help="with --clock fabric: a fabric second of our traffic takes at least WALL_S wall seconds "
+                        "(1000: a fabric millisecond a second), to watch it in the live view; figures do not change")
     p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
     p.add_argument("--workers", type=int, default=0, help="engine worker processes (default: one per core)")

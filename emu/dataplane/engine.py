@@ -30,6 +30,7 @@ from emu.dataplane.protocol import (
     RunJob,
     SampleQueues,
     SetHeadroom,
+    SetPace,
     SetPort,
     SetTables,
     Stats,
@@ -223,6 +224,17 @@ class Engine:
         if not 0.0 <= loss < 1.0 or rate_bps < 0 or delay_s < 0:
             raise ValueError(f"degrade: loss must be in [0, 1), rate and delay >= 0; got {loss}, {rate_bps}, {delay_s}")
         self._ask(switch, Degrade(switch, port, loss, rate_bps, delay_s, seed))
+
+    def set_pace(self, wall_s: float) -> None:
+        """Fabric clock: a job's fabric second takes at least `wall_s` wall seconds (0: no limit), to be
+        watched; results do not change. The wall clock's pace is D, set at start."""
+        if self.spec.clock != "fabric":
+            raise ValueError("pace is for the fabric clock; on the wall clock, D (--dilation) is the pace")
+        if not 0.0 <= wall_s <= 1e9:
+            raise ValueError(f"pace: wall seconds per fabric second in [0, 1e9], got {wall_s}")
+        r = self.request(0, SetPace(float(wall_s)))
+        if not r.get("ok"):
+            raise EngineError(f"pace: {r.get('error', 'request refused')}")
 
     def _ask(self, switch: str, msg: Request, timeout: float = 5.0) -> dict[str, Any]:
         r = self.request(self.worker_of(switch), msg, timeout=timeout)

@@ -183,6 +183,10 @@ class FabricLoop(WallLoop):
     not the fabric's, and a job they cross is not reproducible bit for bit.
 
     Ties (equal times) run in the order they were scheduled, so the same inputs give the same run.
+
+    `pace` (wall seconds per fabric second, 0 by default) holds a job's fabric time back to what a
+    person can watch (the live view): the loop waits, its sockets still served, until the wall
+    catches up with the next event. Only the wall time a job takes changes, never its events.
     """
 
     BATCH = 256  # events between two looks at the sockets while a job runs
@@ -195,6 +199,8 @@ class FabricLoop(WallLoop):
         self.events = 0  # callbacks run while a job ran
         self._anchor_f = 0.0
         self._anchor_w = time.monotonic()
+        self.pace = 0.0
+        self._pace_f, self._pace_w = 0.0, self._anchor_w  # where the paced job's fabric time meets the wall
 
     def _mapped(self, wall: float) -> float:
         return self._anchor_f + (wall - self._anchor_w) / self.idle_dilation
@@ -219,8 +225,16 @@ class FabricLoop(WallLoop):
                     self.now = t
                 fn(t, arg)
             self.now = start
+            self._pace_f, self._pace_w = start, time.monotonic()
         self.busy += 1
         return self.now
+
+    def set_pace(self, wall_s: float) -> None:
+        """A fabric second of a job takes at least `wall_s` wall seconds from now on (0: no limit)."""
+        if not 0.0 <= wall_s <= 1e9:
+            raise ValueError(f"pace: wall seconds per fabric second in [0, 1e9], got {wall_s}")
+        self.pace = float(wall_s)
+        self._pace_f, self._pace_w = self.now, time.monotonic()
 
     def end(self) -> None:
         """A job ended: once none runs, fabric time follows the wall again, from where it is."""
@@ -236,6 +250,11 @@ class FabricLoop(WallLoop):
         batch = self.BATCH
         while self.running:
             if self.busy:
+                if self.pace and heap:
+                    ahead = self._pace_w + (heap[0][0] - self._pace_f) * self.pace - time.monotonic()
+                    if ahead > 0:  # paced: serve the sockets while the wall catches up
+                        self._dispatch(epoll.poll(min(ahead, 0.05)))
+                        continue
                 n = 0
                 while heap and n < batch and self.busy:  # a job that ends hands the rest back to the wall
                     t, _, fn, arg = pop(heap)

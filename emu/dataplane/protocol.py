@@ -114,15 +114,23 @@ class JobResult:
 
 
 @dataclass(frozen=True)
+class SetPace:
+    """Fabric clock: while a job runs, a fabric second takes at least `wall_s` wall seconds (0: as fast
+    as the CPU allows), so that a person can watch it; the result is the same at any pace."""
+
+    wall_s: float
+
+
+@dataclass(frozen=True)
 class Stop:
     """End the worker's loop."""
 
 
 Request = (Ping | Stats | ResetFidelity | SetPort | Degrade | SetTables | SetHeadroom | Probe | ProbeResult | SampleQueues | QueueSamples
-           | RunJob | JobResult | Stop)
+           | RunJob | JobResult | SetPace | Stop)
 REQUESTS: dict[str, type] = {c.__name__: c for c in (Ping, Stats, ResetFidelity, SetPort, Degrade, SetTables, SetHeadroom, Probe,
                                                       ProbeResult, SampleQueues, QueueSamples, RunJob, JobResult,
-                                                      Stop)}
+                                                      SetPace, Stop)}
 
 
 def encode(msg: Request) -> bytes:
@@ -149,4 +157,4 @@ def decode(line: bytes) -> Request:
 
 
 __all__ = ["REQUESTS", "JobResult", "RunJob", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "ResetFidelity", "SampleQueues",
-           "SetHeadroom", "SetPort", "Degrade", "SetTables", "Stats", "Stop", "decode", "encode"]
+           "SetHeadroom", "SetPace", "SetPort", "Degrade", "SetTables", "Stats", "Stop", "decode", "encode"]

@@ -40,6 +40,7 @@ from emu.dataplane.protocol import (
     RunJob,
     SampleQueues,
     SetHeadroom,
+    SetPace,
     SetPort,
     SetTables,
     Stats,
@@ -360,6 +361,10 @@ class Worker:
                 return self._run_job(kind, params)
             case JobResult(job):
                 return self._job_result(int(job))
+            case SetPace(wall_s):
+                if not isinstance(self.loop, FabricLoop):
+                    raise ValueError("pace is the fabric clock's: on the wall clock, D sets it")
+                self.loop.set_pace(float(wall_s))
             case Stop():
                 self.loop.running = False
         return {"ok": True}

@@ -162,8 +162,8 @@ class FabricNet(Mininet):
         self.link_group = new_group()  # every root-side link end: one request deletes them all
         self._restore_signals: Callable[[], None] | None = None
         self._degraded: set[tuple[str, str]] = set()  # (switch, port) that degrade() changed
-        self._reported: dict[tuple[str, str], float] = {}
-        self._views: list[Any] = []  # web views serving this fabric (web()), closed by stop()  # links whose rate degrade(report=True) told: built rate
+        self._reported: dict[tuple[str, str], float] = {}  # links whose rate degrade(report=True) told: built rate
+        self._views: list[Any] = []  # web views serving this fabric (web()), closed by stop()
         super().__init__(topo=topo, **kw)
 
     def addHost(self, name: str, cls: Any = None, **params: Any) -> Any:
@@ -235,6 +235,8 @@ class FabricNet(Mininet):
         for sw in self.switches:
             sw.settings = self.settings
         super().start()
+        if self.settings.pace:
+            self.engine.set_pace(self.settings.pace)
 
     def stop(self) -> None:
         """Stop the engine, then delete every veth pair in one request, by device group: the kernel
@@ -414,6 +416,12 @@ class FabricNet(Mininet):
         view = WebView(topology_of(self), self.engine.stats, host=host, port=port, clock=self.settings.clock)
         self._views.append(view)
         return view
+
+    def pace(self, wall_s: float) -> None:
+        """Fabric clock: from now on a fabric second of a job takes at least `wall_s` wall seconds
+        (1000: a millisecond a second; 0: as fast as the CPU allows), so that the live view can be
+        watched. Results are the same at any pace; only the wall time changes."""
+        self.engine.set_pace(wall_s)
 
     def fail(self, *, plane: int | None = None, link: tuple[str, str] | None = None,
              switch: str | None = None) -> None:

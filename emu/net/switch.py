@@ -59,6 +59,9 @@ class RunSettings:
     # Packet trimming (size in bytes after the Ethernet header, the trimmed packets' DSCP), or None:
     # MetaRoCE's data (DSCP 24 in this mode) is cut instead of dropped (emu.dataplane.spec.TrimSpec).
     trim: tuple[int, int] | None = None
+    # Fabric clock only: wall seconds a job's fabric second takes at least (0: as fast as the CPU
+    # allows), to watch a run in the live view; results do not change (FabricNet.pace changes it).
+    pace: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -80,6 +83,10 @@ class RunSettings:
         if self.backend == "native" and self.p4_json:
             raise ValueError("a P4 program is for --backend bmv2: the native engine does not run one")
         check_clock(self.clock)
+        if not 0.0 <= self.pace <= 1e9:
+            raise ValueError(f"pace: wall seconds per fabric second in [0, 1e9], got {self.pace}")
+        if self.pace and self.clock != "fabric":
+            raise ValueError("--pace is for the fabric clock (--clock fabric); on the wall clock, D is the pace")
         if self.trim is not None:
             try:
                 TrimSpec(size=self.trim[0], dscp=self.trim[1])
