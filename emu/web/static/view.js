@@ -53,7 +53,10 @@ async function draw() {
       if (!port) continue;
       const other = end === a ? b : a;
       const qx = end.x + (other.x - end.x) * 0.12, qy = end.y + (other.y - end.y) * 0.12;
-      queues.set(`${end.name}:${port}`, el("rect", { x: qx - 2, y: qy, width: 4, height: 0, class: "queue" }, g));
+      const key = `${end.name}:${port}`;
+      const rect = el("rect", { x: qx - 2, y: qy, width: 4, height: 0, class: "queue", "data-port": key }, g);
+      rect.addEventListener("mouseenter", () => { document.getElementById("port").textContent = describe(key); });
+      queues.set(key, rect);
     }
   }
   for (const n of nodes.values()) {
