@@ -70,6 +70,24 @@ def test_snapshots_carry_fabric_time_utilisation_queues_and_failures():
     assert "fabric clock: exact" in third["fidelity"]
 
 
+def test_a_fabric_that_stops_ends_the_snapshots_with_its_reason():
+    topo, series = fabric()
+    calls = iter([series[0]])
+
+    def stats() -> dict:
+        s = next(calls, None)
+        if s is None:
+            raise ConnectionRefusedError("engine worker 0 is gone")
+        return s
+
+    c = TestClient(make_app(topo, stats, "t0k", clock="fabric", period_s=0.0))
+    with c.websocket_connect("/ws?token=t0k") as ws:
+        assert ws.receive_json()["fabric_s"] == 0.0
+        assert ws.receive_json() == {"ended": "ConnectionRefusedError: engine worker 0 is gone"}
+        with pytest.raises(WebSocketDisconnect):
+            ws.receive_json()
+
+
 def test_metrics_are_prometheus_text_labelled_by_plane_switch_port_and_priority():
     c, _ = client()
     text = c.get("/metrics?token=t0k").text
@@ -143,6 +161,44 @@ def test_emu_up_serves_the_view_it_prints_and_a_bad_address_is_one_clear_error(n
     bad = subprocess.run([*EMU, "up", "fpf", "--gpus", "2", "--planes", "1", "--test", "pingall", "--web", "host:http"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "--web: give [ADDR:]PORT" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_emu_web_attaches_to_a_fabric_another_process_runs_and_ends_with_it(no_leftovers):
+    import json
+    import subprocess
+
+    from websockets.sync.client import connect
+
+    from emu import FabricNet, FPFTopo
+    from tests.helpers import EMU
+
+    nothing = subprocess.run([*EMU, "web"], capture_output=True, text=True, timeout=60)
+    assert nothing.returncode == 1 and "no running fabric to view" in nothing.stderr, nothing.stderr
+    with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), clock="fabric") as net:
+        proc = subprocess.Popen([*EMU, "web"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            url = proc.stdout.readline().rsplit(" ", 1)[-1].strip()  # type: ignore[union-attr]
+            base, _, token = url.partition("/?token=")
+            assert base.startswith("http://127.0.0.1:") and token, url
+            assert _get(f"{base}/topology.json")[0] == 403
+            topo = json.loads(_get(f"{base}/topology.json", token=token)[1])
+            assert len(topo["links"]) == 8 and topo["planes"] == {"p0l0": 0, "p1l0": 1} and topo["clock"] == "fabric"
+            net.roce.write("gpu0", "gpu1", nbytes=1 << 20)
+            text = _get(f"{base}/metrics", token=token)[1]
+            sent = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                    if line.startswith('emu_port_tx_bytes_total{plane="1"')]
+            assert sum(sent) > 1 << 19  # what this process's write sent, seen from the other one
+            with connect(base.replace("http", "ws") + f"/ws?token={token}") as ws:
+                snap = json.loads(ws.recv(timeout=30))
+            assert snap["fabric_s"] > 0 and len(snap["links"]) == 8 and "fabric clock" in snap["fidelity"]
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise
+    _, said = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "the fabric stopped" in said, said
 
 
 @pytest.mark.root

@@ -14,11 +14,16 @@ from emu.dataplane.spec import EngineSpec
 def running_engines() -> list[Engine]:
     engines = []
     for spec_path in sorted(glob.glob(os.path.join(RUN_ROOT, "run-*", "engine.json"))):
-        if not glob.glob(os.path.join(os.path.dirname(spec_path), "worker-*.sock")):
-            continue
         with open(spec_path) as f:
-            engines.append(Engine(EngineSpec.from_json(f.read())))
+            engine = Engine(EngineSpec.from_json(f.read()))
+        if still_running(engine):
+            engines.append(engine)
     return engines
+
+
+def still_running(engine: Engine) -> bool:
+    """Whether the fabric of `engine` (maybe another process's) still runs: its workers' sockets exist."""
+    return bool(glob.glob(os.path.join(engine.run_dir, "worker-*.sock")))
 
 
 def running_stats() -> dict[str, Any] | None:
@@ -43,3 +48,17 @@ def running_hosts() -> dict[str, int]:
         if hosts and all(os.path.exists(f"/proc/{pid}") for pid in hosts.values()):
             return hosts
     return {}
+
+
+def running_view() -> tuple[Engine, dict[str, Any]]:
+    """The newest running fabric that recorded its drawing (FabricNet does at start): its engine and
+    the record ({"topology": ..., "clock": ...})."""
+    from emu.net.fabric import VIEW_RECORD
+
+    for engine in reversed(running_engines()):
+        path = os.path.join(engine.run_dir, VIEW_RECORD)
+        if os.path.exists(path):
+            with open(path) as f:
+                return engine, json.load(f)
+    raise RuntimeError("no running fabric to view: start one with `emu up ...` (or a script's FabricNet), or "
+                       "give `emu up` --web")

@@ -176,6 +176,29 @@ def cmd_stats(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_web(args: argparse.Namespace, extra: list[str]) -> int:
+    """Serve the live view of a fabric another process runs, until it stops (or Ctrl-C)."""
+    import time
+
+    from emu.cli.live import running_view, still_running
+    from emu.cli.up import web_address
+    from emu.web.app import WebView
+    from emu.web.model import Topology
+
+    _need_root()  # the engine's control sockets are root's
+    host, port = web_address(args.address)
+    engine, record = running_view()
+    view = WebView(Topology.from_json(record["topology"]), engine.stats, host=host, port=port, clock=record["clock"])
+    try:
+        print(f"live view of {engine.run_dir} (read-only; --web-control is `emu up`'s): {view.url}", flush=True)
+        while still_running(engine):
+            time.sleep(0.5)
+        err.print("emu web: the fabric stopped")
+        return 0
+    finally:
+        view.close()
+
+
 def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.scenarios import run_scenario
 
@@ -429,6 +452,10 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="counters of the running fabric")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_stats)
+    p = sub.add_parser("web", help="serve the live view of the running fabric (another process's) until it stops")
+    p.add_argument("address", nargs="?", default="0", metavar="[ADDR:]PORT",
+                   help="where to listen (default 0: a free port on 127.0.0.1; the URL printed has the token)")
+    p.set_defaults(fn=cmd_web)
     p = sub.add_parser("scenario", help="run one experiment; JSON result and a PNG plot",
                        epilog="Scenarios: incast, plane-down, srv6-te, fpf-vs-nsf, headroom, wcmp, dcqcn, "
                               "roce-plane-down, bag-collective, trimming, congestion-spreading, degraded-plane, "

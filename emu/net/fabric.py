@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import shutil
@@ -144,6 +145,9 @@ def _writable_dir(path: str) -> None:
         raise ValueError(f"--pcap {path}: the folder cannot be written")
 
 
+VIEW_RECORD = "view.json"  # in the run directory: the topology as the live view draws it
+
+
 class FabricNet(Mininet):
     """A Mininet whose switches and links are the fabric's. Any RunSettings field can be given as a
     keyword (`dilation=10_000`, `backend="bmv2"`, `pfc=False`, `spray=True`): it overrides `settings`
@@ -237,6 +241,16 @@ class FabricNet(Mininet):
         super().start()
         if self.settings.pace:
             self.engine.set_pace(self.settings.pace)
+        self._record_view()
+
+    def _record_view(self) -> None:
+        """The fabric's drawing, beside its engine in the run directory: what `emu web` serves when it
+        attaches from another process (which has no Mininet objects to read it from)."""
+        from emu.web.model import topology_of
+
+        if getattr(self, "run_dir", ""):
+            with open(os.path.join(self.run_dir, VIEW_RECORD), "w") as f:
+                json.dump({"topology": topology_of(self).to_json(), "clock": self.settings.clock}, f)
 
     def stop(self) -> None:
         """Stop the engine, then delete every veth pair in one request, by device group: the kernel

@@ -62,7 +62,13 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
         snaps = Snapshots(topo, clock)
         try:
             while True:
-                await ws.send_json(snaps.take(await asyncio.to_thread(stats)))
+                try:
+                    now = await asyncio.to_thread(stats)
+                except Exception as exc:  # the fabric stopped (or died): the page says so, once
+                    await ws.send_json({"ended": f"{type(exc).__name__}: {exc}"})
+                    await ws.close(code=1011)
+                    return
+                await ws.send_json(snaps.take(now))
                 await asyncio.sleep(period_s)
         except (WebSocketDisconnect, RuntimeError):
             return

@@ -50,7 +50,18 @@ class Topology:
     def to_json(self) -> dict[str, Any]:
         return {"nodes": [n.__dict__ for n in self.nodes],
                 "links": [{"id": lk.id, "a": lk.a.node, "b": lk.b.node, "rate_bps": lk.rate_bps,
-                           "a_port": lk.a.port, "b_port": lk.b.port} for lk in self.links]}
+                           "a_port": lk.a.port, "b_port": lk.b.port} for lk in self.links],
+                "planes": self.planes}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Topology:
+        """What to_json wrote (a running fabric records it for `emu web`): an end with a port is a switch's."""
+        def end(node: str, port: str | None) -> End:
+            return End(node, node if port else None, port)
+
+        return cls([Node(**n) for n in d["nodes"]],
+                   [Link(lk["id"], end(lk["a"], lk["a_port"]), end(lk["b"], lk["b_port"]), float(lk["rate_bps"]))
+                    for lk in d["links"]], {k: int(v) for k, v in d.get("planes", {}).items()})
 
 
 def layout(names: list[str], kinds: dict[str, str], groups: dict[str, int], edges: list[tuple[str, str]]) -> list[Node]:

@@ -68,6 +68,11 @@ async function draw() {
 }
 
 function update(s) {
+  if (s.ended) {
+    document.getElementById("clock").textContent = "the fabric stopped";
+    document.getElementById("fidelity").textContent = s.ended;
+    return;
+  }
   ports = s.ports;
   document.getElementById("clock").textContent = `fabric time ${(s.fabric_s * 1e3).toFixed(3)} ms`;
   document.getElementById("fidelity").textContent = s.fidelity;
@@ -93,4 +98,7 @@ function update(s) {
 await draw();
 const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws?token=${encodeURIComponent(token)}`);
 ws.onmessage = (ev) => update(JSON.parse(ev.data));
-ws.onclose = () => { document.getElementById("clock").textContent = "disconnected"; };
+ws.onclose = () => {
+  const clock = document.getElementById("clock");
+  if (clock.textContent !== "the fabric stopped") clock.textContent = "disconnected";
+};
