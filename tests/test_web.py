@@ -88,6 +88,35 @@ def test_a_fabric_that_stops_ends_the_snapshots_with_its_reason():
             ws.receive_json()
 
 
+def test_control_fails_and_restores_only_when_allowed_and_says_why_it_refuses():
+    topo, series = fabric()
+    done: list[tuple[str, dict]] = []
+
+    def control(verb: str, target: dict) -> None:
+        if target.get("plane", 0) > 0:
+            raise ValueError(f"no plane {target['plane']}")  # what FabricNet.fail says
+        done.append((verb, target))
+
+    c = TestClient(make_app(topo, lambda: series[0], "t0k", control=control))
+    assert c.post("/control", json={"verb": "fail", "plane": 0}).status_code == 403  # no token
+    r = c.post("/control?token=t0k", json={"verb": "fail", "plane": 0})
+    assert r.status_code == 200 and done == [("fail", {"plane": 0})]
+    c.post("/control?token=t0k", json={"verb": "restore", "link": ["gpu0", "p0l0"]})
+    assert done[-1] == ("restore", {"link": ("gpu0", "p0l0")})
+    for bad, why in (({"verb": "fail", "plane": 3}, "no plane 3"), ({"verb": "drop", "plane": 0}, "give verb"),
+                     ({"verb": "fail", "plane": 0, "switch": "p0l0"}, "exactly one"),
+                     ({"verb": "fail", "link": ["gpu0"]}, "two node names"), ({"verb": "fail", "plane": "0"}, "number")):
+        r = c.post("/control?token=t0k", json=bad)
+        assert r.status_code == 400 and why in r.json()["error"], (bad, r.text)
+    assert c.post("/control?token=t0k", content=b"{not json").status_code == 400
+    assert len(done) == 2
+    assert c.get("/topology.json?token=t0k").json()["control"] is True
+    ro = TestClient(make_app(topo, lambda: series[0], "t0k"))  # read-only: the default
+    r = ro.post("/control?token=t0k", json={"verb": "fail", "plane": 0})
+    assert r.status_code == 403 and "--web-control" in r.json()["error"]
+    assert ro.get("/topology.json?token=t0k").json()["control"] is False
+
+
 def test_metrics_are_prometheus_text_labelled_by_plane_switch_port_and_priority():
     c, _ = client()
     text = c.get("/metrics?token=t0k").text
@@ -161,6 +190,9 @@ def test_emu_up_serves_the_view_it_prints_and_a_bad_address_is_one_clear_error(n
     bad = subprocess.run([*EMU, "up", "fpf", "--gpus", "2", "--planes", "1", "--test", "pingall", "--web", "host:http"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "--web: give [ADDR:]PORT" in bad.stderr and "Traceback" not in bad.stderr
+    alone = subprocess.run([*EMU, "up", "fpf", "--gpus", "2", "--test", "pingall", "--web-control"],
+                           capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 1 and "--web-control goes with --web" in alone.stderr
 
 
 @pytest.mark.root
@@ -207,7 +239,8 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
     """FPF 4 x 2 in a real browser, one page kept open (DevTools protocol): one drawn link per link, each
     snapshot stamped in fabric time; while a 3-to-1 incast runs (0.25 fabric ms, paced to take at least
     2 wall seconds: eight snapshots), the hot port's queue is drawn growing, and drawn empty after it; plane 1
-    failed, its four links are greyed within two seconds, the others not; screenshots to results/."""
+    failed, its four links are greyed within two seconds, the others not; restored from the page's own
+    buttons (--web-control), none is; screenshots to results/."""
     import os
     import time
 
@@ -216,7 +249,7 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
     from tests.browser import Browser
 
     os.makedirs("results", exist_ok=True)
-    with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), clock="fabric") as net, Browser(net.web().url) as page:
+    with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), clock="fabric") as net, Browser(net.web(control=True).url) as page:
         page.wait_for("Number(document.body.dataset.snapshots || 0) >= 2", 30)
         assert page.js("new Set([...document.querySelectorAll('line[data-link]')].map(e => e.dataset.link)).size") == 8
         assert page.js("document.getElementById('clock').textContent").startswith("fabric time ")
@@ -247,5 +280,11 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
         time.sleep(0.5)  # a later snapshot greys no other link
         assert page.js("new Set([...document.querySelectorAll('line.link.down')].map(e => e.dataset.link)).size") == 4
         page.screenshot("results/web-fpf-4x2-plane1-down.png")
+        page.js("document.querySelector('button[data-plane=\"1\"]').click()")
+        page.wait_for("document.querySelector('button[data-verb=\"restore\"]') !== null", 5)
+        page.js("document.querySelector('button[data-verb=\"restore\"]').click()")
+        page.wait_for("document.querySelectorAll('line.link.down').length === 0", 10)
+        assert "done" in page.js("document.getElementById('said').textContent")
+        assert all(net.stats().port(sw, port).up for sw, port in net.plane_ports(1))
     assert os.path.getsize("results/web-fpf-4x2-plane1-down.png") > 10_000
     assert os.path.getsize("results/web-fpf-4x2-incast.png") > 10_000

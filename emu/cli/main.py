@@ -130,7 +130,8 @@ def cmd_up(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.cli.up import up
 
     _need_root()
-    return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json, web=args.web)
+    return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json, web=args.web,
+              web_control=args.web_control)
 
 
 def cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
@@ -439,6 +440,8 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("topology")
     p.add_argument("--test", choices=("none", "pingall"), help="headless: build, test, tear down")
     p.add_argument("--web", metavar="[ADDR:]PORT", help="serve the live view (127.0.0.1 unless ADDR; the URL has a token)")
+    p.add_argument("--web-control", action="store_true",
+                   help="the live view may fail and restore planes, links and switches (default: read-only)")
     _run_options(p)
     if topology:
         _topology_help(p, topology)

@@ -57,10 +57,12 @@ def web_address(text: str) -> tuple[str, int]:
 
 
 def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | None, as_json: bool,
-       web: str | None = None) -> int:
+       web: str | None = None, web_control: bool = False) -> int:
     console = Console(stderr=as_json)
     topo = make_topo(name, params)  # validated: nothing exists yet if this fails
     where = web_address(web) if web else None
+    if web_control and where is None:
+        raise ValueError("--web-control goes with --web [ADDR:]PORT")
     setLogLevel("info" if test is None else "warning")
     t0 = time.monotonic()
     net = None
@@ -73,7 +75,7 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
         result["up_s"] = round(time.monotonic() - t0, 3)
         result["links"] = link_kinds(net)
         if where is not None:
-            result["web"] = net.web(port=where[1], host=where[0]).url
+            result["web"] = net.web(port=where[1], host=where[0], control=web_control).url
             console.print(f"live view: {result['web']}", markup=False, highlight=False)
         if test is None:
             console.print(f"[green]{name} is up[/green] in {result['up_s']} s at D={settings.dilation:g}; "

@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -421,13 +422,22 @@ class FabricNet(Mininet):
                 return sw.control
         raise RuntimeError("the fabric is not started")
 
-    def web(self, port: int = 0, host: str = "127.0.0.1") -> Any:
+    def web(self, port: int = 0, host: str = "127.0.0.1", *, control: bool = False) -> Any:
         """Serve the live view of this fabric (emu.web) from this process on host:port (0: a free one);
-        its `url` carries the token every request needs. Read-only; stop() closes it."""
+        its `url` carries the token every request needs. Read-only unless `control`: then the page
+        fails and restores planes, links and switches (through fail and restore, one at a time).
+        stop() closes it."""
         from emu.web.app import WebView
         from emu.web.model import topology_of
 
-        view = WebView(topology_of(self), self.engine.stats, host=host, port=port, clock=self.settings.clock)
+        lock = threading.Lock()  # the page's requests arrive on the server's threads
+
+        def act(verb: str, target: dict[str, Any]) -> None:
+            with lock:
+                (self.fail if verb == "fail" else self.restore)(**target)
+
+        view = WebView(topology_of(self), self.engine.stats, host=host, port=port, clock=self.settings.clock,
+                       control=act if control else None)
         self._views.append(view)
         return view
 

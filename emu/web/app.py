@@ -3,7 +3,9 @@ Prometheus's /metrics), and `WebView`, which serves it from a thread beside a ru
 
 Every route wants the token the server was started with (`?token=` or `Authorization: Bearer`):
 the page shows a fabric's traffic, and a machine may have other users. It listens on 127.0.0.1
-unless told otherwise, and it is read-only: nothing here changes the fabric.
+unless told otherwise, and it is read-only unless it is given a `control` (`--web-control`): then
+POST /control fails or restores a plane, a link or a switch, through the same FabricNet.fail and
+restore (and their checks) as the CLI's commands.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from emu.web.model import FabricCollector, Snapshots, Topology
 
 PERIOD_S = 0.25  # wall seconds between snapshots: the page updates four times a second
+VERBS = ("fail", "restore")
+# control(verb, target): FabricNet.fail or restore with target {"plane": N} | {"link": (a, b)} | {"switch": s};
+# raises ValueError (or KeyError, RuntimeError) with the reason for what it refuses.
+Control = Callable[[str, dict[str, Any]], None]
 
 
 def _allowed(conn: HTTPConnection, token: str) -> bool:
@@ -39,9 +45,29 @@ def _allowed(conn: HTTPConnection, token: str) -> bool:
     return hmac.compare_digest(given.encode(), token.encode())
 
 
+def target_of(body: Any) -> tuple[str, dict[str, Any]]:
+    """A control request's verb and target, checked for shape (the fabric checks that they exist)."""
+    if not isinstance(body, dict) or body.get("verb") not in VERBS:
+        raise ValueError(f"give verb: one of {', '.join(VERBS)}")
+    given = [k for k in ("plane", "link", "switch") if k in body]
+    if len(given) != 1 or set(body) - {"verb", *given}:
+        raise ValueError("give exactly one of plane (a number), link ([a, b]) or switch (a name)")
+    value = body[given[0]]
+    if given[0] == "plane" and not (isinstance(value, int) and not isinstance(value, bool)):
+        raise ValueError(f"plane is a number, got {value!r}")
+    if given[0] == "link":
+        if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+            raise ValueError(f"link is two node names, got {value!r}")
+        value = tuple(value)
+    if given[0] == "switch" and not isinstance(value, str):
+        raise ValueError(f"switch is a name, got {value!r}")
+    return body["verb"], {given[0]: value}
+
+
 def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *, clock: str = "wall",
-             period_s: float = PERIOD_S) -> Starlette:
-    """`stats()`: the engine's counters now (engine.stats), called at each snapshot and scrape."""
+             period_s: float = PERIOD_S, control: Control | None = None) -> Starlette:
+    """`stats()`: the engine's counters now (engine.stats), called at each snapshot and scrape;
+    `control`: how to fail and restore (None: the view is read-only)."""
     page = resources.files("emu.web").joinpath("static/index.html").read_text()
     script = resources.files("emu.web").joinpath("static/view.js").read_text()
     registry = CollectorRegistry()
@@ -73,10 +99,26 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
         except (WebSocketDisconnect, RuntimeError):
             return
 
+    async def act(request: Request) -> Response:
+        if not _allowed(request, token):
+            return PlainTextResponse("a token is needed: use the URL the server printed", status_code=403)
+        if control is None:
+            return JSONResponse({"error": "this view is read-only: start it with --web-control "
+                                          "(net.web(control=True)) to fail and restore from the page"},
+                                status_code=403)
+        try:
+            verb, target = target_of(await request.json())
+            await asyncio.to_thread(control, verb, target)
+        except (ValueError, KeyError, RuntimeError) as exc:  # JSONDecodeError is a ValueError
+            return JSONResponse({"error": str(exc).strip("'\"")}, status_code=400)
+        return JSONResponse({"ok": True, "verb": verb, **target})
+
     return Starlette(routes=[
         Route("/", guarded(lambda r: HTMLResponse(page))),
         Route("/view.js", lambda r: Response(script, media_type="text/javascript")),  # code, no data: open
-        Route("/topology.json", guarded(lambda r: JSONResponse({**topo.to_json(), "clock": clock}))),
+        Route("/topology.json", guarded(lambda r: JSONResponse({**topo.to_json(), "clock": clock,
+                                                                "control": control is not None}))),
+        Route("/control", act, methods=["POST"]),
         Route("/metrics", guarded(lambda r: Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST))),
         WebSocketRoute("/ws", snapshots),
     ])
@@ -87,7 +129,7 @@ class WebView:
     gives carries the token. `close()` stops it (FabricNet.stop does)."""
 
     def __init__(self, topo: Topology, stats: Callable[[], dict[str, Any]], *, host: str = "127.0.0.1",
-                 port: int = 0, clock: str = "wall") -> None:
+                 port: int = 0, clock: str = "wall", control: Control | None = None) -> None:
         self.token = secrets.token_urlsafe(16)
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -98,7 +140,7 @@ class WebView:
             self.sock.close()
             raise ValueError(f"web view: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.host, self.port = host, self.sock.getsockname()[1]
-        app = make_app(topo, stats, self.token, clock=clock)
+        app = make_app(topo, stats, self.token, clock=clock, control=control)
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self._serve, name="emu-web", daemon=True)
         self.thread.start()

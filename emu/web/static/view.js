@@ -8,6 +8,7 @@ const links = new Map();   // link id -> {ab, ba, meta}
 const nodes = new Map();   // node name -> {x, y, el}
 const queues = new Map();  // "switch:port" -> rect
 let ports = {};
+let control = false;  // the server was started with --web-control: the page may fail and restore
 
 function el(kind, attrs, parent = svg) {
   const e = document.createElementNS(NS, kind);
@@ -32,8 +33,41 @@ function describe(key) {
          (p.degraded ? `  degraded ${JSON.stringify(p.degraded)}` : "");
 }
 
+async function act(verb, target) {
+  const r = await fetch(`control?token=${encodeURIComponent(token)}`, {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ verb, ...target }) });
+  const said = await r.json();
+  document.getElementById("said").textContent = r.ok ? `${verb} ${JSON.stringify(target)}: done` : `refused: ${said.error}`;
+}
+
+function offer(target, label) {
+  // Fail and restore buttons for what was clicked (only with --web-control).
+  if (!control) return;
+  const box = document.getElementById("actions");
+  box.replaceChildren(`${label}: `);
+  for (const verb of ["fail", "restore"]) {
+    const b = document.createElement("button");
+    b.textContent = verb;
+    b.dataset.verb = verb;
+    b.onclick = () => act(verb, target);
+    box.append(b, " ");
+  }
+}
+
 async function draw() {
   const topo = await (await fetch(`topology.json?token=${encodeURIComponent(token)}`)).json();
+  control = Boolean(topo.control);
+  if (control) {
+    const planes = [...new Set(Object.values(topo.planes))].sort((a, b) => a - b);
+    const header = document.getElementById("planes");
+    for (const p of planes) {
+      const b = document.createElement("button");
+      b.textContent = `plane ${p}`;
+      b.dataset.plane = p;
+      b.onclick = () => offer({ plane: p }, `plane ${p}`);
+      header.append(b, " ");
+    }
+  }
   for (const n of topo.nodes) nodes.set(n.name, { ...n, x: n.x * W, y: n.y * H });
   const g = el("g", { id: "links" });
   for (const l of topo.links) {
@@ -43,6 +77,7 @@ async function draw() {
     const ab = el("line", { x1: a.x, y1: a.y, x2: mx, y2: my, class: "link", "data-link": l.id }, g);
     const ba = el("line", { x1: mx, y1: my, x2: b.x, y2: b.y, class: "link", "data-link": l.id }, g);
     for (const half of [ab, ba]) {
+      half.addEventListener("click", () => offer({ link: [l.a, l.b] }, `link ${l.a} - ${l.b}`));
       half.addEventListener("mouseenter", () => {
         document.getElementById("port").textContent =
           [l.a_port && `${l.a}:${l.a_port}`, l.b_port && `${l.b}:${l.b_port}`].filter(Boolean).map(describe).join("\n");
@@ -63,6 +98,13 @@ async function draw() {
     n.el = el(n.kind === "switch" ? "rect" : "circle", n.kind === "switch"
       ? { x: n.x - 9, y: n.y - 6, width: 18, height: 12, class: "node switch", "data-node": n.name }
       : { cx: n.x, cy: n.y, r: 5, class: "node host", "data-node": n.name });
+    if (n.kind === "switch") {
+      n.el.addEventListener("click", () => offer({ switch: n.name }, `switch ${n.name}`));
+      n.el.addEventListener("mouseenter", () => {
+        document.getElementById("port").textContent =
+          Object.keys(ports).filter((k) => k.startsWith(`${n.name}:`)).sort().map(describe).join("\n");
+      });
+    }
     el("text", { x: n.x, y: n.y + (n.kind === "switch" ? -9 : 14), "text-anchor": "middle" }).textContent = n.name;
   }
 }
