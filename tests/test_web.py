@@ -288,3 +288,67 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
         assert all(net.stats().port(sw, port).up for sw, port in net.plane_ports(1))
     assert os.path.getsize("results/web-fpf-4x2-plane1-down.png") > 10_000
     assert os.path.getsize("results/web-fpf-4x2-incast.png") > 10_000
+
+
+RESULT = {"scenario": "incast", "passed": True, "pfc_frames": 995, "fidelity": {"ok": True, "clock": "fabric"},
+          "queue_series": [[1.0, 0], [1.5, 4096], [2.0, 8192], [3.0, 0]],  # pairs
+          "received_series": {"10.0.0.3": [[10.0, 11.0, 12.0], [5.0, 6.0, 7.0]]},  # times, then values
+          "traces": [[[1.0, 10.0], [2.0, 20.0], [3.0, 30.0]], [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]],
+          "flow_bw": [[1.0, 2.0], [3.0, 4.0]]}  # two pairs: a table, not a series
+
+
+def test_replay_finds_every_series_shape_and_keeps_the_rest_as_counters():
+    from emu.web.replay import MAX_POINTS, counters_of, series_of
+
+    series = {s.name: s for s in series_of(RESULT)}
+    assert list(series) == ["queue_series", "received_series.10.0.0.3", "traces.0", "traces.1"]
+    assert series["queue_series"].t == [1.0, 1.5, 2.0, 3.0] and series["queue_series"].v == [0, 4096, 8192, 0]
+    assert series["received_series.10.0.0.3"].v == [5.0, 6.0, 7.0] and series["traces.1"].v == [1.0, 2.0, 3.0]
+    counters = dict(counters_of(RESULT))
+    assert counters["pfc_frames"] == 995 and counters["fidelity.clock"] == "fabric" and counters["flow_bw.1.0"] == 3.0
+    assert not any(k.startswith(("queue_series", "traces", "received_series")) for k in counters)
+    long = series_of({"q": [[i, i * 2] for i in range(3 * MAX_POINTS)]})[0]
+    assert len(long.t) == MAX_POINTS and long.t[0] == 0 and long.t[-1] == 3 * MAX_POINTS - 1
+
+
+def test_the_replay_app_wants_the_token_and_serves_the_result():
+    from emu.web.app import make_replay_app
+
+    c = TestClient(make_replay_app(RESULT, "incast.json", "t0k"))
+    assert c.get("/").status_code == 403 and c.get("/result.json?token=bad").status_code == 403
+    data = c.get("/result.json?token=t0k").json()
+    assert data["name"] == "incast.json" and data["scenario"] == "incast" and len(data["series"]) == 4
+    assert ["pfc_frames", 995] in data["counters"]
+    assert "replayed" in c.get("/?token=t0k").text and c.get("/replay.js").status_code == 200
+
+
+def test_emu_view_replays_a_result_in_chromium_with_a_time_slider(tmp_path):
+    import json
+    import subprocess
+
+    from tests.browser import Browser
+    from tests.helpers import EMU
+
+    bad = subprocess.run([*EMU, "view", str(tmp_path / "none.json")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "no such file" in bad.stderr
+    (tmp_path / "junk.json").write_text("{not json")
+    bad = subprocess.run([*EMU, "view", str(tmp_path / "junk.json")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "not a JSON result" in bad.stderr
+    path = tmp_path / "incast.json"
+    path.write_text(json.dumps(RESULT))
+    proc = subprocess.Popen([*EMU, "view", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().rsplit(" ", 1)[-1].strip()  # type: ignore[union-attr]
+        assert url.startswith("http://127.0.0.1:") and "?token=" in url
+        with Browser(url) as page:
+            page.wait_for("document.body.dataset.ready === '1'", 30)
+            assert page.js("document.querySelectorAll('.plot polyline').length") == 4
+            assert page.js("document.querySelectorAll('#counters tr').length") == 9  # every scalar, no series
+            at = "[...document.querySelectorAll('.plot .at')].map(e => e.textContent)"
+            assert page.js(at) == ["t 3: 0", "t 12: 7", "t 3: 30", "t 3: 3"]  # the end of the run
+            page.js("const s = document.getElementById('slider'); s.value = 500; s.dispatchEvent(new Event('input'))")
+            # half-way: 2 on the time base of queue_series and traces (1 .. 3), 11 on received_series' own
+            assert page.js(at) == ["t 2: 8192", "t 11: 6", "t 2: 20", "t 2: 2"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)

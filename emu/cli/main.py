@@ -183,18 +183,45 @@ def cmd_web(args: argparse.Namespace, extra: list[str]) -> int:
 
     from emu.cli.live import running_view, still_running
     from emu.cli.up import web_address
-    from emu.web.app import WebView
+    from emu.web.app import WebView, make_app
     from emu.web.model import Topology
 
     _need_root()  # the engine's control sockets are root's
     host, port = web_address(args.address)
     engine, record = running_view()
-    view = WebView(Topology.from_json(record["topology"]), engine.stats, host=host, port=port, clock=record["clock"])
+    topo = Topology.from_json(record["topology"])
+    view = WebView(lambda token: make_app(topo, engine.stats, token, clock=record["clock"]), host=host, port=port)
     try:
         print(f"live view of {engine.run_dir} (read-only; --web-control is `emu up`'s): {view.url}", flush=True)
         while still_running(engine):
             time.sleep(0.5)
         err.print("emu web: the fabric stopped")
+        return 0
+    finally:
+        view.close()
+
+
+def cmd_view(args: argparse.Namespace, extra: list[str]) -> int:
+    """Serve the replay page of a saved result until Ctrl-C."""
+    import threading
+
+    from emu.cli.up import web_address
+    from emu.web.app import WebView, make_replay_app
+
+    host, port = web_address(args.web)
+    try:
+        with open(args.result) as f:
+            result = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{args.result}: no such file (scenarios write results/NAME.json)") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{args.result}: not a JSON result ({exc})") from None
+    if not isinstance(result, dict):
+        raise ValueError(f"{args.result}: not a result (a JSON object)")
+    view = WebView(lambda token: make_replay_app(result, os.path.basename(args.result), token), host=host, port=port)
+    try:
+        print(f"replay of {args.result}: {view.url}", flush=True)
+        threading.Event().wait()  # until Ctrl-C or SIGTERM
         return 0
     finally:
         view.close()
@@ -459,6 +486,11 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("address", nargs="?", default="0", metavar="[ADDR:]PORT",
                    help="where to listen (default 0: a free port on 127.0.0.1; the URL printed has the token)")
     p.set_defaults(fn=cmd_web)
+    p = sub.add_parser("view", help="replay a saved result (results/NAME.json) in the browser: its series and counters")
+    p.add_argument("result", metavar="FILE")
+    p.add_argument("--web", default="0", metavar="[ADDR:]PORT",
+                   help="where to listen (default 0: a free port on 127.0.0.1; the URL printed has the token)")
+    p.set_defaults(fn=cmd_view)
     p = sub.add_parser("scenario", help="run one experiment; JSON result and a PNG plot",
                        epilog="Scenarios: incast, plane-down, srv6-te, fpf-vs-nsf, headroom, wcmp, dcqcn, "
                               "roce-plane-down, bag-collective, trimming, congestion-spreading, degraded-plane, "

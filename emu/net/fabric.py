@@ -427,7 +427,7 @@ class FabricNet(Mininet):
         its `url` carries the token every request needs. Read-only unless `control`: then the page
         fails and restores planes, links and switches (through fail and restore, one at a time).
         stop() closes it."""
-        from emu.web.app import WebView
+        from emu.web.app import WebView, make_app
         from emu.web.model import topology_of
 
         lock = threading.Lock()  # the page's requests arrive on the server's threads
@@ -436,8 +436,9 @@ class FabricNet(Mininet):
             with lock:
                 (self.fail if verb == "fail" else self.restore)(**target)
 
-        view = WebView(topology_of(self), self.engine.stats, host=host, port=port, clock=self.settings.clock,
-                       control=act if control else None)
+        topo = topology_of(self)
+        view = WebView(lambda token: make_app(topo, self.engine.stats, token, clock=self.settings.clock,
+                                              control=act if control else None), host=host, port=port)
         self._views.append(view)
         return view
 

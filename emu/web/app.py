@@ -29,6 +29,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from emu.web.model import FabricCollector, Snapshots, Topology
+from emu.web.replay import counters_of, series_of
 
 PERIOD_S = 0.25  # wall seconds between snapshots: the page updates four times a second
 VERBS = ("fail", "restore")
@@ -43,6 +44,15 @@ def _allowed(conn: HTTPConnection, token: str) -> bool:
     if auth.lower().startswith("bearer "):
         given = given or auth[7:].strip()
     return hmac.compare_digest(given.encode(), token.encode())
+
+
+def _guarded(handler: Callable[[Request], Response], token: str) -> Callable[[Request], Any]:
+    """The route, for a request that carries the token; 403 for any other."""
+    async def run(request: Request) -> Response:
+        if not _allowed(request, token):
+            return PlainTextResponse("a token is needed: use the URL the server printed", status_code=403)
+        return handler(request)
+    return run
 
 
 def target_of(body: Any) -> tuple[str, dict[str, Any]]:
@@ -72,13 +82,6 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
     script = resources.files("emu.web").joinpath("static/view.js").read_text()
     registry = CollectorRegistry()
     registry.register(FabricCollector(topo, stats))  # type: ignore[arg-type]
-
-    def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Any]:
-        async def run(request: Request) -> Response:
-            if not _allowed(request, token):
-                return PlainTextResponse("a token is needed: use the URL the server printed", status_code=403)
-            return handler(request)
-        return run
 
     async def snapshots(ws: WebSocket) -> None:
         if not _allowed(ws, token):
@@ -114,22 +117,38 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
         return JSONResponse({"ok": True, "verb": verb, **target})
 
     return Starlette(routes=[
-        Route("/", guarded(lambda r: HTMLResponse(page))),
+        Route("/", _guarded(lambda r: HTMLResponse(page), token)),
         Route("/view.js", lambda r: Response(script, media_type="text/javascript")),  # code, no data: open
-        Route("/topology.json", guarded(lambda r: JSONResponse({**topo.to_json(), "clock": clock,
-                                                                "control": control is not None}))),
+        Route("/topology.json", _guarded(lambda r: JSONResponse({**topo.to_json(), "clock": clock,
+                                                                 "control": control is not None}), token)),
         Route("/control", act, methods=["POST"]),
-        Route("/metrics", guarded(lambda r: Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST))),
+        Route("/metrics", _guarded(lambda r: Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST),
+                                   token)),
         WebSocketRoute("/ws", snapshots),
     ])
 
 
-class WebView:
-    """The app served from a thread of this process, on `host:port` (port 0: any free one). The URL it
-    gives carries the token. `close()` stops it (FabricNet.stop does)."""
+def make_replay_app(result: dict[str, Any], name: str, token: str) -> Starlette:
+    """The replay page of a saved result (`emu view`): its series drawn with a time slider, its counters."""
+    page = resources.files("emu.web").joinpath("static/replay.html").read_text()
+    script = resources.files("emu.web").joinpath("static/replay.js").read_text()
+    data = {"name": name, "scenario": result.get("scenario", ""), "passed": result.get("passed"),
+            "series": [s.to_json() for s in series_of(result)],
+            "counters": [[path, value] for path, value in counters_of(result)]}
 
-    def __init__(self, topo: Topology, stats: Callable[[], dict[str, Any]], *, host: str = "127.0.0.1",
-                 port: int = 0, clock: str = "wall", control: Control | None = None) -> None:
+    return Starlette(routes=[
+        Route("/", _guarded(lambda r: HTMLResponse(page), token)),
+        Route("/replay.js", lambda r: Response(script, media_type="text/javascript")),  # code, no data: open
+        Route("/result.json", _guarded(lambda r: JSONResponse(data), token)),
+    ])
+
+
+class WebView:
+    """An app served from a thread of this process, on `host:port` (port 0: any free one): `app(token)`
+    makes it (make_app, make_replay_app) with the token every route wants. The URL it gives carries
+    the token. `close()` stops it (FabricNet.stop does)."""
+
+    def __init__(self, app: Callable[[str], Starlette], *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.token = secrets.token_urlsafe(16)
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -140,8 +159,7 @@ class WebView:
             self.sock.close()
             raise ValueError(f"web view: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.host, self.port = host, self.sock.getsockname()[1]
-        app = make_app(topo, stats, self.token, clock=clock, control=control)
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        self.server = uvicorn.Server(uvicorn.Config(app(self.token), log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self._serve, name="emu-web", daemon=True)
         self.thread.start()
 
