@@ -1,17 +1,22 @@
 # Two commands: `make demo` and `make test`. Both set up what is missing first.
+# prometheus is installed for its promtool (the Grafana dashboard's queries are tested with it); the
+# server it also installs is not left running unless it was there before.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EMU := $(VENV)/bin/emu
-APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool chromium
+APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool chromium prometheus
 
 .PHONY: setup demo test lint clean p4
 
 setup: $(VENV)/.done
 
 $(VENV)/.done: pyproject.toml
-	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null && command -v chromium >/dev/null \
+	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null && command -v chromium >/dev/null && command -v promtool >/dev/null \
 	  && command -v ping >/dev/null && command -v brctl >/dev/null && /usr/bin/python3 -c 'import venv, mininet' 2>/dev/null \
-	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS); }
+	  || { had_prometheus=$$(command -v prometheus || true); apt-get update -qq \
+	       && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS) \
+	       && { [ -n "$$had_prometheus" ] || ! command -v systemctl >/dev/null \
+	            || systemctl disable --now prometheus >/dev/null 2>&1 || true; }; }
 	test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

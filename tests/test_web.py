@@ -297,6 +297,25 @@ RESULT = {"scenario": "incast", "passed": True, "pfc_frames": 995, "fidelity": {
           "flow_bw": [[1.0, 2.0], [3.0, 4.0]]}  # two pairs: a table, not a series
 
 
+def test_the_token_is_random_unless_emu_web_token_gives_one(monkeypatch):
+    from starlette.applications import Starlette
+
+    from emu.web.app import WebView
+
+    views = [WebView(lambda token: Starlette()), WebView(lambda token: Starlette())]
+    monkeypatch.setenv("EMU_WEB_TOKEN", "scrape-me-0123456789")
+    views.append(WebView(lambda token: Starlette()))
+    try:
+        assert views[0].token != views[1].token and len(views[0].token) >= 16
+        assert views[2].token == "scrape-me-0123456789" and views[2].url.endswith("?token=scrape-me-0123456789")
+        monkeypatch.setenv("EMU_WEB_TOKEN", "short")
+        with pytest.raises(ValueError, match="at least 16"):
+            WebView(lambda token: Starlette())
+    finally:
+        for v in views:
+            v.close()
+
+
 def test_replay_finds_every_series_shape_and_keeps_the_rest_as_counters():
     from emu.web.replay import MAX_POINTS, counters_of, series_of
 
@@ -352,3 +371,65 @@ def test_emu_view_replays_a_result_in_chromium_with_a_time_slider(tmp_path):
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+def _scrapes(n: int) -> list[str]:
+    """/metrics of the test fabric scraped n times, 10 us of fabric time apart: p0l0-eth1 sends 31 250 B
+    each time (25 Gb/s of fabric time) with 4096 B queued; p0l0-eth0 is down at the last."""
+    import copy
+
+    topo, series = fabric()
+    out = []
+    for i in range(n):
+        s = copy.deepcopy(series[1])
+        s["workers"][0]["uptime_s"] = 1.0 + i * 10e-6
+        ports = s["switches"]["p0l0"]["ports"]
+        ports["p0l0-eth1"]["tx_bytes"] = ports["p0l0-eth0"]["host_nic"]["tx_bytes"] = i * 31_250
+        ports["p0l0-eth0"]["up"] = i < n - 1
+        out.append(TestClient(make_app(topo, lambda s=s: s, "t0k")).get("/metrics?token=t0k").text)
+    return out
+
+
+def test_the_grafana_dashboard_queries_what_metrics_exports_and_promtool_computes_fabric_rates(tmp_path):
+    """docs/grafana/emu-fabric.json: every query names only metrics /metrics exports and parses
+    (promtool check rules); scraped every 15 s while a port sends 31 250 B per 10 us of fabric time,
+    the transmit panel says 25 Gb/s (per fabric second, not the 16.7 kb/s per wall second Prometheus
+    sees), the queue panel the 4096 B queued, the ports-down panel the port down (promtool test rules)."""
+    import json
+    import re
+    import subprocess
+
+    dash = json.loads(open("docs/grafana/emu-fabric.json").read())
+    exprs = {p["title"] + t["refId"]: t["expr"] for p in dash["panels"] for t in p["targets"]}
+    assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"]) >= 8
+    scrapes = _scrapes(9)  # two minutes: a full 1 min window for rate() at the end
+    names = set(re.findall(r"^(emu_\w+)[{ ]", "\n".join(scrapes), re.M))  # the samples' names
+    for title, expr in exprs.items():
+        used = set(re.findall(r"\bemu_\w+", expr))
+        assert used and used <= names, (title, used - names)
+
+    def concrete(expr: str) -> str:
+        return expr.replace("$__rate_interval", "1m").replace("$plane", ".*").replace("$switch", ".*")
+
+    rules = tmp_path / "rules.yml"  # JSON is YAML: promtool reads it
+    rules.write_text(json.dumps({"groups": [{"name": "dashboard", "rules": [
+        {"record": f"panel:{i}", "expr": concrete(e)} for i, e in enumerate(exprs.values())]}]}))
+    out = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    series: dict[str, list[str]] = {}
+    for i, text in enumerate(scrapes):
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, value = line.rsplit(" ", 1)
+                series.setdefault(key, ["_"] * len(scrapes))[i] = value
+    check = [(f'round({exprs["Port transmit rate (per fabric second)A"]}, 1000)', "2m",  # to the kb/s: float sums
+              [('{plane="0", port="p0l0-eth0", switch="p0l0"}', 0), ('{plane="0", port="p0l0-eth1", switch="p0l0"}', 25e9)]),
+             (exprs["Queue depthA"], "1m", [('{port="p0l0-eth1", priority="3", switch="p0l0"}', 4096)]),
+             (exprs["Ports downA"], "2m", [('{plane="0"}', 1)]), (exprs["Ports downA"], "1m45s", [('{plane="0"}', 0)])]
+    test = tmp_path / "dashboard_test.yml"
+    test.write_text(json.dumps({"rule_files": [], "evaluation_interval": "15s", "tests": [{
+        "interval": "15s", "input_series": [{"series": k, "values": " ".join(v)} for k, v in series.items()],
+        "promql_expr_test": [{"expr": concrete(e), "eval_time": at,
+                              "exp_samples": [{"labels": lab, "value": v} for lab, v in want]} for e, at, want in check]}]}))
+    out = subprocess.run(["promtool", "test", "rules", str(test)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import os
 import secrets
 import socket
 import threading
@@ -146,10 +147,13 @@ def make_replay_app(result: dict[str, Any], name: str, token: str) -> Starlette:
 class WebView:
     """An app served from a thread of this process, on `host:port` (port 0: any free one): `app(token)`
     makes it (make_app, make_replay_app) with the token every route wants. The URL it gives carries
-    the token. `close()` stops it (FabricNet.stop does)."""
+    the token: a random one, or EMU_WEB_TOKEN's (for a Prometheus that scrapes every run with the same
+    credentials). `close()` stops it (FabricNet.stop does)."""
 
     def __init__(self, app: Callable[[str], Starlette], *, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.token = secrets.token_urlsafe(16)
+        self.token = os.environ.get("EMU_WEB_TOKEN") or secrets.token_urlsafe(16)
+        if len(self.token) < 16 or not self.token.isascii() or not self.token.isprintable() or " " in self.token:
+            raise ValueError("EMU_WEB_TOKEN: give at least 16 printable characters, no spaces")
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
