@@ -1,8 +1,8 @@
 """Headless Chromium driven over the DevTools protocol: one page, kept open, read with JavaScript.
 
 What `--dump-dom` cannot do: watch an open page change (a queue growing, a link greying) without
-loading it again. Chromium runs in its own session and process group, with its own profile in a
-temporary folder; `close()` kills the group, so no renderer outlives a test.
+loading it again. The browser is emu.web.chromium's HeadlessPage: its own session, a scratch
+profile; `close()` kills the group, so no renderer outlives a test.
 """
 
 from __future__ import annotations
@@ -11,29 +11,22 @@ import base64
 import contextlib
 import itertools
 import json
-import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import time
 import urllib.request
 from typing import Any
 
 from websockets.sync.client import connect
 
+from emu.web.chromium import HeadlessPage
+
 
 class Browser:
     def __init__(self, url: str, *, width: int = 1200, height: int = 800, timeout_s: float = 30.0) -> None:
-        self.profile = tempfile.mkdtemp(prefix="emu-chromium-")
-        self.proc = subprocess.Popen(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--remote-debugging-port=0",
-             f"--user-data-dir={self.profile}", f"--window-size={width},{height}", url],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.page = HeadlessPage(url, width=width, height=height, devtools=True)
         self.ids = itertools.count(1)
         self.stack = contextlib.ExitStack()
         try:
-            port = self._port(timeout_s)
+            port = self.page.devtools_port(timeout_s)
             deadline = time.monotonic() + timeout_s
             while True:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as r:
@@ -48,23 +41,6 @@ class Browser:
         except BaseException:
             self.close()
             raise
-
-    def _port(self, timeout_s: float) -> int:
-        """Chromium writes the port it chose (--remote-debugging-port=0) into its profile."""
-        path = os.path.join(self.profile, "DevToolsActivePort")
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chromium exited with {self.proc.returncode}")
-            try:
-                with open(path) as f:
-                    first = f.readline().strip()
-                if first.isdigit():
-                    return int(first)
-            except FileNotFoundError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"chromium gave no DevTools port in {timeout_s:g} s")
 
     def call(self, method: str, **params: Any) -> dict[str, Any]:
         n = next(self.ids)
@@ -105,12 +81,7 @@ class Browser:
 
     def close(self) -> None:
         self.stack.close()
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        shutil.rmtree(self.profile, ignore_errors=True)
+        self.page.close()
 
     def __enter__(self) -> Browser:
         return self

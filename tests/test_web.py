@@ -433,3 +433,31 @@ def test_the_grafana_dashboard_queries_what_metrics_exports_and_promtool_compute
                               "exp_samples": [{"labels": lab, "value": v} for lab, v in want]} for e, at, want in check]}]}))
     out = subprocess.run(["promtool", "test", "rules", str(test)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+
+
+@pytest.mark.root
+def test_a_browser_whose_opener_was_killed_is_removed_by_emu_clean(no_leftovers):
+    """A bench or test killed with -9 while its headless page is open: `emu clean` kills the browser
+    (known by its profile, a scratch folder named after the dead opener) and removes the profile."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from emu.net.cleanup import clean
+
+    code = ("from emu.web.chromium import HeadlessPage; import sys, time; p = HeadlessPage('about:blank'); "
+            "print(p.profile, p.proc.pid, flush=True); time.sleep(600)")
+    opener = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    profile, pid = opener.stdout.readline().split()  # type: ignore[union-attr]
+    time.sleep(1.0)  # the browser's own processes start
+    opener.send_signal(signal.SIGKILL)
+    opener.wait()
+    assert os.path.exists(f"/proc/{pid}") and os.path.isdir(profile)
+    report = clean()
+    assert int(pid) in report.processes and profile in report.run_dirs
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}") and not os.path.exists(profile)

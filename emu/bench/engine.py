@@ -9,6 +9,10 @@ kernel spends CPU dropping frames at the socket (and starves iperf3's own
 control connection), which RFC 2544-style throughput tests exclude for the
 same reason. The engine's links are 1 Pb/s with no cable at D = 1, so only its
 processing limits it. Medians over `repetitions` alternating runs.
+
+`--web 1` measures the engine's sweep twice a repetition, in alternating order: with no live view, and
+with the view's page open in headless Chromium on this machine (snapshots four times a second, each
+one a Stats request to the worker): what watching a fabric costs its data plane, browser included.
 """
 
 from __future__ import annotations
@@ -43,6 +47,34 @@ def _iperf(lab: Lab, dst: str, seconds: float, size: int, pps: float = 0.0) -> t
     return (end["packets"] - end["lost_packets"]) / end["seconds"], end["packets"] / end["seconds"]
 
 
+def _sweep(lab: Lab, seconds: float, size: int, ceiling: float) -> list[tuple[float, float]]:
+    lab.exec(0, ["ping", "-c1", "-W2", "10.9.1.2"], check=False)
+    return [(f, _iperf(lab, "10.9.1.2", seconds, size, f * ceiling)[0]) for f in SWEEP]
+
+
+def _watched_sweep(lab: Lab, engine: Any, seconds: float, size: int, ceiling: float) -> tuple[list[tuple[float, float]], float]:
+    """The sweep with the live view's page open in headless Chromium; and the snapshots it got a second."""
+    from emu.web.app import WebView, make_app
+    from emu.web.chromium import HeadlessPage
+    from emu.web.model import topology_of_spec
+
+    topo = topology_of_spec(engine.spec)
+    view = WebView(lambda token: make_app(topo, engine.stats, token))
+    try:
+        with HeadlessPage(view.url):
+            deadline = time.monotonic() + 60
+            while view.app.state.snapshots < 2:  # the page is drawn and its websocket runs
+                if time.monotonic() > deadline:
+                    raise RuntimeError("bench engine --web: the page in chromium took no snapshot in 60 s")
+                time.sleep(0.1)
+            n0, t0 = view.app.state.snapshots, time.monotonic()
+            sweep = _sweep(lab, seconds, size, ceiling)
+            rate = (view.app.state.snapshots - n0) / (time.monotonic() - t0)
+    finally:
+        view.close()
+    return sweep, rate
+
+
 def run(params: dict[str, str], backend: str = "native") -> dict[str, Any]:
     """`backend` bmv2: BMv2's simple_switch (p4/fabric.p4) is measured too, same traffic, same run."""
     seconds = float(params.get("seconds", 2))
@@ -50,14 +82,22 @@ def run(params: dict[str, str], backend: str = "native") -> dict[str, Any]:
         raise ValueError(f"bench engine: --seconds is a whole number of seconds >= 1, got {params['seconds']!r}")
     reps = int(params.get("repetitions", 3))
     size = int(params.get("size", 64))
+    web = params.get("web", "0") not in ("0", "")
     engine_runs, bridge_runs, bmv2_runs, sweeps = [], [], [], []
-    for _ in range(reps):
+    web_runs, web_rates, web_sweeps = [], [], []
+    for rep in range(reps):
         with bridge_pair("b") as lab:
             bridge, _ = _iperf(lab, "10.9.0.3", seconds, size)
         bridge_runs.append(bridge)
-        with engine_pair("e", rate_bps=1e15, delay_s=0.0, dilation=1.0) as (lab, _engine):
-            lab.exec(0, ["ping", "-c1", "-W2", "10.9.1.2"], check=False)
-            sweep = [(f, _iperf(lab, "10.9.1.2", seconds, size, f * bridge)[0]) for f in SWEEP]
+        with engine_pair("e", rate_bps=1e15, delay_s=0.0, dilation=1.0) as (lab, engine):
+            for watched in ((rep % 2 == 1, rep % 2 == 0) if web else (False,)):  # alternating first
+                if watched:
+                    wsweep, rate = _watched_sweep(lab, engine, seconds, size, bridge)
+                    web_sweeps.append([{"offered_pps": round(f * bridge), "received_pps": round(r)} for f, r in wsweep])
+                    web_runs.append(max(r for _, r in wsweep))
+                    web_rates.append(rate)
+                else:
+                    sweep = _sweep(lab, seconds, size, bridge)
         sweeps.append([{"offered_pps": round(f * bridge), "received_pps": round(r)} for f, r in sweep])
         engine_runs.append(max(r for _, r in sweep))
         if backend == "bmv2":
@@ -67,10 +107,17 @@ def run(params: dict[str, str], backend: str = "native") -> dict[str, Any]:
                 bmv2_runs.append(max(_iperf(lab, "10.9.1.2", seconds, size, f * bridge / 10)[0] for f in SWEEP))
     e, b = statistics.median(engine_runs), statistics.median(bridge_runs)
     extra: dict[str, Any] = {}
+    if web_runs:
+        w = statistics.median(web_runs)
+        extra = {"engine_web_pps": round(w), "web_cost": round(1 - w / e, 3) if e else 0.0,
+                 "engine_web_runs_pps": [round(x) for x in web_runs], "web_sweeps": web_sweeps,
+                 "web_snapshots_per_s": round(statistics.median(web_rates), 2)}
     if bmv2_runs:
         m = statistics.median(bmv2_runs)
-        extra = {"bmv2_pps": round(m), "bmv2_ratio": round(m / b, 3) if b else 0.0,
+        extra |= {"bmv2_pps": round(m), "bmv2_ratio": round(m / b, 3) if b else 0.0,
                  "engine_over_bmv2": round(e / m, 2) if m else 0.0, "bmv2_runs_pps": [round(x) for x in bmv2_runs]}
+    how_web = ("; --web: the same sweep again with the live view's page open in headless Chromium on this "
+               "machine (its snapshots a Stats request each), the two in alternating order") if web_runs else ""
     return {**extra,
         "bench": "engine",
         "engine_pps": round(e),
@@ -83,6 +130,6 @@ def run(params: dict[str, str], backend: str = "native") -> dict[str, Any]:
                f"{', '.join(f'{f:g}' for f in SWEEP)} x the bridge's rate, best received rate kept; "
                f"median of {reps} alternating repetitions; engine: one worker, links 1 Pb/s, 0 delay, D=1"
                + ("; BMv2: simple_switch running p4/fabric.p4 (log level warn), offered 0.02-0.07 x the "
-                  "bridge's rate, best kept" if backend == "bmv2" else ""),
+                  "bridge's rate, best kept" if backend == "bmv2" else "") + how_web,
         "machine": f"{platform.machine()} Linux {platform.release()}, {os.cpu_count()} cores",
     }

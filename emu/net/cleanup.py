@@ -273,6 +273,15 @@ def clean() -> CleanReport:
     doomed = sorted(set(doomed) | (before - after))
     report.interfaces = doomed
     report.namespaces = namespaces
+    # A headless browser of ours (emu.web.chromium: the live view's bench and tests) whose opener is gone:
+    # known by its profile, a scratch folder named after that process.
+    profile = re.compile(rf"--user-data-dir={re.escape(SCRATCH)}/(\S+)")
+    strays = []
+    for p in os.listdir("/proc"):
+        m = profile.search(_cmdline(int(p))) if p.isdigit() else None
+        if m and not scratch_owner_alive(m.group(1)):
+            strays.append(int(p))
+    report.processes += _kill(strays)
     if os.path.isdir(SCRATCH):  # endpoints' and ranks' folders of processes that are gone
         report.run_dirs += [os.path.join(SCRATCH, n) for n in sorted(os.listdir(SCRATCH)) if not scratch_owner_alive(n)]
     for path in report.run_dirs:

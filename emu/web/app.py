@@ -90,6 +90,7 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
             return
         await ws.accept()
         snaps = Snapshots(topo, clock)
+        app.state.viewers += 1
         try:
             while True:
                 try:
@@ -99,6 +100,7 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
                     await ws.close(code=1011)
                     return
                 await ws.send_json(snaps.take(now))
+                app.state.snapshots += 1
                 await asyncio.sleep(period_s)
         except (WebSocketDisconnect, RuntimeError):
             return
@@ -117,7 +119,7 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
             return JSONResponse({"error": str(exc).strip("'\"")}, status_code=400)
         return JSONResponse({"ok": True, "verb": verb, **target})
 
-    return Starlette(routes=[
+    app = Starlette(routes=[
         Route("/", _guarded(lambda r: HTMLResponse(page), token)),
         Route("/view.js", lambda r: Response(script, media_type="text/javascript")),  # code, no data: open
         Route("/topology.json", _guarded(lambda r: JSONResponse({**topo.to_json(), "clock": clock,
@@ -127,6 +129,9 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
                                    token)),
         WebSocketRoute("/ws", snapshots),
     ])
+    app.state.viewers = 0  # pages that connected, and snapshots sent to them: what a benchmark reports
+    app.state.snapshots = 0
+    return app
 
 
 def make_replay_app(result: dict[str, Any], name: str, token: str) -> Starlette:
@@ -163,7 +168,8 @@ class WebView:
             self.sock.close()
             raise ValueError(f"web view: cannot listen on {host}:{port}: {exc.strerror}") from None
         self.host, self.port = host, self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app(self.token), log_level="warning", lifespan="off"))
+        self.app = app(self.token)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self._serve, name="emu-web", daemon=True)
         self.thread.start()
 

@@ -128,6 +128,33 @@ def topology_of(net: Any) -> Topology:
                     {n: g for n, g in groups.items() if kinds[n] == "switch"})
 
 
+def topology_of_spec(spec: Any) -> Topology:
+    """The drawing of an engine run without Mininet (a bench's pair, a lab's): its switches, and each
+    port's link to its peer switch, or to a host named after the port ("h:" + the port)."""
+    kinds: dict[str, str] = {}
+    groups: dict[str, int] = {}
+    links: list[Link] = []
+    seen: set[tuple[str, int]] = set()
+    for sw in spec.switches:
+        kinds[sw.name], groups[sw.name] = "switch", int(sw.worker)
+    for sw in spec.switches:
+        for p in sw.ports:
+            if (sw.name, p.index) in seen:
+                continue
+            if p.peer_kind == "switch":
+                peer = next(s for s in spec.switches if s.name == p.peer_switch)
+                seen.add((peer.name, p.peer_port))
+                other = End(peer.name, peer.name, peer.ports[p.peer_port].ifname)
+            else:
+                host = f"h:{p.ifname}"
+                kinds[host], groups[host] = "host", -1
+                other = End(host, None, None)
+            links.append(Link(len(links), End(sw.name, sw.name, p.ifname), other, float(p.rate_bps)))
+    names = sorted(kinds)
+    return Topology(layout(names, kinds, groups, [(lk.a.node, lk.b.node) for lk in links]), links,
+                    {n: g for n, g in groups.items() if kinds[n] == "switch"})
+
+
 class Snapshots:
     """Snapshots of the fabric from successive `engine.stats()`: per link direction its utilisation
     since the last one, per switch port its queues, pauses, marks, drops and trims, stamped in fabric
