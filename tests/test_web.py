@@ -126,6 +126,22 @@ def test_metrics_are_prometheus_text_labelled_by_plane_switch_port_and_priority(
     assert "emu_fabric_seconds " in text
 
 
+def test_a_recorded_topology_reads_back_the_same_and_an_engine_spec_draws_too():
+    """What FabricNet records for `emu web` (to_json) reads back equal (from_json), cable delays included;
+    an engine run without Mininet (a bench's pair) is drawn from its spec: a switch, a host per port."""
+    from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
+    from emu.web.model import topology_of_spec
+
+    topo, _ = fabric()
+    topo.links[1] = Link(1, topo.links[1].a, topo.links[1].b, 100e9, 100e-6)  # 20 km
+    again = Topology.from_json(topo.to_json())
+    assert again == topo and again.links[1].delay_s == 100e-6
+    ports = tuple(PortSpec(i, f"s0-eth{i}", f"02:00:00:00:00:0{i}", 100e9, 1e-6, "host") for i in range(2))
+    drawn = topology_of_spec(EngineSpec((SwitchSpec("s0", ports),), dilation=1000.0))
+    assert [(lk.a.port, lk.b.node, lk.delay_s) for lk in drawn.links] == [("s0-eth0", "h:s0-eth0", 1e-6),
+                                                                          ("s0-eth1", "h:s0-eth1", 1e-6)]
+
+
 def test_layout_puts_hosts_below_and_planes_side_by_side():
     kinds = {"gpu0": "host", "p0l0": "switch", "p0s0": "switch", "p1l0": "switch", "p1s0": "switch"}
     groups = {"gpu0": -1, "p0l0": 0, "p0s0": 0, "p1l0": 1, "p1s0": 1}

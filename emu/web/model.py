@@ -39,6 +39,7 @@ class Link:
     a: End
     b: End
     rate_bps: float
+    delay_s: float = 0.0  # its cable's propagation delay: a long-haul link is drawn with its length
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Topology:
 
     def to_json(self) -> dict[str, Any]:
         return {"nodes": [n.__dict__ for n in self.nodes],
-                "links": [{"id": lk.id, "a": lk.a.node, "b": lk.b.node, "rate_bps": lk.rate_bps,
+                "links": [{"id": lk.id, "a": lk.a.node, "b": lk.b.node, "rate_bps": lk.rate_bps, "delay_s": lk.delay_s,
                            "a_port": lk.a.port, "b_port": lk.b.port} for lk in self.links],
                 "planes": self.planes}
 
@@ -60,7 +61,8 @@ class Topology:
             return End(node, node if port else None, port)
 
         return cls([Node(**n) for n in d["nodes"]],
-                   [Link(lk["id"], end(lk["a"], lk["a_port"]), end(lk["b"], lk["b_port"]), float(lk["rate_bps"]))
+                   [Link(lk["id"], end(lk["a"], lk["a_port"]), end(lk["b"], lk["b_port"]), float(lk["rate_bps"]),
+                         float(lk.get("delay_s", 0.0)))
                     for lk in d["links"]], {k: int(v) for k, v in d.get("planes", {}).items()})
 
 
@@ -120,8 +122,9 @@ def topology_of(net: Any) -> Topology:
         for intf in (lk.intf1, lk.intf2):
             sw = intf.node.name if kinds.get(intf.node.name) == "switch" else None
             ends.append(End(intf.node.name, sw, intf.name if sw else None))
-        rate = float(getattr(getattr(lk, "fabric", None), "rate_bps", 0.0) or 0.0)
-        links.append(Link(i, ends[0], ends[1], rate))
+        fabric = getattr(lk, "fabric", None)
+        links.append(Link(i, ends[0], ends[1], float(getattr(fabric, "rate_bps", 0.0) or 0.0),
+                          float(getattr(fabric, "delay_s", 0.0) or 0.0)))
         edges.append((ends[0].node, ends[1].node))
     names = sorted(kinds)
     return Topology(layout(names, kinds, groups, edges), links,
@@ -149,7 +152,7 @@ def topology_of_spec(spec: Any) -> Topology:
                 host = f"h:{p.ifname}"
                 kinds[host], groups[host] = "host", -1
                 other = End(host, None, None)
-            links.append(Link(len(links), End(sw.name, sw.name, p.ifname), other, float(p.rate_bps)))
+            links.append(Link(len(links), End(sw.name, sw.name, p.ifname), other, float(p.rate_bps), float(p.delay_s)))
     names = sorted(kinds)
     return Topology(layout(names, kinds, groups, [(lk.a.node, lk.b.node) for lk in links]), links,
                     {n: g for n, g in groups.items() if kinds[n] == "switch"})

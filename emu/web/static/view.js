@@ -28,7 +28,9 @@ function describe(key) {
   if (!p) return key;
   const q = p.queue_bytes.map((b, i) => b ? `q${i} ${b} B` : "").filter(Boolean).join(" ");
   const drops = Object.entries(p.drops).map(([r, n]) => `${r} ${n}`).join(" ");
+  const paused = p.paused_s.map((t, i) => t ? `p${i} ${(t * 1e6).toFixed(1)} us` : "").filter(Boolean).join(" ");
   return `${key}  ${p.up ? "up" : "DOWN"}  ${q || "queues empty"}  pfc sent ${p.pfc_tx} received ${p.pfc_rx}` +
+         `  paused ${paused || "never"}` +
          `  ecn ${p.ecn_marked}  trimmed ${p.trimmed}  drops ${drops || "none"}` +
          (p.degraded ? `  degraded ${JSON.stringify(p.degraded)}` : "");
 }
@@ -70,9 +72,16 @@ async function draw() {
   }
   for (const n of topo.nodes) nodes.set(n.name, { ...n, x: n.x * W, y: n.y * H });
   const g = el("g", { id: "links" });
+  const bent = new Map();  // parallel links in one row, each bent further
   for (const l of topo.links) {
     const a = nodes.get(l.a), b = nodes.get(l.b);
-    const mx = (a.x + b.x) / 2, my = (a.y + b.y) / 2;
+    const mx = (a.x + b.x) / 2;
+    let my = (a.y + b.y) / 2;
+    if (Math.abs(a.y - b.y) < 1) {  // a link within one row (BAG's long haul, a ring): bent, so that it
+      const bend = Math.abs(b.x - a.x) * 0.1 * (1 + 0.3 * (bent.get(`${l.a}|${l.b}`) || 0));  // passes no node
+      bent.set(`${l.a}|${l.b}`, (bent.get(`${l.a}|${l.b}`) || 0) + 1);
+      my += a.y < H / 2 ? bend : -bend;
+    }
     // Two halves: a to the middle is a->b, the middle to b is b->a (each direction its own colour).
     const ab = el("line", { x1: a.x, y1: a.y, x2: mx, y2: my, class: "link", "data-link": l.id }, g);
     const ba = el("line", { x1: mx, y1: my, x2: b.x, y2: b.y, class: "link", "data-link": l.id }, g);
@@ -84,6 +93,10 @@ async function draw() {
       });
     }
     links.set(l.id, { ab, ba, meta: l });
+    if (l.delay_s >= 10e-6) {  // a long-haul link (2 km of fibre or more): its length, at 5 us a km
+      el("text", { x: mx, y: my - 4, "text-anchor": "middle", class: "length" }, g).textContent =
+        `${(l.delay_s / 5e-6).toFixed(0)} km`;
+    }
     for (const [end, port] of [[a, l.a_port], [b, l.b_port]]) {
       if (!port) continue;
       const other = end === a ? b : a;
