@@ -1,10 +1,12 @@
 # Two commands: `make demo` and `make test`. Both set up what is missing first.
-# prometheus is installed for its promtool (the Grafana dashboard's queries are tested with it); the
-# server it also installs is not left running unless it was there before.
+# prometheus is installed for its promtool (the Grafana dashboard's queries are tested with it),
+# openssh-server and sudo for the cluster's namespace machines (each runs its own sshd; Mininet's
+# cluster edition calls sudo); the servers the packages start are not left running unless they
+# were there before.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EMU := $(VENV)/bin/emu
-APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool chromium prometheus
+APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool chromium prometheus openssh-server openssh-client sudo
 
 .PHONY: setup demo test lint clean p4
 
@@ -12,11 +14,14 @@ setup: $(VENV)/.done
 
 $(VENV)/.done: pyproject.toml
 	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null && command -v chromium >/dev/null && command -v promtool >/dev/null \
+	  && command -v sudo >/dev/null && test -x /usr/sbin/sshd \
 	  && command -v ping >/dev/null && command -v brctl >/dev/null && /usr/bin/python3 -c 'import venv, mininet' 2>/dev/null \
-	  || { had_prometheus=$$(command -v prometheus || true); apt-get update -qq \
+	  || { had_prometheus=$$(command -v prometheus || true); had_sshd=$$(test -x /usr/sbin/sshd && echo yes || true); \
+	       apt-get update -qq \
 	       && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(APT_PKGS) \
-	       && { [ -n "$$had_prometheus" ] || ! command -v systemctl >/dev/null \
-	            || systemctl disable --now prometheus >/dev/null 2>&1 || true; }; }
+	       && { ! command -v systemctl >/dev/null \
+	            || { [ -n "$$had_prometheus" ] || systemctl disable --now prometheus >/dev/null 2>&1 || true; \
+	                 [ -n "$$had_sshd" ] || systemctl disable --now ssh >/dev/null 2>&1 || true; }; }; }
 	test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

@@ -48,3 +48,75 @@ def test_a_given_placement_is_checked_and_an_impossible_split_is_one_clear_error
         place(topo, ["m1", "m2"])  # one plane, one shard, every cable alike
     with pytest.raises(PlacementError, match="distinct"):
         place(topo, ["m1", "m1"])
+
+
+@pytest.mark.root
+def test_namespace_machines_run_sshd_and_mininets_cluster_edition_puts_hosts_on_them(no_leftovers):
+    """Two machines of namespaces, each its own sshd, on one LAN: the controller logs in to each, each
+    reaches the other; Mininet's own RemoteHost (cluster edition, its ssh pointed at the testbed's
+    keys) starts a host on m1 and one on m2, each in a namespace of its own inside its machine's."""
+    import os
+
+    from mininet.net import Mininet
+
+    from emu.cluster.testbed import NamespaceCluster, TestbedError
+
+    with pytest.raises(TestbedError, match="distinct"):
+        NamespaceCluster(["m1", "m1"])
+    with NamespaceCluster(["m1", "m2"]) as cluster:
+        m1 = cluster.ssh("m1", "readlink /proc/self/ns/net").stdout.strip()
+        m2 = cluster.ssh("m2", "readlink /proc/self/ns/net").stdout.strip()
+        assert len({m1, m2, os.readlink("/proc/self/ns/net")}) == 3  # two machines, neither this one
+        assert "ok" in cluster.ssh("m1", f"ping -c1 -W2 {cluster.address['m2']} >/dev/null && echo ok").stdout
+        assert cluster.ssh("m1", "false", check=False).returncode == 1
+        with pytest.raises(TestbedError, match="no machine 'm3'"):
+            cluster.ssh("m3", "true")
+        net = Mininet(host=cluster.remote_host(), controller=None, build=False)
+        hosts = [net.addHost(f"h{i}", server=m, serverIP=cluster.address[m]) for i, m in enumerate(("m1", "m2"))]
+        try:
+            spaces = [os.readlink(f"/proc/{h.pid}/ns/net") for h in hosts]
+            assert len(set(spaces) | {m1, m2}) == 4  # each host a namespace of its own
+            assert hosts[0].cmd("echo $((6 * 7))").strip() == "42"
+            for h, machine in zip(hosts, (m1, m2), strict=True):  # started by the ssh session on its machine
+                assert machine in _ancestors_netns(h.pid), (h.name, machine)
+        finally:
+            for h in hosts:
+                h.terminate()
+
+
+def _ancestors_netns(pid: int) -> set[str]:
+    """The network namespaces of a process's ancestors (the machines share this one's pid namespace)."""
+    import os
+
+    out = set()
+    while pid > 1:
+        try:
+            out.add(os.readlink(f"/proc/{pid}/ns/net"))
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
+    return out
+
+
+@pytest.mark.root
+def test_a_killed_testbed_leaves_nothing_once_emu_clean_has_run(no_leftovers):
+    """kill -9 of the process that made the machines: `emu clean` removes their namespaces, sshds, LAN and keys."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from emu.net.cleanup import clean
+    from emu.net.netlink import namespace_names
+
+    code = ("from emu.cluster.testbed import NamespaceCluster; import time; c = NamespaceCluster(['m1', 'm2']); "
+            "print(c.dir, c.lab.ns(0), flush=True); time.sleep(600)")
+    maker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    folder, ns = maker.stdout.readline().split()  # type: ignore[union-attr]
+    maker.send_signal(signal.SIGKILL)
+    maker.wait()
+    assert ns in namespace_names() and os.path.isdir(folder)
+    report = clean()
+    assert ns in report.namespaces and folder in report.run_dirs and report.processes  # its sshds
+    assert ns not in namespace_names() and not os.path.exists(folder)
