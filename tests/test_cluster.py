@@ -101,22 +101,52 @@ def _ancestors_netns(pid: int) -> set[str]:
 
 @pytest.mark.root
 def test_a_killed_testbed_leaves_nothing_once_emu_clean_has_run(no_leftovers):
-    """kill -9 of the process that made the machines: `emu clean` removes their namespaces, sshds, LAN and keys."""
+    """kill -9 of the process that made the machines and a Mininet host on m1: `emu clean` removes the
+    namespaces, sshds, LAN and keys, and the ssh session on m1 with the host's shell it started."""
     import os
     import signal
     import subprocess
     import sys
+    import time
 
     from emu.net.cleanup import clean
     from emu.net.netlink import namespace_names
 
     code = ("from emu.cluster.testbed import NamespaceCluster; import time; c = NamespaceCluster(['m1', 'm2']); "
-            "print(c.dir, c.lab.ns(0), flush=True); time.sleep(600)")
+            "h = c.remote_host()('h1', server='m1', serverIP=c.address['m1']); "
+            "print(c.dir, c.lab.ns(0), h.pid, flush=True); time.sleep(600)")
     maker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    folder, ns = maker.stdout.readline().split()  # type: ignore[union-attr]
+    folder, ns, shell = maker.stdout.readline().split()  # type: ignore[union-attr]
     maker.send_signal(signal.SIGKILL)
     maker.wait()
     assert ns in namespace_names() and os.path.isdir(folder)
     report = clean()
     assert ns in report.namespaces and folder in report.run_dirs and report.processes  # its sshds
     assert ns not in namespace_names() and not os.path.exists(folder)
+    deadline = time.monotonic() + 5  # killed, then reaped
+    while (_alive(int(shell)) or _procs_mentioning("mininet:h1")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(int(shell)) and not _procs_mentioning("mininet:h1")
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _procs_mentioning(text: str) -> list[int]:
+    import os
+
+    out = []
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if text.encode() in f.read() and _alive(int(p)):
+                    out.append(int(p))
+        except (OSError, ValueError):
+            pass
+    return out

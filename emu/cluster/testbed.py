@@ -12,6 +12,7 @@ same image would. `close()` removes everything; `emu clean` does if this process
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -19,11 +20,18 @@ import subprocess
 import time
 
 from emu.launch import scratch_dir, stop_on_signals
+from emu.net.cleanup import SCRATCH_NETNS, netns_trees
 from emu.net.netlink import Netlink
 from emu.net.netns import Lab, run
 
 SSHD = "/usr/sbin/sshd"
 LAN = "198.18.250.0/24"  # RFC 2544's benchmarking range: no real network of the user's
+
+
+def _netns_of(name: str) -> str:
+    """A named namespace's id, as /proc/PID/ns/net reads for a process in it."""
+    st = os.stat(f"/run/netns/{name}")
+    return f"net:[{st.st_ino}]"
 
 
 class TestbedError(RuntimeError):
@@ -49,6 +57,7 @@ class NamespaceCluster:
         self.dir = scratch_dir("cluster")
         self.config = os.path.join(self.dir, "ssh_config")
         self.sshds: list[subprocess.Popen] = []
+        self.spaces: set[str] = set()
         # SIGTERM and SIGHUP unwind as Ctrl-C does, so that `with` removes the machines (as FabricNet does),
         # where nobody chose otherwise.
         self._restore = (stop_on_signals((signal.SIGTERM, signal.SIGHUP))
@@ -67,6 +76,9 @@ class NamespaceCluster:
             self.lab.add_host(i, mac=f"02:c1:00:00:00:{i + 2:02x}", ip4=f"{self.address[name]}/{prefixlen}")
             with Netlink.here() as root:
                 root.set_link(self.lab.root_if(i), master=br)
+        self.spaces = {_netns_of(self.lab.ns(i)) for i in range(len(self.names))}
+        with open(os.path.join(self.dir, SCRATCH_NETNS), "w") as f:  # what dies with this process, for emu clean
+            json.dump(sorted(self.spaces), f)
         with Netlink.here() as root:
             root.add_address(br, f"{self.controller}/{prefixlen}")
 
@@ -123,6 +135,13 @@ class NamespaceCluster:
         return run(self.ssh_command(name, command), check=check, timeout=timeout)
 
     def close(self) -> None:
+        """Everything that runs on the machines (sshds, sessions, the shells they started), then the
+        machines, the LAN and the keys."""
+        for pid in netns_trees(getattr(self, "spaces", set())):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for sshd in self.sshds:
             if sshd.poll() is None:
                 sshd.kill()

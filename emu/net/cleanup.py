@@ -63,6 +63,29 @@ def netns_id(pid: int) -> str:
         return ""
 
 
+SCRATCH_NETNS = "netns.json"  # in a scratch folder: network namespaces whose processes die with its owner
+
+
+def netns_trees(spaces: set[str]) -> list[int]:
+    """Every process in one of the network namespaces `spaces` (ids as netns_id gives them), and every
+    descendant of one: a session in a namespace machine, and the namespaced shells it started."""
+    me = os.getpid()
+    parent: dict[int, int] = {}
+    inside = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != me:
+            parent[int(p)] = proc_stat(int(p), 1)
+            if netns_id(int(p)) in spaces:
+                inside.append(int(p))
+    doomed = set(inside)
+    grew = True
+    while grew:
+        new = {p for p, pp in parent.items() if pp in doomed and p not in doomed and p != me}
+        doomed |= new
+        grew = bool(new)
+    return sorted(doomed)
+
+
 def record(run_dir: str, *, interfaces: list[str], pids: list[int] | None = None,
            hosts: dict[str, int] | None = None, groups: list[int] | None = None) -> None:
     """What this run made or is about to make: interfaces and the device groups of its links' root
@@ -273,15 +296,25 @@ def clean() -> CleanReport:
     doomed = sorted(set(doomed) | (before - after))
     report.interfaces = doomed
     report.namespaces = namespaces
-    # A headless browser of ours (emu.web.chromium: the live view's bench and tests) whose opener is gone:
-    # known by its profile, a scratch folder named after that process.
-    profile = re.compile(rf"--user-data-dir={re.escape(SCRATCH)}/(\S+)")
+    # A process that uses a scratch folder whose owner is gone: a headless browser of ours (emu.web.chromium,
+    # its profile there), an ssh to a namespace machine (emu.cluster.testbed, its configuration there);
+    # and whatever runs in the namespace machines such a folder lists, with its descendants.
+    uses = re.compile(rf"{re.escape(SCRATCH)}/([^/\s]+)")
     strays = []
     for p in os.listdir("/proc"):
-        m = profile.search(_cmdline(int(p))) if p.isdigit() else None
+        m = uses.search(_cmdline(int(p))) if p.isdigit() else None
         if m and not scratch_owner_alive(m.group(1)):
             strays.append(int(p))
-    report.processes += _kill(strays)
+    machines: set[str] = set()
+    if os.path.isdir(SCRATCH):
+        for name in os.listdir(SCRATCH):
+            try:
+                if not scratch_owner_alive(name):
+                    with open(os.path.join(SCRATCH, name, SCRATCH_NETNS)) as f:
+                        machines.update(json.load(f))
+            except (OSError, ValueError):
+                pass
+    report.processes += _kill(sorted(set(strays) | set(netns_trees(machines) if machines else [])))
     if os.path.isdir(SCRATCH):  # endpoints' and ranks' folders of processes that are gone
         report.run_dirs += [os.path.join(SCRATCH, n) for n in sorted(os.listdir(SCRATCH)) if not scratch_owner_alive(n)]
     for path in report.run_dirs:
@@ -327,4 +360,4 @@ def make_way(names: list[str]) -> str:
             f"{', '.join(w for w in what if w) or 'its record'})")
 
 
-__all__ = ["clean", "make_way", "record", "root_interfaces", "worker_pids", "CleanReport", "PREFIX"]
+__all__ = ["clean", "make_way", "netns_trees", "record", "root_interfaces", "worker_pids", "CleanReport", "PREFIX"]
