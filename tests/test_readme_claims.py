@@ -165,9 +165,11 @@ def test_bench_collective_other_ops_print_the_table(op, no_leftovers):
 
 
 def test_bench_engine_measures_the_engine_against_a_bridge_in_one_run(no_leftovers):
-    """README: `emu bench engine --json`: both figures from this run, the ratio of the two, and how."""
+    """README: `emu bench engine --json`: both figures from this run, the ratio of the two, and how; with
+    `--web 1` (docs/web.md) the engine's sweep again with the live view's page open in headless
+    Chromium, the page really open (snapshots reached it), no browser left behind."""
     assert "whole number of seconds" in emu("bench", "engine", "--seconds", "0.5").stderr  # iperf3's -t
-    r = emu("bench", "engine", "--json", "--seconds", "1", "--repetitions", "1")
+    r = emu("bench", "engine", "--json", "--seconds", "1", "--repetitions", "1", "--web", "1")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["bench"] == "engine" and out["engine_pps"] > 0 and out["bridge_pps"] > 0, out
@@ -176,6 +178,9 @@ def test_bench_engine_measures_the_engine_against_a_bridge_in_one_run(no_leftove
     assert "for 1 s" in out["how"] and "median of 1" in out["how"] and "cores" in out["machine"]
     # The engine's figure is the best it received at a rate offered below the bridge's ceiling.
     assert max(s["received_pps"] for s in out["sweeps"][0]) == out["engine_pps"]
+    assert out["engine_web_pps"] > 0 and len(out["web_sweeps"]) == 1 and "Chromium" in out["how"]
+    assert out["web_snapshots_per_s"] > 1.0  # the page took snapshots while the engine was measured
+    assert out["web_cost"] == round(1 - out["engine_web_pps"] / out["engine_pps"], 3)
 
 
 def test_make_demo_runs(no_leftovers):
