@@ -83,8 +83,9 @@ class RunSettings:
         if self.backend == "native" and self.p4_json:
             raise ValueError("a P4 program is for --backend bmv2: the native engine does not run one")
         check_clock(self.clock)
-        if not 0.0 <= self.pace <= 1e9:
-            raise ValueError(f"pace: wall seconds per fabric second in [0, 1e9], got {self.pace}")
+        if not 0.0 <= self.pace <= 1e6:
+            raise ValueError(f"pace: wall seconds per fabric second in [0, 1e6] (1e6: a fabric microsecond a "
+                             f"second), got {self.pace}")
         if self.pace and self.clock != "fabric":
             raise ValueError("--pace is for the fabric clock (--clock fabric); on the wall clock, D is the pace")
         if self.trim is not None:
