@@ -624,6 +624,16 @@ class Switch:
             self.send_pfc(t, in_port, {tc: 0})
         return frame
 
+    def cut(self, port: int) -> float:
+        """Port `port`'s cable is carried by a channel to another partition (another machine): the
+        frames, PFC's included, are handed over when their last bit leaves, and the channel adds the
+        propagation delay, returned here (engine seconds). Everything else (headroom, rate) is as built."""
+        p = self.ports[port]
+        delay, p.delay = p.delay, 0.0
+        p.tx.delay = 0.0
+        p.tx.base = (p.tx.base[0], 0.0)
+        return delay
+
     def send_pfc(self, t: float, port: int, times: dict[int, int]) -> None:
         """Send a real 802.1Qbb frame to the peer, ahead of the data queues."""
         p = self.ports[port]

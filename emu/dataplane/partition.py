@@ -1,0 +1,109 @@
+"""A fabric's switches in partitions, each on a schedule of its own, as machines would run them
+(issue 24): the core of the fabric clock across machines, in virtual time.
+
+A link between two partitions is a channel: the sender hands each frame over when its last bit
+leaves (its queue, rate, ECN and PFC are the sender's, as on any link), stamped with the time it
+arrives at the other end, one propagation delay later. The partitions run in windows: each runs
+every event before W = (the earliest next event of any partition) + L, where L, the lookahead, is
+the least delay of any cut link. A frame handed over in a window arrives at W or later, so it is
+with its receiver before the receiver's next window starts: no partition ever receives a frame in
+its past. Between windows the channels are emptied, in order of arrival time: what the machines'
+barrier messages will carry.
+
+Ties: a frame that arrives at the same instant as a local event runs after it (the local one was
+scheduled first); one schedule for all would order them by when each was scheduled. Figures may
+therefore differ from one partition's in the order of equal-time events, never in causality.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from emu.dataplane.fabric import build_switches
+from emu.dataplane.loop import Loop
+from emu.dataplane.spec import EngineSpec, PortSpec, SpecError
+from emu.dataplane.switch import Switch
+
+
+class LookaheadError(RuntimeError):
+    """A frame would arrive in its receiver's past: the windows were longer than a cut link's delay."""
+
+
+class PartitionedFabric:
+    """`part`: switch name -> partition (0, 1, ...); every switch placed, two partitions at least, and a
+    cut link of a delay > 0 (the lookahead)."""
+
+    def __init__(self, spec: EngineSpec, part: dict[str, int]) -> None:
+        names = {s.name for s in spec.switches}
+        if set(part) != names:
+            raise SpecError(f"partition: place every switch, only those: missing {sorted(names - set(part))[:5]}, "
+                            f"unknown {sorted(set(part) - names)[:5]}")
+        n = max(part.values()) + 1
+        if n < 2 or set(part.values()) != set(range(n)):
+            raise SpecError(f"partition: partitions are numbered 0..N-1, N >= 2; got {sorted(set(part.values()))}")
+        cut = [(s.name, p) for s in spec.switches for p in s.ports
+               if p.peer_kind == "switch" and part[p.peer_switch] != part[s.name]]
+        if not cut or min(p.delay_s for _, p in cut) <= 0:
+            raise SpecError("partition: the partitions must be joined by links with a propagation delay > 0")
+        self.lookahead = min(p.delay_s for _, p in cut) * spec.dilation
+        self.part = part
+        self.loops = [Loop() for _ in range(n)]
+        self.outbox: list[tuple[float, int, int, Callable[[float, Any], None], bytes]] = []
+        self.received: dict[tuple[str, str], list[tuple[float, bytes]]] = {}
+        self.windows = 0
+        self.handed = 0  # frames that crossed a channel
+        placed = replace(spec, switches=tuple(replace(s, worker=part[s.name]) for s in spec.switches), workers=n)
+        self.switches: dict[str, Switch] = {}
+        for i, loop in enumerate(self.loops):
+            self.switches.update(build_switches(placed, loop, i, self._external))
+        for name, ps in cut:  # the channel, not the sender's link, adds the cable's delay
+            delay = self.switches[name].cut(ps.index)
+            dst = self.switches[ps.peer_switch]
+            self.switches[name].ports[ps.index].tx.deliver = partial(self._hand_over, part[ps.peer_switch], delay,
+                                                                     partial(dst.ingress, ps.peer_port))
+
+    def _external(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
+        if ps.peer_kind == "switch":
+            return lambda t, frame: None  # wired to its channel once every switch exists
+        box = self.received.setdefault((sw.name, ps.ifname), [])
+        return lambda t, frame: box.append((t, bytes(frame)))
+
+    def _hand_over(self, dst: int, delay: float, ingress: Callable[[float, Any], None], t: float, frame: Any) -> None:
+        self.outbox.append((t + delay, len(self.outbox), dst, ingress, bytes(frame)))
+
+    def send(self, switch: str, ifname: str, frame: bytes, t: float) -> None:
+        """A host sends `frame` at `t` into the given switch port (through its NIC model)."""
+        sw = self.switches[switch]
+        idx = next(p.index for p in sw.ports if p.name == ifname)
+        self.loops[self.part[switch]].at(t, lambda tt, f: sw.from_host(idx, tt, f), frame)
+
+    def run(self, until: float = float("inf")) -> None:
+        """Windows until nothing is left to do (or `until`)."""
+        while True:
+            nxt = min((loop.heap[0][0] for loop in self.loops if loop.heap), default=None)
+            if nxt is None or nxt > until:
+                return
+            end = min(nxt + self.lookahead, until + self.lookahead)
+            for loop in self.loops:
+                _run_before(loop, end)
+            self.windows += 1
+            for arrive, _, dst, ingress, frame in sorted(self.outbox, key=lambda m: (m[0], m[1])):
+                if arrive < end:
+                    raise LookaheadError(f"a frame arrives at {arrive} inside the window ending {end}: lookahead broken")
+                self.loops[dst].at(arrive, ingress, frame)
+            self.handed += len(self.outbox)
+            self.outbox.clear()
+
+
+def _run_before(loop: Loop, end: float) -> None:
+    """Every event of `loop` before `end` (not at it: a frame from another partition may arrive at `end`)."""
+    heap = loop.heap
+    while heap and heap[0][0] < end:
+        t, _, fn, arg = heapq.heappop(heap)
+        if t > loop.now:
+            loop.now = t
+        fn(t, arg)
