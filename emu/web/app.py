@@ -90,7 +90,6 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
             return
         await ws.accept()
         snaps = Snapshots(topo, clock)
-        app.state.viewers += 1
         try:
             while True:
                 try:
@@ -129,8 +128,7 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
                                    token)),
         WebSocketRoute("/ws", snapshots),
     ])
-    app.state.viewers = 0  # pages that connected, and snapshots sent to them: what a benchmark reports
-    app.state.snapshots = 0
+    app.state.snapshots = 0  # snapshots sent to pages: what a benchmark reports
     return app
 
 
