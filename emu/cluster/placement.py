@@ -21,10 +21,10 @@ the user gives (node -> machine) is taken as it is, checked for names.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from emu.dataplane.partition import components
 from emu.net.link import LinkParams
 
 
@@ -50,23 +50,6 @@ class Placement:
 def _delay_s(info: dict[str, Any]) -> float:
     """A link's propagation delay as the fabric will build it (its cable, or its delay)."""
     return LinkParams.parse(**{k: v for k, v in info.items() if k in ("rate", "delay", "distance")}).delay_s
-
-
-def _components(nodes: Iterable[str], links: list[tuple[str, str, float]]) -> list[list[str]]:
-    parent = {n: n for n in nodes}
-
-    def root(n: str) -> str:
-        while parent[n] != n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
-
-    for a, b, _ in links:
-        parent[root(a)] = root(b)
-    groups: dict[str, list[str]] = {}
-    for n in parent:
-        groups.setdefault(root(n), []).append(n)
-    return sorted((sorted(g) for g in groups.values()), key=lambda g: (-len(g), g[0]))
 
 
 def _bin(pieces: list[list[str]], machines: list[str]) -> dict[str, str]:
@@ -105,7 +88,7 @@ def _by_length(nodes: list[str], switches: list[str], links: list[tuple[str, str
                machines: list[str]) -> dict[str, str] | None:
     switch = set(switches)
     for length in sorted({d for _, _, d in links}, reverse=True):
-        pieces = _components(nodes, [lk for lk in links if lk[2] < length])
+        pieces = components(nodes, [lk for lk in links if lk[2] < length])
         # A piece without a switch (a host cut off by its own long cable) is no part of a fabric; and the
         # cut must part hosts (buildings, regions), not only peel switches off (an FPF's spines).
         with_hosts = [p for p in pieces if set(p) - switch]

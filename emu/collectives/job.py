@@ -17,7 +17,7 @@ import random
 from typing import Any
 
 from emu.collectives.rank import Ring
-from emu.dataplane.job import Attach, Job
+from emu.dataplane.job import Attach, Detached, Job
 from emu.roce.endpoint import Endpoint
 
 
@@ -32,11 +32,16 @@ class CollectiveJob(Job):
         n = len(params["ranks"])
         self.rows: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         rng = random.Random(params.get("seed", 0))
-        self.endpoints = [Endpoint.attached(host, rank["planes"], self.fail, f"rank {r} ({rank['name']})",
-                                            mtu=params["mtu"], cc=params["cc"], seed=rng.getrandbits(32),
-                                            trim_dscp=params.get("trim_dscp"), spray=params.get("spray", "weighted"))
-                          for r, rank in enumerate(params["ranks"])]
-        self.participants = list(self.endpoints)
+        # On a fabric split over workers each runs the ranks of its own hosts; the others' are built
+        # detached, the same on every worker (same seeds), so that every ring connects to its peers.
+        self.local = [all(host.has(p[0]) for p in rank["planes"]) for rank in params["ranks"]]
+        detached = Detached(host)
+        self.endpoints = [Endpoint.attached(host if mine else detached, rank["planes"], self.fail,
+                                            f"rank {r} ({rank['name']})", mtu=params["mtu"], cc=params["cc"],
+                                            seed=rng.getrandbits(32), trim_dscp=params.get("trim_dscp"),
+                                            spray=params.get("spray", "weighted"))
+                          for r, (rank, mine) in enumerate(zip(params["ranks"], self.local, strict=True))]
+        self.participants = [ep for ep, mine in zip(self.endpoints, self.local, strict=True) if mine]
         self.rings = [Ring(ep.dev, r, n, self.op, max(self.sizes), params["slice"], timed=False)
                       for r, ep in enumerate(self.endpoints)]
         everyone = {r: ring.info() for r, ring in enumerate(self.rings)}
@@ -58,16 +63,22 @@ class CollectiveJob(Job):
         for ring in self.rings:
             ring.fill(size)
         for r, (ep, ring) in enumerate(zip(self.endpoints, self.rings, strict=True)):
-            ep.start(ring.run_op(size), t, lambda wrong, tt, r=r: self._rank_done(r, wrong, tt))
+            if self.local[r]:
+                ep.start(ring.run_op(size), t, lambda wrong, tt, r=r: self._rank_done(r, wrong, tt))
 
     def _rank_done(self, rank: int, wrong: int, t: float) -> None:
         if self.finished:
             return
         self.rows[rank].append({"size": self.sizes[self.k], "time_fabric_s": self.rings[rank].done_at - self.started,
                                 "wrong": wrong})
+        self.tell(self.k)  # every part counts it, after every callback of this instant (a lookahead on, split)
+
+    def heard(self, t: float, size_index: Any) -> None:
+        if self.finished or size_index != self.k:
+            return
         self.left -= 1
         if self.left == 0:
-            self.loop.at(t, lambda tt, _: self._next_size(tt), None)  # after every callback of this instant
+            self._next_size(t)
 
     def what(self) -> str:
         return f"{self.op} of {self.sizes[self.k]} B"
@@ -78,7 +89,7 @@ class CollectiveJob(Job):
             return {"error": self.error}
         return {"ranks": [{"rank": r, "rows": self.rows[r], "planes": ep.dev.plane_stats(), "fidelity": [],
                            "retransmits": sum(qp.retransmits for qp in ep.dev.qps.values())}
-                          for r, ep in enumerate(self.endpoints)],
+                          for r, ep in enumerate(self.endpoints) if self.local[r]],
                 "fabric_s": self.loop.now - self.t0}
 
 

@@ -9,6 +9,7 @@ process, socket or directory behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from emu.dataplane.protocol import (
+    Connect,
     Degrade,
     JobResult,
     Ping,
@@ -129,6 +131,8 @@ class Engine:
                         raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s (last: {stage}); "
                                           f"log: {os.path.join(FAILED_LOGS, os.path.basename(self.run_dir))}")
                     time.sleep(0.02)
+            if self.split:
+                self._connect(deadline)
             self.supervisor = Supervisor(self.run_dir, lambda m: self.on_death(m))
             for i, proc in enumerate(self.procs):
                 names = [sw.name for sw in self.spec.switches if sw.worker == i]
@@ -138,6 +142,28 @@ class Engine:
             self.stop(keep_logs=True)
             self._keep_logs_elsewhere()
             raise
+
+    @property
+    def split(self) -> bool:
+        """A fabric-clock fabric over several workers, joined by channels (emu.dataplane.channel)."""
+        return self.spec.clock == "fabric" and self.spec.workers > 1
+
+    def _connect(self, deadline: float) -> None:
+        """Each worker connects its channels to the others' addresses; wait until every one has all its peers."""
+        n = self.spec.workers
+        peers = [self._exchange(i, Ping(), timeout=5.0)["channel"] for i in range(n)]
+        for i in range(n):
+            r = self.request(i, Connect(peers), timeout=15.0)
+            if not r.get("ok"):
+                raise EngineError(f"engine worker {self.spec.worker_name(i)} could not connect its channels: "
+                                  f"{r.get('error')}")
+        for i in range(n):
+            while self._exchange(i, Ping(), timeout=5.0)["peers"] < n - 1:
+                self._check_alive(i)
+                if time.monotonic() > deadline:
+                    raise EngineError(f"engine worker {self.spec.worker_name(i)} did not get channels to every "
+                                      f"other worker (log: {self.log_path(i)})")
+                time.sleep(0.01)
 
     def _keep_logs_elsewhere(self) -> None:
         """A failed start leaves no run directory; its worker logs move to FAILED_LOGS for reading."""
@@ -232,9 +258,10 @@ class Engine:
             raise ValueError("pace is for the fabric clock; on the wall clock, D (--dilation) is the pace")
         if not 0.0 <= wall_s <= 1e6:
             raise ValueError(f"pace: wall seconds per fabric second in [0, 1e6], got {wall_s}")
-        r = self.request(0, SetPace(float(wall_s)))
-        if not r.get("ok"):
-            raise EngineError(f"pace: {r.get('error', 'request refused')}")
+        for i in range(self.spec.workers):
+            r = self.request(i, SetPace(float(wall_s)))
+            if not r.get("ok"):
+                raise EngineError(f"pace: {r.get('error', 'request refused')}")
 
     def _ask(self, switch: str, msg: Request, timeout: float = 5.0) -> dict[str, Any]:
         r = self.request(self.worker_of(switch), msg, timeout=timeout)
@@ -305,20 +332,45 @@ class Engine:
         just before a write was still unrouted during it, and its packets looped)."""
         if self.before_job is not None:
             self.before_job()
-        r = self.request(0, RunJob(kind, params), timeout=60)
-        if not r.get("ok"):
-            raise EngineError(f"the engine refused the {kind} job: {r.get('error')}")
-        return int(r["job"])
+        if not self.split:
+            r = self.request(0, RunJob(kind, params), timeout=60)
+            if not r.get("ok"):
+                raise EngineError(f"the engine refused the {kind} job: {r.get('error')}")
+            return int(r["job"])
+        # Split: every worker runs its part from one fabric instant, the next whole second at least half
+        # a second of fabric time after the furthest worker's now (its idle time follows the wall, so
+        # the requests below arrive well before it).
+        now = max(float(self.request(i, Ping())["now"]) for i in range(self.spec.workers))
+        at = math.floor(now + 0.5) + 1.0
+        ids = set()
+        for i in range(self.spec.workers):
+            r = self.request(i, RunJob(kind, params, at), timeout=60)
+            if not r.get("ok"):
+                raise EngineError(f"engine worker {self.spec.worker_name(i)} refused the {kind} job: {r.get('error')}"
+                                  + ("" if i == 0 else "; the parts already started cannot run without it: "
+                                     "stop this fabric"))
+            ids.add(int(r["job"]))
+        if len(ids) != 1:
+            raise EngineError(f"the workers numbered the {kind} job differently ({sorted(ids)}): stop this fabric")
+        return ids.pop()
 
     def job_state(self, job: int) -> dict[str, Any]:
         """{"done": False, "fabric_s": ...} while it runs; then {"done": True, "result": ...}; EngineError
-        with the job's reason if it failed."""
-        r = self.request(0, JobResult(job), timeout=60)
-        if r.get("done") and not r.get("ok"):
-            raise EngineError(f"job {job}: {r.get('error')}")
-        if not r.get("ok"):
-            raise EngineError(f"job {job}: {r.get('error')}")
-        return r
+        with the job's reason if it failed. Split over workers, done once every part is, with each
+        part's result in `parts` (worker order) and the kernel's frames summed."""
+        states = []
+        for i in range(self.spec.workers if self.split else 1):
+            r = self.request(i, JobResult(job), timeout=60)
+            if not r.get("ok"):
+                where = f" (engine worker {self.spec.worker_name(i)})" if self.split else ""
+                raise EngineError(f"job {job}{where}: {r.get('error')}")
+            states.append(r)
+        if len(states) == 1:
+            return states[0]
+        if not all(s["done"] for s in states):
+            return {"ok": True, "done": False, "fabric_s": min(s.get("fabric_s", math.inf) for s in states)}
+        return {"ok": True, "done": True, "parts": [s["result"] for s in states],
+                "kernel_frames": sum(int(s.get("kernel_frames", 0)) for s in states)}
 
     # Wall seconds fabric time may stand still during a job before it is given up: the worker's loop
     # answers between batches of events, so a live job advances between two looks whatever the load.

@@ -36,6 +36,32 @@ class Attach(Protocol):
         """A switch port down or up now, as a failure the job schedules in fabric time."""
         ...
 
+    def has(self, switch: str) -> bool:
+        """Whether this worker runs `switch`: on a fabric split over workers, each runs the part of a
+        job whose hosts hang off its own switches."""
+        ...
+
+    def tell(self, job: Any, payload: Any) -> None:
+        """`job.heard(t, payload)` on every part of the job (this one included), one lookahead from now
+        (at once on a fabric that is not split): how a job's parts on several workers agree, e.g. that
+        every rank has finished a size. `payload`: JSON-able."""
+        ...
+
+
+class Detached:
+    """A stand-in for a host another worker runs: what is built on it (a rank's device, so that its
+    queue pair numbers and keys are known to the local ranks) can never send or receive."""
+
+    def __init__(self, host: Attach) -> None:
+        self.loop = host.loop
+
+    def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
+               ) -> tuple[Callable[[Any], None], bytes, bytes]:
+        def send(frame: Any) -> None:
+            raise RuntimeError(f"a stand-in for the host behind {switch}/{port} (another worker's) sent a frame")
+
+        return send, bytes(6), bytes(6)
+
 
 class Participant(Protocol):
     """A part of a job that may still be working when the job ends (a MetaRoCE endpoint)."""
@@ -74,7 +100,7 @@ class Job:
         (`params["port_events"]`: [after (fabric s from the start), up, [[switch, port], ...]] each):
         a failure on the fabric clock must come at a fabric time, as nothing outside the engine can
         act while a job runs."""
-        self.t0 = self.loop.begin()
+        self.t0 = self.loop.begin(self.params.get("at"))
         self.loop.at(self.t0 + float(self.params["budget_s"]), self._budget, None)
         for after, up, ports in self.params.get("port_events", []):
             self.loop.at(self.t0 + float(after), self._set_ports, (bool(up), ports))
@@ -83,7 +109,15 @@ class Job:
     def _set_ports(self, t: float, arg: tuple[bool, list[list[str]]]) -> None:
         up, ports = arg
         for switch, port in ports:
-            self.host.set_port(switch, port, up)
+            if self.host.has(switch):  # each worker fails its own switches' ports, at the same fabric time
+                self.host.set_port(switch, port, up)
+
+    def tell(self, payload: Any) -> None:
+        """`heard(t, payload)` on every part of this job, one lookahead from now (see Attach.tell)."""
+        self.host.tell(self, payload)
+
+    def heard(self, t: float, payload: Any) -> None:
+        """What a part of this job told every part (see tell)."""
 
     def what(self) -> str:
         raise NotImplementedError

@@ -184,6 +184,10 @@ class FabricLoop(WallLoop):
 
     Ties (equal times) run in the order they were scheduled, so the same inputs give the same run.
 
+    Split over several workers (`sync`: emu.dataplane.channel.Channels), a job's events run in windows
+    all workers agree on: only those before the window's end, then the loop waits, serving its
+    sockets, until every peer's barrier is in. The windows last until no worker has a job left.
+
     `pace` (wall seconds per fabric second, 0 by default) holds a job's fabric time back to what a
     person can watch (the live view): the loop waits, its sockets still served, until the wall
     catches up with the next event. Only the wall time a job takes changes, never its events.
@@ -201,23 +205,34 @@ class FabricLoop(WallLoop):
         self._anchor_w = time.monotonic()
         self.pace = 0.0
         self._pace_f, self._pace_w = 0.0, self._anchor_w  # where the paced job's fabric time meets the wall
+        self.sync: Any = None  # emu.dataplane.channel.Channels when the fabric is split over workers
 
     def _mapped(self, wall: float) -> float:
         return self._anchor_f + (wall - self._anchor_w) / self.idle_dilation
 
+    @property
+    def in_job(self) -> bool:
+        """A job runs here, or (split) on some worker: fabric time is the schedule's, not the wall's."""
+        return bool(self.busy) or (self.sync is not None and self.sync.active)
+
     def clock(self) -> float:
-        if self.busy:
+        if self.busy or (self.sync is not None and self.sync.active):
             return self.now
         f = self._mapped(time.monotonic())
         return f if f > self.now else self.now
 
-    def begin(self) -> float:
+    def begin(self, at: float | None = None) -> float:
         """A job starts: fabric time stops following the wall. Returns the job's start time: with no
         other job running, the next whole second of fabric time (what was due before it runs first),
         so that the same job starts at the same time in every run: the same floating-point sums,
-        the same ties, the same result bit for bit."""
+        the same ties, the same result bit for bit. `at`: the instant every worker of a split fabric
+        agreed on (not in this worker's past); its windows start there."""
+        if self.sync is not None and self.sync.active:
+            raise RuntimeError("a job is running on this split fabric: one job at a time")
         if not self.busy:
-            start = math.floor(self.clock()) + 1.0
+            start = math.floor(self.clock()) + 1.0 if at is None else at
+            if start < self.clock():
+                raise RuntimeError(f"the job's start {start!r} is in this worker's past ({self.clock()!r})")
             heap = self.heap
             while heap and heap[0][0] <= start:
                 t, _, fn, arg = heapq.heappop(heap)
@@ -226,8 +241,18 @@ class FabricLoop(WallLoop):
                 fn(t, arg)
             self.now = start
             self._pace_f, self._pace_w = start, time.monotonic()
+            if self.sync is not None:
+                self.sync.start(start)
         self.busy += 1
         return self.now
+
+    def windows_over(self, t: float) -> None:
+        """Split fabric: no worker has a job left; fabric time follows the wall from `t`, the same
+        instant on every worker."""
+        if t > self.now:
+            self.now = t
+        if not self.busy:
+            self._anchor_f, self._anchor_w = self.now, time.monotonic()
 
     def set_pace(self, wall_s: float) -> None:
         """A fabric second of a job takes at least `wall_s` wall seconds from now on (0: no limit)."""
@@ -249,7 +274,28 @@ class FabricLoop(WallLoop):
         epoll = self.epoll
         batch = self.BATCH
         while self.running:
-            if self.busy:
+            sync = self.sync
+            if sync is not None and sync.active:
+                if sync.waiting:  # for the peers' barriers
+                    self._dispatch(epoll.poll(1.0))
+                    continue
+                limit = sync.horizon
+                if self.pace and heap and heap[0][0] < limit:
+                    ahead = self._pace_w + (heap[0][0] - self._pace_f) * self.pace - time.monotonic()
+                    if ahead > 0:
+                        self._dispatch(epoll.poll(min(ahead, 0.05)))
+                        continue
+                n = 0
+                while heap and n < batch and heap[0][0] < limit:
+                    t, _, fn, arg = pop(heap)
+                    self.now = t
+                    fn(t, arg)
+                    n += 1
+                self.events += n
+                if not heap or heap[0][0] >= limit:
+                    sync.end_window(heap[0][0] if heap else math.inf, self.busy > 0)
+                self._dispatch(epoll.poll(0))
+            elif self.busy:
                 if self.pace and heap:
                     ahead = self._pace_w + (heap[0][0] - self._pace_f) * self.pace - time.monotonic()
                     if ahead > 0:  # paced: serve the sockets while the wall catches up

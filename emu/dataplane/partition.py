@@ -18,7 +18,7 @@ therefore differ from one partition's in the order of equal-time events, never i
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -97,6 +97,45 @@ class PartitionedFabric:
                 self.loops[dst].at(arrive, ingress, frame)
             self.handed += len(self.outbox)
             self.outbox.clear()
+
+
+def components(nodes: Iterable[str], links: Iterable[tuple[str, str, float]]) -> list[list[str]]:
+    """The pieces `links` (a, b, delay) join `nodes` into: largest first, each sorted."""
+    parent = {n: n for n in nodes}
+
+    def root(n: str) -> str:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for a, b, _ in links:
+        parent[root(a)] = root(b)
+    groups: dict[str, list[str]] = {}
+    for n in parent:
+        groups.setdefault(root(n), []).append(n)
+    return sorted((sorted(g) for g in groups.values()), key=lambda g: (-len(g), g[0]))
+
+
+def split_at_longest(ports: dict[str, list[PortSpec]], workers: int) -> dict[str, int]:
+    """Switch -> worker for a fabric-clock fabric split over `workers` processes: cut at the longest
+    switch links that part it into that many pieces at least (the lookahead is the shortest cut link's
+    delay, so the longer the better: BAG parts at its long-haul links), then pieces to workers largest
+    first, each to the one with the fewest ports so far. SpecError if no length parts it."""
+    links = {(min(a, p.peer_switch), max(a, p.peer_switch), p.delay_s)
+             for a, ps in ports.items() for p in ps if p.peer_kind == "switch" and p.peer_switch != a}
+    for length in sorted({d for _, _, d in links if d > 0}, reverse=True):
+        pieces = components(ports, [lk for lk in links if lk[2] < length])
+        if len(pieces) < workers:
+            continue
+        load, place = [0] * workers, {}
+        for piece in sorted(pieces, key=lambda p: (-sum(len(ports[n]) for n in p), p)):
+            w = load.index(min(load))
+            load[w] += sum(len(ports[n]) for n in piece)
+            place.update(dict.fromkeys(piece, w))
+        return place
+    raise SpecError(f"the fabric clock cannot split this fabric over {workers} workers: no link length parts its "
+                    f"switches into {workers} pieces (a split needs links with a propagation delay between them)")
 
 
 def _run_before(loop: Loop, end: float) -> None:

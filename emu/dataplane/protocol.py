@@ -104,6 +104,15 @@ class RunJob:
 
     kind: str
     params: dict[str, Any]
+    at: float | None = None  # a split fabric's: the start every worker agreed on (fabric s)
+
+
+@dataclass(frozen=True)
+class Connect:
+    """A split fabric's worker connects its channels: `peers[i]` is worker i's channel address [host, port]
+    (what its Ping answered); each connects to the workers numbered above it."""
+
+    peers: list[list[Any]]
 
 
 @dataclass(frozen=True)
@@ -127,10 +136,10 @@ class Stop:
 
 
 Request = (Ping | Stats | ResetFidelity | SetPort | Degrade | SetTables | SetHeadroom | Probe | ProbeResult | SampleQueues | QueueSamples
-           | RunJob | JobResult | SetPace | Stop)
+           | RunJob | JobResult | SetPace | Connect | Stop)
 REQUESTS: dict[str, type] = {c.__name__: c for c in (Ping, Stats, ResetFidelity, SetPort, Degrade, SetTables, SetHeadroom, Probe,
                                                       ProbeResult, SampleQueues, QueueSamples, RunJob, JobResult,
-                                                      SetPace, Stop)}
+                                                      SetPace, Connect, Stop)}
 
 
 def encode(msg: Request) -> bytes:
@@ -156,5 +165,5 @@ def decode(line: bytes) -> Request:
         raise ProtocolError(f"{cls.__name__}: {exc}") from None
 
 
-__all__ = ["REQUESTS", "JobResult", "RunJob", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "ResetFidelity", "SampleQueues",
+__all__ = ["REQUESTS", "Connect", "JobResult", "RunJob", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "ResetFidelity", "SampleQueues",
            "SetHeadroom", "SetPace", "SetPort", "Degrade", "SetTables", "Stats", "Stop", "decode", "encode"]

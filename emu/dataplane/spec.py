@@ -8,6 +8,7 @@ single process or socket exists.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -185,13 +186,20 @@ class EngineSpec:
     # no job of ours runs (kernel traffic only). "wall": fabric time = wall time / dilation.
     clock: str = "wall"
     idle_dilation: float = 1000.0
+    # A split fabric-clock fabric: where each worker runs and listens for its channels (its machine's
+    # address; none: this machine, on loopback), and its machine's name, for errors.
+    hosts: tuple[str, ...] = ()
+    machines: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         Dilation(self.dilation)
         if self.clock not in ("wall", "fabric"):
             raise SpecError(f"clock must be wall or fabric, got {self.clock!r}")
-        if self.clock == "fabric" and (self.dilation != 1.0 or self.workers != 1):
-            raise SpecError("the fabric clock runs every switch in one worker at dilation 1")
+        if self.clock == "fabric" and self.dilation != 1.0:
+            raise SpecError("the fabric clock runs its switches at dilation 1")
+        for what in (self.hosts, self.machines):
+            if what and len(what) != self.workers:
+                raise SpecError(f"hosts and machines name every worker: {self.workers}, got {len(what)}")
         names = [s.name for s in self.switches]
         if len(set(names)) != len(names):
             raise SpecError("switch names must be unique")
@@ -204,6 +212,26 @@ class EngineSpec:
                     peer = by_name.get(p.peer_switch)
                     if peer is None or p.peer_port >= len(peer.ports):
                         raise SpecError(f"{s.name}/{p.ifname}: peer {p.peer_switch}:{p.peer_port} does not exist")
+        if self.clock == "fabric" and self.workers > 1 and self.lookahead_s() <= 0:
+            raise SpecError("a fabric-clock fabric split over workers needs a propagation delay > 0 on every link "
+                            "between them: that delay is how far one worker may run ahead of another")
+
+    def cut_links(self) -> list[tuple[str, PortSpec]]:
+        """The ports (switch, port) whose peer switch another worker runs."""
+        owner = {s.name: s.worker for s in self.switches}
+        return [(s.name, p) for s in self.switches for p in s.ports
+                if p.peer_kind == "switch" and owner[p.peer_switch] != s.worker]
+
+    def lookahead_s(self) -> float:
+        """How far (engine s) a worker may run ahead of another: the least delay of the links between them."""
+        return min((p.delay_s * self.dilation for _, p in self.cut_links()), default=math.inf)
+
+    def channel_host(self, worker: int) -> str:
+        return self.hosts[worker] if self.hosts else "127.0.0.1"
+
+    def worker_name(self, worker: int) -> str:
+        """Worker i as errors name it: with its machine when the fabric spans machines."""
+        return f"{worker} (on {self.machines[worker]})" if self.machines else str(worker)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -214,6 +242,8 @@ class EngineSpec:
                 "workers": self.workers,
                 "clock": self.clock,
                 "idle_dilation": self.idle_dilation,
+                "hosts": list(self.hosts),
+                "machines": list(self.machines),
                 "switches": [
                     {
                         "name": s.name,
@@ -259,4 +289,6 @@ class EngineSpec:
             workers=d["workers"],
             clock=d.get("clock", "wall"),
             idle_dilation=d.get("idle_dilation", 1000.0),
+            hosts=tuple(d.get("hosts", ())),
+            machines=tuple(d.get("machines", ())),
         )

@@ -22,13 +22,16 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from emu.control.model import SwitchTables
+from emu.dataplane.channel import FRAME, Channels, port_id
 from emu.dataplane.fabric import build_switches
 from emu.dataplane.loop import FabricLoop, WallLoop
 from emu.dataplane.pcap import PcapWriter
 from emu.dataplane.protocol import (
+    Connect,
     Degrade,
     JobResult,
     Ping,
@@ -62,6 +65,8 @@ RX_BURST = 256
 # for: the engine knows no endpoint code, and imports stay downward.
 JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start",
         "writes": "emu.roce.perf:start_writes", "replicas": "emu.collectives.elastic:start"}
+# The kinds whose parts run on every worker of a split fabric, each with its own hosts' endpoints.
+SPLIT_JOBS = ("collective",)
 
 
 def control_path(run_dir: str, index: int) -> str:
@@ -91,9 +96,47 @@ class Worker:
         self.samples: deque = deque()
         self.sample_every = 0.0
         self.sampler_idle = False  # fabric clock: sampling waits for the next job
+        # A fabric-clock fabric split over workers: the links between them are channels (emu.dataplane.channel).
+        self.split = self.fabric and spec.workers > 1
+        self.owner = {s.name: s.worker for s in spec.switches}
+        self.channels: Channels | None = None
+        self.channel_addr: tuple[str, int] | None = None
+        if self.split:
+            self.channels = Channels(index, spec.workers, spec.lookahead_s(), self.loop, self._from_peer,
+                                     spec.worker_name)
+            self.loop.sync = self.channels  # type: ignore[attr-defined]
+            self.channel_addr = self.channels.listen(spec.channel_host(index))
         self.opened = self._open_ports()
         self.switches = build_switches(spec, self.loop, index, self._external)
+        self.ingress_of: dict[int, Callable[[float, Any], None]] = {}
+        if self.split:
+            self._cut_links()
         self.control = self._open_control()
+
+    def _cut_links(self) -> None:
+        """Each port whose peer switch another worker runs hands its frames to that worker's channel
+        (Switch.cut: the channel adds the cable's delay), and takes the peer's from it."""
+        assert self.channels is not None
+        place = {s.name: i for i, s in enumerate(self.spec.switches)}
+        send = self.channels.send_frame
+        for sw in self.switches.values():
+            for ps in sw.spec.ports:
+                if ps.peer_kind != "switch" or self.owner[ps.peer_switch] == self.index:
+                    continue
+                self.ingress_of[port_id(place[sw.name], ps.index)] = partial(sw.ingress, ps.index)
+                delay = sw.cut(ps.index)
+                peer, pid = self.owner[ps.peer_switch], port_id(place[ps.peer_switch], ps.peer_port)
+                sw.ports[ps.index].tx.deliver = (
+                    lambda t, frame, peer=peer, pid=pid, delay=delay: send(peer, pid, t + delay, frame))
+
+    def _from_peer(self, kind: int, t: float, a: int, payload: bytes) -> None:
+        """What a peer worker sent, due at t: a frame for one of our ports, or a note for a job's part."""
+        if kind == FRAME:
+            self.loop.at(t, self.ingress_of[a], payload)
+        else:
+            job = self.jobs.get(a)
+            if job is not None:
+                self.loop.at(t, job.heard, json.loads(payload))
 
     # -- data sockets ----------------------------------------------------------------
 
@@ -104,6 +147,8 @@ class Worker:
         owner = {s.name: s.worker for s in self.spec.switches}
         ports = [(ps.ifname, ps.peer_kind == "host") for sw in self.spec.switches if sw.worker == self.index
                  for ps in sw.ports if ps.peer_kind != "switch" or owner.get(ps.peer_switch) != self.index]
+        if self.split:  # the links between workers are channels, not veths
+            ports = [(name, from_host) for name, from_host in ports if from_host]
         opened: dict[str, tuple[socket.socket, RxRing]] = {}
         hosts = sum(1 for _, from_host in ports if from_host)
         sizes = ring_sizes(hosts, len(ports) - hosts)
@@ -152,6 +197,8 @@ class Worker:
         return w
 
     def _external(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
+        if self.split and ps.peer_kind == "switch":
+            return lambda t, frame: None  # a channel, wired once every switch exists (_cut_links)
         sock, ring = self.opened[ps.ifname]
         port = sw.ports[ps.index]
         send = sock.send
@@ -238,6 +285,19 @@ class Worker:
         else:
             self.attached_udp4[(sw.name, idx)] = (udp_port, on_frame)
 
+    def has(self, switch: str) -> bool:
+        return switch in self.switches
+
+    def tell(self, job: Any, payload: Any) -> None:
+        """A job part's message to all its parts (emu.dataplane.job.Attach.tell)."""
+        if self.channels is None:
+            self.loop.at(self.loop.now, job.heard, payload)
+            return
+        t = self.loop.now + self.channels.lookahead
+        self.loop.at(t, job.heard, payload)
+        job_id = next(i for i, j in self.jobs.items() if j is job)
+        self.channels.send_note(job_id, t, payload)
+
     def set_port(self, switch: str, port: str, up: bool) -> None:
         """A port down or up: asked over the control socket, or scheduled by a job (Attach). Up is as
         built, so a degraded port comes back whole too (a job heals a degraded plane so, at a fabric time)."""
@@ -246,19 +306,28 @@ class Worker:
         if up:
             sw.degrade_port(idx, loss=0.0, rate_bps=0.0, delay_s=0.0)
 
-    def _run_job(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    def _run_job(self, kind: str, params: dict[str, Any], at: float | None = None) -> dict[str, Any]:
         if not self.fabric:
             raise ValueError("jobs run inside the engine on the fabric clock only (this run keeps the wall clock)")
         target = JOBS.get(kind)
         if target is None:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
+        if self.split:
+            if kind not in SPLIT_JOBS:
+                raise ValueError(f"the {kind} job runs on one worker; this fabric is split over {self.spec.workers} "
+                                 f"(jobs that run split: {', '.join(SPLIT_JOBS)})")
+            if at is None:
+                raise ValueError("a job on a split fabric starts at an instant every worker agreed on (RunJob.at)")
+        if at is not None:
+            params = {**params, "at": float(at)}
         module, fn = target.split(":")
         job = getattr(importlib.import_module(module), fn)(self, params)
-        self.jobs[len(self.jobs) + 1] = job
+        job_id = len(self.jobs) + 1  # the same on every worker: each is asked for every job, in order
+        self.jobs[job_id] = job
         if self.sampler_idle:
             self.sampler_idle = False
             self.loop.at(self.loop.now, self._sample, None)
-        return {"ok": True, "job": len(self.jobs)}
+        return {"ok": True, "job": job_id}
 
     def _job_result(self, job_id: int) -> dict[str, Any]:
         job = self.jobs.get(job_id)
@@ -318,7 +387,9 @@ class Worker:
         now = self.loop.clock()
         match req:
             case Ping():
-                return {"ok": True, "worker": self.index, "switches": sorted(self.switches)}
+                return {"ok": True, "worker": self.index, "switches": sorted(self.switches), "now": self.loop.clock(),
+                        "channel": list(self.channel_addr) if self.channel_addr else None,
+                        "peers": self.channels.connected if self.channels else 0}
             case Stats():
                 self._collect_socket_drops()
                 return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "uptime_s": now - self.t0,
@@ -357,8 +428,12 @@ class Worker:
                 d = self.spec.dilation
                 return {"ok": True, "ports": self.sample_names,
                         "samples": [((t - self.t0) / d, q) for t, q in self.samples]}
-            case RunJob(kind, params):
-                return self._run_job(kind, params)
+            case RunJob(kind, params, at):
+                return self._run_job(kind, params, at)
+            case Connect(peers):
+                if self.channels is None:
+                    raise ValueError("this worker's fabric is not split: it has no peers")
+                self.channels.connect([(h, int(p)) for h, p in peers])
             case JobResult(job):
                 return self._job_result(int(job))
             case SetPace(wall_s):
@@ -417,6 +492,8 @@ class Worker:
             list(pool.map(close_one, zip(self.sockets, self.rings, strict=True)))
         for p in self.pcaps:
             p.close()
+        if self.channels is not None:
+            self.channels.close()
         self.control.close()
         try:
             os.unlink(control_path(self.spec.run_dir, self.index))

@@ -21,6 +21,7 @@ from emu.control.model import MySid
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.control.runtime import ControlTiming, FabricController
 from emu.dataplane.engine import new_run_dir
+from emu.dataplane.partition import split_at_longest
 from emu.dataplane.spec import (
     EcnSpec,
     EngineSpec,
@@ -55,6 +56,8 @@ class RunSettings:
     # "fabric": fabric time is a clock of its own (every switch in one worker, the project's endpoints
     # inside it, nothing late, results the same on any machine); `dilation` then only paces the kernel's
     # traffic while none of ours runs. "wall": fabric time = wall time / dilation (kernel traffic, BMv2).
+    # On the fabric clock, `workers` > 1 splits the fabric at its longest links into that many workers
+    # kept in step by windows (emu.dataplane.channel); 0 is one worker.
     clock: str = "wall"
     # Packet trimming (size in bytes after the Ethernet header, the trimmed packets' DSCP), or None:
     # MetaRoCE's data (DSCP 24 in this mode) is cut instead of dropped (emu.dataplane.spec.TrimSpec).
@@ -275,8 +278,14 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     workers = settings.workers or min(os.cpu_count() or 1, len(shards))
     workers = min(workers, len(shards)) if settings.workers == 0 else workers
     fabric_clock = settings.clock == "fabric"
-    if fabric_clock:  # one schedule: every switch and every endpoint in one process (docs/architecture.md)
-        workers = 1
+    place: dict[str, int] = {}
+    if fabric_clock:  # one schedule, or (workers asked for) one per piece of a split at its longest links
+        workers = max(1, settings.workers)
+        if workers > 1:
+            try:
+                place = split_at_longest(port_specs, workers)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
     qos = replace(QosSpec(), pfc=settings.pfc, buffer_per_port=settings.buffer_per_port,
                   trim=TrimSpec(size=settings.trim[0], dscp=settings.trim[1]) if settings.trim else None)
     if settings.ecn is not None:
@@ -291,7 +300,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
                 qos=qos,
                 loopback4=sw.loopback4,
                 loopback6=sw.loopback6,
-                worker=shards.index(sw.shard if sw.shard is not None else 0) % workers,
+                worker=place[sw.name] if place else shards.index(sw.shard if sw.shard is not None else 0) % workers,
                 seed=n,
             )
             for n, sw in enumerate(switches)

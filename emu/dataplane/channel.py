@@ -1,0 +1,269 @@
+"""Engine to engine: the links cut between workers, and the windows that keep one fabric time across them.
+
+On the fabric clock a fabric split over several workers (processes, on one machine or several: issue
+24) keeps one schedule per worker. A link whose ends are in two workers is a channel: the sending
+worker serialises each frame onto the link as on any other (its queue, rate, ECN and PFC), and
+when the frame's last bit leaves it sends the frame to the peer with the fabric time it arrives,
+one propagation delay later (`Switch.cut`). PFC pauses travel the same way.
+
+While a job runs, the workers advance in windows (emu.dataplane.partition.PartitionedFabric is the
+same algorithm in one process, tested against one schedule): each runs every event before the
+window's end W, then sends every peer a barrier with the earliest time at which anything of its
+own can happen next. A window's end is that earliest time over all workers plus the lookahead L,
+the least delay of any cut link. A frame sent in a window therefore arrives at W or later: no worker
+ever receives a frame in its past. What a window brought is scheduled once every barrier of it is
+in, in the order (time, sender, sequence), so the same inputs give the same run. The windows stop,
+at the same fabric time everywhere, once no worker has a job left.
+
+Between jobs, fabric time follows each worker's wall clock (FabricLoop's idle mode); frames cross
+at once and land at their time, or now if that has passed (as the kernel's frames do).
+
+The stream between two workers is TCP: ordered and lossless, so a frame is never lost by the
+emulator (a loss must be a modelled one), and each window's frames are sent in one batch before
+its barrier. The messages are fixed binary headers (`HEADER`), defined here once for both ends.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import select
+import socket
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# kind, window, time (fabric s), a (port id, job id, busy or worker index), payload length
+HEADER = struct.Struct("<BxxxIdII")
+FRAME, NOTE, BARRIER, HELLO = 1, 2, 3, 4
+IDLE = 0xFFFFFFFF  # the window of a message sent between jobs
+
+
+class ChannelError(RuntimeError):
+    """A peer worker's channel closed, or a window's rule was broken; the message names the worker."""
+
+
+def port_id(switch_index: int, port: int) -> int:
+    """A switch port as the channel names it: the switch's place in the spec, and its port index."""
+    return switch_index << 12 | port
+
+
+@dataclass
+class _Peer:
+    index: int
+    sock: socket.socket
+    rx: bytearray
+    tx: bytearray
+    seq: int = 0  # messages received, for the order of equal times
+
+
+class Channels:
+    """This worker's channels to its peers, and the windows. `deliver(kind, t, a, payload)` takes what a
+    peer sent, at the time it is due: FRAME (a: port id, payload: the frame) and NOTE (a: job id,
+    payload: JSON). The worker's loop calls `end_window` when it has run everything before `horizon`,
+    and waits (serving its sockets) while `waiting`."""
+
+    def __init__(self, index: int, workers: int, lookahead: float, loop: Any,
+                 deliver: Callable[[int, float, int, bytes], None], machine: Callable[[int], str]) -> None:
+        self.index, self.workers, self.lookahead = index, workers, lookahead
+        self.loop = loop
+        self.deliver = deliver
+        self.machine = machine  # a worker's name for errors: "worker 1 (on m2)"
+        self.peers: dict[int, _Peer] = {}
+        self.by_fd: dict[int, _Peer] = {}
+        self.listener: socket.socket | None = None
+        self.active = False
+        self.waiting = False
+        self.window = 0
+        self.horizon = math.inf
+        self.sent_min = math.inf  # the earliest arrival of what this window sent
+        self.mine: tuple[float, bool] = (math.inf, False)
+        self.barriers: dict[int, dict[int, tuple[float, bool]]] = {}
+        self.inbox: dict[int, list[tuple[float, int, int, int, int, bytes]]] = {}
+        self.windows = 0
+        self.handed = 0  # messages received in windows
+
+    # -- set-up ------------------------------------------------------------------------
+
+    def listen(self, host: str) -> tuple[str, int]:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, 0))
+        s.listen(16)
+        s.setblocking(False)
+        self.listener = s
+        self.loop.add_reader(s.fileno(), self._accept)
+        return s.getsockname()[:2]
+
+    def connect(self, peers: list[tuple[str, int]]) -> None:
+        """Connect to every higher-numbered worker (the lower ones connect to us), saying who we are."""
+        for j in range(self.index + 1, self.workers):
+            host, port = peers[j]
+            s = socket.create_connection((host, port), timeout=10)
+            s.sendall(HEADER.pack(HELLO, IDLE, 0.0, self.index, 0))
+            self._add(j, s)
+
+    def _accept(self) -> None:
+        assert self.listener is not None
+        try:
+            s, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        s.settimeout(10)
+        head = b""
+        while len(head) < HEADER.size:
+            chunk = s.recv(HEADER.size - len(head))
+            if not chunk:
+                s.close()
+                return
+            head += chunk
+        kind, _, _, j, _ = HEADER.unpack(head)
+        if kind != HELLO or not 0 <= j < self.workers or j in self.peers:
+            s.close()
+            return
+        self._add(j, s)
+
+    def _add(self, j: int, s: socket.socket) -> None:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.setblocking(False)
+        peer = _Peer(j, s, bytearray(), bytearray())
+        self.peers[j] = peer
+        self.by_fd[s.fileno()] = peer
+        self.loop.add_reader(s.fileno(), lambda p=peer: self._readable(p))
+
+    @property
+    def connected(self) -> int:
+        return len(self.peers)
+
+    def close(self) -> None:
+        for p in self.peers.values():
+            self.loop.remove_reader(p.sock.fileno())
+            p.sock.close()
+        self.peers.clear()
+        if self.listener is not None:
+            self.loop.remove_reader(self.listener.fileno())
+            self.listener.close()
+            self.listener = None
+
+    # -- sending ----------------------------------------------------------------------
+
+    def send_frame(self, peer: int, pid: int, t_arrive: float, frame: Any) -> None:
+        self._put(peer, FRAME, t_arrive, pid, bytes(frame))
+
+    def send_note(self, job: int, t: float, payload: Any) -> None:
+        """A job's message to its parts on every other worker, due at `t` (at least one lookahead on)."""
+        data = json.dumps(payload).encode()
+        for j in self.peers:
+            self._put(j, NOTE, t, job, data)
+
+    def _put(self, j: int, kind: int, t: float, a: int, data: bytes) -> None:
+        peer = self.peers.get(j)
+        if peer is None:
+            raise ChannelError(f"no channel to engine worker {self.machine(j)}")
+        peer.tx += HEADER.pack(kind, self.window if self.active else IDLE, t, a, len(data))
+        peer.tx += data
+        if self.active:
+            if t < self.sent_min:
+                self.sent_min = t
+        else:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send everything queued, reading what peers send meanwhile (two workers flushing to each other
+        at once would otherwise both block on full buffers)."""
+        while True:
+            out = [p for p in self.peers.values() if p.tx]
+            if not out:
+                return
+            for p in out:
+                try:
+                    n = p.sock.send(p.tx)
+                except BlockingIOError:
+                    n = 0
+                except OSError as exc:
+                    raise self._lost(p, exc) from None
+                del p.tx[:n]
+            if any(p.tx for p in out):
+                r, _, _ = select.select([p.sock for p in self.peers.values()], [p.sock for p in out if p.tx], [], 1.0)
+                for s in r:
+                    self._readable(self.by_fd[s.fileno()])
+
+    # -- receiving --------------------------------------------------------------------
+
+    def _lost(self, p: _Peer, exc: BaseException | None = None) -> ChannelError:
+        why = f": {exc}" if exc else ""
+        return ChannelError(f"engine worker {self.machine(p.index)} closed its channel to worker "
+                            f"{self.machine(self.index)}{why} (it died, or its machine did)")
+
+    def _readable(self, p: _Peer) -> None:
+        try:
+            data = p.sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            raise self._lost(p, exc) from None
+        if not data:
+            raise self._lost(p)
+        rx = p.rx
+        rx += data
+        at, size = 0, HEADER.size
+        while len(rx) - at >= size:
+            kind, window, t, a, n = HEADER.unpack_from(rx, at)
+            if len(rx) - at - size < n:
+                break
+            payload = bytes(rx[at + size:at + size + n])
+            at += size + n
+            self._message(p, kind, window, t, a, payload)
+        del rx[:at]
+
+    def _message(self, p: _Peer, kind: int, window: int, t: float, a: int, payload: bytes) -> None:
+        if kind == BARRIER:
+            self.barriers.setdefault(window, {})[p.index] = (t, bool(a))
+            self._complete()
+        elif window == IDLE:  # between jobs: due now if its time has passed
+            now = self.loop.clock()
+            self.deliver(kind, t if t > now else now, a, payload)
+        else:
+            p.seq += 1
+            self.inbox.setdefault(window, []).append((t, p.index, p.seq, kind, a, payload))
+
+    # -- windows ----------------------------------------------------------------------
+
+    def start(self, t0: float) -> None:
+        """A job begins at t0 on every worker: the first window ends one lookahead later."""
+        self.active, self.waiting = True, False
+        self.horizon = t0 + self.lookahead
+        self.sent_min = math.inf
+
+    def end_window(self, next_event: float, busy: bool) -> None:
+        """Everything before `horizon` has run: send the window's frames, then the barrier."""
+        self.mine = (min(next_event, self.sent_min), busy)
+        for p in self.peers.values():
+            p.tx += HEADER.pack(BARRIER, self.window, self.mine[0], int(busy), 0)
+        self.waiting = True
+        self.flush()
+        self._complete()
+
+    def _complete(self) -> None:
+        """Once every peer's barrier of this window is in: schedule what came, and set the next window."""
+        if not self.waiting or len(self.barriers.get(self.window, ())) < len(self.peers):
+            return
+        theirs = self.barriers.pop(self.window)
+        got = sorted(self.inbox.pop(self.window, []))
+        for t, peer, _, kind, a, payload in got:
+            if t < self.horizon:
+                raise ChannelError(f"a message from engine worker {self.machine(peer)} is due at {t!r}, inside "
+                                   f"the window that ended at {self.horizon!r}: the lookahead was broken")
+            self.deliver(kind, t, a, payload)
+        self.handed += len(got)
+        self.windows += 1
+        self.window += 1
+        self.waiting = False
+        self.sent_min = math.inf
+        nxt = min([self.mine[0], *(v[0] for v in theirs.values())])
+        if not self.mine[1] and not any(v[1] for v in theirs.values()):
+            self.active = False  # no job anywhere: fabric time follows the wall again, from the same instant
+            self.loop.windows_over(self.horizon)
+            return
+        self.horizon = (nxt if nxt < math.inf else self.horizon) + self.lookahead
