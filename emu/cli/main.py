@@ -262,12 +262,14 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
 
         clock = args.clock or ("fabric" if args.backend == "native" else "wall")
         settings = RunSettings(backend=args.backend, links=args.links, clock=clock, trim=_trim(args.trim),
-                               pfc=not args.trim)  # a trimmed class is lossy: no PFC to count
+                               pfc=not args.trim, workers=args.workers)  # a trimmed class is lossy: no PFC to count
         _check_backend(settings)
     if args.reset:
         if args.name != "calibrate":
             raise ValueError("--reset is for `emu bench calibrate`")
         params["reset"] = "1"
+    if args.workers and args.name != "collective":
+        raise ValueError(f"--workers is for `emu bench collective`, not `emu bench {args.name}`")
     if args.clock and args.name != "collective":
         raise ValueError(f"--clock is for `emu bench collective`; `emu bench {args.name}` measures on the wall clock")
     result = run_bench(args.name, params, dilation=_dilation(args, auto=args.name == "collective"),
@@ -345,8 +347,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="wall time = fabric time x D, or auto (default: EMU_DILATION, else 1000 for `up`, a 100G "
                         "link at 100 Mb/s; auto for scenarios: the smallest D this machine keeps on time)")
     p.add_argument("--clock", choices=("fabric", "wall"), default=None,
-                   help="fabric: fabric time is the engine's own (every switch in one worker, the project's "
-                        "endpoints inside it: exact on any machine; the default of scenarios whose traffic is all "
+                   help="fabric: fabric time is the engine's own (the switches in one worker, or --workers split at "
+                        "the longest links; the project's endpoints inside them: exact on any machine; the default of scenarios whose traffic is all "
                         "the project's); wall: fabric time = wall time / D (kernel traffic, BMv2; the default of "
                         "`up` and the other scenarios)")
     p.add_argument("--pace", type=float, default=0.0, metavar="WALL_S",
@@ -354,7 +356,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                         "(1000: a fabric millisecond a second), to watch it in the live view; figures do not change")
     p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
-    p.add_argument("--workers", type=int, default=0, help="engine worker processes (default: one per core)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="engine worker processes (default: one per core on the wall clock; one on the fabric clock, "
+                        "where N > 1 splits the fabric at its longest links)")
     p.add_argument("--pcap", metavar="DIR", help="write a pcap per engine-carried port into DIR")
     p.add_argument("--detection", default="50us", help="control plane: failure detection delay (fabric time)")
     p.add_argument("--hold-down", default="0us", help="control plane: damping hold-down between route updates")
@@ -523,6 +527,9 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                         "time, retried larger if the run falls behind); `link` defaults to 1000")
     p.add_argument("--backend", choices=("native", "bmv2"), default="native", help="for `collective`")
     p.add_argument("--trim", metavar="SIZE[,DSCP]", help="for `collective`: the fabric trims (see `emu up --help`)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="for `collective`: engine worker processes (on the fabric clock: the fabric split at its "
+                        "longest links into that many, kept in step by windows; default one)")
     p.add_argument("--reset", action="store_true",
                    help="for `calibrate`: forget what --dilation auto has learnt on this machine")
     p.add_argument("--clock", choices=("fabric", "wall"), default=None,

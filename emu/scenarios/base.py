@@ -146,6 +146,8 @@ class Scenario:
         result = {"scenario": self.name, "clock": settings.clock,
                   "dilation": 1.0 if settings.clock == "fabric" else settings.dilation,
                   "parameters": self.parameters(), **figures}
+        if settings.clock == "fabric" and settings.workers > 1:
+            result["workers"] = settings.workers  # the fabric split over that many, in windows
         passed = self.verdict(result)
         if passed is not None:
             result["passed"] = bool(passed)

@@ -1,0 +1,111 @@
+"""The fabric clock over several workers (issue 24): links between workers carried engine to engine, the
+workers in step by windows of the lookahead, a job split by its hosts' workers; the same figures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from emu.dataplane.partition import split_at_longest
+from emu.dataplane.spec import PortSpec, SpecError
+
+
+def _port(i: int, peer: str, peer_port: int, delay_s: float) -> PortSpec:
+    return PortSpec(index=i, ifname=f"x{i}", mac="02:00:00:00:00:01", rate_bps=100e9, delay_s=delay_s,
+                    peer_kind="switch", peer_switch=peer, peer_port=peer_port)
+
+
+def test_a_fabric_is_split_at_its_longest_links_and_refused_where_none_has_a_delay():
+    # Two sites of two switches each: 10 ns inside a site, 100 us (20 km) between them.
+    ports = {"a0": [_port(0, "a1", 0, 1e-8), _port(1, "b0", 1, 1e-4)], "a1": [_port(0, "a0", 0, 1e-8)],
+             "b0": [_port(0, "b1", 0, 1e-8), _port(1, "a0", 1, 1e-4)], "b1": [_port(0, "b0", 0, 1e-8)]}
+    place = split_at_longest(ports, 2)
+    assert place["a0"] == place["a1"] != place["b0"] == place["b1"]
+    assert len(set(split_at_longest(ports, 4).values())) == 4  # then at the site cables: 10 ns
+    flat = {n: [PortSpec(**{**p.__dict__, "delay_s": 0.0}) for p in ps] for n, ps in ports.items()}
+    with pytest.raises(SpecError, match="cannot split"):
+        split_at_longest(flat, 2)
+
+
+BAG = {"regions": 2, "hosts_per_leaf": 1, "leaves": 1, "spines": 1, "rate": "400G", "fabric_rate": "400G",
+       "bag_rates": "400G", "distance": "20km"}
+
+
+def _collective(topo, workers: int, sizes: list[str]):
+    from emu import FabricNet
+
+    with FabricNet(topo, clock="fabric", workers=workers) as net:
+        spec = net.engine.spec
+        assert spec.workers == workers and len(net.engine.procs) == workers
+        return net.collective("allreduce", sizes=sizes), spec
+
+
+@pytest.mark.root
+def test_bag_over_two_workers_gives_the_figures_of_one(no_leftovers):
+    """The regions run in two processes joined at their 20 km links (lookahead 100 us); the allreduce's
+    time is the one-worker run's to the last bit, as the windowed schedule is the same schedule."""
+    from emu.topo.bag import BAGTopo
+
+    one, _ = _collective(BAGTopo(**BAG), 1, ["1MiB"])
+    two, spec = _collective(BAGTopo(**BAG), 2, ["1MiB"])
+    regions = {s.worker for s in spec.switches if s.name.startswith("b0")}, \
+        {s.worker for s in spec.switches if s.name.startswith("b1")}
+    assert regions == ({0}, {1}) and spec.lookahead_s() == pytest.approx(1e-4)
+    assert two.wrong == one.wrong == 0 and two.fidelity["ok"]
+    assert two.rows[0].time_us == one.rows[0].time_us
+
+
+@pytest.mark.root
+def test_fpf_split_at_its_leaf_spine_cables_runs_a_collective_right(no_leftovers):
+    """Split at 100 m cables (0.5 us of lookahead): a barrier every half microsecond. A size after the
+    first starts a lookahead after the last rank finished (when the other worker's parts learn of it),
+    and a frame from the other worker runs after a local event of the same instant: what was in flight,
+    and ties, may move a figure a little; the same split gives the same figures every run."""
+    from emu import FPFTopo
+
+    topo = {"gpus": 4, "planes": 2, "leaves": 2, "spines": 2}
+    one, _ = _collective(FPFTopo(**topo), 1, ["256KiB", "1MiB"])
+    two, spec = _collective(FPFTopo(**topo), 2, ["256KiB", "1MiB"])
+    assert spec.lookahead_s() == pytest.approx(5e-7)
+    assert two.wrong == 0 and two.fidelity["ok"]
+    for a, b in zip(two.rows, one.rows, strict=True):
+        assert a.time_us == pytest.approx(b.time_us, rel=0.01)
+    again, _ = _collective(FPFTopo(**topo), 2, ["256KiB", "1MiB"])
+    assert [r.time_us for r in again.rows] == [r.time_us for r in two.rows]
+
+
+@pytest.mark.root
+def test_kernel_traffic_crosses_the_split_and_other_jobs_say_they_run_on_one_worker(no_leftovers):
+    from emu import FabricNet
+    from emu.dataplane.engine import EngineError
+    from emu.topo.bag import BAGTopo
+
+    with FabricNet(BAGTopo(**{**BAG, "hosts_per_leaf": 2}), clock="fabric", workers=2) as net:
+        assert net.pingAll() == 0.0  # between jobs: frames cross the channel at once
+        with pytest.raises(EngineError, match="runs on one worker"):
+            net.roce.write("h000x0", "h100x0", nbytes=1 << 16)
+        assert net.collective("allreduce", sizes=["64KiB"]).wrong == 0  # the fabric still works after
+
+
+@pytest.mark.root
+def test_a_killed_worker_stops_the_job_with_one_error_naming_it(no_leftovers):
+    from emu import FabricNet
+    from emu.dataplane.engine import EngineError
+    from emu.topo.bag import BAGTopo
+
+    with FabricNet(BAGTopo(**BAG), clock="fabric", workers=2) as net:
+        net.engine.on_death = lambda m: None
+        victim = net.engine.procs[1].pid
+
+        def kill() -> None:
+            time.sleep(1.0)
+            os.kill(victim, signal.SIGKILL)
+
+        threading.Thread(target=kill, daemon=True).start()
+        with pytest.raises(EngineError, match="engine worker 1") as err:
+            net.collective("allreduce", sizes=["64MiB"] * 50)  # far longer than the second it is given
+        assert "signal 9" in str(err.value) or "SIGKILL" in str(err.value) or "-9" in str(err.value)
