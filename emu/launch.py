@@ -162,6 +162,40 @@ def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Callable[[], Non
     return restore
 
 
+# Machines a fabric runs on (issue 24) are reached by ssh, as Mininet's cluster edition reaches them.
+LOCAL_MACHINES = ("localhost", "")  # this machine: no ssh
+SSH_CONFIG_ENV = "EMU_SSH_CONFIG"  # an ssh configuration for every ssh of ours (the namespace cluster's)
+
+
+def ssh_base() -> list[str]:
+    """The ssh command line before the machine's name: the user's configuration (or EMU_SSH_CONFIG's),
+    never a password prompt."""
+    cfg = os.environ.get(SSH_CONFIG_ENV, "")
+    return ["ssh", *(["-F", cfg] if cfg else []), "-o", "BatchMode=yes"]
+
+
+def machine_address(machine: str) -> str:
+    """The IPv4 address ssh reaches `machine` at (its configuration's HostName, resolved): where the
+    machine's engine worker listens for its peers."""
+    import socket
+
+    out = subprocess.run([*ssh_base(), "-G", machine], capture_output=True, text=True, timeout=10)
+    host = next((line.split()[1] for line in out.stdout.splitlines() if line.startswith("hostname ")), machine)
+    try:
+        return socket.gethostbyname(host)
+    except OSError:
+        raise ValueError(f"machine {machine!r}: cannot resolve its address {host!r}") from None
+
+
+def address_towards(address: str) -> str:
+    """This machine's own address on the way to `address` (where a peer reaches our worker)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((address, 9))  # no packet is sent: the kernel only picks a route and a source
+        return s.getsockname()[0]
+
+
 def watch_owner(pid: int) -> int:
     """A pidfd that becomes readable when process `pid` (the run's owner) ends, for a child of ours
     to poll: it dies with its owner, kill -9 included, instead of running on as an orphan.

@@ -150,3 +150,89 @@ def _procs_mentioning(text: str) -> list[int]:
         except (OSError, ValueError):
             pass
     return out
+
+
+BAG = {"regions": 2, "hosts_per_leaf": 1, "leaves": 1, "spines": 1, "rate": "400G", "fabric_rate": "400G",
+       "bag_rates": "400G", "distance": "20km"}
+REGION_1_SUPER_SPINE = {"bag1x0": "m2", "bag1x1": "m2"}
+
+
+@pytest.fixture
+def cluster(no_leftovers, monkeypatch):
+    """One namespace machine, m2, that every ssh of ours reaches (EMU_SSH_CONFIG)."""
+    from emu.cluster.testbed import NamespaceCluster
+
+    with NamespaceCluster(["m2"]) as c:
+        monkeypatch.setenv("EMU_SSH_CONFIG", c.config)
+        yield c
+
+
+def _worker_on(machine_ns: str) -> list[int]:
+    import os
+
+    return [p for p in _procs_mentioning("emu.dataplane.worker") if os.readlink(f"/proc/{p}/ns/net") == machine_ns]
+
+
+@pytest.mark.root
+def test_an_engine_worker_on_another_machine_carries_its_switches_and_the_figures_hold(cluster):
+    """Region 1's super-spine switches run on m2, started over ssh: its worker listens on m2's LAN
+    address, its links to this machine (20 km and the 2 km campus cables) are channels over the LAN.
+    Pings cross them between jobs; the allreduce's time is the one-machine run's to the last bit."""
+    from emu import FabricNet
+    from emu.topo.bag import BAGTopo
+
+    with FabricNet(BAGTopo(**BAG), clock="fabric") as net:
+        alone = net.collective("allreduce", sizes=["1MiB"]).rows[0].time_us
+    m2 = cluster.ssh("m2", "readlink /proc/self/ns/net").stdout.strip()
+    with FabricNet(BAGTopo(**BAG), clock="fabric", machines=["localhost", "m2"],
+                   placement=REGION_1_SUPER_SPINE) as net:
+        spec = net.engine.spec
+        assert spec.hosts == (cluster.controller, cluster.address["m2"])
+        assert {s.name for s in spec.switches if s.worker == 1} == set(REGION_1_SUPER_SPINE)
+        assert len(_worker_on(m2)) == 1  # the worker runs on m2, not here
+        assert net.pingAll() == 0.0
+        r = net.collective("allreduce", sizes=["1MiB"])
+        assert r.wrong == 0 and r.fidelity["ok"] and r.rows[0].time_us == alone
+    assert not _worker_on(m2)  # stopped with the fabric; its run directory there too (no_leftovers)
+
+
+@pytest.mark.root
+def test_a_remote_worker_killed_mid_job_is_named_with_its_machine(cluster):
+    import os
+    import signal
+    import threading
+    import time
+
+    from emu import FabricNet
+    from emu.dataplane.engine import EngineError
+    from emu.topo.bag import BAGTopo
+
+    m2 = cluster.ssh("m2", "readlink /proc/self/ns/net").stdout.strip()
+    with FabricNet(BAGTopo(**BAG), clock="fabric", machines=["localhost", "m2"],
+                   placement=REGION_1_SUPER_SPINE) as net:
+        net.engine.on_death = lambda m: None
+        (victim,) = _worker_on(m2)
+        threading.Thread(target=lambda: (time.sleep(1.0), os.kill(victim, signal.SIGKILL)), daemon=True).start()
+        with pytest.raises(EngineError, match=r"engine worker 1 \(on m2\)"):
+            net.collective("allreduce", sizes=["64MiB"] * 50)  # far longer than the second it is given
+
+
+def test_machines_are_checked_before_anything_is_built():
+    from emu.net.switch import RunSettings
+
+    with pytest.raises(ValueError, match="fabric clock"):
+        RunSettings(machines=("localhost", "m2"))
+    with pytest.raises(ValueError, match="not in --machines"):
+        RunSettings(clock="fabric", machines=("localhost", "m2"), placement={"s1": "m3"})
+    with pytest.raises(ValueError, match="each once"):
+        RunSettings(clock="fabric", machines=("m2", "m2"))
+
+
+@pytest.mark.root
+def test_hosts_on_another_machine_are_refused_with_why(cluster):
+    from emu import FabricNet
+    from emu.topo.bag import BAGTopo
+
+    with pytest.raises(ValueError, match="hosts on another machine are not built yet"), \
+            FabricNet(BAGTopo(**BAG), clock="fabric", machines=["localhost", "m2"]):
+        pass  # split at its long-haul links, region 1 with its hosts would be on m2: refused, nothing left

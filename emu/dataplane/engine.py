@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from emu.dataplane.protocol import (
@@ -41,15 +43,19 @@ from emu.dataplane.protocol import (
 from emu.dataplane.spec import EngineSpec
 from emu.dataplane.worker import control_path
 from emu.launch import (
+    LOCAL_MACHINES,
     RUN_ROOT,
     Supervisor,
+    address_towards,
     child_env,
+    machine_address,
     owner,
     private_dir,
     proc_stat,
     python_module,
     recorded_deaths,
     say_death,
+    ssh_base,
 )
 
 FAILED_LOGS = "/var/log/emu"  # outside RUN_ROOT, which `emu clean` empties
@@ -100,23 +106,14 @@ class Engine:
         os.makedirs(self.run_dir, exist_ok=True)
         if self.spec.pcap_dir:
             os.makedirs(self.spec.pcap_dir, exist_ok=True)
-        spec_path = os.path.join(self.run_dir, "engine.json")
-        with open(spec_path, "w") as f:
-            f.write(self.spec.to_json())
-        # The workers import exactly what this process can (mn --custom runs outside the venv).
-        env = child_env(PYTHONUNBUFFERED="1")
         try:
+            if self.remote:
+                self.spec = replace(self.spec, hosts=self._channel_hosts())
+            spec_path = os.path.join(self.run_dir, "engine.json")
+            with open(spec_path, "w") as f:
+                f.write(self.spec.to_json())
             for i in range(self.spec.workers):
-                log = open(self.log_path(i), "w")  # noqa: SIM115 (the child owns it)
-                self.logs.append(self.log_path(i))
-                self.procs.append(
-                    subprocess.Popen(
-                        python_module(WORKER_MODULE, spec_path, str(i), str(os.getpid())),
-                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        env=env, start_new_session=True,
-                    )
-                )
-                log.close()
+                self._launch(i, spec_path)
             deadline = time.monotonic() + timeout
             for i in range(self.spec.workers):
                 while True:
@@ -136,12 +133,60 @@ class Engine:
             self.supervisor = Supervisor(self.run_dir, lambda m: self.on_death(m))
             for i, proc in enumerate(self.procs):
                 names = [sw.name for sw in self.spec.switches if sw.worker == i]
-                self.supervisor.watch(proc, f"engine worker {i} (switches {', '.join(names) or 'none'}; "
-                                            f"log {self.log_path(i)})")
+                self.supervisor.watch(proc, f"engine worker {self.spec.worker_name(i)} (switches "
+                                            f"{', '.join(names) or 'none'}; log {self.log_path(i)})")
         except BaseException:
             self.stop(keep_logs=True)
             self._keep_logs_elsewhere()
             raise
+
+    def machine(self, i: int) -> str:
+        """The machine worker i runs on ("localhost": this one)."""
+        return self.spec.machines[i] if self.spec.machines else "localhost"
+
+    @property
+    def remote(self) -> bool:
+        return any(m not in LOCAL_MACHINES for m in self.spec.machines)
+
+    def _channel_hosts(self) -> tuple[str, ...]:
+        """Where each worker listens for its peers: a remote machine's address as ssh reaches it, and ours
+        on the way there."""
+        far = {m: machine_address(m) for m in self.spec.machines if m not in LOCAL_MACHINES}
+        here = address_towards(next(iter(far.values())))
+        return tuple(far.get(m, here) for m in self.spec.machines)
+
+    def _launch(self, i: int, spec_path: str) -> None:
+        """Worker i: a child of ours here; on another machine, over ssh (as Mininet's cluster edition
+        reaches its servers), with its spec on stdin, its control socket forwarded to the path ours would
+        have here, and its life tied to the ssh session (stdin's end is its owner's)."""
+        log = open(self.log_path(i), "w")  # noqa: SIM115 (the child owns it)
+        self.logs.append(self.log_path(i))
+        # The workers import exactly what this process can (mn --custom runs outside the venv).
+        env = child_env(PYTHONUNBUFFERED="1")
+        try:
+            machine = self.machine(i)
+            if machine in LOCAL_MACHINES:
+                self.procs.append(subprocess.Popen(
+                    python_module(WORKER_MODULE, spec_path, str(i), str(os.getpid())),
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+                return
+            # The same checkout and interpreter at the same paths there (machines from one image).
+            # Its own run directory there, named in its command line (`emu clean` there knows it by that).
+            there = replace(self.spec, run_dir=f"{self.run_dir}-w{i}")
+            line = " ".join(shlex.quote(a) for a in (
+                "env", f"PYTHONPATH={env['PYTHONPATH']}", "PYTHONUNBUFFERED=1",
+                *python_module(WORKER_MODULE, os.path.join(there.run_dir, "engine.json"), str(i), "-")))
+            proc = subprocess.Popen(
+                [*ssh_base(), "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindUnlink=yes",
+                 "-L", f"{control_path(self.run_dir, i)}:{control_path(there.run_dir, i)}", machine,
+                 f"cd {shlex.quote(os.getcwd())} && exec {line}"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, start_new_session=True)
+            self.procs.append(proc)
+            assert proc.stdin is not None
+            proc.stdin.write(there.to_json().encode() + b"\n")
+            proc.stdin.flush()  # and kept open: the worker ends when it closes
+        finally:
+            log.close()
 
     @property
     def split(self) -> bool:
@@ -190,7 +235,7 @@ class Engine:
     def _check_alive(self, i: int) -> None:
         rc = self.procs[i].poll()
         if rc is not None:
-            raise EngineError(f"engine worker {i} exited with code {rc}: {self._tail(i)}\n"
+            raise EngineError(f"engine worker {self.spec.worker_name(i)} exited with code {rc}: {self._tail(i)}\n"
                               f"(full log: {self._log_where(i)})")
 
     def check(self) -> None:
@@ -402,6 +447,17 @@ class Engine:
             self.supervisor.stop()
             self.supervisor = None
         for p in self.procs:
+            if p.stdin is not None:  # a remote worker: its stdin's end stops it, then its ssh ends
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
+        for p in self.procs:
+            if p.stdin is not None:
+                try:
+                    p.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    pass
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, signal.SIGTERM)
@@ -413,6 +469,10 @@ class Engine:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        for i, p in enumerate(self.procs):
+            if p.stdin is not None:  # its run directory there, which a worker killed there leaves behind
+                subprocess.run([*ssh_base(), self.machine(i), f"rm -rf {shlex.quote(self.run_dir)}-w{i}"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=15, check=False)
         self.procs = []
         if not keep_logs and self.owns_run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)

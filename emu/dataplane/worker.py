@@ -14,6 +14,7 @@ import importlib
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import struct
@@ -53,7 +54,7 @@ from emu.dataplane.protocol import (
 from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RING_BUDGET, RxRing, ring_sizes
 from emu.dataplane.spec import EngineSpec, PortSpec
 from emu.dataplane.switch import Switch
-from emu.launch import watch_owner
+from emu.launch import owner, private_dir, watch_owner
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -98,7 +99,7 @@ class Worker:
         self.sampler_idle = False  # fabric clock: sampling waits for the next job
         # A fabric-clock fabric split over workers: the links between them are channels (emu.dataplane.channel).
         self.split = self.fabric and spec.workers > 1
-        self.owner = {s.name: s.worker for s in spec.switches}
+        self.worker_of = {s.name: s.worker for s in spec.switches}
         self.channels: Channels | None = None
         self.channel_addr: tuple[str, int] | None = None
         if self.split:
@@ -121,11 +122,11 @@ class Worker:
         send = self.channels.send_frame
         for sw in self.switches.values():
             for ps in sw.spec.ports:
-                if ps.peer_kind != "switch" or self.owner[ps.peer_switch] == self.index:
+                if ps.peer_kind != "switch" or self.worker_of[ps.peer_switch] == self.index:
                     continue
                 self.ingress_of[port_id(place[sw.name], ps.index)] = partial(sw.ingress, ps.index)
                 delay = sw.cut(ps.index)
-                peer, pid = self.owner[ps.peer_switch], port_id(place[ps.peer_switch], ps.peer_port)
+                peer, pid = self.worker_of[ps.peer_switch], port_id(place[ps.peer_switch], ps.peer_port)
                 sw.ports[ps.index].tx.deliver = (
                     lambda t, frame, peer=peer, pid=pid, delay=delay: send(peer, pid, t + delay, frame))
 
@@ -530,13 +531,40 @@ def _raise_open_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def _spec_from_session(path: str) -> EngineSpec:
+    """A worker on another machine: its spec, the first line of stdin, kept in the run directory it makes
+    for itself, recorded as its own (`emu clean` on that machine removes it once the worker is gone)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = os.read(0, 1 << 20)
+        if not chunk:
+            raise SystemExit("worker: the session closed before its spec arrived")
+        line += chunk
+    spec = EngineSpec.from_json(line.decode())
+    if os.path.dirname(path) != spec.run_dir:
+        raise SystemExit(f"worker: {path} is not in the spec's run directory {spec.run_dir}")
+    private_dir(os.path.dirname(spec.run_dir))
+    os.makedirs(spec.run_dir, mode=0o700, exist_ok=True)
+    with open(os.path.join(spec.run_dir, "created.json"), "w") as f:
+        json.dump({"owner": owner(), "interfaces": [], "pids": [], "netns": [], "hosts": {}}, f)
+    with open(path, "w") as f:
+        f.write(line.decode())
+    return spec
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) not in (2, 3):
-        print("usage: python -m emu.dataplane.worker SPEC.json INDEX [OWNER_PID]", file=sys.stderr)
+        print("usage: python -m emu.dataplane.worker SPEC.json INDEX [OWNER_PID|-]\n"
+              "  -: started over ssh: the spec is the first line of stdin, written to SPEC.json in a run\n"
+              "     directory of its own, and the worker ends when its session (stdin) does", file=sys.stderr)
         return 2
-    with open(argv[0]) as f:
-        spec = EngineSpec.from_json(f.read())
+    made = len(argv) == 3 and argv[2] == "-"
+    if made:
+        spec = _spec_from_session(argv[0])
+    else:
+        with open(argv[0]) as f:
+            spec = EngineSpec.from_json(f.read())
     index = int(argv[1])
     _raise_priority()
     _raise_open_files()
@@ -544,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
         worker = Worker(spec, index)
     except Exception:
         traceback.print_exc()
+        if made:
+            shutil.rmtree(spec.run_dir, ignore_errors=True)
         return 1
 
     def stop(*_: Any) -> None:
@@ -551,7 +581,16 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    if len(argv) == 3:  # die with the process that owns the run, however it ends (kill -9 included)
+    if len(argv) == 3 and argv[2] == "-":  # owned by whoever holds stdin: stop when it closes
+
+        def session_gone() -> None:
+            if not os.read(0, 4096):
+                print(f"worker {index}: its session (stdin) closed: stopping", flush=True)
+                worker.loop.remove_reader(0)
+                worker.loop.running = False
+
+        worker.loop.add_reader(0, session_gone)
+    elif len(argv) == 3:  # die with the process that owns the run, however it ends (kill -9 included)
         try:
             owner = watch_owner(int(argv[2]))
         except ProcessLookupError:
@@ -575,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         worker.close()
+        if made:
+            shutil.rmtree(spec.run_dir, ignore_errors=True)
     return 0
 
 

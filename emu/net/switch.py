@@ -31,6 +31,7 @@ from emu.dataplane.spec import (
     SwitchSpec,
     TrimSpec,
 )
+from emu.launch import LOCAL_MACHINES
 from emu.net.backend import BACKENDS, DataPlane, backend
 from emu.net.cleanup import record
 from emu.net.link import SWITCH_MTU, FabricLink, LinkParams, node_netlink, root_netlink
@@ -65,6 +66,11 @@ class RunSettings:
     # Fabric clock only: wall seconds a job's fabric second takes at least (0: as fast as the CPU
     # allows), to watch a run in the live view; results do not change (FabricNet.pace changes it).
     pace: float = 0.0
+    # Fabric clock: the machines the fabric runs on, one engine worker each, reached by ssh ("localhost":
+    # this one), and where nodes go (node -> machine, the rest on the first machine; none given: split at
+    # the longest links).
+    machines: tuple[str, ...] = ()
+    placement: Any = ()  # {node: machine} or its items; kept as sorted items
 
     def __post_init__(self) -> None:
         try:
@@ -99,6 +105,20 @@ class RunSettings:
             if self.backend == "bmv2" and self.trim[0] != 64:
                 raise ValueError("--trim on BMv2 keeps 64 bytes (fabric.p4's UDP checksum covers exactly the "
                                  f"headers it parses), not {self.trim[0]}")
+        # Given as lists and a dict (FabricNet(machines=[...], placement={...})): kept as tuples.
+        object.__setattr__(self, "machines", tuple(self.machines))
+        object.__setattr__(self, "placement", tuple(sorted(dict(self.placement).items())))
+        if self.machines:
+            if len(set(self.machines)) != len(self.machines) or len(self.machines) < 2:
+                raise ValueError(f"machines: two or more, each once; got {', '.join(self.machines)}")
+            if self.clock != "fabric":
+                raise ValueError("a fabric over several machines keeps the fabric clock (--clock fabric)")
+            if self.workers not in (0, len(self.machines)):
+                raise ValueError(f"one engine worker a machine: --workers {self.workers} with "
+                                 f"{len(self.machines)} machines")
+        unknown = sorted({m for _, m in self.placement} - set(self.machines))
+        if unknown:
+            raise ValueError(f"placement names machines not in --machines: {', '.join(unknown)}")
         if self.clock == "fabric" and self.backend != "native":
             raise ValueError("the fabric clock is the native engine's: BMv2's simple_switch keeps wall time "
                              "(use --clock wall with --backend bmv2)")
@@ -280,12 +300,19 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     fabric_clock = settings.clock == "fabric"
     place: dict[str, int] = {}
     if fabric_clock:  # one schedule, or (workers asked for) one per piece of a split at its longest links
-        workers = max(1, settings.workers)
+        workers = len(settings.machines) or max(1, settings.workers)
+        given = {n: settings.machines.index(m) for n, m in settings.placement if n in port_specs}
         if workers > 1:
-            try:
-                place = split_at_longest(port_specs, workers)
+            try:  # a placement given puts the switches it does not name on the first machine
+                place = {**(dict.fromkeys(port_specs, 0) if given else split_at_longest(port_specs, workers)), **given}
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
+        remote_hosts = sorted(sw.name for sw in switches if settings.machines and place
+                              and settings.machines[place[sw.name]] not in LOCAL_MACHINES
+                              and any(p.peer_kind == "host" for p in port_specs[sw.name]))
+        if remote_hosts:
+            raise ValueError(f"hosts on another machine are not built yet: switches {', '.join(remote_hosts[:4])} "
+                             "face hosts; place them on localhost (their links cross to it), the rest anywhere")
     qos = replace(QosSpec(), pfc=settings.pfc, buffer_per_port=settings.buffer_per_port,
                   trim=TrimSpec(size=settings.trim[0], dscp=settings.trim[1]) if settings.trim else None)
     if settings.ecn is not None:
@@ -311,6 +338,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         workers=workers,
         clock=settings.clock,
         idle_dilation=settings.dilation,
+        machines=settings.machines,
     )
     port_names = {(sw, p.index): p.ifname for sw, ports in port_specs.items() for p in ports}
     return BuiltFabric(spec, graph, attachments, port_names, local, root_ifs, host_ports)
