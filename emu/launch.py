@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import select
+import shlex
 import signal
 import stat
 import subprocess
@@ -172,6 +173,15 @@ def ssh_base() -> list[str]:
     never a password prompt."""
     cfg = os.environ.get(SSH_CONFIG_ENV, "")
     return ["ssh", *(["-F", cfg] if cfg else []), "-o", "BatchMode=yes"]
+
+
+def remote_module(machine: str, module: str, *args: str, options: tuple[str, ...] = ()) -> list[str]:
+    """The ssh command that runs `python -m module args` on `machine` as child_env() would here: the
+    same checkout, interpreter and import path at the same places (machines made from one image)."""
+    env = child_env()
+    line = " ".join(shlex.quote(a) for a in ("env", f"PYTHONPATH={env['PYTHONPATH']}", "PYTHONUNBUFFERED=1",
+                                             *python_module(module, *args)))
+    return [*ssh_base(), *options, machine, f"cd {shlex.quote(os.getcwd())} && exec {line}"]
 
 
 def machine_address(machine: str) -> str:

@@ -54,6 +54,7 @@ from emu.launch import (
     proc_stat,
     python_module,
     recorded_deaths,
+    remote_module,
     say_death,
     ssh_base,
 )
@@ -161,25 +162,22 @@ class Engine:
         have here, and its life tied to the ssh session (stdin's end is its owner's)."""
         log = open(self.log_path(i), "w")  # noqa: SIM115 (the child owns it)
         self.logs.append(self.log_path(i))
-        # The workers import exactly what this process can (mn --custom runs outside the venv).
-        env = child_env(PYTHONUNBUFFERED="1")
         try:
             machine = self.machine(i)
             if machine in LOCAL_MACHINES:
+                # The workers import exactly what this process can (mn --custom runs outside the venv).
                 self.procs.append(subprocess.Popen(
                     python_module(WORKER_MODULE, spec_path, str(i), str(os.getpid())),
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=child_env(PYTHONUNBUFFERED="1"), start_new_session=True))
                 return
-            # The same checkout and interpreter at the same paths there (machines from one image).
             # Its own run directory there, named in its command line (`emu clean` there knows it by that).
             there = replace(self.spec, run_dir=f"{self.run_dir}-w{i}")
-            line = " ".join(shlex.quote(a) for a in (
-                "env", f"PYTHONPATH={env['PYTHONPATH']}", "PYTHONUNBUFFERED=1",
-                *python_module(WORKER_MODULE, os.path.join(there.run_dir, "engine.json"), str(i), "-")))
+            forward = ("-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindUnlink=yes",
+                       "-L", f"{control_path(self.run_dir, i)}:{control_path(there.run_dir, i)}")
             proc = subprocess.Popen(
-                [*ssh_base(), "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindUnlink=yes",
-                 "-L", f"{control_path(self.run_dir, i)}:{control_path(there.run_dir, i)}", machine,
-                 f"cd {shlex.quote(os.getcwd())} && exec {line}"],
+                remote_module(machine, WORKER_MODULE, os.path.join(there.run_dir, "engine.json"), str(i), "-",
+                              options=forward),
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, start_new_session=True)
             self.procs.append(proc)
             assert proc.stdin is not None

@@ -19,13 +19,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
+from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from mininet.net import Mininet
 
+from emu.cluster.placement import PlacementError, place
+from emu.cluster.remote import RemoteFabricHost, RemoteFabricSwitch
 from emu.control.runtime import FabricController
 from emu.dataplane.engine import Engine, new_run_dir
-from emu.launch import stop_on_signals
+from emu.launch import LOCAL_MACHINES, stop_on_signals
 from emu.net.cleanup import make_way, netns_id, record
 from emu.net.link import FabricLink, node_netlink, root_netlink
 from emu.net.netlink import new_group
@@ -169,16 +172,49 @@ class FabricNet(Mininet):
         self._degraded: set[tuple[str, str]] = set()  # (switch, port) that degrade() changed
         self._reported: dict[tuple[str, str], float] = {}  # links whose rate degrade(report=True) told: built rate
         self._views: list[Any] = []  # web views serving this fabric (web()), closed by stop()
+        self.machine_of: dict[str, str] = {}  # node -> machine, over settings.machines (build())
         super().__init__(topo=topo, **kw)
 
     def addHost(self, name: str, cls: Any = None, **params: Any) -> Any:
         """Mininet's addHost, with the host's IPv6 defaults quiet before any interface is made in it
-        (the first one is brought up by Mininet before the fabric configures the rest)."""
+        (the first one is brought up by Mininet before the fabric configures the rest). A host placed on
+        another machine is Mininet's cluster-edition RemoteHost there."""
+        machine = self.machine_of.get(name, "localhost")
+        if machine not in LOCAL_MACHINES:
+            host = super().addHost(name, RemoteFabricHost, server=machine, **params)
+            host.cmd(" ".join(f"sysctl -qw net.{k.replace('/', '.')}={v};" for k, v in QUIET_HOST.items()))
+            return host
         host = super().addHost(name, cls, **params)
         if getattr(host, "inNamespace", False):
             with node_netlink(host) as nl:
                 nl.sysctl(QUIET_HOST)
         return host
+
+    def addSwitch(self, name: str, cls: Any = None, **params: Any) -> Any:
+        """Mininet's addSwitch; a switch placed on another machine has its shell there (RemoteFabricSwitch)."""
+        machine = self.machine_of.get(name, "localhost")
+        if machine not in LOCAL_MACHINES:
+            return super().addSwitch(name, RemoteFabricSwitch, server=machine, **params)
+        return super().addSwitch(name, cls, **params)
+
+    def _place(self) -> None:
+        """Where each node runs, over `settings.machines` (emu.cluster.placement): at the longest links,
+        or as `settings.placement` says (the nodes it does not name on the first machine)."""
+        machines = list(self.settings.machines)
+        if not machines or self.topo is None:
+            return
+        given = dict(self.settings.placement)
+        full = {n: given.get(n, machines[0]) for n in self.topo.nodes()} if given else None
+        try:
+            placed = place(self.topo, machines, full)
+        except PlacementError as exc:
+            raise ValueError(str(exc)) from None
+        crossing = [(a, b) for a, b, _ in placed.cut if not (self.topo.isSwitch(a) and self.topo.isSwitch(b))]
+        if crossing:
+            a, b = crossing[0]
+            raise ValueError(f"{a} (on {placed.machine[a]}) and {b} (on {placed.machine[b]}): a host's link cannot "
+                             "cross machines; place a host with its switch")
+        self.machine_of = placed.machine
 
     def addLink(self, node1: Any, node2: Any, port1: int | None = None, port2: int | None = None,
                 cls: Any = None, **params: Any) -> Any:
@@ -215,11 +251,12 @@ class FabricNet(Mininet):
         # otherwise (the CLI installs its own, for SIGINT too).
         if self._restore_signals is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             self._restore_signals = stop_on_signals((signal.SIGTERM, signal.SIGHUP))
-        planned = []
+        self._place()
+        planned = []  # the interfaces made here (a node on another machine has its own there, or none)
         if self.topo is not None:
             for a, b, info in self.topo.links(withInfo=True):
                 for node, port in ((info.get("node1", a), info.get("port1")), (info.get("node2", b), info.get("port2"))):
-                    if port is not None:
+                    if port is not None and self.machine_of.get(node, "localhost") in LOCAL_MACHINES:
                         planned.append(f"{node}-eth{port}")
         said = make_way(planned)  # a dead run's veths would make this one fail with "File exists"
         if said:
@@ -239,10 +276,27 @@ class FabricNet(Mininet):
             self.build()
         for sw in self.switches:
             sw.settings = self.settings
-        super().start()
+        self._start_switches()
         if self.settings.pace:
             self.engine.set_pace(self.settings.pace)
         self._record_view()
+
+    def _start_switches(self) -> None:
+        """Mininet's start, with every fabric switch in one batch, here or on another machine (Mininet
+        batches by class, and a RemoteFabricSwitch is one more): one engine, one control plane."""
+        for c in self.controllers:
+            c.start()
+        for sw in self.switches:
+            sw.start(self.controllers)
+        fabric = tuple(sw for sw in self.switches if isinstance(sw, FabricSwitch))
+        if fabric:
+            FabricSwitch.batchStartup(fabric)
+        others = sorted((sw for sw in self.switches if not isinstance(sw, FabricSwitch)), key=lambda s: str(type(s)))
+        for cls, group in groupby(others, type):
+            if hasattr(cls, "batchStartup"):
+                cls.batchStartup(tuple(group))
+        if self.waitConn:
+            self.waitConnected(self.waitConn)
 
     def _record_view(self) -> None:
         """The fabric's drawing, beside its engine in the run directory: what `emu web` serves when it

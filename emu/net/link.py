@@ -152,12 +152,38 @@ class FabricIntf(Intf):
         self.link = None
 
 
+class ChannelIntf(Intf):
+    """A switch port with no kernel device: its link, to or between switches on other machines, is a
+    channel the engine carries (emu.dataplane.channel); there is nothing to make, move or delete."""
+
+    def config(self, mac: str | None = None, **_params: Any) -> dict[str, Any]:
+        if mac:
+            self.mac = mac
+        return {}
+
+    def MAC(self) -> str | None:  # noqa: N802 (Mininet's name)
+        return self.mac
+
+    def isUp(self, setUp: bool = False) -> bool:
+        return True
+
+    def delete(self) -> None:
+        self.node.delIntf(self)
+        self.link = None
+
+
+def remote(node: Any) -> bool:
+    """A node on another machine (Mininet's cluster edition: emu.cluster.remote)."""
+    return bool(getattr(node, "isRemote", False))
+
+
 class FabricLink(Link):
     """Link(node1, node2, rate='100G', delay='1us' | distance='50km', gw4=..., ...); `group`: the
     device group of its root-side end (FabricNet gives each fabric its own; 0: none)."""
 
     deleted = False  # set when its pair is gone (FabricNet deleted the fabric's group)
     in_group = False  # its end here is in the fabric's device group
+    channel = False  # between switches, one on another machine: no kernel device (ChannelIntf)
 
     def __init__(self, node1, node2, port1=None, port2=None, intfName1=None, intfName2=None, **params):
         fabric = {k: params.pop(k) for k in FABRIC_KEYS if k in params}
@@ -171,14 +197,29 @@ class FabricLink(Link):
         intfName2 = intfName2 or f"{node2.name}-eth{port2}"
         params.setdefault("addr1", mac_for(intfName1))
         params.setdefault("addr2", mac_for(intfName2))
-        if params.get("intf") in (None, Intf):  # Mininet passes its default, plain Intf
+        self.channel = remote(node1) or remote(node2)
+        if self.channel and (node1.inNamespace or node2.inNamespace):  # a host's cable, on its machine
+            if getattr(node1, "server", "localhost") != getattr(node2, "server", "localhost"):
+                raise LinkParamError(f"{node1.name} and {node2.name} are on different machines: a host's link "
+                                     "cannot cross machines (place a host with its switch)")
+            self.channel = False
+            params["intf"] = Intf  # configured through the nodes' shells there
+        elif self.channel:
+            params["intf"] = ChannelIntf
+        elif params.get("intf") in (None, Intf):  # Mininet passes its default, plain Intf
             params["intf"] = FabricIntf
         super().__init__(node1, node2, port1=port1, port2=port2, intfName1=intfName1, intfName2=intfName2, **params)
 
     def makeIntfPair(self, intfname1: str, intfname2: str, addr1: str | None = None, addr2: str | None = None,
                      node1: Any = None, node2: Any = None, deleteIntfs: bool = True) -> None:
         """Both ends in one netlink request from this namespace: an end whose node is in a namespace is
-        placed straight there; the end here (a switch's) gets the jumbo MTU and the fabric's group."""
+        placed straight there; the end here (a switch's) gets the jumbo MTU and the fabric's group. On
+        another machine, Mininet's own way, through the host's shell there; a channel, nothing."""
+        if self.channel:
+            return
+        if remote(node1) or remote(node2):
+            Link.makeIntfPair(intfname1, intfname2, addr1, addr2, node1, node2, deleteIntfs=False)
+            return
         ends = [(intfname1, addr1, node1), (intfname2, addr2, node2)]
         if node1 is not None and node1.inNamespace and node2 is not None and not node2.inNamespace:
             ends.reverse()  # the request's own device is the one here, so the group covers it

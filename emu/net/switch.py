@@ -11,7 +11,7 @@ This works under FabricNet, a plain Mininet() and `mn --custom`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mininet.node import Switch
@@ -34,7 +34,7 @@ from emu.dataplane.spec import (
 from emu.launch import LOCAL_MACHINES
 from emu.net.backend import BACKENDS, DataPlane, backend
 from emu.net.cleanup import record
-from emu.net.link import SWITCH_MTU, FabricLink, LinkParams, node_netlink, root_netlink
+from emu.net.link import SWITCH_MTU, ChannelIntf, FabricLink, LinkParams, node_netlink, root_netlink
 from emu.units import Dilation, UnitError
 
 
@@ -204,10 +204,13 @@ class FabricSwitch(Switch):
 
 def record_nodes(run_dir: str, switches: tuple[FabricSwitch, ...]) -> None:
     """What `emu clean` needs after a crash: the switches' interfaces, the node shells, the hosts."""
-    nodes = {id(n): n for sw in switches for n in (sw, *(_other(i).node for i in _ports(sw)))}
+    # Only this machine's: a node on another has its pid there, and its interfaces go with its namespace.
+    nodes = {id(n): n for sw in switches for n in (sw, *(_other(i).node for i in _ports(sw)))
+             if machine_of(n) == "localhost"}
     record(
         run_dir,
-        interfaces=[i.name for sw in switches for i in _ports(sw)],
+        interfaces=[i.name for sw in switches if machine_of(sw) == "localhost" for i in _ports(sw)
+                    if not isinstance(i, ChannelIntf)],
         pids=[n.pid for n in nodes.values() if getattr(n, "pid", None)],
         hosts={n.name: n.pid for n in nodes.values() if not isinstance(n, FabricSwitch)},
     )
@@ -234,14 +237,34 @@ class BuiltFabric:
     attachments: list[Attachment]
     port_names: dict[tuple[str, int], str]
     local: dict[str, LocalEntries]
-    root_ifs: list[str]  # the data plane's ends of the links
+    root_ifs: dict[str, list[str]]  # the data plane's ends of the links, by machine
     host_ports: dict[Any, list[HostPort]]  # each host's ends, with their plan
+    # A switch on each other machine (emu.cluster.remote.RemoteFabricSwitch), which configures its machine.
+    remote: dict[str, Any] = field(default_factory=dict)
 
     def configure(self) -> None:
-        """Configure the interfaces: the data plane's ends, then every host's."""
-        _raise_neighbour_limits(sum(len(c) for c in self.host_ports.values()) * len(self.host_ports))
-        configure_root_side(self.root_ifs)
-        configure_hosts(self.host_ports)
+        """Configure the interfaces: the data plane's ends, then every host's; on other machines, there."""
+        here = {h: p for h, p in self.host_ports.items() if machine_of(h) == "localhost"}
+        raise_neighbour_limits(sum(len(c) for c in here.values()) * len(here))
+        configure_root_side(self.root_ifs.get("localhost", []))
+        configure_hosts(here)
+        for machine, sw in self.remote.items():
+            sw.configure_machine({h: p for h, p in self.host_ports.items() if machine_of(h) == machine},
+                                 self.root_ifs.get(machine, []))
+
+
+def machine_of(node: Any) -> str:
+    """The machine a node runs on ("localhost": this one; emu.cluster.remote's nodes have a server)."""
+    server = getattr(node, "server", "localhost") if getattr(node, "isRemote", False) else "localhost"
+    return server or "localhost"
+
+
+def _worker_on(machines: tuple[str, ...], sw: FabricSwitch) -> int:
+    m = machine_of(sw)
+    for i, name in enumerate(machines):
+        if name == m or (m == "localhost" and name in LOCAL_MACHINES):
+            return i
+    raise ValueError(f"{sw.name} runs on this machine, which --machines ({', '.join(machines)}) does not name")
 
 
 def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> BuiltFabric:
@@ -255,7 +278,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     graph = FabricGraph()
     attachments: list[Attachment] = []
     host_ports: dict[Any, list[HostPort]] = {}
-    root_ifs: list[str] = []
+    root_ifs: dict[str, list[str]] = {}
     port_specs: dict[str, list[PortSpec]] = {}
     for sw in switches:
         graph.add_switch(sw.name)
@@ -269,7 +292,8 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         for i, intf in enumerate(_ports(sw)):
             peer = _other(intf)
             lp = _params(intf)
-            root_ifs.append(intf.name)
+            if not isinstance(intf, ChannelIntf):  # a channel's port has no device to configure
+                root_ifs.setdefault(machine_of(sw), []).append(intf.name)
             mac = intf.mac or intf.MAC()
             if peer.node.name in names:
                 j = index[(peer.node.name, peer.name)]
@@ -299,20 +323,16 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     workers = min(workers, len(shards)) if settings.workers == 0 else workers
     fabric_clock = settings.clock == "fabric"
     place: dict[str, int] = {}
-    if fabric_clock:  # one schedule, or (workers asked for) one per piece of a split at its longest links
-        workers = len(settings.machines) or max(1, settings.workers)
-        given = {n: settings.machines.index(m) for n, m in settings.placement if n in port_specs}
+    if fabric_clock and settings.machines:  # a worker a machine, for the switches FabricNet placed there
+        workers = len(settings.machines)
+        place = {sw.name: _worker_on(settings.machines, sw) for sw in switches}
+    elif fabric_clock:  # one schedule, or (workers asked for) one per piece of a split at its longest links
+        workers = max(1, settings.workers)
         if workers > 1:
-            try:  # a placement given puts the switches it does not name on the first machine
-                place = {**(dict.fromkeys(port_specs, 0) if given else split_at_longest(port_specs, workers)), **given}
+            try:
+                place = split_at_longest(port_specs, workers)
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
-        remote_hosts = sorted(sw.name for sw in switches if settings.machines and place
-                              and settings.machines[place[sw.name]] not in LOCAL_MACHINES
-                              and any(p.peer_kind == "host" for p in port_specs[sw.name]))
-        if remote_hosts:
-            raise ValueError(f"hosts on another machine are not built yet: switches {', '.join(remote_hosts[:4])} "
-                             "face hosts; place them on localhost (their links cross to it), the rest anywhere")
     qos = replace(QosSpec(), pfc=settings.pfc, buffer_per_port=settings.buffer_per_port,
                   trim=TrimSpec(size=settings.trim[0], dscp=settings.trim[1]) if settings.trim else None)
     if settings.ecn is not None:
@@ -341,7 +361,8 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         machines=settings.machines,
     )
     port_names = {(sw, p.index): p.ifname for sw, ports in port_specs.items() for p in ports}
-    return BuiltFabric(spec, graph, attachments, port_names, local, root_ifs, host_ports)
+    remote = {machine_of(sw): sw for sw in switches if machine_of(sw) != "localhost"}
+    return BuiltFabric(spec, graph, attachments, port_names, local, root_ifs, host_ports, remote)
 
 
 @dataclass(frozen=True)
@@ -385,7 +406,7 @@ def configure_hosts(ports: dict[Any, list[HostPort]]) -> None:
                         nl.add_route(r, gw.split("/")[0], p.ifname)
 
 
-def _raise_neighbour_limits(entries: int) -> None:
+def raise_neighbour_limits(entries: int) -> None:
     """Neighbour tables are one kernel-wide pool for all namespaces (gc_thresh3 defaults to 1024):
     16 GPUs x 8 planes already hold 2048 IPv6 neighbours. Raise the limits, never lower them."""
     want = max(4096, 4 * entries)
