@@ -159,10 +159,10 @@ REGION_1_SUPER_SPINE = {"bag1x0": "m2", "bag1x1": "m2"}
 
 @pytest.fixture
 def cluster(no_leftovers, monkeypatch):
-    """One namespace machine, m2, that every ssh of ours reaches (EMU_SSH_CONFIG)."""
+    """Two namespace machines, m1 and m2, that every ssh of ours reaches (EMU_SSH_CONFIG)."""
     from emu.cluster.testbed import NamespaceCluster
 
-    with NamespaceCluster(["m2"]) as c:
+    with NamespaceCluster(["m1", "m2"]) as c:
         monkeypatch.setenv("EMU_SSH_CONFIG", c.config)
         yield c
 
@@ -229,10 +229,38 @@ def test_machines_are_checked_before_anything_is_built():
 
 
 @pytest.mark.root
-def test_hosts_on_another_machine_are_refused_with_why(cluster):
+def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster):
+    """`--machines m1,m2`: split at the 50 km links, each region's switches and hosts on one machine,
+    this one only the controller. Each host is a namespace on its machine (Mininet's RemoteHost),
+    its link made there; each machine's engine worker carries its region; the long-haul links are
+    channels between them. Pings cross; the allreduce's figures are the one-machine run's."""
+    import os
+
     from emu import FabricNet
     from emu.topo.bag import BAGTopo
 
-    with pytest.raises(ValueError, match="hosts on another machine are not built yet"), \
-            FabricNet(BAGTopo(**BAG), clock="fabric", machines=["localhost", "m2"]):
-        pass  # split at its long-haul links, region 1 with its hosts would be on m2: refused, nothing left
+    with FabricNet(BAGTopo(**BAG), clock="fabric") as net:
+        alone = net.collective("allreduce", sizes=["1MiB"]).rows[0].time_us
+    spaces = {m: cluster.ssh(m, "readlink /proc/self/ns/net").stdout.strip() for m in ("m1", "m2")}
+    with FabricNet(BAGTopo(**BAG), clock="fabric", machines=["m1", "m2"]) as net:
+        spec = net.engine.spec
+        region = {s.name[:2]: s.worker for s in spec.switches if s.name.startswith("b")}
+        assert spec.machines == ("m1", "m2") and region["b0"] != region["b1"]
+        assert len(_worker_on(spaces["m1"])) == len(_worker_on(spaces["m2"])) == 1
+        for h in net.hosts:
+            assert spaces[h.server] in _ancestors_netns(h.pid)  # started there, by its ssh session
+            assert os.readlink(f"/proc/{h.pid}/ns/net") not in spaces.values()  # a namespace of its own
+        assert net.pingAll() == 0.0
+        r = net.collective("allreduce", sizes=["1MiB"])
+        assert r.wrong == 0 and r.rows[0].time_us == alone
+    assert not _worker_on(spaces["m1"]) and not _worker_on(spaces["m2"])
+
+
+@pytest.mark.root
+def test_a_host_cable_across_machines_is_refused_before_anything_is_built(cluster):
+    from emu import FabricNet
+    from emu.topo.bag import BAGTopo
+
+    with pytest.raises(ValueError, match="cannot cross machines"), \
+            FabricNet(BAGTopo(**BAG), clock="fabric", machines=["m1", "m2"], placement={"h100x0": "m2"}):
+        pass

@@ -69,10 +69,11 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: 
                          trim_dscp=settings.trim[1] if settings.trim else None)
         # The measurement alone (not bring-up): the engine's CPU, which on the fabric clock is all of it.
         run_s, cpu_s = time.monotonic() - t1, net.engine.cpu_seconds() - cpu0
-        workers, lookahead = net.engine.spec.workers, net.engine.spec.lookahead_s()
+        workers, lookahead, machines = net.engine.spec.workers, net.engine.spec.lookahead_s(), net.engine.spec.machines
     fabric_ms = sum(r["time_us"] for r in report["rows"]) / 1e3
     return {"bench": "collective", "topo": topo_name, "params": params, "backend": settings.backend,
             "workers": workers, "lookahead_s": lookahead if workers > 1 and settings.clock == "fabric" else None,
+            "machines": list(machines),
             "wall_s": time.monotonic() - t0, "run_wall_s": run_s, "engine_cpu_s": cpu_s,
             "wall_s_per_fabric_ms": run_s / fabric_ms if fabric_ms else 0.0,
             "engine_cpu_s_per_packet_hop": cpu_s / report["packet_hops"] if report["packet_hops"] else 0.0,
@@ -85,6 +86,8 @@ def table(result: dict[str, Any]) -> str:
              else f"D={result['dilation']:g}")
     if result.get("lookahead_s"):
         clock += f", over {result['workers']} workers in windows of {result['lookahead_s'] * 1e6:g} us"
+    if result.get("machines"):
+        clock += f" on {', '.join(result['machines'])}"
     lines = [f"# {result['op']} on {result['topo']}, {result['nranks']} ranks, MetaRoCE, {algo}; "
              f"fabric units on {clock}; {result.get('wall_s', 0):.1f} s of wall time",
              f"#{'size':>12} {'count':>10} {'type':>6} {'redop':>6} {'root':>5} {'time(us)':>10} "

@@ -54,9 +54,18 @@ def _settings(args: argparse.Namespace):
     settings = RunSettings(dilation=d if isinstance(d, float) else 1000.0, pfc=not args.no_pfc, spray=args.spray,
                            workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                            measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
-                           links=args.links, clock=_clock(args), trim=trim, pace=args.pace)
+                           links=args.links, clock=_clock(args), trim=trim, pace=args.pace,
+                           machines=_machines(args.machines))
     _check_backend(settings)
     return settings
+
+
+def _machines(text: str | None) -> tuple[str, ...]:
+    """--machines HOST[,HOST...]: the machines (ssh names; localhost is this one) a fabric runs on."""
+    names = tuple(m.strip() for m in (text or "").split(",") if m.strip())
+    if text is not None and not names:
+        raise ValueError("--machines needs HOST[,HOST...], e.g. m1,m2 (ssh names; localhost is this machine)")
+    return names
 
 
 def _trim(text: str | None) -> tuple[int, int] | None:
@@ -77,6 +86,8 @@ def _clock(args: argparse.Namespace) -> str:
     native engine), else the wall clock."""
     if args.clock:
         return args.clock
+    if getattr(args, "machines", None):
+        return "fabric"  # a fabric over machines keeps one fabric time across them
     if args.command == "scenario" and args.backend == "native":
         from emu.scenarios import scenario_class
 
@@ -261,15 +272,17 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         from emu.net.switch import RunSettings
 
         clock = args.clock or ("fabric" if args.backend == "native" else "wall")
+        clock = "fabric" if args.machines and not args.clock else clock
         settings = RunSettings(backend=args.backend, links=args.links, clock=clock, trim=_trim(args.trim),
-                               pfc=not args.trim, workers=args.workers)  # a trimmed class is lossy: no PFC to count
+                               pfc=not args.trim, workers=args.workers,  # a trimmed class is lossy: no PFC to count
+                               machines=_machines(args.machines))
         _check_backend(settings)
     if args.reset:
         if args.name != "calibrate":
             raise ValueError("--reset is for `emu bench calibrate`")
         params["reset"] = "1"
-    if args.workers and args.name != "collective":
-        raise ValueError(f"--workers is for `emu bench collective`, not `emu bench {args.name}`")
+    if (args.workers or args.machines) and args.name != "collective":
+        raise ValueError(f"--workers and --machines are for `emu bench collective`, not `emu bench {args.name}`")
     if args.clock and args.name != "collective":
         raise ValueError(f"--clock is for `emu bench collective`; `emu bench {args.name}` measures on the wall clock")
     result = run_bench(args.name, params, dilation=_dilation(args, auto=args.name == "collective"),
@@ -359,6 +372,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=0,
                    help="engine worker processes (default: one per core on the wall clock; one on the fabric clock, "
                         "where N > 1 splits the fabric at its longest links)")
+    p.add_argument("--machines", metavar="HOST[,HOST...]",
+                   help="run the fabric over these machines (ssh names as your ssh configuration knows them, or "
+                        "EMU_SSH_CONFIG's; localhost: this one), one engine worker each, split at its longest "
+                        "links; implies --clock fabric (docs/cluster.md)")
     p.add_argument("--pcap", metavar="DIR", help="write a pcap per engine-carried port into DIR")
     p.add_argument("--detection", default="50us", help="control plane: failure detection delay (fabric time)")
     p.add_argument("--hold-down", default="0us", help="control plane: damping hold-down between route updates")
@@ -530,6 +547,8 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=0,
                    help="for `collective`: engine worker processes (on the fabric clock: the fabric split at its "
                         "longest links into that many, kept in step by windows; default one)")
+    p.add_argument("--machines", metavar="HOST[,HOST...]",
+                   help="for `collective`: run the fabric over these machines (see `emu up --help`)")
     p.add_argument("--reset", action="store_true",
                    help="for `calibrate`: forget what --dilation auto has learnt on this machine")
     p.add_argument("--clock", choices=("fabric", "wall"), default=None,

@@ -96,6 +96,8 @@ def root_netlink() -> Netlink:
 
 def node_netlink(node: Any) -> Netlink:
     """A socket in `node`'s namespace, for a few requests; close it (it keeps the namespace alive)."""
+    if getattr(node, "isRemote", False):  # its pid is another machine's: never open this one's by it
+        raise NetlinkError("reach", node.name, 0, f"it runs on {node.server}: its shell there configures it")
     return Netlink.of_pid(node.pid) if node.inNamespace else Netlink.here()
 
 

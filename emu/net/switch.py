@@ -109,8 +109,8 @@ class RunSettings:
         object.__setattr__(self, "machines", tuple(self.machines))
         object.__setattr__(self, "placement", tuple(sorted(dict(self.placement).items())))
         if self.machines:
-            if len(set(self.machines)) != len(self.machines) or len(self.machines) < 2:
-                raise ValueError(f"machines: two or more, each once; got {', '.join(self.machines)}")
+            if len(set(self.machines)) != len(self.machines):
+                raise ValueError(f"machines: each once; got {', '.join(self.machines)}")
             if self.clock != "fabric":
                 raise ValueError("a fabric over several machines keeps the fabric clock (--clock fabric)")
             if self.workers not in (0, len(self.machines)):

@@ -148,6 +148,8 @@ class Scenario:
                   "parameters": self.parameters(), **figures}
         if settings.clock == "fabric" and settings.workers > 1:
             result["workers"] = settings.workers  # the fabric split over that many, in windows
+        if settings.machines:
+            result["machines"] = list(settings.machines)  # each fabric over those it could be split across
         passed = self.verdict(result)
         if passed is not None:
             result["passed"] = bool(passed)
