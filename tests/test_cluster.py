@@ -264,3 +264,53 @@ def test_a_host_cable_across_machines_is_refused_before_anything_is_built(cluste
     with pytest.raises(ValueError, match="cannot cross machines"), \
             FabricNet(BAGTopo(**BAG), clock="fabric", machines=["m1", "m2"], placement={"h100x0": "m2"}):
         pass
+
+
+def _emu(cluster, *args: str, timeout: float = 600):
+    """The emu command, as a user runs it, reaching the cluster's machines (EMU_SSH_CONFIG)."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "emu.cli.main", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, EMU_SSH_CONFIG=cluster.config), check=False)
+
+
+@pytest.mark.root
+def test_the_cli_over_two_machines_pingall_and_an_fpf_collective_each_plane_on_both(cluster):
+    """The issue's acceptance from the command line: `emu up bag --machines m1,m2 --test pingall`, no loss,
+    nothing left; an FPF of two leaves a plane split at its leaf-spine cables (each plane on both
+    machines) runs `emu bench collective` with #wrong 0."""
+    import json
+
+    up = _emu(cluster, "up", "bag", "--machines", "m1,m2", "--test", "pingall", "--json")
+    assert up.returncode == 0, up.stderr[-800:]
+    r = json.loads(up.stdout.strip().splitlines()[-1])
+    assert r["pingall"]["ipv4_loss_pct"] == r["pingall"]["ipv6_loss_pct"] == 0 and r["passed"]
+    assert not r["left_behind"] and r["pingall"]["received"] == r["pingall"]["sent"] > 0
+    bench = _emu(cluster, "bench", "collective", "allreduce", "--machines", "m1,m2", "--json", "--topo", "fpf",
+                 "--gpus", "4", "--planes", "2", "--leaves", "2", "--spines", "2", "--sizes", "256KiB")
+    assert bench.returncode == 0, bench.stderr[-800:]
+    b = json.loads(bench.stdout.strip().splitlines()[-1])
+    assert b["machines"] == ["m1", "m2"] and b["workers"] == 2 and b["wrong"] == 0
+
+
+@pytest.mark.root
+def test_a_controller_killed_mid_run_leaves_nothing_once_emu_clean_machines_has_run(cluster):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = ("from emu import FabricNet; from emu.topo.bag import BAGTopo; import time\n"
+            f"net = FabricNet(BAGTopo(**{BAG!r}), clock='fabric', machines=['m1', 'm2']); net.start()\n"
+            "print('up', flush=True); time.sleep(600)")
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                           env=dict(os.environ, EMU_SSH_CONFIG=cluster.config))
+    assert run.stdout.readline().strip() == "up"  # type: ignore[union-attr]
+    assert _procs_mentioning("mininet:h100x0")
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    out = _emu(cluster, "clean", "--machines", "m1,m2")
+    assert out.returncode == 0 and "m1: emu clean:" in out.stdout and "m2: emu clean:" in out.stdout, out
+    assert not _procs_mentioning("mininet:") and not _procs_mentioning("emu.dataplane.worker")

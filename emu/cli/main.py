@@ -170,7 +170,30 @@ def cmd_clean(args: argparse.Namespace, extra: list[str]) -> int:
                   f"{len(r.namespaces)} namespaces, {len(r.run_dirs)} run directories, {len(r.files)} logs")
         if r.live_runs:
             print(f"emu clean: left {len(r.live_runs)} running fabric(s) alone: {', '.join(r.live_runs)}")
-    return 0
+    return _clean_machines(_machines(args.machines), args.quiet)
+
+
+def _clean_machines(machines: tuple[str, ...], quiet: bool) -> int:
+    """`emu clean` on each other machine, over ssh (what a fabric that ran there may have left)."""
+    import subprocess
+
+    from emu.launch import LOCAL_MACHINES, remote_module
+
+    code = 0
+    for m in machines:
+        if m in LOCAL_MACHINES:
+            continue
+        try:
+            r = subprocess.run(remote_module(m, "emu.cli.main", "clean", *(["--quiet"] if quiet else [])),
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False)
+        except subprocess.TimeoutExpired:
+            r = subprocess.CompletedProcess([], 124, "", "timed out after 120 s")
+        for line in (r.stdout + r.stderr).splitlines():
+            print(f"{m}: {line}")
+        if r.returncode != 0:
+            err.print(f"emu clean: on {m} it failed (exit {r.returncode})")
+            code = 1
+    return code
 
 
 def cmd_stats(args: argparse.Namespace, extra: list[str]) -> int:
@@ -499,6 +522,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_doctor)
     p = sub.add_parser("clean", help="remove every namespace, interface and process a run left")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--machines", metavar="HOST[,HOST...]", help="and on these machines, over ssh")
     p.set_defaults(fn=cmd_clean)
     p = sub.add_parser("stats", help="counters of the running fabric")
     p.add_argument("--json", action="store_true")

@@ -16,7 +16,7 @@ from emu.fidelity import line
 from emu.net.cleanup import root_interfaces, worker_pids
 from emu.net.fabric import FabricNet
 from emu.net.fidelity import fabric_fidelity
-from emu.net.link import FabricLink
+from emu.net.link import ChannelIntf, FabricLink
 from emu.net.switch import RunSettings
 from emu.topo import make_topo
 
@@ -95,8 +95,9 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
             result["drops"] = drops_by_reason(stats)
     finally:
         if net is not None:
-            ifs = {i.name for n in net.hosts + net.switches for i in n.intfList() if i.name != "lo"}
-            pids = [n.pid for n in net.hosts + net.switches]
+            here = [n for n in net.hosts + net.switches if not getattr(n, "isRemote", False)]  # this machine's
+            ifs = {i.name for n in here for i in n.intfList() if i.name != "lo" and not isinstance(i, ChannelIntf)}
+            pids = [n.pid for n in here]
             run_dir = getattr(net, "run_dir", "")
             t1 = time.monotonic()
             net.stop()

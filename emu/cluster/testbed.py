@@ -20,18 +20,12 @@ import subprocess
 import time
 
 from emu.launch import scratch_dir, stop_on_signals
-from emu.net.cleanup import SCRATCH_NETNS, netns_trees
+from emu.net.cleanup import SCRATCH_IFS, SCRATCH_NETNS, SCRATCH_SPARE, named_netns_id, netns_trees
 from emu.net.netlink import Netlink
 from emu.net.netns import Lab, run
 
 SSHD = "/usr/sbin/sshd"
 LAN = "198.18.250.0/24"  # RFC 2544's benchmarking range: no real network of the user's
-
-
-def _netns_of(name: str) -> str:
-    """A named namespace's id, as /proc/PID/ns/net reads for a process in it."""
-    st = os.stat(f"/run/netns/{name}")
-    return f"net:[{st.st_ino}]"
 
 
 class TestbedError(RuntimeError):
@@ -76,9 +70,13 @@ class NamespaceCluster:
             self.lab.add_host(i, mac=f"02:c1:00:00:00:{i + 2:02x}", ip4=f"{self.address[name]}/{prefixlen}")
             with Netlink.here() as root:
                 root.set_link(self.lab.root_if(i), master=br)
-        self.spaces = {_netns_of(self.lab.ns(i)) for i in range(len(self.names))}
+        self.spaces = {named_netns_id(self.lab.ns(i)) for i in range(len(self.names))}
         with open(os.path.join(self.dir, SCRATCH_NETNS), "w") as f:  # what dies with this process, for emu clean
             json.dump(sorted(self.spaces), f)
+        with open(os.path.join(self.dir, SCRATCH_IFS), "w") as f:  # and what `emu clean` leaves while it lives
+            json.dump(self.lab.root_ifs, f)
+        with open(os.path.join(self.dir, SCRATCH_SPARE), "w") as f:  # and `emu clean` on a machine of it
+            json.dump(sorted(self.spaces | {os.readlink("/proc/self/ns/net")}), f)
         with Netlink.here() as root:
             root.add_address(br, f"{self.controller}/{prefixlen}")
 

@@ -64,6 +64,33 @@ def netns_id(pid: int) -> str:
 
 
 SCRATCH_NETNS = "netns.json"  # in a scratch folder: network namespaces whose processes die with its owner
+SCRATCH_IFS = "interfaces.json"  # and interfaces here its owner holds while it lives (a namespace cluster's LAN)
+# and namespaces whose processes are no host's while its owner lives: a namespace cluster's machines and the
+# controller's own, which a machine of it sees too (it shares this machine's processes)
+SCRATCH_SPARE = "spare.json"
+
+
+def named_netns_id(name: str) -> str:
+    """A named namespace's id, as /proc/PID/ns/net reads for a process in it ("" if it is gone)."""
+    try:
+        return f"net:[{os.stat(f'/run/netns/{name}').st_ino}]"
+    except OSError:
+        return ""
+
+
+def _scratch_netns(*, alive: bool, what: str = SCRATCH_NETNS) -> set[str]:
+    """What scratch folders list (namespaces, SCRATCH_NETNS; or interfaces, SCRATCH_IFS), of owners alive
+    or of owners gone."""
+    out: set[str] = set()
+    if os.path.isdir(SCRATCH):
+        for name in os.listdir(SCRATCH):
+            try:
+                if scratch_owner_alive(name) == alive:
+                    with open(os.path.join(SCRATCH, name, what)) as f:
+                        out.update(json.load(f))
+            except (OSError, ValueError):
+                pass
+    return out
 
 
 def netns_trees(spaces: set[str]) -> list[int]:
@@ -264,12 +291,16 @@ def clean() -> CleanReport:
                                    and _ours(_cmdline(int(p)))])
     # Our modules (traffic, ranks, endpoints) running in a namespace no live run holds, whatever
     # recorded it or not: their fabric is gone (the record with it), and they keep its namespace.
+    # Not in the namespace of another "machine" either: on a machine of a namespace cluster, its peers' and
+    # the controller's processes are visible too.
     live_netns = {n for _, rec, alive in records if alive for n in rec.get("netns", [])}
-    root_ns = netns_id(me)
+    spare = {netns_id(me), "", *live_netns, *_scratch_netns(alive=True, what=SCRATCH_SPARE)}
     report.processes += _kill([int(p) for p in os.listdir("/proc")
                                if p.isdigit() and int(p) != me and " -m emu." in _cmdline(int(p))
-                               and netns_id(int(p)) not in (root_ns, "", *live_netns)])
-    namespaces = [n for n in list_project_namespaces() if not _held(n, live)]
+                               and netns_id(int(p)) not in spare])
+    # Namespaces a live process holds through its scratch folder (a namespace cluster's machines) stay.
+    held_ns = _scratch_netns(alive=True)
+    namespaces = [n for n in list_project_namespaces() if not _held(n, live) and named_netns_id(n) not in held_ns]
     for ns in namespaces:
         report.processes += _kill(namespace_pids(ns))
     present = set(root_interfaces())
@@ -277,7 +308,8 @@ def clean() -> CleanReport:
     # it was made (a crash mid-build), if it looks like one of its links: a veth called NODE-ethN.
     recorded = {n for _, rec, alive in records if not alive for n in rec.get("ifindex", {})}
     dead_ifs = {n for n in dead_ifs if n in recorded or (_LINK_NAME.match(n) and _is_veth(n))}
-    doomed = sorted(((dead_ifs & present) - moved | {n for n in present if n.startswith("emu")}) - live_ifs)
+    held_ifs = _scratch_netns(alive=True, what=SCRATCH_IFS)
+    doomed = sorted(((dead_ifs & present) - moved | {n for n in present if n.startswith("emu")}) - live_ifs - held_ifs)
     live_groups = {g for _, rec, alive in records if alive for g in rec.get("groups", [])}
     dead_groups = {g for _, rec, alive in records if not alive for g in rec.get("groups", [])} - live_groups
     with Netlink.here() as nl:
@@ -305,15 +337,7 @@ def clean() -> CleanReport:
         m = uses.search(_cmdline(int(p))) if p.isdigit() else None
         if m and not scratch_owner_alive(m.group(1)):
             strays.append(int(p))
-    machines: set[str] = set()
-    if os.path.isdir(SCRATCH):
-        for name in os.listdir(SCRATCH):
-            try:
-                if not scratch_owner_alive(name):
-                    with open(os.path.join(SCRATCH, name, SCRATCH_NETNS)) as f:
-                        machines.update(json.load(f))
-            except (OSError, ValueError):
-                pass
+    machines = _scratch_netns(alive=False)
     report.processes += _kill(sorted(set(strays) | set(netns_trees(machines) if machines else [])))
     if os.path.isdir(SCRATCH):  # endpoints' and ranks' folders of processes that are gone
         report.run_dirs += [os.path.join(SCRATCH, n) for n in sorted(os.listdir(SCRATCH)) if not scratch_owner_alive(n)]
