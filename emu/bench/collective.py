@@ -70,10 +70,14 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: 
         # The measurement alone (not bring-up): the engine's CPU, which on the fabric clock is all of it.
         run_s, cpu_s = time.monotonic() - t1, net.engine.cpu_seconds() - cpu0
         workers, lookahead, machines = net.engine.spec.workers, net.engine.spec.lookahead_s(), net.engine.spec.machines
+        # A split fabric: windows (barriers each worker sent every other) and frames that crossed between workers.
+        chans = [w["channel"] for w in net.engine.stats()["workers"] if "channel" in w]
     fabric_ms = sum(r["time_us"] for r in report["rows"]) / 1e3
     return {"bench": "collective", "topo": topo_name, "params": params, "backend": settings.backend,
             "workers": workers, "lookahead_s": lookahead if workers > 1 and settings.clock == "fabric" else None,
             "machines": list(machines),
+            "windows": max((c["windows"] for c in chans), default=0),
+            "crossed": sum(c["received"] for c in chans),
             "wall_s": time.monotonic() - t0, "run_wall_s": run_s, "engine_cpu_s": cpu_s,
             "wall_s_per_fabric_ms": run_s / fabric_ms if fabric_ms else 0.0,
             "engine_cpu_s_per_packet_hop": cpu_s / report["packet_hops"] if report["packet_hops"] else 0.0,

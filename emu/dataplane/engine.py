@@ -275,7 +275,9 @@ class Engine:
         for i in range(self.spec.workers):
             r = self.request(i, Stats())
             out["switches"].update(r["switches"])
-            out["workers"].append({"worker": i, "fidelity": r["fidelity"], "uptime_s": r["uptime_s"]})
+            out["workers"].append({"worker": i, "fidelity": r["fidelity"], "uptime_s": r["uptime_s"],
+                                   **({"machine": self.machine(i)} if self.spec.machines else {}),
+                                   **({"channel": r["channel"]} if "channel" in r else {})})
         return out
 
     def worker_of(self, switch: str) -> int:

@@ -395,6 +395,8 @@ class Worker:
                 self._collect_socket_drops()
                 return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "uptime_s": now - self.t0,
                         "fidelity": self.loop.lateness.summary(),
+                        **({"channel": {"windows": self.channels.windows, "received": self.channels.handed}}
+                           if self.channels else {}),
                         "switches": {n: sw.stats(now) for n, sw in self.switches.items()}}
             case ResetFidelity():
                 self.loop.lateness.reset()
