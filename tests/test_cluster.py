@@ -253,6 +253,15 @@ def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster):
         assert net.pingAll() == 0.0
         r = net.collective("allreduce", sizes=["1MiB"])
         assert r.wrong == 0 and r.rows[0].time_us == alone
+        # The control plane across machines: a long-haul link down, traffic rerouted over the others.
+        net.fail(link=("bag0x0", "bag1x0"))
+        assert net.pingAll() == 0.0 and net.collective("allreduce", sizes=["256KiB"]).wrong == 0
+        down = [n for n, p in net.engine.stats()["switches"]["bag1x0"]["ports"].items() if not p["up"]]
+        net.restore(link=("bag0x0", "bag1x0"))
+        assert len(down) == 1  # on m2's worker, asked from here
+        stats = net.engine.stats()
+        assert {w["machine"] for w in stats["workers"]} == {"m1", "m2"}
+        assert all(p["up"] for p in stats["switches"]["bag1x0"]["ports"].values())
     assert not _worker_on(spaces["m1"]) and not _worker_on(spaces["m2"])
 
 
