@@ -22,7 +22,7 @@ def emu(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 def test_doctor_reports_every_capability():
     r = emu("doctor", "--json")
     d = json.loads(r.stdout)
-    assert set(d) >= {"root", "netns", "veth", "netem", "mininet", "bmv2", "p4c", "tshark"}
+    assert set(d) >= {"root", "netns", "veth", "netem", "seg6local", "mininet", "bmv2", "p4c", "tshark"}
     assert all(isinstance(v, bool) for v in d.values())
     # What this process can see for itself must agree with what doctor probed.
     assert d["root"] == (os.geteuid() == 0)

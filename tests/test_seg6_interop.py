@@ -12,11 +12,14 @@ import os
 import pytest
 
 from emu.control.model import EncapPolicy, Group, MySid, NextHop, Route, SwitchTables
+from emu.cli.doctor import kernel_has_seg6local
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
 from emu.net.netns import Lab
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() == 0 and not kernel_has_seg6local(),
+                                 reason="this kernel has no seg6local routes (CONFIG_IPV6_SEG6_LWTUNNEL unset)")]
 
 MAC = {"hA": "02:5a:00:00:00:01", "hB": "02:5a:00:00:00:02", "L0": "02:5a:00:00:00:10", "L1": "02:5a:00:00:00:11",
        "A0": "02:5a:00:00:0a:00", "A1": "02:5a:00:00:0a:01", "B0": "02:5a:00:00:0b:00", "B1": "02:5a:00:00:0b:01"}

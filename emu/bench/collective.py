@@ -69,12 +69,13 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: 
                          trim_dscp=settings.trim[1] if settings.trim else None)
         # The measurement alone (not bring-up): the engine's CPU, which on the fabric clock is all of it.
         run_s, cpu_s = time.monotonic() - t1, net.engine.cpu_seconds() - cpu0
-        workers, lookahead, machines = net.engine.spec.workers, net.engine.spec.lookahead_s(), net.engine.spec.machines
         # A split fabric: windows (barriers each worker sent every other) and frames that crossed between workers.
-        chans = [w["channel"] for w in net.engine.stats()["workers"] if "channel" in w]
+        stats, machines = net.engine.stats(), net.settings.machines
+        workers, lookahead = max(len(stats.get("workers", [])), 1), stats.get("lookahead_s")
+        chans = [w["channel"] for w in stats.get("workers", []) if "channel" in w]
     fabric_ms = sum(r["time_us"] for r in report["rows"]) / 1e3
     return {"bench": "collective", "topo": topo_name, "params": params, "backend": settings.backend,
-            "workers": workers, "lookahead_s": lookahead if workers > 1 and settings.clock == "fabric" else None,
+            "workers": workers, "lookahead_s": lookahead,
             "machines": list(machines),
             "windows": max((c["windows"] for c in chans), default=0),
             "crossed": sum(c["received"] for c in chans),

@@ -33,6 +33,13 @@ def _netns() -> bool:
     return ok
 
 
+def kernel_has_seg6local() -> bool:
+    """Add a seg6local End route in a throwaway network namespace: kernels built without
+    CONFIG_IPV6_SEG6_LWTUNNEL (some CI VMs) refuse it, and the namespace dies with the probe."""
+    return _try(["unshare", "-n", "sh", "-c", "ip link set lo up && ip -6 route add fc00::e/128 encap seg6local "
+                 "action End dev lo"])
+
+
 def doctor() -> dict[str, bool]:
     root = os.geteuid() == 0
     try:
@@ -46,6 +53,7 @@ def doctor() -> dict[str, bool]:
         "netns": root and _netns(),
         "veth": root and _veth(),
         "netem": root and kernel_has_netem(),
+        "seg6local": root and kernel_has_seg6local(),
         "mininet": mininet,
         "bmv2": shutil.which("simple_switch") is not None and shutil.which("simple_switch_CLI") is not None,
         "p4c": shutil.which("p4c-bm2-ss") is not None or shutil.which("p4c") is not None,

@@ -24,6 +24,7 @@ from mininet.examples.cluster import RemoteHost, RemoteMixin
 
 from emu.launch import remote_module, ssh_base
 from emu.net.link import LinkParams
+from emu.net.netlink import Netlink
 from emu.net.switch import (
     FabricSwitch,
     HostPort,
@@ -77,8 +78,30 @@ def configure_machine(machine: str, hosts: dict[Any, list[HostPort]], root_ifs: 
                            f"{(r.stderr or r.stdout).strip()[-600:]}")
 
 
+def host_addresses(machine: str, hosts: dict[str, int], family: int) -> dict[str, list[str]]:
+    """Every address of each host (name -> pid of its shell on `machine`), read there over netlink."""
+    r = subprocess.run(remote_module(machine, "emu.cluster.remote"), text=True, capture_output=True, timeout=60,
+                       input=json.dumps({"addresses": hosts, "family": family}), check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"reading the hosts' addresses on {machine} failed: {(r.stderr or r.stdout).strip()[-600:]}")
+    return json.loads(r.stdout)
+
+
+def _addresses(hosts: dict[str, int], family: int) -> dict[str, list[str]]:
+    out = {}
+    for name, pid in hosts.items():
+        with Netlink.of_pid(pid) as nl:
+            out[name] = [a for addrs in nl.addresses(family).values() for a in addrs]
+    return out
+
+
 def main() -> int:
+    """One request on stdin: {"addresses": {host: pid}, "family": 4|6} is answered on stdout; a plan
+    ({"hosts": ..., "root": ...}) is carried out."""
     plan = json.load(sys.stdin)
+    if "addresses" in plan:
+        json.dump(_addresses(plan["addresses"], int(plan["family"])), sys.stdout)
+        return 0
     hosts = {_InNamespace(int(pid)): [HostPort(name, LinkParams(**{**p, "host_routes4": tuple(p["host_routes4"]),
                                                                     "host_routes6": tuple(p["host_routes6"])}))
                                       for name, p in ports]

@@ -8,6 +8,7 @@ process, socket or directory behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -248,6 +249,9 @@ class Engine:
             return self._exchange(index, msg, timeout)
         except (OSError, ValueError) as exc:
             if index < len(self.procs):
+                # A killed worker's socket closes before its exit status can be read: give it a moment.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.procs[index].wait(timeout=2.0)
                 self._check_alive(index)  # dead: say so, with its exit code and log
             dead = [d for d in recorded_deaths(self.run_dir) if d.startswith(f"engine worker {index} ")]
             if dead:  # another process's run: its supervisor wrote down what died
@@ -272,6 +276,8 @@ class Engine:
         """Counters of every switch, and each worker's fidelity, in one dict."""
         self.check()
         out: dict[str, Any] = {"dilation": self.spec.dilation, "switches": {}, "workers": []}
+        if self.spec.clock == "fabric" and self.spec.workers > 1:
+            out["lookahead_s"] = self.spec.lookahead_s()  # the window the workers advance in together
         for i in range(self.spec.workers):
             r = self.request(i, Stats())
             out["switches"].update(r["switches"])

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from mininet.net import Mininet
 
 from emu.cluster.placement import PlacementError, place
-from emu.cluster.remote import RemoteFabricHost, RemoteFabricSwitch
+from emu.cluster.remote import RemoteFabricHost, RemoteFabricSwitch, host_addresses
 from emu.control.runtime import FabricController
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.launch import LOCAL_MACHINES, stop_on_signals
@@ -416,15 +416,17 @@ class FabricNet(Mininet):
 
     def host_addresses(self, family: int = 4) -> dict[str, list[str]]:
         """Every address of every host (one per plane interface), read from the hosts."""
-        out = {}
+        out: dict[str, list[str]] = {}
+        remote: dict[str, dict[str, int]] = {}  # machine -> its hosts' shells, read there in one request
         for h in self.hosts:
-            if getattr(h, "isRemote", False):  # its namespace is on another machine: ask its shell there
-                lines = h.cmd(f"ip -o -{family} addr show scope global").splitlines()
-                out[h.name] = [ln.split()[3].split("/")[0] for ln in lines if len(ln.split()) > 3]
+            if getattr(h, "isRemote", False):
+                remote.setdefault(h.server, {})[h.name] = h.pid
                 continue
             with node_netlink(h) as nl:
                 out[h.name] = [a for addrs in nl.addresses(family).values() for a in addrs]
-        return out
+        for machine, hosts in remote.items():
+            out.update(host_addresses(machine, hosts, family))
+        return {h.name: out[h.name] for h in self.hosts}
 
     def pingall_planes(self, family: int = 4, timeout: int = 2) -> PingResult:
         """Ping every address of every other host from every host, on every plane."""
