@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from emu.control.model import EncapPolicy, Group, MySid, NextHop, Route, SwitchTables
 from emu.cli.doctor import kernel_has_seg6local
+from emu.control.model import EncapPolicy, Group, MySid, NextHop, Route, SwitchTables
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
 from emu.net.netns import Lab
