@@ -229,20 +229,24 @@ def test_machines_are_checked_before_anything_is_built():
 
 
 @pytest.mark.root
-def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster):
+def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster, tmp_path):
     """`--machines m1,m2`: split at the 50 km links, each region's switches and hosts on one machine,
     this one only the controller. Each host is a namespace on its machine (Mininet's RemoteHost),
     its link made there; each machine's engine worker carries its region; the long-haul links are
-    channels between them. Pings cross; the allreduce's figures are the one-machine run's."""
+    channels between them. Pings cross; the allreduce's and an RDMA write's figures are the
+    one-machine run's; each machine captures its own ports, the long-haul ones too."""
     import os
 
     from emu import FabricNet
+    from emu.dataplane.pcap import read_frames
     from emu.topo.bag import BAGTopo
 
     with FabricNet(BAGTopo(**BAG), clock="fabric") as net:
         alone = net.collective("allreduce", sizes=["1MiB"]).rows[0].time_us
+        write = net.roce.write("h000x0", "h100x0", nbytes=1 << 20)
     spaces = {m: cluster.ssh(m, "readlink /proc/self/ns/net").stdout.strip() for m in ("m1", "m2")}
-    with FabricNet(BAGTopo(**BAG), clock="fabric", machines=["m1", "m2"]) as net:
+    pcap = tmp_path / "pcap"
+    with FabricNet(BAGTopo(**BAG), clock="fabric", machines=["m1", "m2"], pcap_dir=str(pcap)) as net:
         spec = net.engine.spec
         region = {s.name[:2]: s.worker for s in spec.switches if s.name.startswith("b")}
         assert spec.machines == ("m1", "m2") and region["b0"] != region["b1"]
@@ -253,6 +257,10 @@ def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster):
         assert net.pingAll() == 0.0
         r = net.collective("allreduce", sizes=["1MiB"])
         assert r.wrong == 0 and r.rows[0].time_us == alone
+        across = net.roce.write("h000x0", "h100x0", nbytes=1 << 20)
+        assert across.data_ok and across.fabric_s == write.fabric_s
+        long_haul = [f"{sw}-{i.name}.pcap" for sw in ("bag0x0", "bag1x0") for i in net.get(sw).intfList()
+                     if i.link and {i.link.intf1.node.name, i.link.intf2.node.name} == {"bag0x0", "bag1x0"}]
         # The control plane across machines: a long-haul link down, traffic rerouted over the others.
         net.fail(link=("bag0x0", "bag1x0"))
         assert net.pingAll() == 0.0 and net.collective("allreduce", sizes=["256KiB"]).wrong == 0
@@ -263,6 +271,8 @@ def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster):
         assert {w["machine"] for w in stats["workers"]} == {"m1", "m2"}
         assert all(p["up"] for p in stats["switches"]["bag1x0"]["ports"].values())
     assert not _worker_on(spaces["m1"]) and not _worker_on(spaces["m2"])
+    assert len(long_haul) == 2 and all(len(read_frames(str(pcap / f))) > 0 for f in long_haul)
+    assert read_frames(str(pcap / "b1l0-b1l0-eth1.pcap")) or read_frames(str(pcap / "b1l0-b1l0-eth0.pcap"))
 
 
 @pytest.mark.root

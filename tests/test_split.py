@@ -78,17 +78,44 @@ def test_fpf_split_at_its_leaf_spine_cables_runs_a_collective_right(no_leftovers
     assert [r.time_us for r in again.rows] == [r.time_us for r in two.rows]
 
 
-@pytest.mark.root
-def test_kernel_traffic_crosses_the_split_and_other_jobs_say_they_run_on_one_worker(no_leftovers):
+def _jobs(workers: int):
+    """On BAG of two hosts a region: a MetaRoCE write across the 20 km links, writes both ways at once,
+    and UDP flows (one across, one inside a region, into one receiver)."""
     from emu import FabricNet
-    from emu.dataplane.engine import EngineError
+    from emu.roce.run import EngineWrites
+    from emu.scenarios.common import FabricTraffic, Flow
     from emu.topo.bag import BAGTopo
 
-    with FabricNet(BAGTopo(**{**BAG, "hosts_per_leaf": 2}), clock="fabric", workers=2) as net:
+    with FabricNet(BAGTopo(**{**BAG, "hosts_per_leaf": 2}), clock="fabric", workers=workers) as net:
         assert net.pingAll() == 0.0  # between jobs: frames cross the channel at once
-        with pytest.raises(EngineError, match="runs on one worker"):
-            net.roce.write("h000x0", "h100x0", nbytes=1 << 16)
+        one = net.roce.write("h000x0", "h100x0", nbytes=1 << 20)
+        hosts = {h: net.host_planes(h) for h in ("h000x0", "h000x1", "h100x0", "h100x1")}
+        pairs = [("h000x0", "h100x0"), ("h100x1", "h000x1"), ("h000x1", "h100x1")]
+        both = EngineWrites(net.engine, hosts, pairs, nbytes=1 << 19).wait()
+        dst = net.host_addresses(4)["h100x0"][0]
+        udp = FabricTraffic(net, [Flow("h000x0", "h100x0", dst, 5001, 1 << 18, 100e9),
+                                  Flow("h100x1", "h100x0", dst, 5001, 1 << 18, 100e9)]).wait()
         assert net.collective("allreduce", sizes=["64KiB"]).wrong == 0  # the fabric still works after
+        return one, both, udp
+
+
+@pytest.mark.root
+def test_rdma_writes_and_udp_flows_across_the_split_give_the_figures_of_one_worker(no_leftovers):
+    """The perf, writes and UDP jobs run split like a collective: each worker runs its own hosts'
+    endpoints and flows; a writer's end, a part's flows sent and its receivers done are told to every
+    part; the destination's part checks the data and counts the datagrams."""
+    one, both, udp = _jobs(1)
+    split, split_both, split_udp = _jobs(2)
+    assert one.data_ok and split.data_ok
+    assert split.fabric_s == one.fabric_s and split.bw_fabric_bps == one.bw_fabric_bps
+    assert [p["data_ok"] for p in split_both] == [p["data_ok"] for p in both] == [True] * 3
+    assert [(p["src"], p["dst"]) for p in split_both] == [(p["src"], p["dst"]) for p in both]
+    assert [p["client"]["fabric_s"] for p in split_both] == [p["client"]["fabric_s"] for p in both]
+    (sent, got), (split_sent, split_got) = udp, split_udp
+    assert split_sent == sent and [s["sent_bytes"] for s in sent] == [(1 << 18) // 1400 * 1400 + 1400] * 2
+    (r,), (q,) = got.values(), split_got.values()
+    assert q["received_bytes"] == r["received_bytes"] == 2 * sent[0]["sent_bytes"]
+    assert q["by_source"] == r["by_source"] and q["bins"] == r["bins"] and q["wall_s"] == r["wall_s"]
 
 
 @pytest.mark.root

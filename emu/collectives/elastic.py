@@ -284,11 +284,13 @@ class ReplicasJob(Job):
         super().__init__(host, params)
         ranks = list(range(len(params["ranks"])))
         rng = random.Random(params.get("seed", 0))
-        self.endpoints = [Endpoint.attached(host, rank["planes"], self.fail, f"replica {r} ({rank['name']})",
-                                            mtu=params["mtu"], seed=rng.getrandbits(32),
-                                            retry_limit=params.get("retry_limit"))
+        # Split over workers, each part runs its own hosts' replicas (the others are stand-ins, see Job).
+        self.local = [self.here(rank["planes"]) for rank in params["ranks"]]
+        self.endpoints = [Endpoint.attached(self.attach_for(rank["planes"]), rank["planes"], self.fail,
+                                            f"replica {r} ({rank['name']})", mtu=params["mtu"],
+                                            seed=rng.getrandbits(32), retry_limit=params.get("retry_limit"))
                           for r, rank in enumerate(params["ranks"])]
-        self.participants = list(self.endpoints)
+        self.participants = [ep for ep, mine in zip(self.endpoints, self.local, strict=True) if mine]
         self.members = [Member(ep.dev, r, ranks, int(params["size"]), int(params["steps"]),
                                slice_bytes=int(params["slice"]), heartbeat_s=float(params["heartbeat_s"]))
                         for r, ep in enumerate(self.endpoints)]
@@ -303,26 +305,31 @@ class ReplicasJob(Job):
         if self.fail_spec:
             self.loop.at(self.t0 + float(self.fail_spec["after_s"]), self._kill, None)
         for r, (ep, m) in enumerate(zip(self.endpoints, self.members, strict=True)):
-            ep.start(m.run(), self.t0, lambda out, t, r=r: self._done(r, out))
+            if self.local[r]:
+                ep.start(m.run(), self.t0, lambda out, t, r=r: self.tell([r, out]))
 
     def _kill(self, t: float, _: Any) -> None:
-        """The replica's host dies: its ports go down, its NIC falls silent."""
+        """The replica's host dies: its ports go down, its NIC falls silent (each part, its own)."""
         self.failed_at = t
         for switch, port in self.fail_spec["ports"]:
-            self.host.set_port(switch, port, False)
-        self.endpoints[self.dead].stop()
+            if self.host.has(switch):
+                self.host.set_port(switch, port, False)
+        if self.local[self.dead]:
+            self.endpoints[self.dead].stop()
 
-    def _done(self, rank: int, out: dict[str, Any]) -> None:
+    def heard(self, t: float, payload: Any) -> None:
+        """A replica's report, told by the part that runs it."""
+        rank, out = payload
         if self.finished:
             return
-        self.reports[rank] = out
+        self.reports[int(rank)] = out
         if len(self.reports) == len(self.members) - (1 if self.dead >= 0 else 0):
             self.finish()
 
     def what(self) -> str:
         state = "; ".join(f"replica {m.me}: epoch {m.epoch}, view {m.view}, suspects {sorted(m.suspects)}, "
                           f"{len(m.steps_done)} steps done, events {sorted(m.events)}"
-                          for m in self.members if m.me != self.dead)
+                          for m in self.members if m.me != self.dead and self.local[m.me])
         return f"{len(self.members)} replicas, {self.params['steps']} steps of {self.params['size']} B ({state})"
 
     def result(self) -> dict[str, Any]:
@@ -330,6 +337,12 @@ class ReplicasJob(Job):
             return {"error": self.error}
         return {"members": [self.reports[r] for r in sorted(self.reports)], "t0_s": self.t0,
                 "failed_at_s": self.failed_at, "dead": self.dead, "fabric_s": self.loop.now - self.t0}
+
+
+    @staticmethod
+    def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """One result from the parts of a split job: every part heard every replica's report."""
+        return {**parts[0], "fabric_s": max(p["fabric_s"] for p in parts)}
 
 
 def start(host: Attach, params: dict[str, Any]) -> ReplicasJob:

@@ -17,7 +17,7 @@ import random
 from typing import Any
 
 from emu.collectives.rank import Ring
-from emu.dataplane.job import Attach, Detached, Job
+from emu.dataplane.job import Attach, Job
 from emu.roce.endpoint import Endpoint
 
 
@@ -34,13 +34,12 @@ class CollectiveJob(Job):
         rng = random.Random(params.get("seed", 0))
         # On a fabric split over workers each runs the ranks of its own hosts; the others' are built
         # detached, the same on every worker (same seeds), so that every ring connects to its peers.
-        self.local = [all(host.has(p[0]) for p in rank["planes"]) for rank in params["ranks"]]
-        detached = Detached(host)
-        self.endpoints = [Endpoint.attached(host if mine else detached, rank["planes"], self.fail,
+        self.local = [self.here(rank["planes"]) for rank in params["ranks"]]
+        self.endpoints = [Endpoint.attached(self.attach_for(rank["planes"]), rank["planes"], self.fail,
                                             f"rank {r} ({rank['name']})", mtu=params["mtu"], cc=params["cc"],
                                             seed=rng.getrandbits(32), trim_dscp=params.get("trim_dscp"),
                                             spray=params.get("spray", "weighted"))
-                          for r, (rank, mine) in enumerate(zip(params["ranks"], self.local, strict=True))]
+                          for r, rank in enumerate(params["ranks"])]
         self.participants = [ep for ep, mine in zip(self.endpoints, self.local, strict=True) if mine]
         self.rings = [Ring(ep.dev, r, n, self.op, max(self.sizes), params["slice"], timed=False)
                       for r, ep in enumerate(self.endpoints)]

@@ -112,6 +112,16 @@ class Job:
             if self.host.has(switch):  # each worker fails its own switches' ports, at the same fabric time
                 self.host.set_port(switch, port, up)
 
+    def here(self, planes: list[list[Any]]) -> bool:
+        """Whether this part runs the host on `planes` ([switch, port, ...] each): on a fabric split over
+        workers, the worker of the host's switches does; unsplit, the one worker runs every host."""
+        return all(self.host.has(p[0]) for p in planes)
+
+    def attach_for(self, planes: list[list[Any]]) -> Attach:
+        """What to build the host on `planes` on: this worker's ports if this part runs it, else a
+        stand-in (Detached), so that every part builds every host alike (queue pairs, keys, seeds)."""
+        return self.host if self.here(planes) else Detached(self.host)
+
     def tell(self, payload: Any) -> None:
         """`heard(t, payload)` on every part of this job, one lookahead from now (see Attach.tell)."""
         self.host.tell(self, payload)

@@ -66,8 +66,16 @@ RX_BURST = 256
 # for: the engine knows no endpoint code, and imports stay downward.
 JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start",
         "writes": "emu.roce.perf:start_writes", "replicas": "emu.collectives.elastic:start"}
-# The kinds whose parts run on every worker of a split fabric, each with its own hosts' endpoints.
-SPLIT_JOBS = ("collective",)
+# On a fabric split over workers every job runs a part on each, for its own hosts (Job.here); the
+# parts agree through notes (Job.tell), and each kind's `merge` joins their results.
+
+
+def _captured(pcap: PcapWriter, f: Callable[[float, Any], None]) -> Callable[[float, Any], None]:
+    def g(t: float, frame: Any) -> None:
+        pcap.write(t, frame)
+        f(t, frame)
+
+    return g
 
 
 def control_path(run_dir: str, index: int) -> str:
@@ -124,11 +132,18 @@ class Worker:
             for ps in sw.spec.ports:
                 if ps.peer_kind != "switch" or self.worker_of[ps.peer_switch] == self.index:
                     continue
-                self.ingress_of[port_id(place[sw.name], ps.index)] = partial(sw.ingress, ps.index)
+                ingress: Callable[[float, Any], None] = partial(sw.ingress, ps.index)
                 delay = sw.cut(ps.index)
                 peer, pid = self.worker_of[ps.peer_switch], port_id(place[ps.peer_switch], ps.peer_port)
-                sw.ports[ps.index].tx.deliver = (
-                    lambda t, frame, peer=peer, pid=pid, delay=delay: send(peer, pid, t + delay, frame))
+
+                def out(t: float, frame: Any, peer: int = peer, pid: int = pid, delay: float = delay) -> None:
+                    send(peer, pid, t + delay, frame)
+
+                pcap = self._pcap(sw, ps)
+                if pcap is not None:  # captured as a veth's port is: what leaves as it leaves, what arrives
+                    ingress, out = _captured(pcap, ingress), _captured(pcap, out)
+                self.ingress_of[port_id(place[sw.name], ps.index)] = ingress
+                sw.ports[ps.index].tx.deliver = out
 
     def _from_peer(self, kind: int, t: float, a: int, payload: bytes) -> None:
         """What a peer worker sent, due at t: a frame for one of our ports, or a note for a job's part."""
@@ -192,6 +207,7 @@ class Worker:
     def _pcap(self, sw: Switch, ps: PortSpec) -> PcapWriter | None:
         if not self.spec.pcap_dir:
             return None
+        os.makedirs(self.spec.pcap_dir, exist_ok=True)  # on another machine, the folder may be new there
         w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{sw.name}-{ps.ifname}.pcap"), self.t0, self.spec.dilation)
         self.pcaps.append(w)
         self.pcap_of[ps.ifname] = w
@@ -313,12 +329,8 @@ class Worker:
         target = JOBS.get(kind)
         if target is None:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
-        if self.split:
-            if kind not in SPLIT_JOBS:
-                raise ValueError(f"the {kind} job runs on one worker; this fabric is split over {self.spec.workers} "
-                                 f"(jobs that run split: {', '.join(SPLIT_JOBS)})")
-            if at is None:
-                raise ValueError("a job on a split fabric starts at an instant every worker agreed on (RunJob.at)")
+        if self.split and at is None:
+            raise ValueError("a job on a split fabric starts at an instant every worker agreed on (RunJob.at)")
         if at is not None:
             params = {**params, "at": float(at)}
         module, fn = target.split(":")

@@ -133,11 +133,23 @@ def client(args: argparse.Namespace) -> dict[str, Any]:
 
 
 class WritersJob(Job):
-    """A job of writers, each of which ends with its result (`results[i]`): done once every one has."""
+    """A job of writers, each of which ends with its result (`results[i]`): done once every part has
+    heard every one. On a fabric split over workers each part runs the hosts of its own switches
+    (Job.here) and tells every part when one of its writers is done; the other hosts are stand-ins."""
 
     results: list[dict[str, Any] | None]
 
+    def endpoint(self, planes: list[list[Any]], name: str, seed: int, **device: Any) -> Endpoint:
+        ep = Endpoint.attached(self.attach_for(planes), planes, self.fail, name, seed=seed, **device)
+        if self.here(planes):
+            self.participants.append(ep)
+        return ep
+
     def _done(self, i: int, out: dict[str, Any]) -> None:
+        self.tell([i, out])
+
+    def heard(self, t: float, payload: Any) -> None:
+        i, out = payload
         self.results[i] = out
         if all(r is not None for r in self.results) and not self.finished:
             self.finish()
@@ -146,7 +158,8 @@ class WritersJob(Job):
 class PerfJob(WritersJob):
     """The same exchange on the fabric clock, inside the engine: params nbytes, message, cc, mtu, seed,
     lat_iters, budget_s (fabric seconds), server (planes) and clients (a list of planes), planes as
-    [switch, port, IPv6 address, rate b/s]. Every client starts at one fabric instant."""
+    [switch, port, IPv6 address, rate b/s]. Every client starts at one fabric instant. Split over
+    workers, the server's part says what the server saw (`merge` joins the parts)."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
@@ -154,8 +167,8 @@ class PerfJob(WritersJob):
         rng = random.Random(seed)
         kw = {"mtu": params["mtu"], "cc": params["cc"], "trim_dscp": params.get("trim_dscp"),
               "spray": params.get("spray", "weighted")}
-        self.server = Endpoint.attached(host, params["server"], self.fail, "server", seed=rng.getrandbits(32), **kw)
-        self.clients = [Endpoint.attached(host, planes, self.fail, f"client {i}", seed=rng.getrandbits(32), **kw)
+        self.server = self.endpoint(params["server"], "server", rng.getrandbits(32), **kw)
+        self.clients = [self.endpoint(planes, f"client {i}", rng.getrandbits(32), **kw)
                         for i, planes in enumerate(params["clients"])]
         self.ends: list[tuple[MemoryRegion, QueuePair]] = []
         ops = []
@@ -169,19 +182,26 @@ class PerfJob(WritersJob):
             ops.append(writes(ep.dev, qp, mr, smr.info(), message=int(params["message"]),
                               lat_iters=int(params["lat_iters"]), name=f"client {i}"))
         self.results: list[dict[str, Any] | None] = [None] * len(self.clients)
-        self.participants = [*self.clients, self.server]
         self.begin()
         for i, (ep, op) in enumerate(zip(self.clients, ops, strict=True)):
-            ep.start(op, self.t0, lambda out, t, i=i: self._done(i, out))
+            if self.here(params["clients"][i]):
+                ep.start(op, self.t0, lambda out, t, i=i: self._done(i, out))
 
     def what(self) -> str:
         return f"{len(self.clients)} client(s) writing {self.params['nbytes']} B each"
 
     def result(self) -> dict[str, Any]:
+        mine = self.here(self.params["server"])
         return {"clients": self.results,
                 "server": server_result(self.server.dev, self.ends, int(self.params["nbytes"]),
-                                        int(self.params["seed"])),
+                                        int(self.params["seed"])) if mine else None,
                 "fabric_s": self.loop.now - self.t0, "t0_fabric_s": self.t0}
+
+    @staticmethod
+    def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """One result from the parts of a split job (every part heard every client; one ran the server)."""
+        return {**parts[0], "server": next(p["server"] for p in parts if p["server"] is not None),
+                "fabric_s": max(p["fabric_s"] for p in parts)}
 
 
 def start(host: Attach, params: dict[str, Any]) -> PerfJob:
@@ -193,7 +213,8 @@ class WritesJob(WritersJob):
     victim flows beside it, a permutation): params hosts ({name: planes}), pairs ([[src, dst], ...];
     a host is the source of one pair at most), nbytes, message, cc, mtu, seed, trim_dscp, budget_s.
     One device per host, a queue pair per pair at each end; every writer starts at one fabric instant.
-    Result: per pair, its source, destination, the writer's result and whether the data arrived exact."""
+    Result: per pair, its source, destination, the writer's result and whether the data arrived exact
+    (split over workers, the destination's part knows that: `merge` joins the parts)."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
@@ -205,7 +226,7 @@ class WritesJob(WritersJob):
         rng = random.Random(seed)
         kw = {"mtu": params["mtu"], "cc": params["cc"], "trim_dscp": params.get("trim_dscp"),
               "spray": params.get("spray", "weighted")}
-        self.eps = {name: Endpoint.attached(host, planes, self.fail, name, seed=rng.getrandbits(32), **kw)
+        self.eps = {name: self.endpoint(planes, name, rng.getrandbits(32), **kw)
                     for name, planes in sorted(params["hosts"].items())}
         self.pairs = pairs
         self.ends: list[tuple[MemoryRegion, int]] = []  # at each destination: the region, its pattern's seed
@@ -220,19 +241,27 @@ class WritesJob(WritersJob):
             self.ends.append((dmr, seed + i))
             ops.append(writes(src, qp, mr, dmr.info(), message=int(params["message"]), lat_iters=0, name=f"{a}->{b}"))
         self.results: list[dict[str, Any] | None] = [None] * len(pairs)
-        self.participants = list(self.eps.values())
         self.begin()
         for i, ((a, _), op) in enumerate(zip(pairs, ops, strict=True)):
-            self.eps[a].start(op, self.t0, lambda out, t, i=i: self._done(i, out))
+            if self.here(params["hosts"][a]):
+                self.eps[a].start(op, self.t0, lambda out, t, i=i: self._done(i, out))
 
     def what(self) -> str:
         return f"{len(self.pairs)} writes of {self.params['nbytes']} B"
 
     def result(self) -> dict[str, Any]:
-        n = int(self.params["nbytes"])
-        return {"pairs": [{"src": a, "dst": b, "client": r, "data_ok": mr.buf == pattern(n, s)}
+        n, hosts = int(self.params["nbytes"]), self.params["hosts"]
+        return {"pairs": [{"src": a, "dst": b, "client": r,
+                           "data_ok": mr.buf == pattern(n, s) if self.here(hosts[b]) else None}
                           for (a, b), r, (mr, s) in zip(self.pairs, self.results, self.ends, strict=True)],
                 "fabric_s": self.loop.now - self.t0, "t0_fabric_s": self.t0}
+
+    @staticmethod
+    def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """One result from the parts of a split job: each pair as its destination's part saw it."""
+        pairs = [next(p["pairs"][i] for p in parts if p["pairs"][i]["data_ok"] is not None)
+                 for i in range(len(parts[0]["pairs"]))]
+        return {**parts[0], "pairs": pairs, "fabric_s": max(p["fabric_s"] for p in parts)}
 
 
 def start_writes(host: Attach, params: dict[str, Any]) -> WritesJob:

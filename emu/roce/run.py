@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from emu.launch import child_env, python_module, scratch_dir
+from emu.roce.perf import PerfJob, WritesJob
 
 Popen = Callable[[list[str]], subprocess.Popen]
 
@@ -82,7 +83,7 @@ class EngineWrites:
     def wait(self) -> list[dict[str, Any]]:
         state = self.engine.wait_job(self.job)
         self.kernel_frames = int(state["kernel_frames"])
-        return state["result"]["pairs"]
+        return (WritesJob.merge(state["parts"]) if "parts" in state else state["result"])["pairs"]
 
 
 class EnginePerf:
@@ -115,6 +116,6 @@ class EnginePerf:
     def wait(self) -> tuple[Any, dict[str, Any]]:
         state = self.engine.wait_job(self.job)
         self.kernel_frames = int(state["kernel_frames"])
-        out = state["result"]
+        out = PerfJob.merge(state["parts"]) if "parts" in state else state["result"]
         self.t0_fabric_s = float(out.get("t0_fabric_s", 0.0))  # the job's start, on its traces' clock
         return (out["clients"] if self.many else out["clients"][0]), out["server"]

@@ -13,6 +13,7 @@ from typing import Any
 from emu.launch import child_env, python_module
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
+from emu.traffic.job import UdpJob
 
 HEADERS = 42  # Ethernet + IPv4 + UDP
 ECT0 = 0b10
@@ -141,9 +142,10 @@ class FabricTraffic:
     def wait(self) -> tuple[list[dict], dict[tuple[str, int, bool], dict]]:
         state = self.net.engine.wait_job(self.job)
         self.kernel_frames = int(state["kernel_frames"])
-        self.t0_fabric_s = float(state["result"]["t0_fabric_s"])
-        got = {(r["host"], r["udp_port"], False): r for r in state["result"]["received"]}
-        return state["result"]["sent"], got
+        result = UdpJob.merge(state["parts"]) if "parts" in state else state["result"]
+        self.t0_fabric_s = float(result["t0_fabric_s"])
+        got = {(r["host"], r["udp_port"], False): r for r in result["received"]}
+        return result["sent"], got
 
 
 def start_traffic(net: FabricNet, flows: list[Flow]) -> Traffic | FabricTraffic:

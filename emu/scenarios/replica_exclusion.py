@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from emu.collectives.elastic import RETRY_LIMIT
+from emu.collectives.elastic import RETRY_LIMIT, ReplicasJob
 from emu.collectives.rank import SLICE
 from emu.dataplane.engine import EngineError
 from emu.fidelity import fabric_clock_verdict, packet_time_s
@@ -89,7 +89,8 @@ class ReplicaExclusion(Scenario):
         finally:
             for sw, port in (fail or {}).get("ports", []):
                 net.engine.set_port(sw, port, True)
-        return {**state["result"], "kernel_frames": int(state["kernel_frames"]), "hosts": [h.name for h in hosts]}
+        result = ReplicasJob.merge(state["parts"]) if "parts" in state else state["result"]
+        return {**result, "kernel_frames": int(state["kernel_frames"]), "hosts": [h.name for h in hosts]}
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         if settings.clock != "fabric":

@@ -25,30 +25,44 @@ class UdpJob(Job):
     """params: flows, each {src: [switch, port, IPv4], dst: [switch, port, IPv4], dst_host, port, nbytes,
     size, rate_bps, tos, flows, sport}; bin_s (fabric s); budget_s. Result: per flow what it sent, per receiver
     (dst_host, UDP port: one socket, whichever of the host's ports its datagrams arrive at) what arrived, in
-    emu.traffic.udp's result layout, times in fabric s."""
+    emu.traffic.udp's result layout, times in fabric s.
+
+    The count ends once every flow has sent its last datagram and every receiver either has all its
+    flows' bytes or has been quiet for IDLE_S since its last arrival (what has not arrived by then was
+    dropped: the counters say where). On a fabric split over workers each part sends its own hosts'
+    flows and counts at its own hosts' receivers; the parts tell each other when their flows have sent
+    and their receivers are done, and `merge` joins their results."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
         self.bin_s = float(params["bin_s"])
-        self.senders: list[dict[str, Any]] = []
+        self.senders: list[dict[str, Any] | None] = []  # per flow; None: another worker's host sends it
         # One receiver per host and UDP port, as one socket would be, on every port its flows arrive at.
-        self.receivers: dict[tuple[str, int], dict[str, Any]] = {}
+        self.receivers: dict[tuple[str, int], dict[str, Any] | None] = {}
         self.expect: dict[tuple[str, int], int] = {}
         self.ports: dict[tuple[str, str, int], tuple[str, int]] = {}
         self.last_arrival = 0.0
-        self.sending = 0
+        self.sending = 0  # this part's flows still sending
+        self.unsent = len(params["flows"])  # every part's, as told
+        self.undone = 0  # receivers not yet done, every part's, as told
+        self.done_here = False
         for f in params["flows"]:
             key = (f.get("dst_host") or f"{f['dst'][0]}/{f['dst'][1]}", int(f["port"]))
+            here = self.here([f["dst"]])
             if key not in self.receivers:
+                self.undone += 1
                 self.receivers[key] = {"host": key[0], "received_bytes": 0, "by_source": {}, "bins": {},
                                        "bin_s": self.bin_s, "first_monotonic": None, "last": None,
-                                       "socket_overflow_packets": 0}
+                                       "socket_overflow_packets": 0} if here else None
             at = (f["dst"][0], f["dst"][1], key[1])
-            if at not in self.ports:
+            if here and at not in self.ports:
                 self.ports[at] = key
                 host.attach_udp4(*at, lambda t, frame, k=key: self._arrive(k, t, frame))
             count = -(-int(f["nbytes"]) // int(f["size"]))
             self.expect[key] = self.expect.get(key, 0) + count * int(f["size"])
+            if not self.here([f["src"]]):
+                self.senders.append(None)
+                continue
             send, host_mac, switch_mac = host.attach(f["src"][0], f["src"][1], lambda t, frame: None)
             frames = [self._frame(host_mac, switch_mac, f, int(f.get("sport", 40000)) + i)
                       for i in range(max(1, int(f.get("flows", 1))))]
@@ -57,8 +71,9 @@ class UdpJob(Job):
                                  "size": int(f["size"]), "sent_bytes": 0})
         self.begin()
         for s in self.senders:
-            self.sending += 1
-            self.loop.at(self.t0, self._send, s)
+            if s is not None:
+                self.sending += 1
+                self.loop.at(self.t0, self._send, s)
 
     @staticmethod
     def _frame(host_mac: bytes, switch_mac: bytes, f: dict[str, Any], sport: int) -> bytes:
@@ -77,10 +92,11 @@ class UdpJob(Job):
         else:
             self.sending -= 1
             if self.sending == 0:
-                self.loop.at(t + IDLE_S, self._idle, None)
+                self.tell(["sent", sum(1 for x in self.senders if x is not None)])
 
     def _arrive(self, key: tuple[str, int], t: float, frame: Any) -> None:
         r = self.receivers[key]
+        assert r is not None  # attached for this part's receivers only
         n = (frame[38] << 8 | frame[39]) - 8
         src = frame[26] << 24 | frame[27] << 16 | frame[28] << 8 | frame[29]  # dotted in result(): no string a packet
         if r["first_monotonic"] is None:
@@ -92,15 +108,37 @@ class UdpJob(Job):
         k = int((t - r["first_monotonic"]) / self.bin_s)
         bins[k] = bins.get(k, 0) + n
         self.last_arrival = t
-        if self.sending == 0 and all(self.receivers[x]["received_bytes"] >= self.expect[x] for x in self.receivers):
-            self.finish()
+        if self.unsent == 0 and self._complete():
+            self._done_here()
+
+    def _complete(self) -> bool:
+        return all(r["received_bytes"] >= self.expect[k] for k, r in self.receivers.items() if r is not None)
+
+    def _done_here(self) -> None:
+        if not self.done_here:
+            self.done_here = True
+            self.tell(["done", sum(1 for r in self.receivers.values() if r is not None)])
+
+    def heard(self, t: float, payload: Any) -> None:
+        what, n = payload
+        if what == "sent":
+            self.unsent -= int(n)
+            if self.unsent == 0:  # every flow has sent: this part's receivers count until done or quiet
+                if self._complete():
+                    self._done_here()
+                else:
+                    self.loop.at(t + IDLE_S, self._idle, None)
+        else:
+            self.undone -= int(n)
+            if self.undone == 0:
+                self.finish()
 
     def _idle(self, t: float, _: Any) -> None:
-        if self.finished:
+        if self.done_here or self.finished:
             return
         quiet_from = self.last_arrival + IDLE_S  # one sum, compared as it was scheduled: no float ping-pong
         if t >= quiet_from:
-            self.finish()  # what has not arrived by now was dropped: the counters say where
+            self._done_here()
         else:
             self.loop.at(quiet_from, self._idle, None)
 
@@ -113,17 +151,31 @@ class UdpJob(Job):
         return f"{len(self.senders)} UDP flow(s)"
 
     def result(self) -> dict[str, Any]:
-        sent = [{"sent_bytes": s["sent_bytes"], "packets": s["i"], "errors": 0} for s in self.senders]
-        got = []
+        sent = [{"sent_bytes": s["sent_bytes"], "packets": s["i"], "errors": 0} if s is not None else None
+                for s in self.senders]
+        got: list[dict[str, Any] | None] = []
+        ip = ipaddress.IPv4Address
         for (_, udp_port), r in self.receivers.items():
+            if r is None:
+                got.append(None)
+                continue
             first, last = r["first_monotonic"], r["last"]
-            ip = ipaddress.IPv4Address
             got.append({"udp_port": udp_port,
                         **{k: v for k, v in r.items() if k not in ("last", "by_source", "bins")},
                         "by_source": {str(ip(a)): n for a, n in r["by_source"].items()},
                         "bins": {str(ip(a)): b for a, b in r["bins"].items()},
                         "wall_s": (last - first) if first is not None and last is not None else 0.0})
         return {"sent": sent, "received": got, "fabric_s": self.loop.now - self.t0, "t0_fabric_s": self.t0}
+
+    @staticmethod
+    def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """One result from the parts of a split job: each flow as its sender's part saw it, each
+        receiver as its host's part counted it."""
+        def pick(field: str) -> list[dict[str, Any]]:
+            return [next(p[field][i] for p in parts if p[field][i] is not None) for i in range(len(parts[0][field]))]
+
+        return {**parts[0], "sent": pick("sent"), "received": pick("received"),
+                "fabric_s": max(p["fabric_s"] for p in parts)}
 
 
 def start(host: Attach, params: dict[str, Any]) -> UdpJob:
