@@ -261,6 +261,8 @@ def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster, tm
         assert across.data_ok and across.fabric_s == write.fabric_s
         long_haul = [f"{sw}-{i.name}.pcap" for sw in ("bag0x0", "bag1x0") for i in net.get(sw).intfList()
                      if i.link and {i.link.intf1.node.name, i.link.intf2.node.name} == {"bag0x0", "bag1x0"}]
+        cable = net.get("h100x0").defaultIntf().link
+        leaf_port = next(f"{i.node.name}-{i.name}.pcap" for i in (cable.intf1, cable.intf2) if i.node.name != "h100x0")
         # The control plane across machines: a long-haul link down, traffic rerouted over the others.
         net.fail(link=("bag0x0", "bag1x0"))
         assert net.pingAll() == 0.0 and net.collective("allreduce", sizes=["256KiB"]).wrong == 0
@@ -272,7 +274,7 @@ def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster, tm
         assert all(p["up"] for p in stats["switches"]["bag1x0"]["ports"].values())
     assert not _worker_on(spaces["m1"]) and not _worker_on(spaces["m2"])
     assert len(long_haul) == 2 and all(len(read_frames(str(pcap / f))) > 0 for f in long_haul)
-    assert read_frames(str(pcap / "b1l0-b1l0-eth1.pcap")) or read_frames(str(pcap / "b1l0-b1l0-eth0.pcap"))
+    assert len(read_frames(str(pcap / leaf_port))) > 0  # the write's frames, at the leaf on m2
 
 
 @pytest.mark.root
