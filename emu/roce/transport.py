@@ -81,6 +81,11 @@ LOSS_TO_DOWN = 8
 CHARGED_KEPT = 4096  # retransmitted PSNs remembered for a late duplicate's refund
 ACK_EVERY = 16  # data packets per coalesced ACK
 ACK_DELAY_S = 0.5e-6  # fabric seconds an arrival waits for its ACK at most
+# A timer is due at its instant, not one rounding later: times are absolute floats, so sent_at + RTO
+# computed at t0 = 1.0 and at t0 = 2.0 differ in the last bit, and a check landing exactly on a timer's
+# instant would fire or not with the job's start time (a spurious retransmission in one run, none in the
+# next, and a replica's death detected 39 or 186 ms after it). Far below any modelled delay.
+TIMER_SLACK_S = 1e-9
 ENTROPY = 4
 SPRAYS = ("weighted", "equal")
 LOSS_GAIN = 1 / 256  # a plane's loss rate averages over about this many of its packets' fates
@@ -328,6 +333,7 @@ class Device:
         self.wall_s_per_byte = 8 * dilation / plane_rate_bps
         self.rto = rto_fabric_s * dilation
         self.ack_delay = ACK_DELAY_S * dilation
+        self.slack = TIMER_SLACK_S * dilation
         # How far apart in time the planes may deliver: a packet on a plane slower than the rest holds
         # the cumulative ACK, and what arrives more than SACK_BITS packets past it is reported late and
         # counts against the window, so the whole connection stalls. At the device's full rate that
@@ -576,18 +582,18 @@ class Device:
         # timer): no later ACK may come to wake the sender, and the retransmission timer is far off.
         reorder = DUP_THRESH * len(self.planes) if qp.pending else 1
         for seg in qp.inflight.values():  # insertion order is PSN order; a resend only rebinds its key
-            if seg.psn > highest and now - seg.sent_at <= rto:
+            if seg.psn > highest and now - seg.sent_at < rto - self.slack:
                 break  # later packets were sent later still
             if seg.acked:
                 continue
             overtaken = False
             if highest - seg.psn >= reorder and qp.srtt > 0 and seg.sends == 1:
                 lost_at = seg.sent_at + 2 * (self.planes[seg.plane].srtt or qp.srtt) + self.ack_delay + qp.reo_wnd
-                overtaken = now >= lost_at
+                overtaken = now >= lost_at - self.slack
                 if not overtaken and lost_at < qp.rto_check:
                     qp.rto_check = lost_at
             backoff = rto * (1 << min(seg.sends - 1, 6))  # each timeout of the same packet doubles its timer
-            timer = now - seg.sent_at > backoff
+            timer = now - seg.sent_at >= backoff - self.slack
             if timer and self.retry_limit is not None and seg.sends > self.retry_limit:
                 qp.fail("retry exceeded")
                 return
