@@ -277,6 +277,8 @@ def test_replica_exclusion_survivors_detect_agree_and_finish_every_step_exact(tm
                          out_dir=str(tmp_path / "split"))
     times = [k for k in r if k.endswith("_fabric_s")]
     assert split["workers"] == 2 and split["passed"] and {k: split[k] for k in times} == {k: r[k] for k in times}
+    # Equal-time events may run in another order split (docs/cluster.md, Ties): a few retransmissions
+    assert abs(split["retransmits"] - r["retransmits"]) <= 0.01 * r["retransmits"]
     with pytest.raises(ScenarioError, match="did not finish"):
         run_scenario("replica-exclusion", {"size": "256KiB", "steps": "3", "retry-limit": "0"},
                      RunSettings(clock="fabric"), out_dir=str(tmp_path))

@@ -194,6 +194,12 @@ class FabricLoop(WallLoop):
     """
 
     BATCH = 256  # events between two looks at the sockets while a job runs
+    # Fabric seconds after a job ended during which what it left (frames in flight, queues draining,
+    # timers) still runs on the schedule, as fast as the CPU allows, and not on the wall: an event
+    # that reads the clock gets its own time, not the wall's, and (split) the windows go on, so that
+    # frames cross to the peers at their fabric time. The next job then finds the same fabric on any
+    # machine, after any pause, on one worker or several.
+    DRAIN_S = 0.01
 
     def __init__(self, idle_dilation: float) -> None:
         super().__init__()
@@ -206,6 +212,7 @@ class FabricLoop(WallLoop):
         self.pace = 0.0
         self._pace_f, self._pace_w = 0.0, self._anchor_w  # where the paced job's fabric time meets the wall
         self.sync: Any = None  # emu.dataplane.channel.Channels when the fabric is split over workers
+        self.drain_until = -math.inf  # after a job: events due before this run on the schedule (DRAIN_S)
 
     def _mapped(self, wall: float) -> float:
         return self._anchor_f + (wall - self._anchor_w) / self.idle_dilation
@@ -215,8 +222,12 @@ class FabricLoop(WallLoop):
         """A job runs here, or (split) on some worker: fabric time is the schedule's, not the wall's."""
         return bool(self.busy) or (self.sync is not None and self.sync.active)
 
+    def _draining(self) -> bool:
+        heap = self.heap
+        return bool(heap) and heap[0][0] < self.drain_until
+
     def clock(self) -> float:
-        if self.busy or (self.sync is not None and self.sync.active):
+        if self.busy or (self.sync is not None and self.sync.active) or self._draining():
             return self.now
         f = self._mapped(time.monotonic())
         return f if f > self.now else self.now
@@ -266,6 +277,7 @@ class FabricLoop(WallLoop):
         self.busy -= 1
         if not self.busy:
             self._anchor_f, self._anchor_w = self.now, time.monotonic()
+            self.drain_until = self.now + self.DRAIN_S
 
     def run_forever(self) -> None:
         heap = self.heap
@@ -293,21 +305,26 @@ class FabricLoop(WallLoop):
                     n += 1
                 self.events += n
                 if not heap or heap[0][0] >= limit:
-                    sync.end_window(heap[0][0] if heap else math.inf, self.busy > 0)
+                    nxt = heap[0][0] if heap else math.inf
+                    sync.end_window(nxt, self.busy > 0 or nxt < self.drain_until)
                 self._dispatch(epoll.poll(0))
-            elif self.busy:
-                if self.pace and heap:
+            elif self.busy or (heap and heap[0][0] < self.drain_until):
+                if self.busy and self.pace and heap:
                     ahead = self._pace_w + (heap[0][0] - self._pace_f) * self.pace - time.monotonic()
                     if ahead > 0:  # paced: serve the sockets while the wall catches up
                         self._dispatch(epoll.poll(min(ahead, 0.05)))
                         continue
                 n = 0
-                while heap and n < batch and self.busy:  # a job that ends hands the rest back to the wall
+                # A job that ends hands what it left to the drain, then the rest to the wall.
+                while heap and n < batch and (self.busy or heap[0][0] < self.drain_until):
                     t, _, fn, arg = pop(heap)
                     self.now = t
                     fn(t, arg)
                     n += 1
                 self.events += n
+                if not self.busy and not self._draining() and self.drain_until > -math.inf:
+                    self.drain_until = -math.inf  # drained: fabric time follows the wall from here
+                    self._anchor_f, self._anchor_w = self.now, time.monotonic()
                 events = epoll.poll(0 if heap else 1.0)
             else:
                 f = self.clock()
