@@ -339,11 +339,5 @@ class ReplicasJob(Job):
                 "failed_at_s": self.failed_at, "dead": self.dead, "fabric_s": self.loop.now - self.t0}
 
 
-    @staticmethod
-    def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-        """One result from the parts of a split job: every part heard every replica's report."""
-        return {**parts[0], "fabric_s": max(p["fabric_s"] for p in parts)}
-
-
 def start(host: Attach, params: dict[str, Any]) -> ReplicasJob:
     return ReplicasJob(host, params)

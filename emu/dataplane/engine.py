@@ -427,13 +427,17 @@ class Engine:
     # answers between batches of events, so a live job advances between two looks whatever the load.
     JOB_STALL_S = 120.0
 
-    def wait_job(self, job: int, poll_s: float = 0.02) -> dict[str, Any]:
+    def wait_job(self, job: int, merge: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None,
+                 poll_s: float = 0.02) -> dict[str, Any]:
         """Wait for a job to end: its final state (`result`, `kernel_frames`). EngineError if it failed,
-        or if its fabric time stood still for JOB_STALL_S of wall time (a stuck worker, never a slow one)."""
+        or if its fabric time stood still for JOB_STALL_S of wall time (a stuck worker, never a slow one).
+        Split over workers, `merge` (the job kind's, Job.merge) joins the parts into `result`."""
         fabric_s, moved = -1.0, time.monotonic()
         while True:
             state = self.job_state(job)
             if state["done"]:
+                if "parts" in state and merge is not None:
+                    state["result"] = merge(state["parts"])
                 return state
             if state["fabric_s"] > fabric_s:
                 fabric_s, moved = state["fabric_s"], time.monotonic()

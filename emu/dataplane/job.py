@@ -122,6 +122,13 @@ class Job:
         stand-in (Detached), so that every part builds every host alike (queue pairs, keys, seeds)."""
         return self.host if self.here(planes) else Detached(self.host)
 
+    @staticmethod
+    def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+        """One result from the results of a split job's parts (worker order): what every part heard
+        alike, and the longest part's fabric time. Kinds whose parts each know only their own hosts'
+        share extend it."""
+        return {**parts[0], "fabric_s": max(p["fabric_s"] for p in parts)}
+
     def tell(self, payload: Any) -> None:
         """`heard(t, payload)` on every part of this job, one lookahead from now (see Attach.tell)."""
         self.host.tell(self, payload)

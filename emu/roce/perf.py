@@ -200,8 +200,7 @@ class PerfJob(WritersJob):
     @staticmethod
     def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         """One result from the parts of a split job (every part heard every client; one ran the server)."""
-        return {**parts[0], "server": next(p["server"] for p in parts if p["server"] is not None),
-                "fabric_s": max(p["fabric_s"] for p in parts)}
+        return {**Job.merge(parts), "server": next(p["server"] for p in parts if p["server"] is not None)}
 
 
 def start(host: Attach, params: dict[str, Any]) -> PerfJob:
@@ -261,7 +260,7 @@ class WritesJob(WritersJob):
         """One result from the parts of a split job: each pair as its destination's part saw it."""
         pairs = [next(p["pairs"][i] for p in parts if p["pairs"][i]["data_ok"] is not None)
                  for i in range(len(parts[0]["pairs"]))]
-        return {**parts[0], "pairs": pairs, "fabric_s": max(p["fabric_s"] for p in parts)}
+        return {**Job.merge(parts), "pairs": pairs}
 
 
 def start_writes(host: Attach, params: dict[str, Any]) -> WritesJob:

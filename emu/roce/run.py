@@ -81,9 +81,9 @@ class EngineWrites:
         self.kernel_frames = 0
 
     def wait(self) -> list[dict[str, Any]]:
-        state = self.engine.wait_job(self.job)
+        state = self.engine.wait_job(self.job, WritesJob.merge)
         self.kernel_frames = int(state["kernel_frames"])
-        return (WritesJob.merge(state["parts"]) if "parts" in state else state["result"])["pairs"]
+        return state["result"]["pairs"]
 
 
 class EnginePerf:
@@ -114,8 +114,8 @@ class EnginePerf:
         self.kernel_frames = 0
 
     def wait(self) -> tuple[Any, dict[str, Any]]:
-        state = self.engine.wait_job(self.job)
+        state = self.engine.wait_job(self.job, PerfJob.merge)
         self.kernel_frames = int(state["kernel_frames"])
-        out = PerfJob.merge(state["parts"]) if "parts" in state else state["result"]
+        out = state["result"]
         self.t0_fabric_s = float(out.get("t0_fabric_s", 0.0))  # the job's start, on its traces' clock
         return (out["clients"] if self.many else out["clients"][0]), out["server"]

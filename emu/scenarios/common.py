@@ -140,9 +140,9 @@ class FabricTraffic:
         self.t0_fabric_s = 0.0
 
     def wait(self) -> tuple[list[dict], dict[tuple[str, int, bool], dict]]:
-        state = self.net.engine.wait_job(self.job)
+        state = self.net.engine.wait_job(self.job, UdpJob.merge)
         self.kernel_frames = int(state["kernel_frames"])
-        result = UdpJob.merge(state["parts"]) if "parts" in state else state["result"]
+        result = state["result"]
         self.t0_fabric_s = float(result["t0_fabric_s"])
         got = {(r["host"], r["udp_port"], False): r for r in result["received"]}
         return result["sent"], got

@@ -85,12 +85,11 @@ class ReplicaExclusion(Scenario):
                                                         in zip(h.switch_ports, h.ports, strict=True)]}
                             for h in hosts]}
         try:
-            state = net.engine.wait_job(net.engine.start_job("replicas", params))
+            state = net.engine.wait_job(net.engine.start_job("replicas", params), ReplicasJob.merge)
         finally:
             for sw, port in (fail or {}).get("ports", []):
                 net.engine.set_port(sw, port, True)
-        result = ReplicasJob.merge(state["parts"]) if "parts" in state else state["result"]
-        return {**result, "kernel_frames": int(state["kernel_frames"]), "hosts": [h.name for h in hosts]}
+        return {**state["result"], "kernel_frames": int(state["kernel_frames"]), "hosts": [h.name for h in hosts]}
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         if settings.clock != "fabric":

@@ -174,8 +174,7 @@ class UdpJob(Job):
         def pick(field: str) -> list[dict[str, Any]]:
             return [next(p[field][i] for p in parts if p[field][i] is not None) for i in range(len(parts[0][field]))]
 
-        return {**parts[0], "sent": pick("sent"), "received": pick("received"),
-                "fabric_s": max(p["fabric_s"] for p in parts)}
+        return {**Job.merge(parts), "sent": pick("sent"), "received": pick("received")}
 
 
 def start(host: Attach, params: dict[str, Any]) -> UdpJob:
