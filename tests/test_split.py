@@ -119,6 +119,34 @@ def test_rdma_writes_and_udp_flows_across_the_split_give_the_figures_of_one_work
 
 
 @pytest.mark.root
+def test_fpf_split_by_planes_cuts_the_host_cables(no_leftovers):
+    """One leaf a plane: no cable length parts the switches, so each worker takes whole planes and the
+    hosts' 2 m cables to the other worker's planes are cut (a lookahead of 10 ns). A host runs whole on
+    one worker, its NIC toward the other's leaf too; the collective is right and, but for the order of
+    equal-time events (a frame from the other worker runs after a local event of its instant: which
+    plane an acknowledgement takes), takes the one-worker time. The NICs of cut cables are counted."""
+    from emu import FPFTopo
+
+    from emu import FabricNet
+
+    topo = {"gpus": 4, "planes": 2, "leaves": 1}
+    one, _ = _collective(FPFTopo(**topo), 1, ["1MiB"])
+    with FabricNet(FPFTopo(**topo), clock="fabric", workers=2) as net:
+        spec = net.engine.spec
+        two = net.collective("allreduce", sizes=["1MiB"])
+        nics = net.engine.stats()["switches"]["p1l0"]["ports"]
+    assert {s.name: s.worker for s in spec.switches} == {"p0l0": 0, "p1l0": 1}
+    cut = sorted((s.name, p.ifname, p.host_worker) for s in spec.switches for p in s.ports if p.host_worker >= 0)
+    assert [(sw, w) for sw, _, w in cut] == [("p0l0", 1), ("p0l0", 1), ("p1l0", 0), ("p1l0", 0)]  # 2 hosts a worker
+    assert spec.lookahead_s() == pytest.approx(1e-8)
+    assert two.wrong == 0 and two.fidelity["ok"]
+    assert two.rows[0].time_us == pytest.approx(one.rows[0].time_us, rel=0.01)
+    # A cut cable's NIC runs on the host's worker, and is counted there: 1 MiB over 2 planes, from each host.
+    for _, port, _ in (c for c in cut if c[0] == "p1l0"):
+        assert nics[port]["host_nic"]["tx_bytes"] > (1 << 20) // 2 // 4
+
+
+@pytest.mark.root
 def test_a_killed_worker_stops_the_job_with_one_error_naming_it(no_leftovers):
     from emu import FabricNet
     from emu.dataplane.engine import EngineError

@@ -312,7 +312,7 @@ class ReplicasJob(Job):
         """The replica's host dies: its ports go down, its NIC falls silent (each part, its own)."""
         self.failed_at = t
         for switch, port in self.fail_spec["ports"]:
-            if self.host.has(switch):
+            if self.host.carries(switch, port):
                 self.host.set_port(switch, port, False)
         if self.local[self.dead]:
             self.endpoints[self.dead].stop()

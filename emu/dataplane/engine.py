@@ -276,14 +276,19 @@ class Engine:
         """Counters of every switch, and each worker's fidelity, in one dict."""
         self.check()
         out: dict[str, Any] = {"dilation": self.spec.dilation, "switches": {}, "workers": []}
+        ends: dict[str, dict[str, Any]] = {}  # a cut host cable's NIC, counted where its host runs
         if self.spec.clock == "fabric" and self.spec.workers > 1:
             out["lookahead_s"] = self.spec.lookahead_s()  # the window the workers advance in together
         for i in range(self.spec.workers):
             r = self.request(i, Stats())
             out["switches"].update(r["switches"])
+            ends.update(r.get("host_ends", {}))
             out["workers"].append({"worker": i, "fidelity": r["fidelity"], "uptime_s": r["uptime_s"],
                                    **({"machine": self.machine(i)} if self.spec.machines else {}),
                                    **({"channel": r["channel"]} if "channel" in r else {})})
+        for name, nic in ends.items():
+            switch, port = name.split("/", 1)
+            out["switches"][switch]["ports"][port]["host_nic"] = nic
         return out
 
     def worker_of(self, switch: str) -> int:
@@ -293,14 +298,24 @@ class Engine:
         raise EngineError(f"no switch named {switch!r}")
 
     def set_port(self, switch: str, port: str, up: bool) -> None:
-        self._ask(switch, SetPort(switch, port, up))
+        for i in self._port_workers(switch, port):
+            self._ask(switch, SetPort(switch, port, up), worker=i)
 
     def degrade(self, switch: str, port: str, *, loss: float = 0.0, rate_bps: float = 0.0, delay_s: float = 0.0,
                 seed: int = 0) -> None:
         """A port's link degraded (Degrade; fabric units); all zero restores it."""
         if not 0.0 <= loss < 1.0 or rate_bps < 0 or delay_s < 0:
             raise ValueError(f"degrade: loss must be in [0, 1), rate and delay >= 0; got {loss}, {rate_bps}, {delay_s}")
-        self._ask(switch, Degrade(switch, port, loss, rate_bps, delay_s, seed))
+        for i in self._port_workers(switch, port):
+            self._ask(switch, Degrade(switch, port, loss, rate_bps, delay_s, seed), worker=i)
+
+    def _port_workers(self, switch: str, port: str) -> list[int]:
+        """The workers that run a part of port (switch, port): its switch's, and its host's where the
+        host runs on another (PortSpec.host_worker: the cable is cut, its NIC runs with the host)."""
+        w = self.worker_of(switch)
+        s = next(s for s in self.spec.switches if s.name == switch)
+        hw = next((p.host_worker for p in s.ports if p.ifname == port), -1)
+        return [w] if hw in (-1, w) else [w, hw]
 
     def set_pace(self, wall_s: float) -> None:
         """Fabric clock: a job's fabric second takes at least `wall_s` wall seconds (0: no limit), to be
@@ -314,8 +329,8 @@ class Engine:
             if not r.get("ok"):
                 raise EngineError(f"pace: {r.get('error', 'request refused')}")
 
-    def _ask(self, switch: str, msg: Request, timeout: float = 5.0) -> dict[str, Any]:
-        r = self.request(self.worker_of(switch), msg, timeout=timeout)
+    def _ask(self, switch: str, msg: Request, timeout: float = 5.0, worker: int = -1) -> dict[str, Any]:
+        r = self.request(self.worker_of(switch) if worker < 0 else worker, msg, timeout=timeout)
         if not r.get("ok"):
             raise EngineError(f"{switch}: {r.get('error', 'request refused')}")
         return r

@@ -36,9 +36,14 @@ class Attach(Protocol):
         """A switch port down or up now, as a failure the job schedules in fabric time."""
         ...
 
-    def has(self, switch: str) -> bool:
-        """Whether this worker runs `switch`: on a fabric split over workers, each runs the part of a
-        job whose hosts hang off its own switches."""
+    def hosts(self, switch: str, port: str) -> bool:
+        """Whether this worker runs the host behind (switch, port): on a fabric split over workers, each
+        runs the part of a job whose hosts run there (a host's cables to other workers' switches cut)."""
+        ...
+
+    def carries(self, switch: str, port: str) -> bool:
+        """Whether this worker runs port (switch, port), or its cut cable's end at the host: where a
+        failure of the port must be applied."""
         ...
 
     def tell(self, job: Any, payload: Any) -> None:
@@ -109,13 +114,13 @@ class Job:
     def _set_ports(self, t: float, arg: tuple[bool, list[list[str]]]) -> None:
         up, ports = arg
         for switch, port in ports:
-            if self.host.has(switch):  # each worker fails its own switches' ports, at the same fabric time
+            if self.host.carries(switch, port):  # each worker fails its own ports, at the same fabric time
                 self.host.set_port(switch, port, up)
 
     def here(self, planes: list[list[Any]]) -> bool:
         """Whether this part runs the host on `planes` ([switch, port, ...] each): on a fabric split over
-        workers, the worker of the host's switches does; unsplit, the one worker runs every host."""
-        return all(self.host.has(p[0]) for p in planes)
+        workers, the worker the host runs on does; unsplit, the one worker runs every host."""
+        return self.host.hosts(planes[0][0], planes[0][1])
 
     def attach_for(self, planes: list[list[Any]]) -> Attach:
         """What to build the host on `planes` on: this worker's ports if this part runs it, else a

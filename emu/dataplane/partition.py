@@ -138,6 +138,33 @@ def split_at_longest(ports: dict[str, list[PortSpec]], workers: int) -> dict[str
                     f"switches into {workers} pieces (a split needs links with a propagation delay between them)")
 
 
+def split_by_shards(shard: dict[str, int], workers: int) -> dict[str, int]:
+    """Switch -> worker where no link length parts the switches (an FPF of one leaf a plane, whose
+    planes meet only in the hosts): whole shards (the groups a topology names: an FPF plane) in
+    contiguous blocks, planes 0-3 on one worker and 4-7 on the next. The hosts' cables are then cut
+    (see hosts_to_workers): a lookahead of a host cable's delay. SpecError if too few shards."""
+    order = sorted(set(shard.values()))
+    if len(order) < workers:
+        raise SpecError(f"the fabric clock cannot split this fabric over {workers} workers: no link length parts "
+                        f"its switches, and it has {len(order)} switch group(s) (shards)")
+    per = len(order) / workers
+    return {name: min(workers - 1, int(order.index(k) / per)) for name, k in shard.items()}
+
+
+def hosts_to_workers(host_switches: dict[str, list[str]], place: dict[str, int]) -> dict[str, int]:
+    """Host -> the worker it runs on: of its switches' workers, the one with the fewest hosts so far
+    (hosts in name order), so that a host whose planes are on several workers runs whole on one of them
+    and the hosts spread over the workers."""
+    load: dict[int, int] = {}
+    out = {}
+    for host in sorted(host_switches, key=lambda h: (len(h), h)):
+        near = sorted({place[s] for s in host_switches[host]})
+        w = min(near, key=lambda i: (load.get(i, 0), i))
+        load[w] = load.get(w, 0) + 1
+        out[host] = w
+    return out
+
+
 def _run_before(loop: Loop, end: float) -> None:
     """Every event of `loop` before `end` (not at it: a frame from another partition may arrive at `end`)."""
     heap = loop.heap

@@ -134,8 +134,14 @@ class PortSpec:
     ipv4: tuple[str, ...] = ()
     ipv6: tuple[str, ...] = ()
     headroom: int = 0
+    # A host port whose host another worker runs (its NIC, kernel interface and endpoints: a host with
+    # planes on two machines), or -1: the switch's own. The cable is then cut as a link between
+    # switches is: a channel, whose lookahead is the cable's delay.
+    host_worker: int = -1
 
     def __post_init__(self) -> None:
+        if self.host_worker >= 0 and self.peer_kind != "host":
+            raise SpecError(f"{self.ifname}: only a host port's host runs on a worker of its own")
         if self.peer_kind not in PEER_KINDS:
             raise SpecError(f"{self.ifname}: peer_kind must be one of {PEER_KINDS}")
         if not self.rate_bps > 0:
@@ -208,6 +214,9 @@ class EngineSpec:
             if not 0 <= s.worker < self.workers:
                 raise SpecError(f"{s.name}: worker {s.worker} outside 0..{self.workers - 1}")
             for p in s.ports:
+                if p.host_worker >= self.workers or (p.host_worker >= 0 and self.clock != "fabric"):
+                    raise SpecError(f"{s.name}/{p.ifname}: its host's worker {p.host_worker} must be one of "
+                                    f"0..{self.workers - 1}, on the fabric clock")
                 if p.peer_kind == "switch":
                     peer = by_name.get(p.peer_switch)
                     if peer is None or p.peer_port >= len(peer.ports):
@@ -217,10 +226,16 @@ class EngineSpec:
                             "between them: that delay is how far one worker may run ahead of another")
 
     def cut_links(self) -> list[tuple[str, PortSpec]]:
-        """The ports (switch, port) whose peer switch another worker runs."""
+        """The ports (switch, port) whose peer another worker runs: a switch, or a host (host_worker)."""
         owner = {s.name: s.worker for s in self.switches}
         return [(s.name, p) for s in self.switches for p in s.ports
-                if p.peer_kind == "switch" and owner[p.peer_switch] != s.worker]
+                if (p.peer_kind == "switch" and owner[p.peer_switch] != s.worker)
+                or p.host_worker not in (-1, s.worker)]
+
+    @staticmethod
+    def host_side(s: SwitchSpec, p: PortSpec) -> int:
+        """The worker that runs the host behind host port `p` of switch `s`."""
+        return p.host_worker if p.host_worker >= 0 else s.worker
 
     def lookahead_s(self) -> float:
         """How far (engine s) a worker may run ahead of another: the least delay of the links between them."""

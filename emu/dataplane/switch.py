@@ -25,7 +25,7 @@ from emu import packet as pk
 from emu.control.model import SwitchTables
 from emu.dataplane.buffer import SharedBuffer, pfc_headroom
 from emu.dataplane.link import NQ, Transmitter
-from emu.dataplane.spec import SwitchSpec
+from emu.dataplane.spec import PortSpec, SwitchSpec
 from emu.dataplane.tables import GroupState, Lpm
 
 CONTROL_TC = 7
@@ -47,6 +47,27 @@ def _csum_replace(hc: int, old: int, new: int) -> int:
     s = (s & 0xFFFF) + (s >> 16)
     s = (s & 0xFFFF) + (s >> 16)
     return ~s & 0xFFFF
+
+
+def traffic_class(dscp_tc: list[int], frame: bytes) -> int:
+    """The class a frame is queued in by its DSCP (ARP: network control; anything else: 0)."""
+    n = len(frame)
+    if n < 15:
+        return 0
+    et = frame[12] << 8 | frame[13]
+    if et == IPV4 and n > 15:  # the common case first
+        return dscp_tc[frame[15] >> 2]
+    l3 = 14
+    if et == pk.ETH_P_VLAN and n >= 19:
+        et = frame[16] << 8 | frame[17]
+        l3 = 18
+    if et == IPV4 and n > l3 + 1:
+        return dscp_tc[frame[l3 + 1] >> 2]
+    if et == IPV6 and n > l3 + 1:
+        return dscp_tc[((frame[l3] & 0x0F) << 2) | (frame[l3 + 1] >> 6)]
+    if et == pk.ETH_P_ARP:
+        return CONTROL_TC
+    return 0
 
 
 class Port:
@@ -235,29 +256,12 @@ class Switch:
         if nic is None or not p.up:
             p.drop("link_down")
             return
-        if frame[12] == 8 and frame[13] == 0 and len(frame) > 15:  # IPv4, the common case
-            tc = self.dscp_tc[frame[15] >> 2]
-        else:
-            tc = self.classify(frame)
+        tc = traffic_class(self.dscp_tc, frame)
         if not nic.enqueue(t, tc, frame):
             p.drop("host_nic_overflow", tc)
 
     def classify(self, frame: bytes) -> int:
-        n = len(frame)
-        if n < 15:
-            return 0
-        et = frame[12] << 8 | frame[13]
-        l3 = 14
-        if et == pk.ETH_P_VLAN and n >= 19:
-            et = frame[16] << 8 | frame[17]
-            l3 = 18
-        if et == IPV4 and n > l3 + 1:
-            return self.dscp_tc[frame[l3 + 1] >> 2]
-        if et == IPV6 and n > l3 + 1:
-            return self.dscp_tc[((frame[l3] & 0x0F) << 2) | (frame[l3 + 1] >> 6)]
-        if et == pk.ETH_P_ARP:
-            return CONTROL_TC
-        return 0
+        return traffic_class(self.dscp_tc, frame)
 
     # The shared buffer limits egress queues; a wire box's queues are bounded by their own size.
     egress_limit_bytes = 0
@@ -791,3 +795,64 @@ class WireBox(Switch):
         handover = self.ports[port + self.nlinks]
         frame = pk.credit_frame(handover.mac, tag >> 19, tag >> 16 & 7, owed)
         handover.tx.enqueue(t, CONTROL_TC, frame)
+
+
+class HostEnd:
+    """The host's end of a host port's cable, run apart from its switch (PortSpec.host_worker): a
+    host whose planes' switches are on several workers or machines runs whole on one of them, and
+    this is its NIC toward a switch another worker runs. It queues and serialises what the host
+    sends as the switch's own NIC model would (Switch.from_host: same classes, limit, rate, loss
+    seeds), and hands each frame over when its last bit leaves (`to_switch`; the channel adds the
+    cable's delay). What the switch sends comes back through `arrive`: its PFC pauses this NIC, as
+    Switch.send_pfc pauses the NIC it holds, and every frame goes on to the host (`deliver`)."""
+
+    def __init__(self, spec: SwitchSpec, ps: PortSpec, loop: Any, *, dilation: float,
+                 to_switch: Callable[[float, Any], None]) -> None:
+        self.switch, self.index, self.name = spec.name, ps.index, ps.ifname
+        self.seed = spec.seed
+        self.dilation = dilation
+        self.dscp_tc = list(spec.qos.dscp_to_tc)
+        self.up = True
+        self.drops: dict[str, int] = {}
+        self.drops_tc = [0] * NQ
+        self.deliver: Callable[[float, Any], None] = _unwired  # to the host: wired by the worker
+        self.nic = Transmitter(loop, name=f"{spec.name}:{ps.ifname}:host-nic", rate_bps=ps.rate_bps / dilation,
+                               delay=0.0, deliver=to_switch, strict=spec.qos.strict, weights=spec.qos.weights,
+                               limit_bytes=spec.qos.host_nic_limit)
+
+    def drop(self, reason: str, tc: int = -1) -> None:
+        self.drops[reason] = self.drops.get(reason, 0) + 1
+        if tc >= 0:
+            self.drops_tc[tc] += 1
+
+    def from_host(self, t: float, frame: bytes) -> None:
+        if not self.up:
+            self.drop("link_down")
+            return
+        tc = traffic_class(self.dscp_tc, frame)
+        if not self.nic.enqueue(t, tc, frame):
+            self.drop("host_nic_overflow", tc)
+
+    def arrive(self, t: float, frame: Any) -> None:
+        if len(frame) >= 14 and frame[12] << 8 | frame[13] == pk.ETH_P_MAC_CONTROL:
+            times = pk.parse_pfc(frame, 14)
+            if times is not None:
+                self.nic.pause(t, times)
+        self.deliver(t, frame)
+
+    def set_up(self, up: bool) -> None:
+        self.up = up
+        self.nic.set_up(up)
+
+    def degrade(self, *, loss: float, rate_bps: float, delay_s: float, seed: int = 0) -> None:
+        """As Switch.degrade_port degrades the NIC it holds (the same loss seed)."""
+        self.nic.degrade(loss=loss, rate_bps=rate_bps / self.dilation if rate_bps else 0.0,
+                         extra_delay=delay_s * self.dilation,
+                         seed=(self.seed * 1_000_003 + 2 * self.index + 1) ^ seed << 32)
+
+    def stats(self, t: float) -> dict[str, Any]:
+        """The port's `host_nic` counters, as Switch.stats gives them for a NIC it holds."""
+        return {"tx_packets": self.nic.tx_packets, "tx_bytes": self.nic.tx_bytes,
+                "paused_s": [x / self.dilation for x in self.nic.paused_seconds(t)],
+                "queue_hwm": list(self.nic.qhwm), "degraded_loss": self.nic.lost,
+                "drops": dict(self.drops)}

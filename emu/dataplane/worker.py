@@ -52,8 +52,8 @@ from emu.dataplane.protocol import (
     decode,
 )
 from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RING_BUDGET, RxRing, ring_sizes
-from emu.dataplane.spec import EngineSpec, PortSpec
-from emu.dataplane.switch import Switch
+from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
+from emu.dataplane.switch import HostEnd, Switch
 from emu.launch import owner, private_dir, watch_owner
 
 ETH_P_ALL = 0x0003
@@ -108,6 +108,7 @@ class Worker:
         # A fabric-clock fabric split over workers: the links between them are channels (emu.dataplane.channel).
         self.split = self.fabric and spec.workers > 1
         self.worker_of = {s.name: s.worker for s in spec.switches}
+        self.spec_ports = {(s.name, p.ifname): (s, p) for s in spec.switches for p in s.ports}
         self.channels: Channels | None = None
         self.channel_addr: tuple[str, int] | None = None
         if self.split:
@@ -118,32 +119,52 @@ class Worker:
         self.opened = self._open_ports()
         self.switches = build_switches(spec, self.loop, index, self._external)
         self.ingress_of: dict[int, Callable[[float, Any], None]] = {}
+        # The hosts run here whose cables to other workers' switches are cut: (switch, port) -> its NIC.
+        self.host_ends: dict[tuple[str, int], HostEnd] = {}
         if self.split:
             self._cut_links()
         self.control = self._open_control()
 
     def _cut_links(self) -> None:
-        """Each port whose peer switch another worker runs hands its frames to that worker's channel
-        (Switch.cut: the channel adds the cable's delay), and takes the peer's from it."""
+        """Each port whose peer another worker runs (a switch, or a host: PortSpec.host_worker) hands
+        its frames to that worker's channel (Switch.cut: the channel adds the cable's delay), and takes
+        the peer's from it. A host run here whose cable is cut gets its NIC (HostEnd), toward the
+        switch's worker."""
         assert self.channels is not None
         place = {s.name: i for i, s in enumerate(self.spec.switches)}
         send = self.channels.send_frame
+
+        def out_to(peer: int, pid: int, delay: float) -> Callable[[float, Any], None]:
+            def out(t: float, frame: Any) -> None:
+                send(peer, pid, t + delay, frame)
+            return out
+
         for sw in self.switches.values():
             for ps in sw.spec.ports:
-                if ps.peer_kind != "switch" or self.worker_of[ps.peer_switch] == self.index:
+                if ps.peer_kind == "switch" and self.worker_of[ps.peer_switch] != self.index:
+                    peer, pid = self.worker_of[ps.peer_switch], port_id(place[ps.peer_switch], ps.peer_port)
+                elif ps.peer_kind == "host" and self.spec.host_side(sw.spec, ps) != self.index:
+                    peer, pid = ps.host_worker, port_id(place[sw.name], ps.index)  # the host's end: same port id
+                else:
                     continue
                 ingress: Callable[[float, Any], None] = partial(sw.ingress, ps.index)
-                delay = sw.cut(ps.index)
-                peer, pid = self.worker_of[ps.peer_switch], port_id(place[ps.peer_switch], ps.peer_port)
-
-                def out(t: float, frame: Any, peer: int = peer, pid: int = pid, delay: float = delay) -> None:
-                    send(peer, pid, t + delay, frame)
-
-                pcap = self._pcap(sw, ps)
+                out = out_to(peer, pid, sw.cut(ps.index))
+                pcap = self._pcap(sw.name, ps) if ps.peer_kind == "switch" else None  # a host's: at its end
                 if pcap is not None:  # captured as a veth's port is: what leaves as it leaves, what arrives
                     ingress, out = _captured(pcap, ingress), _captured(pcap, out)
                 self.ingress_of[port_id(place[sw.name], ps.index)] = ingress
                 sw.ports[ps.index].tx.deliver = out
+        for s in self.spec.switches:
+            if s.worker == self.index:
+                continue
+            for ps in s.ports:
+                if ps.host_worker == self.index:
+                    pid = port_id(place[s.name], ps.index)
+                    end = HostEnd(s, ps, self.loop, dilation=self.spec.dilation,
+                                  to_switch=out_to(s.worker, pid, ps.delay_s * self.spec.dilation))
+                    end.deliver = self._kernel_port(s.name, ps, end.from_host, end)
+                    self.host_ends[(s.name, ps.index)] = end
+                    self.ingress_of[pid] = end.arrive
 
     def _from_peer(self, kind: int, t: float, a: int, payload: bytes) -> None:
         """What a peer worker sent, due at t: a frame for one of our ports, or a note for a job's part."""
@@ -158,13 +179,20 @@ class Worker:
 
     def _open_ports(self) -> dict[str, tuple[socket.socket, RxRing]]:
         """A packet socket and its receive ring for every port this worker carries to the kernel (to a
-        host, or to a switch another worker owns), opened by threads at once: each ring waits for an
-        RCU grace period, and in turn 96 ports took 1.5 s here, at once 0.1 s."""
+        host run here, or to a switch another worker owns on the wall clock), opened by threads at
+        once: each ring waits for an RCU grace period, and in turn 96 ports took 1.5 s here, at once 0.1 s."""
         owner = {s.name: s.worker for s in self.spec.switches}
-        ports = [(ps.ifname, ps.peer_kind == "host") for sw in self.spec.switches if sw.worker == self.index
-                 for ps in sw.ports if ps.peer_kind != "switch" or owner.get(ps.peer_switch) != self.index]
-        if self.split:  # the links between workers are channels, not veths
-            ports = [(name, from_host) for name, from_host in ports if from_host]
+        ports = []
+        for sw in self.spec.switches:
+            for ps in sw.ports:
+                if ps.peer_kind == "host":
+                    here = self.spec.host_side(sw, ps) == self.index
+                elif ps.peer_kind == "switch":  # split, the links between workers are channels, not veths
+                    here = sw.worker == self.index and owner.get(ps.peer_switch) != self.index and not self.split
+                else:
+                    here = sw.worker == self.index
+                if here:
+                    ports.append((ps.ifname, ps.peer_kind == "host"))
         opened: dict[str, tuple[socket.socket, RxRing]] = {}
         hosts = sum(1 for _, from_host in ports if from_host)
         sizes = ring_sizes(hosts, len(ports) - hosts)
@@ -204,24 +232,29 @@ class Worker:
         s.setblocking(False)
         return s, ring
 
-    def _pcap(self, sw: Switch, ps: PortSpec) -> PcapWriter | None:
+    def _pcap(self, switch: str, ps: PortSpec) -> PcapWriter | None:
         if not self.spec.pcap_dir:
             return None
         os.makedirs(self.spec.pcap_dir, exist_ok=True)  # on another machine, the folder may be new there
-        w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{sw.name}-{ps.ifname}.pcap"), self.t0, self.spec.dilation)
+        w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{switch}-{ps.ifname}.pcap"), self.t0, self.spec.dilation)
         self.pcaps.append(w)
         self.pcap_of[ps.ifname] = w
         return w
 
     def _external(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
-        if self.split and ps.peer_kind == "switch":
+        if self.split and (ps.peer_kind == "switch" or self.spec.host_side(sw.spec, ps) != self.index):
             return lambda t, frame: None  # a channel, wired once every switch exists (_cut_links)
-        sock, ring = self.opened[ps.ifname]
-        port = sw.ports[ps.index]
-        send = sock.send
-        pcap = self._pcap(sw, ps)
         entry = sw.from_host if ps.peer_kind == "host" else sw.ingress
-        idx = ps.index
+        return self._kernel_port(sw.name, ps, partial(entry, ps.index), sw.ports[ps.index])
+
+    def _kernel_port(self, switch: str, ps: PortSpec, entry: Callable[[float, Any], None],
+                     port: Any) -> Callable[[float, Any], None]:
+        """Port `ps` of `switch` carried to its packet socket: what the kernel sends goes to entry(t,
+        frame); the returned deliver(t, frame) gives the host what arrives (to a job's endpoint attached
+        there, else to the kernel). `port` keeps the drop counters (a Port, or a HostEnd)."""
+        sock, ring = self.opened[ps.ifname]
+        send = sock.send
+        pcap = self._pcap(switch, ps)
         clock = self.loop.clock  # the wall clock, or the fabric time at which the engine takes the frame
         frames_ready = ring.frames_ready
         loop = self.loop
@@ -232,7 +265,7 @@ class Worker:
             for frame in frames_ready(RX_BURST):
                 if pcap is not None:
                     pcap.write(now, frame)
-                entry(idx, now, frame)
+                entry(now, frame)
                 n += 1
             if self.fabric and loop.busy:  # type: ignore[attr-defined]
                 loop.kernel_frames += n  # type: ignore[attr-defined]
@@ -244,7 +277,7 @@ class Worker:
         self.rx_sockets.append((sock, port))
 
         attached, attached_udp4 = self.attached, self.attached_udp4
-        key = (sw.name, idx)
+        key = (switch, ps.index)
 
         def deliver(t: float, frame: Any) -> None:
             if pcap is not None:
@@ -275,12 +308,8 @@ class Worker:
     def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
         """A job's endpoint at the host behind (switch, port): see emu.dataplane.job.Attach."""
-        sw, idx = self._port(switch, port)
-        ps = sw.spec.ports[idx]
-        if ps.peer_kind != "host":
-            raise ValueError(f"{switch}/{port} faces a {ps.peer_kind}, not a host")
-        self.attached[(sw.name, idx)] = on_frame
-        from_host = sw.from_host
+        key, ps, from_host = self._host_port(switch, port)
+        self.attached[key] = on_frame
         loop = self.loop
         pcap = self.pcap_of.get(ps.ifname)
 
@@ -288,7 +317,7 @@ class Worker:
             t = loop.now
             if pcap is not None:
                 pcap.write(t, frame)
-            from_host(idx, t, frame)
+            from_host(t, frame)
 
         return send, bytes.fromhex(ps.peer_mac.replace(":", "")), bytes.fromhex(ps.mac.replace(":", ""))
 
@@ -296,14 +325,33 @@ class Worker:
                     on_frame: Callable[[float, Any], None] | None) -> None:
         """IPv4 UDP frames to `udp_port` arriving at the host behind (switch, port) go to on_frame(t, frame)
         (a job's counting receiver) instead of the host's kernel; None gives them back to the kernel."""
-        sw, idx = self._port(switch, port)
+        key, _, _ = self._host_port(switch, port)
         if on_frame is None:
-            self.attached_udp4.pop((sw.name, idx), None)
+            self.attached_udp4.pop(key, None)
         else:
-            self.attached_udp4[(sw.name, idx)] = (udp_port, on_frame)
+            self.attached_udp4[key] = (udp_port, on_frame)
 
-    def has(self, switch: str) -> bool:
-        return switch in self.switches
+    def _host_port(self, switch: str, port: str) -> tuple[tuple[str, int], PortSpec, Callable[[float, Any], None]]:
+        """The host port (switch, port) whose host runs here: its key, spec, and where its host's frames go."""
+        s, ps = self._spec_port(switch, port)
+        if ps.peer_kind != "host":
+            raise ValueError(f"{switch}/{port} faces a {ps.peer_kind}, not a host")
+        key = (switch, ps.index)
+        end = self.host_ends.get(key)
+        if end is not None:
+            return key, ps, end.from_host
+        if self.spec.host_side(s, ps) != self.index:
+            raise ValueError(f"the host behind {switch}/{port} runs on worker {self.spec.host_side(s, ps)}, "
+                             f"not {self.index}")
+        return key, ps, partial(self.switches[switch].from_host, ps.index)
+
+    def hosts(self, switch: str, port: str) -> bool:
+        s, ps = self._spec_port(switch, port)
+        return ps.peer_kind == "host" and self.spec.host_side(s, ps) == self.index
+
+    def carries(self, switch: str, port: str) -> bool:
+        s, ps = self._spec_port(switch, port)
+        return s.worker == self.index or (switch, ps.index) in self.host_ends
 
     def tell(self, job: Any, payload: Any) -> None:
         """A job part's message to all its parts (emu.dataplane.job.Attach.tell)."""
@@ -317,11 +365,36 @@ class Worker:
 
     def set_port(self, switch: str, port: str, up: bool) -> None:
         """A port down or up: asked over the control socket, or scheduled by a job (Attach). Up is as
-        built, so a degraded port comes back whole too (a job heals a degraded plane so, at a fabric time)."""
-        sw, idx = self._port(switch, port)
-        sw.set_port_up(idx, up)
+        built, so a degraded port comes back whole too (a job heals a degraded plane so, at a fabric time).
+        A cut host cable's end here (HostEnd) goes down or up with its switch's port."""
         if up:
-            sw.degrade_port(idx, loss=0.0, rate_bps=0.0, delay_s=0.0)
+            self.degrade(switch, port, loss=0.0, rate_bps=0.0, delay_s=0.0)
+        for sw, idx in self._port_ends(switch, port):
+            if isinstance(sw, HostEnd):
+                sw.set_up(up)
+            else:
+                sw.set_port_up(idx, up)
+
+    def degrade(self, switch: str, port: str, *, loss: float, rate_bps: float, delay_s: float, seed: int = 0) -> None:
+        """Both directions of a port's link, as far as they run here (Switch.degrade_port, HostEnd.degrade)."""
+        for sw, idx in self._port_ends(switch, port):
+            if isinstance(sw, HostEnd):
+                sw.degrade(loss=loss, rate_bps=rate_bps, delay_s=delay_s, seed=seed)
+            else:
+                sw.degrade_port(idx, loss=loss, rate_bps=rate_bps, delay_s=delay_s, seed=seed)
+
+    def _port_ends(self, switch: str, port: str) -> list[tuple[Switch | HostEnd, int]]:
+        """What runs here of port (switch, port): the switch's port, its cut cable's host end, or both."""
+        _, ps = self._spec_port(switch, port)
+        out: list[tuple[Switch | HostEnd, int]] = []
+        if switch in self.switches:
+            out.append((self.switches[switch], ps.index))
+        end = self.host_ends.get((switch, ps.index))
+        if end is not None:
+            out.append((end, ps.index))
+        if not out:
+            raise KeyError(f"worker {self.index} runs neither {switch} nor the host end of {switch}/{port}")
+        return out
 
     def _run_job(self, kind: str, params: dict[str, Any], at: float | None = None) -> dict[str, Any]:
         if not self.fabric:
@@ -409,15 +482,15 @@ class Worker:
                         "fidelity": self.loop.lateness.summary(),
                         **({"channel": {"windows": self.channels.windows, "received": self.channels.handed}}
                            if self.channels else {}),
-                        "switches": {n: sw.stats(now) for n, sw in self.switches.items()}}
+                        "switches": {n: sw.stats(now) for n, sw in self.switches.items()},
+                        "host_ends": {f"{e.switch}/{e.name}": e.stats(now) for e in self.host_ends.values()}}
             case ResetFidelity():
                 self.loop.lateness.reset()
             case SetPort(switch, port, up):
                 self.set_port(switch, port, bool(up))
             case Degrade(switch, port, loss, rate_bps, delay_s, seed):
-                sw, idx = self._port(switch, port)
-                sw.degrade_port(idx, loss=float(loss), rate_bps=float(rate_bps), delay_s=float(delay_s),
-                                   seed=int(seed))
+                self.degrade(switch, port, loss=float(loss), rate_bps=float(rate_bps), delay_s=float(delay_s),
+                             seed=int(seed))
             case SetTables(switch, tables):
                 self._switch(switch).load_tables(SwitchTables.from_dict(tables))
             case SetHeadroom(switch, port, nbytes):
@@ -484,6 +557,12 @@ class Worker:
         if sw is None:
             raise KeyError(f"worker {self.index} has no switch {name!r}")
         return sw
+
+    def _spec_port(self, switch: str, port: str) -> tuple[SwitchSpec, PortSpec]:
+        found = self.spec_ports.get((switch, port))
+        if found is None:
+            raise KeyError(f"no port {switch}/{port}")
+        return found
 
     def _port(self, switch: str, port: str) -> tuple[Switch, int]:
         sw = self._switch(switch)

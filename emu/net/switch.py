@@ -21,7 +21,7 @@ from emu.control.model import MySid
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.control.runtime import ControlTiming, FabricController
 from emu.dataplane.engine import new_run_dir
-from emu.dataplane.partition import split_at_longest
+from emu.dataplane.partition import hosts_to_workers, split_at_longest, split_by_shards
 from emu.dataplane.spec import (
     EcnSpec,
     EngineSpec,
@@ -280,6 +280,8 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     host_ports: dict[Any, list[HostPort]] = {}
     root_ifs: dict[str, list[str]] = {}
     port_specs: dict[str, list[PortSpec]] = {}
+    host_node: dict[str, Any] = {}  # host name -> its node
+    host_of: dict[tuple[str, int], str] = {}  # (switch, port) -> the host it faces
     for sw in switches:
         graph.add_switch(sw.name)
         if sw.loopback4:
@@ -314,6 +316,8 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
             if lp.host_ip6:
                 attachments.append(Attachment(lp.host_ip6.split("/")[0] + "/128", sw.name, i, host_mac))
             host_ports.setdefault(peer.node, []).append(HostPort(peer.name, lp))
+            host_node[peer.node.name] = peer.node
+            host_of[(sw.name, i)] = peer.node.name
         port_specs[sw.name] = specs
     local = {sw.name: LocalEntries(my_sids=[MySid(sid, action) for sid, action in sw.sids.items()])
              for sw in switches if sw.sids}
@@ -323,16 +327,30 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     workers = min(workers, len(shards)) if settings.workers == 0 else workers
     fabric_clock = settings.clock == "fabric"
     place: dict[str, int] = {}
-    if fabric_clock and settings.machines:  # a worker a machine, for the switches FabricNet placed there
+    host_home: dict[str, int] = {}  # a host whose switches are on several workers runs on one of them
+    if fabric_clock and settings.machines:  # a worker a machine, for the nodes FabricNet placed there
         workers = len(settings.machines)
         place = {sw.name: _worker_on(settings.machines, sw) for sw in switches}
-    elif fabric_clock:  # one schedule, or (workers asked for) one per piece of a split at its longest links
-        workers = max(1, settings.workers)
+        host_home = {h: _worker_on(settings.machines, node) for h, node in host_node.items()}
+    elif fabric_clock:  # one schedule, or (workers asked for) one per piece of a split at its longest
+        workers = max(1, settings.workers)  # links, else by shards with the hosts' cables cut
         if workers > 1:
             try:
-                place = split_at_longest(port_specs, workers)
+                try:
+                    place = split_at_longest(port_specs, workers)
+                except SpecError:
+                    place = split_by_shards({sw.name: sw.shard or 0 for sw in switches}, workers)
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
+            around: dict[str, list[str]] = {}
+            for (sw_name, _), h in sorted(host_of.items()):
+                around.setdefault(h, []).append(sw_name)
+            host_home = hosts_to_workers(around, place)
+    if host_home:
+        for name, specs in port_specs.items():
+            port_specs[name] = [replace(p, host_worker=host_home[host_of[(name, p.index)]])
+                                if (name, p.index) in host_of and host_home[host_of[(name, p.index)]] != place[name]
+                                else p for p in specs]
     qos = replace(QosSpec(), pfc=settings.pfc, buffer_per_port=settings.buffer_per_port,
                   trim=TrimSpec(size=settings.trim[0], dscp=settings.trim[1]) if settings.trim else None)
     if settings.ecn is not None:
