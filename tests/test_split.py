@@ -125,9 +125,7 @@ def test_fpf_split_by_planes_cuts_the_host_cables(no_leftovers):
     one worker, its NIC toward the other's leaf too; the collective is right and, but for the order of
     equal-time events (a frame from the other worker runs after a local event of its instant: which
     plane an acknowledgement takes), takes the one-worker time. The NICs of cut cables are counted."""
-    from emu import FPFTopo
-
-    from emu import FabricNet
+    from emu import FabricNet, FPFTopo
 
     topo = {"gpus": 4, "planes": 2, "leaves": 1}
     one, _ = _collective(FPFTopo(**topo), 1, ["1MiB"])

@@ -213,11 +213,12 @@ class FabricNet(Mininet):
             # A fabric too small to split (a scenario's one-building baseline) runs whole on the first.
             print(f"emu: {exc}: the whole fabric runs on {machines[0]}", file=sys.stderr, flush=True)
             placed = place(self.topo, machines[:1])
-        crossing = [(a, b) for a, b, _ in placed.cut if not (self.topo.isSwitch(a) and self.topo.isSwitch(b))]
-        if crossing:
-            a, b = crossing[0]
-            raise ValueError(f"{a} (on {placed.machine[a]}) and {b} (on {placed.machine[b]}): a host's link cannot "
-                             "cross machines; place a host with its switch")
+        with_switches = {placed.machine[n] for n in self.topo.nodes() if self.topo.isSwitch(n)}
+        for a, b, _ in placed.cut:  # a host's cable cut: its end at the switch is made on the host's machine,
+            host = b if self.topo.isSwitch(a) else a  # for the engine worker of a switch there
+            if placed.machine[host] not in with_switches:
+                raise ValueError(f"{host} is placed on {placed.machine[host]}, which runs none of the fabric's "
+                                 "switches: place a host on the machine of one of its switches")
         self.machine_of = placed.machine
         used = tuple(m for m in machines if m in placed.machine.values())  # a worker a machine with nodes
         self.settings = replace(self.settings, machines=used, placement=())
@@ -228,7 +229,21 @@ class FabricNet(Mininet):
         link_cls = self.link if cls is None else cls
         if isinstance(link_cls, type) and issubclass(link_cls, FabricLink):
             params.setdefault("group", self.link_group)
+            anchor = self._anchor(node1, node2)
+            if anchor is not None:
+                params["anchor"] = anchor
         return super().addLink(node1, node2, port1, port2, cls, **params)
+
+    def _anchor(self, node1: Any, node2: Any) -> Any:
+        """For a host's cable between machines: a switch on the host's machine, whose root namespace
+        there holds the cable's switch end (emu.net.link.CutIntf); else None."""
+        names = [n if isinstance(n, str) else n.name for n in (node1, node2)]
+        where = [self.machine_of.get(n, "localhost") for n in names]
+        switches = {s.name for s in self.switches}
+        hosts = [i for i, n in enumerate(names) if n not in switches]
+        if where[0] == where[1] or len(hosts) != 1:
+            return None
+        return next(s for s in self.switches if self.machine_of.get(s.name, "localhost") == where[hosts[0]])
 
     @property
     def roce(self) -> RoceOps:

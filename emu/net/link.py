@@ -174,6 +174,13 @@ class ChannelIntf(Intf):
         self.link = None
 
 
+class CutIntf(ChannelIntf):
+    """A switch's end of a host's cable cut between machines (the host on one, its switch on another):
+    its device is on the host's machine, in that machine's root namespace, where the engine worker
+    that runs the host carries the cable's NIC and hands frames to the switch's machine over a channel.
+    The switch's own machine has nothing of it; it goes with the host's namespace."""
+
+
 def remote(node: Any) -> bool:
     """A node on another machine (Mininet's cluster edition: emu.cluster.remote)."""
     return bool(getattr(node, "isRemote", False))
@@ -199,11 +206,19 @@ class FabricLink(Link):
         intfName2 = intfName2 or f"{node2.name}-eth{port2}"
         params.setdefault("addr1", mac_for(intfName1))
         params.setdefault("addr2", mac_for(intfName2))
+        anchor = params.pop("anchor", None)  # a switch on the host's machine, for a cable cut between machines
+        self.cut: tuple[Any, Any] | None = None  # (host, anchor): the cable's veth is made on the host's machine
         self.channel = remote(node1) or remote(node2)
-        if self.channel and (node1.inNamespace or node2.inNamespace):  # a host's cable, on its machine
-            if getattr(node1, "server", "localhost") != getattr(node2, "server", "localhost"):
-                raise LinkParamError(f"{node1.name} and {node2.name} are on different machines: a host's link "
-                                     "cannot cross machines (place a host with its switch)")
+        if self.channel and (node1.inNamespace or node2.inNamespace) \
+                and getattr(node1, "server", "localhost") != getattr(node2, "server", "localhost"):
+            if anchor is None:
+                raise LinkParamError(f"{node1.name} and {node2.name} are on different machines, and none of the "
+                                     "host's machine's switches was named to carry its end of the cable")
+            host = node1 if node1.inNamespace else node2
+            self.cut, self.channel = (host, anchor), False
+            host_cls = Intf if remote(host) else FabricIntf
+            params["cls1"], params["cls2"] = (host_cls, CutIntf) if host is node1 else (CutIntf, host_cls)
+        elif self.channel and (node1.inNamespace or node2.inNamespace):  # a host's cable, on its machine
             self.channel = False
             params["intf"] = Intf  # configured through the nodes' shells there
         elif self.channel:
@@ -218,6 +233,13 @@ class FabricLink(Link):
         placed straight there; the end here (a switch's) gets the jumbo MTU and the fabric's group. On
         another machine, Mininet's own way, through the host's shell there; a channel, nothing."""
         if self.channel:
+            return
+        if self.cut is not None:  # both ends on the host's machine: the switch's in the root namespace there
+            host, anchor = self.cut
+            if host is node1:
+                Link.makeIntfPair(intfname1, intfname2, addr1, addr2, host, anchor, deleteIntfs=False)
+            else:
+                Link.makeIntfPair(intfname2, intfname1, addr2, addr1, host, anchor, deleteIntfs=False)
             return
         if remote(node1) or remote(node2):
             Link.makeIntfPair(intfname1, intfname2, addr1, addr2, node1, node2, deleteIntfs=False)

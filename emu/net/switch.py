@@ -34,7 +34,15 @@ from emu.dataplane.spec import (
 from emu.launch import LOCAL_MACHINES
 from emu.net.backend import BACKENDS, DataPlane, backend
 from emu.net.cleanup import record
-from emu.net.link import SWITCH_MTU, ChannelIntf, FabricLink, LinkParams, node_netlink, root_netlink
+from emu.net.link import (
+    SWITCH_MTU,
+    ChannelIntf,
+    CutIntf,
+    FabricLink,
+    LinkParams,
+    node_netlink,
+    root_netlink,
+)
 from emu.units import Dilation, UnitError
 
 
@@ -294,7 +302,9 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         for i, intf in enumerate(_ports(sw)):
             peer = _other(intf)
             lp = _params(intf)
-            if not isinstance(intf, ChannelIntf):  # a channel's port has no device to configure
+            if isinstance(intf, CutIntf):  # a host's cable cut between machines: its end is on the host's
+                root_ifs.setdefault(machine_of(peer.node), []).append(intf.name)
+            elif not isinstance(intf, ChannelIntf):  # a channel's port has no device to configure
                 root_ifs.setdefault(machine_of(sw), []).append(intf.name)
             mac = intf.mac or intf.MAC()
             if peer.node.name in names:
