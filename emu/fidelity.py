@@ -124,7 +124,7 @@ class Part:
     """One clock-keeping part's lateness over a run, in wall seconds."""
 
     name: str  # "engine worker 0", "endpoint gpu3 send", "rank 2 harness"
-    kind: str  # engine | endpoint | rank | traffic
+    kind: str  # engine | endpoint | rank | traffic | clock
     events: int
     p99_s: float
     max_s: float
@@ -248,8 +248,17 @@ def _sum_drops(drops: Any) -> dict[str, int]:
 
 
 def engine_parts(stats: dict[str, Any]) -> list[Part]:
-    """The engine workers' parts, from `Engine.stats()` (BMv2 runs report the wire boxes' workers)."""
-    return [Part.from_summary(f"engine worker {w['worker']}", "engine", w["fidelity"]) for w in stats["workers"]]
+    """The engine workers' parts, from `Engine.stats()` (BMv2 runs report the wire boxes' workers). On
+    the wall clock across machines, each pair of workers' clock agreement is a part too: a frame
+    crossing between them lands as late, or as early, as their clocks disagree, and only the bound
+    measured at connect (|offset| + round trip / 2, emu.dataplane.channel) can say by how much."""
+    parts = [Part.from_summary(f"engine worker {w['worker']}", "engine", w["fidelity"]) for w in stats["workers"]]
+    for w in stats["workers"]:
+        for peer, c in w.get("channel", {}).get("clocks", {}).items():
+            if int(peer) > w["worker"]:  # each pair once (both ends measured it)
+                parts.append(Part(f"clocks of engine workers {w['worker']} and {peer}", "clock", int(c["samples"]),
+                                  float(c["bound_s"]), float(c["bound_s"])))
+    return parts
 
 
 def line(fid: dict[str, Any] | None) -> str:

@@ -394,11 +394,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
     p.add_argument("--workers", type=int, default=0,
                    help="engine worker processes (default: one per core on the wall clock; one on the fabric clock, "
-                        "where N > 1 splits the fabric at its longest links)")
+                        "where N > 1 splits the fabric at its longest links, else by planes)")
     p.add_argument("--machines", metavar="HOST[,HOST...]",
                    help="run the fabric over these machines (ssh names as your ssh configuration knows them, or "
                         "EMU_SSH_CONFIG's; localhost: this one), one engine worker each, split at its longest "
-                        "links; implies --clock fabric (docs/cluster.md)")
+                        "links, else by planes; --clock fabric unless --clock wall is given, whose machines' "
+                        "clocks must agree (PTP; the verdict counts the bound measured) (docs/cluster.md)")
     p.add_argument("--pcap", metavar="DIR", help="write a pcap per engine-carried port into DIR")
     p.add_argument("--detection", default="50us", help="control plane: failure detection delay (fabric time)")
     p.add_argument("--hold-down", default="0us", help="control plane: damping hold-down between route updates")

@@ -18,6 +18,15 @@ at the same fabric time everywhere, once no worker has a job left.
 Between jobs, fabric time follows each worker's wall clock (FabricLoop's idle mode); frames cross
 at once and land at their time, or now if that has passed (as the kernel's frames do).
 
+On the wall clock (`wall`: workers on several machines, fabric time = wall time / D) there are no
+windows: a frame crosses at once, stamped with the time it arrives on the machines' common clock,
+CLOCK_REALTIME (each machine's monotonic clock is its own), and lands then; if that has passed it
+runs at once and its lateness counts in the receiver's fidelity, as any late event's does. That
+holds only as far as the machines' clocks agree (PTP), so each worker measures its peers' clocks
+at connect (`CLOCK` messages, NTP's way: offset = peer - midpoint of the round trip, to within
+half the round trip) and reports the bound, |offset| + round trip / 2; the fidelity verdict
+counts it as one more part's lateness (emu.fidelity.engine_parts).
+
 The stream between two workers is TCP: ordered and lossless, so a frame is never lost by the
 emulator (a loss must be a modelled one), and each window's frames are sent in one batch before
 its barrier. The messages are fixed binary headers (`HEADER`), defined here once for both ends.
@@ -30,13 +39,15 @@ import math
 import select
 import socket
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 # kind, window, time (fabric s), a (port id, job id, busy or worker index), payload length
 HEADER = struct.Struct("<BxxxIdII")
-FRAME, NOTE, BARRIER, HELLO = 1, 2, 3, 4
+FRAME, NOTE, BARRIER, HELLO, CLOCK, CLOCK_REPLY = 1, 2, 3, 4, 5, 6
+CLOCK_SAMPLES = 16  # round trips each worker makes to each peer at connect; the shortest one counts
 IDLE = 0xFFFFFFFF  # the window of a message sent between jobs
 
 
@@ -65,8 +76,12 @@ class Channels:
     and waits (serving its sockets) while `waiting`."""
 
     def __init__(self, index: int, workers: int, lookahead: float, loop: Any,
-                 deliver: Callable[[int, float, int, bytes], None], machine: Callable[[int], str]) -> None:
+                 deliver: Callable[[int, float, int, bytes], None], machine: Callable[[int], str],
+                 wall: bool = False) -> None:
         self.index, self.workers, self.lookahead = index, workers, lookahead
+        self.wall = wall
+        self.clock_sent: dict[tuple[int, int], float] = {}  # (peer, sample) -> when the probe left (realtime)
+        self.clocks: dict[int, tuple[float, float]] = {}  # peer -> (offset s, round trip s) of its best sample
         self.loop = loop
         self.deliver = deliver
         self.machine = machine  # a worker's name for errors: "worker 1 (on m2)"
@@ -82,7 +97,7 @@ class Channels:
         self.barriers: dict[int, dict[int, tuple[float, bool]]] = {}
         self.inbox: dict[int, list[tuple[float, int, int, int, int, bytes]]] = {}
         self.windows = 0
-        self.handed = 0  # messages received in windows
+        self.handed = 0  # messages received in windows (on the wall clock: all)
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -103,6 +118,20 @@ class Channels:
             s = socket.create_connection((host, port), timeout=10)
             s.sendall(HEADER.pack(HELLO, IDLE, 0.0, self.index, 0))
             self._add(j, s)
+        if self.wall:
+            for k in range(CLOCK_SAMPLES):
+                self.loop.at(self.loop.clock() + 0.005 * k, self._probe_clocks, k)
+
+    def _probe_clocks(self, t: float, k: int) -> None:
+        """A CLOCK probe to every peer (the wall clock's agreement, measured NTP's way)."""
+        for j in self.peers:
+            self.clock_sent[(j, k)] = time.time()
+            self._put(j, CLOCK, 0.0, k, b"")
+
+    def clock_bounds(self) -> dict[str, dict[str, float]]:
+        """Per peer: how far its clock may be from ours (|offset| + round trip / 2) and the parts."""
+        return {str(j): {"offset_s": off, "rtt_s": rtt, "bound_s": abs(off) + rtt / 2, "samples": CLOCK_SAMPLES}
+                for j, (off, rtt) in sorted(self.clocks.items())}
 
     def _accept(self) -> None:
         assert self.listener is not None
@@ -149,6 +178,8 @@ class Channels:
     # -- sending ----------------------------------------------------------------------
 
     def send_frame(self, peer: int, pid: int, t_arrive: float, frame: Any) -> None:
+        if self.wall:  # on the machines' common clock
+            t_arrive += time.time() - time.monotonic()
         self._put(peer, FRAME, t_arrive, pid, bytes(frame))
 
     def send_note(self, job: int, t: float, payload: Any) -> None:
@@ -221,6 +252,19 @@ class Channels:
         if kind == BARRIER:
             self.barriers.setdefault(window, {})[p.index] = (t, bool(a))
             self._complete()
+        elif kind == CLOCK:
+            self._put(p.index, CLOCK_REPLY, time.time(), a, b"")
+        elif kind == CLOCK_REPLY:
+            back = time.time()
+            sent = self.clock_sent.pop((p.index, a), None)
+            if sent is not None:
+                rtt = back - sent
+                best = self.clocks.get(p.index)
+                if best is None or rtt < best[1]:
+                    self.clocks[p.index] = (t - (sent + back) / 2, rtt)
+        elif self.wall:  # at its time on this machine's clock; if that has passed, at once and late
+            self.handed += 1
+            self.deliver(kind, t - (time.time() - time.monotonic()), a, payload)
         elif window == IDLE:  # between jobs: due now if its time has passed
             now = self.loop.clock()
             self.deliver(kind, t if t > now else now, a, payload)

@@ -130,7 +130,7 @@ class Engine:
                         raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s (last: {stage}); "
                                           f"log: {os.path.join(FAILED_LOGS, os.path.basename(self.run_dir))}")
                     time.sleep(0.02)
-            if self.split:
+            if self.spec.channelled:
                 self._connect(deadline)
             self.supervisor = Supervisor(self.run_dir, lambda m: self.on_death(m))
             for i, proc in enumerate(self.procs):

@@ -214,9 +214,9 @@ class EngineSpec:
             if not 0 <= s.worker < self.workers:
                 raise SpecError(f"{s.name}: worker {s.worker} outside 0..{self.workers - 1}")
             for p in s.ports:
-                if p.host_worker >= self.workers or (p.host_worker >= 0 and self.clock != "fabric"):
+                if p.host_worker >= self.workers or (p.host_worker >= 0 and not self.channelled):
                     raise SpecError(f"{s.name}/{p.ifname}: its host's worker {p.host_worker} must be one of "
-                                    f"0..{self.workers - 1}, on the fabric clock")
+                                    f"0..{self.workers - 1}, of workers joined by channels")
                 if p.peer_kind == "switch":
                     peer = by_name.get(p.peer_switch)
                     if peer is None or p.peer_port >= len(peer.ports):
@@ -224,6 +224,12 @@ class EngineSpec:
         if self.clock == "fabric" and self.workers > 1 and self.lookahead_s() <= 0:
             raise SpecError("a fabric-clock fabric split over workers needs a propagation delay > 0 on every link "
                             "between them: that delay is how far one worker may run ahead of another")
+
+    @property
+    def channelled(self) -> bool:
+        """Whether the links between workers are channels (emu.dataplane.channel): on the fabric clock
+        always, on the wall clock across machines (on one machine, wall-clock workers share veths)."""
+        return self.workers > 1 and (self.clock == "fabric" or bool(self.machines))
 
     def cut_links(self) -> list[tuple[str, PortSpec]]:
         """The ports (switch, port) whose peer another worker runs: a switch, or a host (host_worker)."""

@@ -106,14 +106,14 @@ class Worker:
         self.sample_every = 0.0
         self.sampler_idle = False  # fabric clock: sampling waits for the next job
         # A fabric-clock fabric split over workers: the links between them are channels (emu.dataplane.channel).
-        self.split = self.fabric and spec.workers > 1
+        self.split = spec.channelled  # on the wall clock, across machines
         self.worker_of = {s.name: s.worker for s in spec.switches}
         self.spec_ports = {(s.name, p.ifname): (s, p) for s in spec.switches for p in s.ports}
         self.channels: Channels | None = None
         self.channel_addr: tuple[str, int] | None = None
         if self.split:
             self.channels = Channels(index, spec.workers, spec.lookahead_s(), self.loop, self._from_peer,
-                                     spec.worker_name)
+                                     spec.worker_name, wall=not self.fabric)
             self.loop.sync = self.channels  # type: ignore[attr-defined]
             self.channel_addr = self.channels.listen(spec.channel_host(index))
         self.opened = self._open_ports()
@@ -480,7 +480,8 @@ class Worker:
                 self._collect_socket_drops()
                 return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "uptime_s": now - self.t0,
                         "fidelity": self.loop.lateness.summary(),
-                        **({"channel": {"windows": self.channels.windows, "received": self.channels.handed}}
+                        **({"channel": {"windows": self.channels.windows, "received": self.channels.handed,
+                                        **({"clocks": self.channels.clock_bounds()} if not self.fabric else {})}}
                            if self.channels else {}),
                         "switches": {n: sw.stats(now) for n, sw in self.switches.items()},
                         "host_ends": {f"{e.switch}/{e.name}": e.stats(now) for e in self.host_ends.values()}}
