@@ -324,6 +324,18 @@ def test_a_host_placed_where_none_of_its_switches_runs_is_refused_before_anythin
         pass
 
 
+def test_machines_keep_the_fabric_clock_unless_the_scenario_is_the_wall_clocks():
+    from argparse import Namespace
+
+    from emu.cli.main import _clock
+
+    def clock(command: str, name: str = "", given: str | None = None) -> str:
+        return _clock(Namespace(clock=given, command=command, backend="native", name=name, machines="m1,m2"))
+
+    assert clock("up") == clock("scenario", "bag-collective") == "fabric"
+    assert clock("scenario", "srv6-te") == clock("up", given="wall") == "wall"  # SRv6 policy on the kernel's traffic
+
+
 @pytest.mark.root
 def test_the_wall_clock_over_two_machines_counts_their_clocks_agreement(cluster):
     """On the wall clock the machines' workers cross frames at once, stamped on the machines' common

@@ -83,11 +83,10 @@ def _trim(text: str | None) -> tuple[int, int] | None:
 
 def _clock(args: argparse.Namespace) -> str:
     """--clock, else the fabric clock for a scenario that runs all its traffic inside the engine (with the
-    native engine), else the wall clock."""
+    native engine), else the wall clock; over machines, the fabric clock unless the scenario is the
+    wall clock's (its clocks then must agree: docs/cluster.md)."""
     if args.clock:
         return args.clock
-    if getattr(args, "machines", None):
-        return "fabric"  # a fabric over machines keeps one fabric time across them
     if args.command == "scenario" and args.backend == "native":
         from emu.scenarios import scenario_class
 
@@ -95,6 +94,8 @@ def _clock(args: argparse.Namespace) -> str:
             return "fabric" if scenario_class(args.name).fabric_clock else "wall"
         except ValueError:
             return "wall"  # an unknown name is said where the scenario is looked up
+    if getattr(args, "machines", None):
+        return "fabric"  # a fabric over machines keeps one fabric time across them
     return "wall"
 
 
