@@ -162,3 +162,62 @@ def test_a_killed_worker_stops_the_job_with_one_error_naming_it(no_leftovers):
         with pytest.raises(EngineError, match="engine worker 1") as err:
             net.collective("allreduce", sizes=["64MiB"] * 50)  # far longer than the second it is given
         assert "signal 9" in str(err.value) or "SIGKILL" in str(err.value) or "-9" in str(err.value)
+
+
+class _Loop:
+    """Just enough of a loop for a channel's clock rounds: events are kept, not run."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, object, object]] = []
+
+    def at(self, t: float, fn: object, arg: object = None) -> None:
+        self.events.append((t, fn, arg))
+
+    def clock(self) -> float:
+        return 0.0
+
+    def add_reader(self, fd: int, handler: object) -> None:
+        pass
+
+    def remove_reader(self, fd: int) -> None:
+        pass
+
+
+def test_the_wall_clocks_bound_is_the_widest_round_since_the_last_reset(monkeypatch):
+    """On the wall clock across machines, a round of probes each second measures a peer's clock (NTP's
+    way: of the shortest round trip, offset = its time - the midpoint); the bound the verdict counts
+    is the widest finished round's since the measurement began, so a clock that drifts mid-run shows."""
+    import math
+    import socket
+
+    from emu.dataplane import channel as ch
+
+    a, b = socket.socketpair()
+    now = [100.0]
+    monkeypatch.setattr(ch.time, "time", lambda: now[0])
+    c = ch.Channels(0, 2, math.inf, _Loop(), lambda *x: None, str, wall=True)
+    peer = ch._Peer(1, a, bytearray(), bytearray())
+    c.peers[1] = peer
+
+    def sample(r: int, k: int, offset: float, rtt: float) -> None:
+        now[0] = 100.0 + r
+        c._probe_clocks(0.0, r * ch.CLOCK_SAMPLES + k)
+        now[0] += rtt
+        c._message(peer, ch.CLOCK_REPLY, ch.IDLE, 100.0 + r + rtt / 2 + offset, r * ch.CLOCK_SAMPLES + k, b"")
+
+    c._clock_round(0.0, 0)
+    sample(0, 0, offset=20e-6, rtt=400e-6)  # a slow round trip: its sample is not the best
+    sample(0, 1, offset=10e-6, rtt=100e-6)
+    (got,) = c.clock_bounds().values()
+    assert got["offset_s"] == pytest.approx(10e-6) and got["bound_s"] == pytest.approx(60e-6)
+    c._clock_round(1.0, 1)
+    sample(1, 0, offset=-200e-6, rtt=100e-6)  # the clocks drifted apart
+    c._clock_round(2.0, 2)
+    sample(2, 0, offset=5e-6, rtt=100e-6)  # and came back
+    c._clock_round(3.0, 3)
+    assert c.clock_bounds()["1"]["bound_s"] == pytest.approx(250e-6)  # the widest round's
+    c.reset_clocks()
+    sample(3, 0, offset=1e-6, rtt=100e-6)
+    assert c.clock_bounds()["1"]["bound_s"] == pytest.approx(51e-6)  # a new window, from the round under way
+    a.close()
+    b.close()

@@ -22,10 +22,11 @@ On the wall clock (`wall`: workers on several machines, fabric time = wall time 
 windows: a frame crosses at once, stamped with the time it arrives on the machines' common clock,
 CLOCK_REALTIME (each machine's monotonic clock is its own), and lands then; if that has passed it
 runs at once and its lateness counts in the receiver's fidelity, as any late event's does. That
-holds only as far as the machines' clocks agree (PTP), so each worker measures its peers' clocks
-at connect (`CLOCK` messages, NTP's way: offset = peer - midpoint of the round trip, to within
-half the round trip) and reports the bound, |offset| + round trip / 2; the fidelity verdict
-counts it as one more part's lateness (emu.fidelity.engine_parts).
+holds only as far as the machines' clocks agree (PTP), so each worker measures its peers' clocks,
+a round of `CLOCK` messages every second from connect on (NTP's way: offset = peer - midpoint of
+the round trip, to within half the round trip), and reports the widest bound, |offset| + round
+trip / 2, of the rounds since the measurement began; the fidelity verdict counts it as one more
+part's lateness (emu.fidelity.engine_parts).
 
 The stream between two workers is TCP: ordered and lossless, so a frame is never lost by the
 emulator (a loss must be a modelled one), and each window's frames are sent in one batch before
@@ -47,8 +48,13 @@ from typing import Any
 # kind, window, time (fabric s), a (port id, job id, busy or worker index), payload length
 HEADER = struct.Struct("<BxxxIdII")
 FRAME, NOTE, BARRIER, HELLO, CLOCK, CLOCK_REPLY = 1, 2, 3, 4, 5, 6
-CLOCK_SAMPLES = 16  # round trips each worker makes to each peer at connect; the shortest one counts
+CLOCK_SAMPLES = 16  # round trips to each peer in a round of clock probes; the shortest one counts
+CLOCK_EVERY_S = 1.0  # wall seconds between rounds: a clock that drifts during a run is seen
 IDLE = 0xFFFFFFFF  # the window of a message sent between jobs
+
+
+def _bound(c: tuple[float, float] | None) -> float:
+    return -1.0 if c is None else abs(c[0]) + c[1] / 2
 
 
 class ChannelError(RuntimeError):
@@ -80,8 +86,10 @@ class Channels:
                  wall: bool = False) -> None:
         self.index, self.workers, self.lookahead = index, workers, lookahead
         self.wall = wall
-        self.clock_sent: dict[tuple[int, int], float] = {}  # (peer, sample) -> when the probe left (realtime)
-        self.clocks: dict[int, tuple[float, float]] = {}  # peer -> (offset s, round trip s) of its best sample
+        self.clock_sent: dict[tuple[int, int], float] = {}  # (peer, probe) -> when the probe left (realtime)
+        self.clock_round = -1
+        self.clocks: dict[int, tuple[float, float]] = {}  # peer -> (offset s, round trip s): this round's best
+        self.worst: dict[int, tuple[float, float]] = {}  # peer -> the finished round of the widest bound since reset
         self.loop = loop
         self.deliver = deliver
         self.machine = machine  # a worker's name for errors: "worker 1 (on m2)"
@@ -119,19 +127,40 @@ class Channels:
             s.sendall(HEADER.pack(HELLO, IDLE, 0.0, self.index, 0))
             self._add(j, s)
         if self.wall:
-            for k in range(CLOCK_SAMPLES):
-                self.loop.at(self.loop.clock() + 0.005 * k, self._probe_clocks, k)
+            self.loop.at(self.loop.clock(), self._clock_round, 0)
 
-    def _probe_clocks(self, t: float, k: int) -> None:
-        """A CLOCK probe to every peer (the wall clock's agreement, measured NTP's way)."""
+    def _clock_round(self, t: float, r: int) -> None:
+        """A round of CLOCK probes to every peer (the wall clock's agreement, measured NTP's way), one
+        every CLOCK_EVERY_S; the round before is finished: its best sample is kept if its bound is the
+        widest since the last reset."""
+        for j, (off, rtt) in self.clocks.items():
+            if abs(off) + rtt / 2 >= _bound(self.worst.get(j)):
+                self.worst[j] = (off, rtt)
+        self.clocks = {}
+        self.clock_sent.clear()
+        self.clock_round = r
+        for k in range(CLOCK_SAMPLES):
+            self.loop.at(t + 0.005 * k, self._probe_clocks, r * CLOCK_SAMPLES + k)
+        self.loop.at(t + CLOCK_EVERY_S, self._clock_round, r + 1)
+
+    def _probe_clocks(self, t: float, probe: int) -> None:
         for j in self.peers:
-            self.clock_sent[(j, k)] = time.time()
-            self._put(j, CLOCK, 0.0, k, b"")
+            self.clock_sent[(j, probe)] = time.time()
+            self._put(j, CLOCK, 0.0, probe, b"")
 
     def clock_bounds(self) -> dict[str, dict[str, float]]:
-        """Per peer: how far its clock may be from ours (|offset| + round trip / 2) and the parts."""
-        return {str(j): {"offset_s": off, "rtt_s": rtt, "bound_s": abs(off) + rtt / 2, "samples": CLOCK_SAMPLES}
-                for j, (off, rtt) in sorted(self.clocks.items())}
+        """Per peer: how far its clock may have been from ours since the last reset (|offset| + round
+        trip / 2, the widest of the rounds; the round under way only while none has finished)."""
+        out = {}
+        for j in sorted(set(self.clocks) | set(self.worst)):
+            off, rtt = self.worst[j] if j in self.worst else self.clocks[j]
+            out[str(j)] = {"offset_s": off, "rtt_s": rtt, "bound_s": abs(off) + rtt / 2,
+                           "rounds": max(1, self.clock_round), "samples": CLOCK_SAMPLES}
+        return out
+
+    def reset_clocks(self) -> None:
+        """A new measurement window (ResetFidelity): the bound starts again from the next round."""
+        self.worst.clear()
 
     def _accept(self) -> None:
         assert self.listener is not None

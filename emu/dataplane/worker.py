@@ -487,6 +487,8 @@ class Worker:
                         "host_ends": {f"{e.switch}/{e.name}": e.stats(now) for e in self.host_ends.values()}}
             case ResetFidelity():
                 self.loop.lateness.reset()
+                if self.channels is not None:
+                    self.channels.reset_clocks()
             case SetPort(switch, port, up):
                 self.set_port(switch, port, bool(up))
             case Degrade(switch, port, loss, rate_bps, delay_s, seed):
