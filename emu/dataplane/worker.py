@@ -105,8 +105,8 @@ class Worker:
         self.samples: deque = deque()
         self.sample_every = 0.0
         self.sampler_idle = False  # fabric clock: sampling waits for the next job
-        # A fabric-clock fabric split over workers: the links between them are channels (emu.dataplane.channel).
-        self.split = spec.channelled  # on the wall clock, across machines
+        # Workers joined by channels (emu.dataplane.channel): the fabric clock split, or the wall clock on machines.
+        self.split = spec.channelled
         self.worker_of = {s.name: s.worker for s in spec.switches}
         self.spec_ports = {(s.name, p.ifname): (s, p) for s in spec.switches for p in s.ports}
         self.channels: Channels | None = None
