@@ -286,9 +286,12 @@ class Engine:
             out["workers"].append({"worker": i, "fidelity": r["fidelity"], "uptime_s": r["uptime_s"],
                                    **({"machine": self.machine(i)} if self.spec.machines else {}),
                                    **({"channel": r["channel"]} if "channel" in r else {})})
-        for name, nic in ends.items():
+        for name, nic in ends.items():  # its drops on the port, as a NIC the switch holds counts them
             switch, port = name.split("/", 1)
-            out["switches"][switch]["ports"][port]["host_nic"] = nic
+            p = out["switches"][switch]["ports"][port]
+            for reason, n in nic.pop("drops").items():
+                p["drops"][reason] = p["drops"].get(reason, 0) + n
+            p["host_nic"] = nic
         return out
 
     def worker_of(self, switch: str) -> int:

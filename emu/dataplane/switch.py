@@ -246,8 +246,8 @@ class Switch:
         p = self.ports[port]
         for i, tx in enumerate((p.tx, p.nic)):
             if tx is not None:
-                tx.degrade(loss=loss, rate_bps=rate_bps / self.dilation if rate_bps else 0.0,
-                           extra_delay=delay_s * self.dilation, seed=(self.spec.seed * 1_000_003 + 2 * port + i) ^ seed << 32)
+                _degrade(tx, self.dilation, (self.spec.seed * 1_000_003 + 2 * port + i) ^ seed << 32,
+                         loss=loss, rate_bps=rate_bps, delay_s=delay_s)
 
     def from_host(self, port: int, t: float, frame: bytes) -> None:
         """A frame the host's kernel sent: it first crosses the host NIC and the link."""
@@ -687,18 +687,24 @@ class Switch:
                 "up": p.up,
             }
             if p.nic is not None:
-                d["host_nic"] = {
-                    "tx_packets": p.nic.tx_packets,
-                    "tx_bytes": p.nic.tx_bytes,
-                    "paused_s": [x / self.dilation for x in p.nic.paused_seconds(t)],
-                    "queue_hwm": list(p.nic.qhwm),
-                    "degraded_loss": p.nic.lost,  # lost on the host's way in
-                }
+                d["host_nic"] = _nic_stats(p.nic, self.dilation, t)
             if p.tx.loss or p.tx.rate_bps != p.tx.base[0] or p.tx.delay != p.tx.base[1]:
                 d["degraded"] = {"loss": p.tx.loss, "rate_bps": p.tx.rate_bps * self.dilation,
                                  "delay_s": p.tx.delay / self.dilation}
             ports[p.name] = d
         return {"ports": ports, "buffer_used": self.mmu.used, "buffer_size": self.mmu.size}
+
+
+def _degrade(tx: Transmitter, dilation: float, seed: int, *, loss: float, rate_bps: float, delay_s: float) -> None:
+    """A wire degraded in fabric units (all zero: as built), its losses seeded by `seed`."""
+    tx.degrade(loss=loss, rate_bps=rate_bps / dilation if rate_bps else 0.0, extra_delay=delay_s * dilation, seed=seed)
+
+
+def _nic_stats(nic: Transmitter, dilation: float, t: float) -> dict[str, Any]:
+    """A host NIC model's counters (a port's `host_nic`)."""
+    return {"tx_packets": nic.tx_packets, "tx_bytes": nic.tx_bytes,
+            "paused_s": [x / dilation for x in nic.paused_seconds(t)], "queue_hwm": list(nic.qhwm),
+            "degraded_loss": nic.lost}  # lost on the host's way in
 
 
 def _unwired(t: float, frame: Any) -> None:
@@ -820,10 +826,7 @@ class HostEnd:
                                delay=0.0, deliver=to_switch, strict=spec.qos.strict, weights=spec.qos.weights,
                                limit_bytes=spec.qos.host_nic_limit)
 
-    def drop(self, reason: str, tc: int = -1) -> None:
-        self.drops[reason] = self.drops.get(reason, 0) + 1
-        if tc >= 0:
-            self.drops_tc[tc] += 1
+    drop = Port.drop  # the same counters
 
     def from_host(self, t: float, frame: bytes) -> None:
         if not self.up:
@@ -846,13 +849,10 @@ class HostEnd:
 
     def degrade(self, *, loss: float, rate_bps: float, delay_s: float, seed: int = 0) -> None:
         """As Switch.degrade_port degrades the NIC it holds (the same loss seed)."""
-        self.nic.degrade(loss=loss, rate_bps=rate_bps / self.dilation if rate_bps else 0.0,
-                         extra_delay=delay_s * self.dilation,
-                         seed=(self.seed * 1_000_003 + 2 * self.index + 1) ^ seed << 32)
+        _degrade(self.nic, self.dilation, (self.seed * 1_000_003 + 2 * self.index + 1) ^ seed << 32,
+                 loss=loss, rate_bps=rate_bps, delay_s=delay_s)
 
     def stats(self, t: float) -> dict[str, Any]:
-        """The port's `host_nic` counters, as Switch.stats gives them for a NIC it holds."""
-        return {"tx_packets": self.nic.tx_packets, "tx_bytes": self.nic.tx_bytes,
-                "paused_s": [x / self.dilation for x in self.nic.paused_seconds(t)],
-                "queue_hwm": list(self.nic.qhwm), "degraded_loss": self.nic.lost,
-                "drops": dict(self.drops)}
+        """The port's `host_nic` counters, as Switch.stats gives them for a NIC it holds, and the drops
+        at the host's end (Switch.from_host counts them on the port)."""
+        return {**_nic_stats(self.nic, self.dilation, t), "drops": dict(self.drops)}
