@@ -3,15 +3,55 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
 
 from emu.net.cleanup import clean
+
+# The machine's learnt state (what --dilation auto learnt) and its kept logs are the user's: the suite
+# and every process it starts use folders of their own (EMU_CACHE_DIR and EMU_LOG_DIR are inherited),
+# and the session fails if the machine's own folders changed while it ran.
+MACHINE_STATE = ("/var/cache/emu", "/var/log/emu")
+_SCRATCH = tempfile.mkdtemp(prefix="suite-state-")
+os.environ["EMU_CACHE_DIR"] = os.path.join(_SCRATCH, "cache")
+os.environ["EMU_LOG_DIR"] = os.path.join(_SCRATCH, "log")
+
+
+def _tree(paths: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for dirpath, _, files in (w for p in paths for w in os.walk(p)):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            try:
+                with open(full, "rb") as f:
+                    out[full] = hashlib.sha256(f.read()).hexdigest()
+            except OSError:
+                out[full] = "unreadable"
+    return out
+
+
+def pytest_configure(config):
+    config._emu_machine_state = _tree(MACHINE_STATE)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_SCRATCH, ignore_errors=True)
+    before = getattr(session.config, "_emu_machine_state", None)
+    if before is None:
+        return
+    after = _tree(MACHINE_STATE)
+    if after != before:
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        session.config.get_terminal_writer().line(
+            f"FAILED: the suite changed the machine's own state: {', '.join(changed)}", red=True)
+        session.exitstatus = 1
 
 
 def _has_mininet() -> bool:

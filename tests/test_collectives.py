@@ -49,7 +49,7 @@ def test_auto_dilation_gives_a_result_with_fidelity_ok(no_leftovers, tmp_path, m
     """From no calibration (the default cost), whatever D it takes; what worked is remembered."""
     from emu.bench import dilation
 
-    monkeypatch.setattr(dilation, "CACHE", str(tmp_path / "calibration.json"))
+    monkeypatch.setenv("EMU_CACHE_DIR", str(tmp_path))
     r = run("allreduce", dict(FABRIC, sizes="64KiB"), dilation="auto")  # the search, not the figure, is tested
     assert r["fidelity"]["ok"] is True and r["wrong"] == 0
     assert r["dilation_auto"]["chosen"] == r["dilation"] and r["dilation_auto"]["tries"][-1]["ok"] is True

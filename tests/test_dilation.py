@@ -3,6 +3,8 @@ directions from what a run measured, bounded by it; a user can make the machine 
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ def _fid(d: float, p99_fabric_ns: float) -> dict[str, Any]:
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(dilation, "CACHE", str(tmp_path / "calibration.json"))
+    monkeypatch.setenv("EMU_CACHE_DIR", str(tmp_path))
 
 
 def test_a_try_that_falls_behind_is_run_again_at_a_larger_d_and_the_ok_one_teaches(cache):
@@ -67,3 +69,29 @@ def test_reset_forgets_this_machine(cache):
     assert dilation.reset() is True and dilation.learnt() == {}
     assert dilation.cost_per_packet("test")[1].startswith("default")
     assert dilation.reset() is False
+
+
+def test_a_run_at_the_floor_never_sets_a_cost_and_only_lowers_one(cache):
+    """fpf-vs-nsf (twenty pings a second) ran ok at D = 1000, and 50 s per packet was learnt: a run at
+    the floor bounds the cost from above, it does not measure it."""
+    pings = 20.0
+    ok = _fid(dilation.FLOOR, 0.01)
+    dilation.teach("pings", dilation.FLOOR, ok, pings)
+    assert dilation.learnt() == {}
+    dilation.learn("pings", dilation.cost_of(1e5, pings))  # learnt once on a busy machine
+    dilation.teach("pings", dilation.FLOOR, ok, pings)
+    assert dilation.learnt()["pings"]["cost_s"] == pytest.approx(dilation.cost_of(dilation.FLOOR, pings))
+    assert dilation.choose(pings, "pings")[0] == dilation.FLOOR
+
+
+def test_a_process_started_with_emu_cache_dir_learns_there_and_not_in_the_machines_cache(tmp_path):
+    """Every subprocess of the suite inherits EMU_CACHE_DIR (conftest): the machine's calibration stays
+    the user's. A child told another folder writes there."""
+    import subprocess
+    import sys
+
+    code = "from emu.bench import dilation; dilation.learn('probe', 1e-4); print(dilation.cache_path())"
+    env = {**os.environ, "EMU_CACHE_DIR": str(tmp_path / "c")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(tmp_path / "c" / "calibration.json")
+    assert "probe" in json.loads((tmp_path / "c" / "calibration.json").read_text())[dilation.machine_key()]

@@ -102,7 +102,7 @@ def test_packets_the_emulators_own_io_lost_are_named_in_every_verdict_and_line(t
     # The retry of auto D says why it raised D.
     from emu.bench import dilation
 
-    monkeypatch.setattr(dilation, "CACHE", str(tmp_path / "calibration.json"))  # not this machine's
+    monkeypatch.setenv("EMU_CACHE_DIR", str(tmp_path))  # not this machine's
     tries = iter([v, clean])
     said: list[str] = []
     r = dilation.run_auto(lambda d: {"fidelity": next(tries)}, 1e6, "test-emulator-drops", say=said.append)

@@ -82,3 +82,46 @@ def test_the_plot_is_drawn_from_the_saved_result_alone(tmp_path, no_leftovers):
                         "--no-plot", "--out", str(tmp_path / "cli"), "--json"], capture_output=True, text=True)
     assert r.returncode == (0 if json.loads(r.stdout)["passed"] else 1), r.stderr  # the exit says the verdict
     assert (tmp_path / "cli" / "incast-pfc.json").exists() and not (tmp_path / "cli" / "incast-pfc.png").exists()
+
+
+def test_a_measurement_that_got_nothing_fails_the_verdict_and_says_what_was_missing():
+    """srv6-te at D = 100 000 got no ping reply back and its verdict compared None with None (a traceback
+    after 3 min 20 s): a phase with no reply is now a failed verdict naming it."""
+    from emu.scenarios.srv6_te import Srv6Te
+
+    phase = {"received_bytes": 1000, "planned_bytes": 1000, "forwarded_by_router": {}}
+    result = {"routers_crossed": {"shortest": ["r1"], "policy": ["r3", "r4"], "restored": ["r1"]},
+              "phases": [{**phase, "phase": "shortest", "rtt_fabric_s": 1e-4},
+                         {**phase, "phase": "policy", "rtt_fabric_s": None},
+                         {**phase, "phase": "restored", "rtt_fabric_s": 1e-4}]}
+    s = Srv6Te()
+    assert s.missing(result) == ["no ping reply in phase policy"] and s.verdict(result) is False
+    result["phases"][1]["rtt_fabric_s"] = 3e-4
+    assert s.missing(result) == [] and s.verdict(result) is True
+
+
+class _LongLine(FabricTopo):
+    """Two hosts 100 km apart: a round trip of a millisecond of fabric time."""
+
+    def build(self, km: int = 100) -> None:
+        self.addFabricSwitch("s0")
+        self.addFabricSwitch("s1")
+        self.addFabricLink("s0", "s1", rate="100G", cable=f"{km}km")
+        self.addHost("h0")
+        self.addHost("h1")
+        self.addHostLink("h0", "s0", rate="100G")
+        self.addHostLink("h1", "s1", rate="100G")
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_ping_waits_for_as_long_as_the_slowest_path_takes_at_this_d(no_leftovers):
+    """At D = 5000 a 1 ms fabric round trip is 5 s of wall time: past the 2 s the scenarios' pings used to
+    wait (-W2). net.ping waits as the fabric's slowest path takes at this D, and gets every reply."""
+    from emu import FabricNet
+
+    with FabricNet(_LongLine(), dilation=5000) as net:
+        assert net.kernel_wait_s(2 * net.rtt_bound_s()) > 10.0
+        rtts, ttls = net.ping("h0", net.get("h1").IP(), count=2, family=4)
+    assert len(rtts) == 2 and all(1.0e-3 <= r < 1.3e-3 for r in rtts), rtts
+    assert ttls and all(t == 62 for t in ttls)  # two switches on the way

@@ -110,7 +110,7 @@ def test_a_scenario_at_auto_dilation_is_on_time_and_says_why(tmp_path, no_leftov
     documented default and scaled by load; the result records each try and has fidelity ok."""
     from emu.bench import dilation
 
-    monkeypatch.setattr(dilation, "CACHE", str(tmp_path / "calibration.json"))
+    monkeypatch.setenv("EMU_CACHE_DIR", str(tmp_path))
     said: list[str] = []
     # 256 KiB a plane: a try that falls behind on a busy machine costs its next, larger D half as much.
     r = run_scenario("plane-down", {"planes": "3", "bytes": "256KiB"}, RunSettings(), out_dir=str(tmp_path),

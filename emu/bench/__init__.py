@@ -35,7 +35,7 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
         from emu.bench import dilation
 
         forgot = dilation.reset() if params.get("reset") else False
-        return {"bench": "calibrate", "machine": dilation.machine_key(), "cache": dilation.CACHE, "reset": forgot,
+        return {"bench": "calibrate", "machine": dilation.machine_key(), "cache": dilation.cache_path(), "reset": forgot,
                 "learnt": dilation.learnt(), "how": "what --dilation auto has learnt on this machine, per kind of "
                                                     "run (CPU seconds per packet and how many runs taught it)"}
     if name == "sync":

@@ -21,7 +21,8 @@ import platform
 from collections.abc import Callable
 from typing import Any
 
-CACHE = "/var/cache/emu/calibration.json"
+CACHE_DIR = "/var/cache/emu"  # what this machine has learnt; EMU_CACHE_DIR puts it elsewhere (the tests do)
+FLOOR = 1000.0  # the least D auto picks: below it a wall-clock fabric is too fast for the kernel's own timers
 UTILISATION = 0.5  # leave half the cores' time for the kernel, wake-ups and bursts
 # CPU s per fabric packet before this machine has taught us: measured here (2 cores, x86), a 4-GPU
 # x 2-plane allreduce (88 Mpps) needed D = 20 000 to 50 000: 230-570 us. Per-packet costs are not
@@ -47,9 +48,15 @@ def machine_key() -> str:
     return f"{model}|{os.cpu_count()}|{platform.python_version()}"
 
 
+def cache_path() -> str:
+    """The calibration file: EMU_CACHE_DIR's, else this machine's (/var/cache/emu). Read at each use, so a
+    process started with EMU_CACHE_DIR (a test's subprocess) never touches the machine's own."""
+    return os.path.join(os.environ.get("EMU_CACHE_DIR") or CACHE_DIR, "calibration.json")
+
+
 def _load() -> dict[str, Any]:
     try:
-        with open(CACHE) as f:
+        with open(cache_path()) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
@@ -76,13 +83,14 @@ def learn(kind: str, cost_s: float) -> None:
     entry = data.setdefault(machine_key(), {}).setdefault(kind, {"cost_s": 0.0, "runs": 0})
     entry["cost_s"] = cost_s
     entry["runs"] = int(entry.get("runs", 0)) + 1
+    path = cache_path()
     try:
-        os.makedirs(os.path.dirname(CACHE), mode=0o755, exist_ok=True)
-        tmp = f"{CACHE}.{os.getpid()}"
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1)
-        os.replace(tmp, CACHE)
+        os.replace(tmp, path)
     except OSError:
         pass  # a read-only machine still runs, it only does not remember
 
@@ -93,7 +101,7 @@ def reset() -> bool:
     if not data.pop(machine_key(), None):
         return False
     try:
-        with open(CACHE, "w") as f:
+        with open(cache_path(), "w") as f:
             json.dump(data, f, indent=1)
     except OSError:
         return False
@@ -115,6 +123,19 @@ def _over(fid: dict[str, Any]) -> float:
                w.get("mean_packet_times", 0.0) / t["paced_mean_packet_times"] if w.get("paced") else 0.0)
 
 
+def teach(kind: str, d: float, fid: dict[str, Any], load_pps: float) -> None:
+    """Learn from a run at D that was on time. At the floor, the run says only that the cost is at most
+    what the floor implies for its load (a few pings a second make that tens of seconds a packet, which
+    is no cost at all): it may lower what was learnt, never set it."""
+    if d > FLOOR:
+        learn(kind, cost_of(needed(d, fid), load_pps))
+        return
+    bound = cost_of(FLOOR, load_pps)
+    known = learnt().get(kind)
+    if isinstance(known, dict) and known.get("cost_s", 0) > bound:
+        learn(kind, bound)
+
+
 def needed(d: float, fid: dict[str, Any]) -> float:
     """From a run at D that was on time, the D it would have needed (see HEADROOM)."""
     return min(d, max(d / LEARN_DOWN_AT_MOST, d * _over(fid) / HEADROOM))
@@ -130,7 +151,7 @@ def choose(load_pps: float, kind: str, default_cost: float = DEFAULT_COST_S) -> 
     """D for a run offering `load_pps` packets per fabric second, and why."""
     cost, source = cost_per_packet(kind, default_cost)
     cores = os.cpu_count() or 1
-    d = nice(max(1000.0, load_pps * cost / (cores * UTILISATION)))
+    d = nice(max(FLOOR, load_pps * cost / (cores * UTILISATION)))
     # The cost is an effective one, CPU plus the slack that keeps every packet on time: far more
     # than a packet's CPU alone, since a late packet is what fidelity judges.
     why = (f"{load_pps / 1e6:.0f} Mpps offered x {cost * 1e6:.0f} us of effective cost per packet ({source}) "
@@ -156,7 +177,7 @@ def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
         if fid.get("ok"):
             # Learnt from what this run measured, both ways: a run with room to spare lowers the cost,
             # so one slow run (a busy machine) does not raise every later run's D for good.
-            learn(kind, cost_of(needed(d, fid), load_pps))
+            teach(kind, d, fid, load_pps)
             break
         if fid.get("ok") is None or attempt == TRIES - 1:
             break  # unknown fidelity cannot be fixed by a larger D; or out of tries
@@ -170,5 +191,5 @@ def run_auto(run: Callable[[float], dict[str, Any]], load_pps: float, kind: str,
     return result
 
 
-__all__ = ["choose", "cost_of", "cost_per_packet", "learn", "learnt", "machine_key", "needed", "nice", "reset",
-           "run_auto"]
+__all__ = ["cache_path", "choose", "cost_of", "cost_per_packet", "learn", "learnt", "machine_key", "needed", "nice", "reset",
+           "run_auto", "teach"]

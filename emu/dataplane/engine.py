@@ -60,7 +60,12 @@ from emu.launch import (
     ssh_base,
 )
 
-FAILED_LOGS = "/var/log/emu"  # outside RUN_ROOT, which `emu clean` empties
+FAILED_LOGS = "/var/log/emu"  # outside RUN_ROOT, which `emu clean` empties; EMU_LOG_DIR puts it elsewhere
+
+
+def failed_logs() -> str:
+    """Where a failed start's worker logs are kept: EMU_LOG_DIR (the tests' own folder), else FAILED_LOGS."""
+    return os.environ.get("EMU_LOG_DIR") or FAILED_LOGS
 WORKER_MODULE = "emu.dataplane.worker"
 
 
@@ -128,7 +133,7 @@ class Engine:
                     if time.monotonic() > deadline:
                         stage = self._tail(i, 1) or "nothing logged: still reading its spec or building switches"
                         raise EngineError(f"engine worker {i} did not answer within {timeout:.0f}s (last: {stage}); "
-                                          f"log: {os.path.join(FAILED_LOGS, os.path.basename(self.run_dir))}")
+                                          f"log: {os.path.join(failed_logs(), os.path.basename(self.run_dir))}")
                     time.sleep(0.02)
             if self.spec.channelled:
                 self._connect(deadline)
@@ -211,7 +216,7 @@ class Engine:
 
     def _keep_logs_elsewhere(self) -> None:
         """A failed start leaves no run directory; its worker logs move to FAILED_LOGS for reading."""
-        dest = private_dir(os.path.join(private_dir(FAILED_LOGS), os.path.basename(self.run_dir)))
+        dest = private_dir(os.path.join(private_dir(failed_logs()), os.path.basename(self.run_dir)))
         for path in self.logs:
             if os.path.exists(path):
                 shutil.move(path, os.path.join(dest, os.path.basename(path)))
@@ -229,7 +234,7 @@ class Engine:
         """Where worker i's log is now: in the run directory while it exists, else kept in FAILED_LOGS."""
         if os.path.exists(self.log_path(i)):
             return self.log_path(i)
-        return os.path.join(FAILED_LOGS, os.path.basename(self.run_dir), os.path.basename(self.log_path(i)))
+        return os.path.join(failed_logs(), os.path.basename(self.run_dir), os.path.basename(self.log_path(i)))
 
     def _check_alive(self, i: int) -> None:
         rc = self.procs[i].poll()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 import re
 import shutil
@@ -443,8 +444,33 @@ class FabricNet(Mininet):
             out.update(host_addresses(machine, hosts, family))
         return {h.name: out[h.name] for h in self.hosts}
 
-    def pingall_planes(self, family: int = 4, timeout: int = 2) -> PingResult:
-        """Ping every address of every other host from every host, on every plane."""
+    def rtt_bound_s(self) -> float:
+        """A round trip no path of this fabric can exceed, in fabric seconds: every cable once each way
+        and an MTU's serialisation at every link end (a shortest path crosses a link at most once)."""
+        links = [lk.fabric for lk in self.links if isinstance(lk, FabricLink)]
+        return sum(2 * (p.delay_s + (1500 + 24) * 8 / p.rate_bps) for p in links)
+
+    def kernel_wait_s(self, fabric_s: float) -> float:
+        """Wall seconds the hosts' kernels need for `fabric_s` of fabric time, with a second's slack: their
+        traffic crosses the fabric at 1/D of its speed on either clock (on the fabric clock, between jobs)."""
+        return 1.0 + fabric_s * self.settings.dilation
+
+    def ping(self, host: str, dst: str, *, count: int = 5, family: int = 6, interval_s: float = 0.05
+             ) -> tuple[list[float], list[int]]:
+        """`count` pings from `host` to `dst` sent `interval_s` wall seconds apart: their round trips in
+        fabric seconds, and the replies' TTLs. Each reply is waited for as long as the slowest path of
+        this fabric takes at this D (rtt_bound_s, twice), so a reply lost at a large D is one the fabric
+        lost, not one the wait gave up on."""
+        wait = math.ceil(self.kernel_wait_s(2 * self.rtt_bound_s()))
+        out = self.get(host).cmd(f"ping -{family} -c{count} -i{interval_s:g} -W{wait} {dst}")
+        rtts = [float(x) / 1e3 / self.settings.dilation for x in re.findall(r"time=([\d.]+) ms", out)]
+        return rtts, [int(x) for x in re.findall(r"ttl=(\d+)", out)]
+
+    def pingall_planes(self, family: int = 4, timeout: int | None = None) -> PingResult:
+        """Ping every address of every other host from every host, on every plane. `timeout`: wall
+        seconds per reply (default: as ping() waits, from the fabric's slowest path at this D)."""
+        if timeout is None:
+            timeout = max(2, math.ceil(self.kernel_wait_s(2 * self.rtt_bound_s())))
         addrs = self.host_addresses(family)
         flag = "-6" if family == 6 else "-4"
         jobs = {}

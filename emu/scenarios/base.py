@@ -9,7 +9,8 @@ one clear error. Its steps, each a method:
 - `measure(net, settings, role)`: what it does on one running fabric, and the
   figures it reads (everything its plot needs goes in them);
 - `summarise(parts, settings)`: one result from the parts (one part: itself);
-- `verdict(result)`: whether the claim held (None: it makes no claim here);
+- `verdict(result)`: whether the claim held (None: it makes no claim here), and `missing(result)`
+  what it could not measure (each a failed verdict's reason);
 - `plot(result, ax)`: the figure, drawn from the result alone.
 
 `run(settings, out_dir)` takes them in turn and writes NAME.json and, unless
@@ -132,6 +133,11 @@ class Scenario:
     def verdict(self, result: dict[str, Any]) -> bool | None:
         return None
 
+    def missing(self, result: dict[str, Any]) -> list[str]:
+        """What the run set out to measure and did not get (a reply that never came): each a failed
+        verdict's reason, in the result as `missing`. A verdict never reads a figure that is not there."""
+        return []
+
     def plot(self, result: dict[str, Any], ax: Any) -> None:
         raise NotImplementedError
 
@@ -151,6 +157,10 @@ class Scenario:
         if settings.machines:
             result["machines"] = list(settings.machines)  # each fabric over those it could be split across
         passed = self.verdict(result)
+        missing = self.missing(result)
+        if missing:
+            result["missing"] = missing
+            passed = False
         if passed is not None:
             result["passed"] = bool(passed)
         if out_dir:

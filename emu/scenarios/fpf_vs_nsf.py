@@ -9,7 +9,6 @@ between the two halves of the GPUs.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +68,7 @@ class FpfVsNsf(Scenario):
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         """Hops from the TTL of ping replies (each switch takes one off), base RTT the fastest ping."""
-        out = net.get("gpu0").cmd(f"ping -c10 -i0.05 -W2 {net.get(f'gpu{self.gpus - 1}').IP()}")
-        rtts = [float(x) / 1e3 / settings.dilation for x in re.findall(r"time=([\d.]+) ms", out)]
-        ttls = [int(x) for x in re.findall(r"ttl=(\d+)", out)]
+        rtts, ttls = net.ping("gpu0", net.get(f"gpu{self.gpus - 1}").IP(), count=10, family=4)
         gpus = sorted((h.name for h in net.hosts), key=lambda n: int(n[3:]))
         return {
             "switch_hops": 64 - min(ttls) if ttls else None,
@@ -86,6 +83,9 @@ class FpfVsNsf(Scenario):
     def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:
         return {"gpus": self.gpus, "planes": self.planes, "between": ["gpu0", f"gpu{self.gpus - 1}"], **parts,
                 "fidelity": combine({role: part["fidelity"] for role, part in parts.items()})}
+
+    def missing(self, result: dict[str, Any]) -> list[str]:
+        return [f"no ping reply on {role}" for role in ("fpf", "nsf") if not result[role]["replies"]]
 
     def verdict(self, result: dict[str, Any]) -> bool:
         """FPF takes fewer hops and a shorter base round trip between the same two GPUs."""
