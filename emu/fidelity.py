@@ -208,6 +208,34 @@ def log_for_study(fid: dict[str, Any]) -> None:
         f.write(json.dumps(row) + "\n")
 
 
+# What a result says of the machine that ran it rather than of the fabric: wall and CPU time, the speed of
+# the core that ran it. Two runs of the same fabric-clock job differ only in these (tests/test_cores.py).
+WALL_FIELDS = frozenset({"wall_s", "run_wall_s", "engine_cpu_s", "wall_s_per_fabric_ms", "engine_cpu_s_per_packet_hop",
+                         "hops_per_wall_s", "cpu_ns_per_hop", "speed", "core", "peak_rss_bytes", "bringup_wall_s"})
+
+
+def add_speeds(speeds: list[dict[str, Any]], *, parallel: bool = False) -> dict[str, Any]:
+    """Fabric-clock jobs' costs (emu.dataplane.worker's meter: the core, packet-hops, wall and CPU seconds)
+    summed, one after another, or a split job's parts (`parallel`: its wall time is the longest part's),
+    with the rates a reader compares against other simulators."""
+    hops = sum(int(s["packet_hops"]) for s in speeds)
+    cpu = sum(float(s["cpu_s"]) for s in speeds)
+    walls = [float(s["wall_s"]) for s in speeds]
+    wall = max(walls, default=0.0) if parallel else sum(walls)
+    cores = sorted({str(s["core"]) for s in speeds})
+    return {"core": ",".join(cores) or None, "jobs": sum(int(s.get("jobs", 1)) for s in speeds),
+            "packet_hops": hops, "wall_s": wall, "cpu_s": cpu,
+            "hops_per_wall_s": hops / wall if wall else 0.0, "cpu_ns_per_hop": cpu / hops * 1e9 if hops else 0.0}
+
+
+def speed_line(speed: dict[str, Any] | None) -> str:
+    """What the fabric clock's run cost, for the terminal: the core, packet-hops, their rate, CPU a hop."""
+    if not speed or not speed.get("packet_hops"):
+        return ""
+    return (f"; {speed['core']} core: {speed['packet_hops']:,} packet-hops, {speed['hops_per_wall_s'] / 1e3:,.0f}k a "
+            f"wall second, {speed['cpu_ns_per_hop']:,.0f} ns of CPU a hop")
+
+
 def fabric_clock_verdict(*, packet_s: float, kernel_frames: int = 0) -> dict[str, Any]:
     """The `fidelity` object of a run on the fabric clock: every part that keeps fabric time ran on the
     engine's own schedule, so none could be late and `ok` is true on any machine, idle or loaded.
@@ -226,7 +254,9 @@ def combine(fids: dict[str, dict[str, Any]]) -> dict[str, Any]:
     runs = list(fids.items())
     if all(f.get("clock") == "fabric" for _, f in runs):
         first = runs[0][1]
-        return first | {"kernel_frames": sum(f.get("kernel_frames", 0) for _, f in runs)}
+        speeds = [f["speed"] for _, f in runs if f.get("speed")]
+        return first | {"kernel_frames": sum(f.get("kernel_frames", 0) for _, f in runs)} \
+            | ({"speed": add_speeds(speeds)} if speeds else {})
     oks = [f["ok"] for _, f in runs]
     worst = max((f["worst"] | {"name": f"{k}: {f['worst']['name']}"} for k, f in runs if f["worst"]),
                 key=lambda w: w["p99_fabric_ns"], default=None)
@@ -268,6 +298,7 @@ def line(fid: dict[str, Any] | None) -> str:
     if fid.get("clock") == "fabric":
         kernel = fid.get("kernel_frames", 0)
         return ("fidelity: exact (fabric clock: every part kept the engine's schedule, nothing can be late)"
+                + speed_line(fid.get("speed"))
                 + (f"; {kernel} frames from the hosts' kernels crossed the run: their timing is not the fabric's, "
                    "and the run is not reproducible bit for bit" if kernel else ""))
     t = fid["threshold"]
@@ -292,6 +323,6 @@ def line(fid: dict[str, Any] | None) -> str:
 
 
 __all__ = ["EMULATOR_IO", "Lateness", "Part", "THRESHOLD_PACKET_TIMES", "combine", "emulator_drops", "engine_parts",
-           "fabric_clock_verdict", "line", "log_for_study",
+           "WALL_FIELDS", "add_speeds", "fabric_clock_verdict", "line", "log_for_study", "speed_line",
            "packet_time_s",
            "tight_timers", "verdict"]

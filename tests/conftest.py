@@ -130,3 +130,19 @@ def wcmp_native(tmp_path_factory):
 
     return run_scenario("wcmp", {"flows": "1024", "bytes": "2MiB"}, RunSettings(clock="fabric"),
                         out_dir=str(tmp_path_factory.mktemp("wcmp")))
+
+
+def _cores() -> list[str]:
+    from emu.dataplane.core import native
+
+    return ["python", "native"] if native() is not None else ["python"]
+
+
+@pytest.fixture(params=_cores())
+def both_cores(request, monkeypatch):
+    """The test runs on each core (the Python reference, and the compiled one where it was built): what it
+    asserts of the reference must hold of its twin."""
+    from emu.dataplane.fabric import VirtualFabric
+
+    monkeypatch.setattr(VirtualFabric, "CORE", request.param)
+    return request.param

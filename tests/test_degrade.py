@@ -8,6 +8,8 @@ from emu.dataplane.fabric import VirtualFabric
 from tests.helpers import star
 from tests.test_switch import udp4
 
+pytestmark = pytest.mark.usefixtures("both_cores")
+
 
 def run(loss: float = 0.0, rate: float = 0.0, delay: float = 0.0, n: int = 2000) -> tuple[list[float], int]:
     tb = VirtualFabric(star(2))

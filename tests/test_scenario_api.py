@@ -117,11 +117,11 @@ class _LongLine(FabricTopo):
 @pytest.mark.mininet
 def test_a_ping_waits_for_as_long_as_the_slowest_path_takes_at_this_d(no_leftovers):
     """At D = 5000 a 1 ms fabric round trip is 5 s of wall time: past the 2 s the scenarios' pings used to
-    wait (-W2). net.ping waits as the fabric's slowest path takes at this D, and gets every reply."""
+    wait (-W2). net.round_trips waits as the fabric's slowest path takes at this D, and gets every reply."""
     from emu import FabricNet
 
     with FabricNet(_LongLine(), dilation=5000) as net:
         assert net.kernel_wait_s(2 * net.rtt_bound_s()) > 10.0
-        rtts, ttls = net.ping("h0", net.get("h1").IP(), count=2, family=4)
+        rtts, ttls = net.round_trips("h0", net.get("h1").IP(), count=2, family=4)
     assert len(rtts) == 2 and all(1.0e-3 <= r < 1.3e-3 for r in rtts), rtts
     assert ttls and all(t == 62 for t in ttls)  # two switches on the way

@@ -11,6 +11,8 @@ from emu.control.model import EncapPolicy, Group, MySid, NextHop, Route, SwitchT
 from emu.dataplane.fabric import VirtualFabric
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
 
+pytestmark = pytest.mark.usefixtures("both_cores")
+
 MAC = {("A", 0): "02:aa:00:00:00:00", ("A", 1): "02:aa:00:00:00:01", ("B", 0): "02:bb:00:00:00:00",
        ("B", 1): "02:bb:00:00:00:01", ("C", 0): "02:cc:00:00:00:00", ("C", 1): "02:cc:00:00:00:01"}
 HOST_A, HOST_C = "02:00:00:00:00:0a", "02:00:00:00:00:0c"

@@ -13,6 +13,8 @@ from emu.dataplane.spec import EcnSpec, QosSpec
 from emu.units import WIRE_OVERHEAD_BYTES
 from tests.helpers import host_mac, port_mac, star
 
+pytestmark = pytest.mark.usefixtures("both_cores")
+
 
 def udp4(src: int, dst: int, size: int = 100, tos: int = 0, ttl: int = 64, sport: int = 1000) -> bytes:
     pkt = (

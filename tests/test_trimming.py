@@ -12,6 +12,8 @@ from emu.dataplane.fabric import VirtualFabric
 from emu.dataplane.spec import QosSpec, SpecError, TrimSpec
 from tests.helpers import host_mac, port_mac, star
 
+pytestmark = pytest.mark.usefixtures("both_cores")
+
 TRIMMABLE = 24 << 2 | 0b10  # DSCP 24, ECT(0): MetaRoCE's data in trimming mode
 OTHER = 26 << 2  # DSCP 26: the same traffic class (3), not trimmable (MetaRoCE's ACKs)
 
@@ -72,16 +74,17 @@ def test_ipv4_trimmed_frame_is_valid_too():
 def test_headers_go_out_first_strict_priority_over_the_data(monkeypatch):
     """A header waits at most for the frame already on the wire (and the headers before it), never for
     the data queued ahead of it, which is tens of frames deep."""
-    from emu.dataplane.switch import Switch
-
     trimmed_at: list[float] = []
-    real = Switch._trim
+    loops = []
+    real = pk.trim_frame
 
-    def record(self, t, *args):
-        trimmed_at.append(t)
-        real(self, t, *args)
+    def record(*args):
+        trimmed_at.append(loops[0].now)  # when the switch cut it: the event's time
+        return real(*args)
 
-    monkeypatch.setattr(Switch, "_trim", record)
+    monkeypatch.setattr(pk, "trim_frame", record)
+    monkeypatch.setattr(VirtualFabric, "run", lambda self, until=float("inf"): (loops.append(self.loop),
+                                                                               self.loop.run(until)))
     tb, sw = incast(TrimSpec())
     got = [t for t, f in tb.received[("s0", "s0-eth0")] if len(f) <= 200]
     assert len(got) == len(trimmed_at) > 0

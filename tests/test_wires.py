@@ -12,6 +12,8 @@ from emu.units import WIRE_OVERHEAD_BYTES
 from tests.helpers import host_port, star
 from tests.test_switch import udp4
 
+pytestmark = pytest.mark.usefixtures("both_cores")
+
 RATE, DELAY = 10e9, 3e-6
 
 

@@ -7,6 +7,7 @@ the ranks and the figures are emu.collectives.run's, which `net.collective(...)`
 
 from __future__ import annotations
 
+import resource
 import sys
 import time
 from dataclasses import replace
@@ -64,11 +65,16 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: 
     settings = replace(settings or RunSettings(), dilation=d)
     t0 = time.monotonic()
     with fabric(topo, settings) as net:
-        cpu0, t1 = net.engine.cpu_seconds(), time.monotonic()
+        bringup = time.monotonic() - t0
+        cpu0, t1, jobs = net.engine.cpu_seconds(), time.monotonic(), len(net.engine.speeds)
         report = measure(net.engine, net.rank_hosts(), op, sizes, clock=settings.clock, dilation=d, cc=cc, seed=seed,
                          trim_dscp=settings.trim[1] if settings.trim else None)
         # The measurement alone (not bring-up): the engine's CPU, which on the fabric clock is all of it.
         run_s, cpu_s = time.monotonic() - t1, net.engine.cpu_seconds() - cpu0
+        if settings.clock == "fabric":
+            report["fidelity"]["speed"] = net.engine.speed(jobs)
+        # Memory at its peak: the engine's workers' and this process's (Mininet's nodes are their own).
+        rss = net.engine.peak_rss_bytes() + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         # A split fabric: windows (barriers each worker sent every other) and frames that crossed between workers.
         stats, machines = net.engine.stats(), net.settings.machines
         workers, lookahead = max(len(stats.get("workers", [])), 1), stats.get("lookahead_s")
@@ -79,9 +85,13 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: 
             "machines": list(machines),
             "windows": max((c["windows"] for c in chans), default=0),
             "crossed": sum(c["received"] for c in chans),
-            "wall_s": time.monotonic() - t0, "run_wall_s": run_s, "engine_cpu_s": cpu_s,
+            "core": settings.core, "wall_s": time.monotonic() - t0, "bringup_wall_s": bringup,
+            "run_wall_s": run_s, "engine_cpu_s": cpu_s,
             "wall_s_per_fabric_ms": run_s / fabric_ms if fabric_ms else 0.0,
             "engine_cpu_s_per_packet_hop": cpu_s / report["packet_hops"] if report["packet_hops"] else 0.0,
+            "hops_per_wall_s": report["packet_hops"] / run_s if run_s else 0.0,
+            "cpu_ns_per_hop": cpu_s / report["packet_hops"] * 1e9 if report["packet_hops"] else 0.0,
+            "peak_rss_bytes": rss,
             **report}
 
 

@@ -55,7 +55,7 @@ def _settings(args: argparse.Namespace):
                            workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                            measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
                            links=args.links, clock=_clock(args), trim=trim, pace=args.pace,
-                           machines=_machines(args.machines))
+                           machines=_machines(args.machines), core=args.core or "")
     _check_backend(settings)
     return settings
 
@@ -299,7 +299,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         clock = "fabric" if args.machines and not args.clock else clock
         settings = RunSettings(backend=args.backend, links=args.links, clock=clock, trim=_trim(args.trim),
                                pfc=not args.trim, workers=args.workers,  # a trimmed class is lossy: no PFC to count
-                               machines=_machines(args.machines))
+                               machines=_machines(args.machines), core=args.core or "")
         _check_backend(settings)
     if args.reset:
         if args.name != "calibrate":
@@ -307,6 +307,8 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         params["reset"] = "1"
     if (args.workers or args.machines) and args.name != "collective":
         raise ValueError(f"--workers and --machines are for `emu bench collective`, not `emu bench {args.name}`")
+    if args.core and args.name != "collective":
+        raise ValueError(f"--core is for `emu bench collective`, not `emu bench {args.name}`")
     if args.clock and args.name != "collective":
         raise ValueError(f"--clock is for `emu bench collective`; `emu bench {args.name}` measures on the wall clock")
     result = run_bench(args.name, params, dilation=_dilation(args, auto=args.name == "collective"),
@@ -393,6 +395,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                         "(1000: a fabric millisecond a second), to watch it in the live view; figures do not change")
     p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
+    p.add_argument("--core", choices=("native", "python"), default=None,
+                   help="what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
+                        "python, the reference it is checked against; the same figures bit for bit")
     p.add_argument("--workers", type=int, default=0,
                    help="engine worker processes (default: one per core on the wall clock; one on the fabric clock, "
                         "where N > 1 splits the fabric at its longest links, else by planes)")
@@ -570,6 +575,9 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                         "time, retried larger if the run falls behind); `link` defaults to 1000")
     p.add_argument("--backend", choices=("native", "bmv2"), default="native", help="for `collective`")
     p.add_argument("--trim", metavar="SIZE[,DSCP]", help="for `collective`: the fabric trims (see `emu up --help`)")
+    p.add_argument("--core", choices=("native", "python"), default=None,
+                   help="for `collective`: what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
+                        "python, the reference it is checked against; the same figures bit for bit")
     p.add_argument("--workers", type=int, default=0,
                    help="for `collective`: engine worker processes (on the fabric clock: the fabric split at its "
                         "longest links into that many, kept in step by windows; default one)")

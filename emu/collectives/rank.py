@@ -86,25 +86,19 @@ class Ring:
         for p, qp in self.mesh.items():
             qp.connect(everyone[p]["mesh"][str(self.r)], everyone[p]["addrs"])
 
-    def _has_recv(self) -> bool:
-        return bool(self.dev.recv_cq)
-
-    def _idle(self) -> bool:
-        return not any(qp.busy() for qp in self.dev.qps.values())
-
     def wait_imm(self, want: int) -> Generator[Wait, None, None]:
         """Until the write with immediate `want` is whole in our memory."""
         while True:
             self.got.update(c.wr_id for c in self.dev.poll_recv())
             if want in self.got:
                 break
-            yield self._has_recv
+            yield self.dev.has_recv
         self.got.discard(want)
 
     def finish(self) -> Generator[Wait, None, None]:
         """Our own writes acknowledged: the buffers are ours again."""
-        if not self._idle():
-            yield self._idle
+        if not self.dev.idle():
+            yield self.dev.idle
         self.dev.poll_cq()
         self.done_at = self.dev.clock.clock()
 

@@ -43,6 +43,7 @@ from emu.dataplane.protocol import (
 )
 from emu.dataplane.spec import EngineSpec
 from emu.dataplane.worker import control_path
+from emu.fidelity import add_speeds
 from emu.launch import (
     LOCAL_MACHINES,
     RUN_ROOT,
@@ -96,6 +97,7 @@ class Engine:
         self.supervisor: Supervisor | None = None
         # Called before a job starts (the fabric's controller settling): see start_job.
         self.before_job: Callable[[], None] | None = None
+        self.speeds: list[dict[str, Any]] = []  # what each job that ended cost (speed())
 
     def log_path(self, index: int) -> str:
         return os.path.join(self.run_dir, f"worker-{index}.log")
@@ -380,7 +382,8 @@ class Engine:
                 raise EngineError(r.get("error", "sampling refused"))
 
     def queue_samples(self) -> dict[str, list[tuple[float, int]]]:
-        """Per port: (fabric seconds since the worker started, bytes queued)."""
+        """Per port: (fabric seconds, bytes queued): on the fabric clock its own time, on the wall clock since the
+        worker started."""
         out: dict[str, list[tuple[float, int]]] = {}
         for w in range(self.spec.workers):
             r = self.request(w, QueueSamples(), timeout=30)
@@ -398,6 +401,17 @@ class Engine:
         """CPU time (user + system) the workers have used so far: what a benchmark divides by its work."""
         ticks = os.sysconf("SC_CLK_TCK")
         return sum(max(0, proc_stat(p.pid, 11)) + max(0, proc_stat(p.pid, 12)) for p in self.procs) / ticks
+
+    def peak_rss_bytes(self) -> int:
+        """The most memory each worker has held at once (VmHWM), summed: what a large fabric costs."""
+        total = 0
+        for p in self.procs:
+            try:
+                with open(f"/proc/{p.pid}/status") as f:
+                    total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), 0)
+            except OSError:
+                pass
+        return total
 
     def start_job(self, kind: str, params: dict[str, Any]) -> int:
         """Fabric clock: start a job of ours inside the engine (see worker.JOBS); its id. `before_job`
@@ -444,7 +458,8 @@ class Engine:
         if not all(s["done"] for s in states):
             return {"ok": True, "done": False, "fabric_s": min(s.get("fabric_s", math.inf) for s in states)}
         return {"ok": True, "done": True, "parts": [s["result"] for s in states],
-                "kernel_frames": sum(int(s.get("kernel_frames", 0)) for s in states)}
+                "kernel_frames": sum(int(s.get("kernel_frames", 0)) for s in states),
+                "speed": add_speeds([s["speed"] for s in states], parallel=True)}
 
     # Wall seconds fabric time may stand still during a job before it is given up: the worker's loop
     # answers between batches of events, so a live job advances between two looks whatever the load.
@@ -461,6 +476,7 @@ class Engine:
             if state["done"]:
                 if "parts" in state and merge is not None:
                     state["result"] = merge(state["parts"])
+                self.speeds.append(state["speed"])
                 return state
             if state["fabric_s"] > fabric_s:
                 fabric_s, moved = state["fabric_s"], time.monotonic()
@@ -469,6 +485,11 @@ class Engine:
                                   f"{self.JOB_STALL_S:.0f} s of wall time: its worker is stuck (log: "
                                   f"{self._log_where(0)})")
             time.sleep(poll_s)
+
+    def speed(self, since: int = 0) -> dict[str, Any]:
+        """What the jobs this engine ran (from the `since`-th on) cost: packet-hops, wall and CPU seconds,
+        hops per wall second and ns of CPU per hop, and the core that ran them."""
+        return add_speeds(self.speeds[since:])
 
     @property
     def deaths(self) -> list[str]:

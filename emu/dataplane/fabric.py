@@ -10,7 +10,7 @@ socket send in a worker, a recorder in the virtual-time testbed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from dataclasses import replace
 from typing import Any
 
 from emu.dataplane.loop import Loop
@@ -20,26 +20,40 @@ from emu.dataplane.switch import Switch, WireBox
 ExternalDeliver = Callable[[Switch, PortSpec], Callable[[float, Any], None]]
 
 
+def switch_class(core: str) -> type[Switch]:
+    """The pipeline of `core` (emu.dataplane.core): the reference, or its compiled twin."""
+    if core == "native":
+        from emu.dataplane.native import NativeSwitch
+
+        return NativeSwitch
+    return Switch
+
+
 def build_switches(spec: EngineSpec, loop: Any, worker: int | None, external: ExternalDeliver) -> dict[str, Switch]:
     mine = [s for s in spec.switches if worker is None or s.worker == worker]
-    # The one place a switch's kind is chosen: a wire box for a P4 switch's links, else the pipeline.
-    switches = {s.name: (WireBox if s.wires else Switch)(s, loop, dilation=spec.dilation) for s in mine}
+    # The one place a switch's kind is chosen: a wire box for a P4 switch's links (on the reference
+    # core: its frames cross to BMv2, whose speed bounds them), else the pipeline of the run's core.
+    pipeline = switch_class(spec.core)
+    switches = {s.name: (WireBox if s.wires else pipeline)(s, loop, dilation=spec.dilation) for s in mine}
     for sw in switches.values():
         for ps in sw.spec.ports:
-            port = sw.ports[ps.index]
             peer = switches.get(ps.peer_switch) if ps.peer_kind == "switch" else None
             if peer is not None:
-                port.tx.deliver = partial(peer.ingress, ps.peer_port)
+                sw.wire(ps.index, peer, ps.peer_port)
             else:
-                port.tx.deliver = external(sw, ps)
+                sw.ports[ps.index].tx.deliver = external(sw, ps)
     return switches
 
 
 class VirtualFabric:
     """All switches of a spec on a virtual clock; frames to hosts are recorded per port."""
 
-    def __init__(self, spec: EngineSpec) -> None:
-        self.loop = Loop()
+    CORE = "python"  # the tests run it on each core
+
+    def __init__(self, spec: EngineSpec, core: str | None = None) -> None:
+        core = core or self.CORE
+        spec = replace(spec, core=core) if spec.core != core else spec
+        self.loop = Loop(core=core)
         self.received: dict[tuple[str, str], list[tuple[float, bytes]]] = {}
         self.switches = build_switches(spec, self.loop, None, self._recorder)
 

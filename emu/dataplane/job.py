@@ -16,9 +16,11 @@ from typing import Any, Protocol
 
 
 class Attach(Protocol):
-    """What the engine gives a fabric-clock job (emu.dataplane.worker.Worker): its loop, and a host's ports."""
+    """What the engine gives a fabric-clock job (emu.dataplane.worker.Worker): its loop, its core, and a
+    host's ports."""
 
     loop: Any
+    core: str  # "native" or "python" (emu.dataplane.core): which endpoints a job builds on it
 
     def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
@@ -59,6 +61,7 @@ class Detached:
 
     def __init__(self, host: Attach) -> None:
         self.loop = host.loop
+        self.core = host.core
 
     def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
@@ -99,6 +102,7 @@ class Job:
         self.finished = False
         self.participants: list[Participant] = []
         self.t0 = 0.0
+        self.on_finish: list[Callable[[], None]] = []  # the engine's meter of the job's cost, stopped at its end
 
     def begin(self) -> float:
         """Start at one fabric instant; schedule the budget's end and the job's port events
@@ -163,3 +167,5 @@ class Job:
         for p in self.participants:
             p.stop()
         self.loop.end()
+        for f in self.on_finish:
+            f()

@@ -173,14 +173,13 @@ class Transmitter:
         self.q_tx_packets[q] += 1
         arrive = end + self.delay
         loop = self.loop
-        heap = loop.heap
         # Off the schedule only if nothing else was due first: a PFC pause in the heap for an
         # earlier time must stop this wire before its next frame, however late the loop runs.
         up = self.up
         if up and self.loss and self.rng is not None and self.rng.random() < self.loss:
             self.lost += 1  # a degraded wire: the frame took its time on it and never arrived
             up = False
-        if arrive <= loop.clock() and (not heap or heap[0][0] >= arrive):
+        if arrive <= loop.clock() and loop.next_time() >= arrive:
             if up:
                 self.deliver(arrive, frame)
             if not self.mask:

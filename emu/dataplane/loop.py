@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import heapq
-import itertools
 import math
 import os
 import select
@@ -22,38 +20,36 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from emu.dataplane.core import make_schedule
+from emu.dataplane.schedule import Callback
 from emu.fidelity import Lateness, tight_timers
-
-Callback = Callable[[float, Any], None]
 
 
 class Loop:
-    """A virtual-time schedule: `run()` jumps from event to event."""
+    """A virtual-time schedule: `run()` jumps from event to event. `sched`: the schedule it runs (the
+    Python reference's or the compiled core's, emu.dataplane.core), made for it if not given."""
 
-    def __init__(self) -> None:
-        self.heap: list[tuple[float, int, Callback, Any]] = []
-        self._seq = itertools.count()
-        self.now = 0.0
+    MODE = "virtual"
 
-    def at(self, t: float, fn: Callback, arg: Any = None) -> None:
-        heapq.heappush(self.heap, (t, next(self._seq), fn, arg))
+    def __init__(self, sched: Any = None, *, core: str = "python", idle_dilation: float = 1.0) -> None:
+        self.sched = sched if sched is not None else make_schedule(core, self.MODE, idle_dilation)
+        self.at: Callable[[float, Callback, Any], None] = self.sched.at
+        self.clock: Callable[[], float] = self.sched.clock
 
-    def clock(self) -> float:
-        return self.now
+    @property
+    def now(self) -> float:
+        return self.sched.now
+
+    @now.setter
+    def now(self, t: float) -> None:
+        self.sched.now = t
+
+    def next_time(self) -> float:
+        """When the next event is due (inf: none is)."""
+        return self.sched.next_time()
 
     def run(self, until: float = float("inf"), max_events: int = 50_000_000) -> int:
-        heap = self.heap
-        pop = heapq.heappop
-        n = 0
-        while heap and heap[0][0] <= until and n < max_events:
-            t, _, fn, arg = pop(heap)
-            if t > self.now:
-                self.now = t
-            fn(t, arg)
-            n += 1
-        if until != float("inf") and until > self.now:
-            self.now = until
-        return n
+        return self.sched.run_until(until, max_events)
 
 
 _CLOCK_MONOTONIC = 1
@@ -108,8 +104,10 @@ class TimerFd:
 class WallLoop(Loop):
     """The same schedule on the wall clock, multiplexed with file descriptors."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    MODE = "wall"
+
+    def __init__(self, sched: Any = None, *, core: str = "python", idle_dilation: float = 1.0) -> None:
+        super().__init__(sched, core=core, idle_dilation=idle_dilation)
         tight_timers()
         self.epoll = select.epoll()
         self.timer = TimerFd()
@@ -117,9 +115,6 @@ class WallLoop(Loop):
         self.handlers: dict[int, Callable[[], None]] = {}
         self.lateness = Lateness()
         self.running = True
-
-    def clock(self) -> float:
-        return time.monotonic()
 
     def add_reader(self, fd: int, handler: Callable[[], None]) -> None:
         self.handlers[fd] = handler
@@ -140,25 +135,14 @@ class WallLoop(Loop):
                 self.handlers[fd]()
 
     def run_forever(self) -> None:
-        heap = self.heap
-        pop = heapq.heappop
-        monotonic = time.monotonic
+        sched = self.sched
         late = self.lateness
         timer = self.timer
         while self.running:
-            now = monotonic()
-            n = 0
-            while heap and heap[0][0] <= now:
-                t, _, fn, arg = pop(heap)
-                self.now = t
-                late.add(now - t)
-                fn(t, arg)
-                n += 1
-                if n & 63 == 0:
-                    now = monotonic()
-            if heap:
-                nxt = heap[0][0]
-                if nxt <= monotonic():
+            sched.run_wall(late)
+            nxt = sched.next_time()
+            if nxt < math.inf:
+                if nxt <= time.monotonic():
                     events = self.epoll.poll(0)
                 else:
                     timer.arm(nxt)
@@ -166,7 +150,6 @@ class WallLoop(Loop):
             else:
                 events = self.epoll.poll(1.0)
             self._dispatch(events)
-
 
 
 class FabricLoop(WallLoop):
@@ -191,8 +174,12 @@ class FabricLoop(WallLoop):
     `pace` (wall seconds per fabric second, 0 by default) holds a job's fabric time back to what a
     person can watch (the live view): the loop waits, its sockets still served, until the wall
     catches up with the next event. Only the wall time a job takes changes, never its events.
+
+    The state clock() reads (jobs running, windows open, the drain, the wall's anchor) lives in the
+    schedule, so the compiled core reads it where it decides.
     """
 
+    MODE = "fabric"
     BATCH = 256  # events between two looks at the sockets while a job runs
     # Fabric seconds after a job ended during which what it left (frames in flight, queues draining,
     # timers) still runs on the schedule, as fast as the CPU allows, and not on the wall: an event
@@ -201,36 +188,25 @@ class FabricLoop(WallLoop):
     # machine, after any pause, on one worker or several.
     DRAIN_S = 0.01
 
-    def __init__(self, idle_dilation: float) -> None:
-        super().__init__()
+    def __init__(self, idle_dilation: float, sched: Any = None, *, core: str = "python") -> None:
+        super().__init__(sched, core=core, idle_dilation=idle_dilation)
         self.idle_dilation = idle_dilation
-        self.busy = 0
         self.kernel_frames = 0  # frames the kernel sent while a job ran
         self.events = 0  # callbacks run while a job ran
-        self._anchor_f = 0.0
-        self._anchor_w = time.monotonic()
         self.pace = 0.0
-        self._pace_f, self._pace_w = 0.0, self._anchor_w  # where the paced job's fabric time meets the wall
+        self._pace_f, self._pace_w = 0.0, self.sched.anchor_w  # where the paced job's fabric time meets the wall
         self.sync: Any = None  # emu.dataplane.channel.Channels when the fabric is split over workers
-        self.drain_until = -math.inf  # after a job: events due before this run on the schedule (DRAIN_S)
-
-    def _mapped(self, wall: float) -> float:
-        return self._anchor_f + (wall - self._anchor_w) / self.idle_dilation
 
     @property
-    def in_job(self) -> bool:
-        """A job runs here, or (split) on some worker: fabric time is the schedule's, not the wall's."""
-        return bool(self.busy) or (self.sync is not None and self.sync.active)
+    def busy(self) -> int:
+        return self.sched.busy
+
+    def _anchor(self) -> None:
+        """Fabric time follows the wall again from here."""
+        self.sched.anchor_f, self.sched.anchor_w = self.now, time.monotonic()
 
     def _draining(self) -> bool:
-        heap = self.heap
-        return bool(heap) and heap[0][0] < self.drain_until
-
-    def clock(self) -> float:
-        if self.busy or (self.sync is not None and self.sync.active) or self._draining():
-            return self.now
-        f = self._mapped(time.monotonic())
-        return f if f > self.now else self.now
+        return self.sched.next_time() < self.sched.drain_until
 
     def begin(self, at: float | None = None) -> float:
         """A job starts: fabric time stops following the wall. Returns the job's start time: with no
@@ -238,32 +214,31 @@ class FabricLoop(WallLoop):
         so that the same job starts at the same time in every run: the same floating-point sums,
         the same ties, the same result bit for bit. `at`: the instant every worker of a split fabric
         agreed on (not in this worker's past); its windows start there."""
+        sched = self.sched
         if self.sync is not None and self.sync.active:
             raise RuntimeError("a job is running on this split fabric: one job at a time")
-        if not self.busy:
+        if not sched.busy:
             start = math.floor(self.clock()) + 1.0 if at is None else at
             if start < self.clock():
                 raise RuntimeError(f"the job's start {start!r} is in this worker's past ({self.clock()!r})")
-            heap = self.heap
-            while heap and heap[0][0] <= start:
-                t, _, fn, arg = heapq.heappop(heap)
-                if t > self.now:
-                    self.now = t
-                fn(t, arg)
-            self.now = start
+            sched.run_due(start)
+            sched.now = start
             self._pace_f, self._pace_w = start, time.monotonic()
             if self.sync is not None:
                 self.sync.start(start)
-        self.busy += 1
-        return self.now
+                sched.windowed = True
+        sched.busy += 1
+        return sched.now
 
     def windows_over(self, t: float) -> None:
         """Split fabric: no worker has a job left; fabric time follows the wall from `t`, the same
         instant on every worker."""
-        if t > self.now:
-            self.now = t
-        if not self.busy:
-            self._anchor_f, self._anchor_w = self.now, time.monotonic()
+        sched = self.sched
+        sched.windowed = False
+        if t > sched.now:
+            sched.now = t
+        if not sched.busy:
+            self._anchor()
 
     def set_pace(self, wall_s: float) -> None:
         """A fabric second of a job takes at least `wall_s` wall seconds from now on (0: no limit)."""
@@ -274,14 +249,18 @@ class FabricLoop(WallLoop):
 
     def end(self) -> None:
         """A job ended: once none runs, fabric time follows the wall again, from where it is."""
-        self.busy -= 1
-        if not self.busy:
-            self._anchor_f, self._anchor_w = self.now, time.monotonic()
-            self.drain_until = self.now + self.DRAIN_S
+        sched = self.sched
+        sched.busy -= 1
+        if not sched.busy:
+            self._anchor()
+            sched.drain_until = sched.now + self.DRAIN_S
+
+    def _paced_wait(self) -> float:
+        """Wall seconds until a paced job's next event may run (<= 0: now)."""
+        return self._pace_w + (self.sched.next_time() - self._pace_f) * self.pace - time.monotonic()
 
     def run_forever(self) -> None:
-        heap = self.heap
-        pop = heapq.heappop
+        sched = self.sched
         timer = self.timer
         epoll = self.epoll
         batch = self.BATCH
@@ -292,50 +271,32 @@ class FabricLoop(WallLoop):
                     self._dispatch(epoll.poll(1.0))
                     continue
                 limit = sync.horizon
-                if self.pace and heap and heap[0][0] < limit:
-                    ahead = self._pace_w + (heap[0][0] - self._pace_f) * self.pace - time.monotonic()
+                if self.pace and sched.next_time() < limit:
+                    ahead = self._paced_wait()
                     if ahead > 0:
                         self._dispatch(epoll.poll(min(ahead, 0.05)))
                         continue
-                n = 0
-                while heap and n < batch and heap[0][0] < limit:
-                    t, _, fn, arg = pop(heap)
-                    self.now = t
-                    fn(t, arg)
-                    n += 1
-                self.events += n
-                if not heap or heap[0][0] >= limit:
-                    nxt = heap[0][0] if heap else math.inf
-                    sync.end_window(nxt, self.busy > 0 or nxt < self.drain_until)
+                self.events += sched.run_window(limit, batch)
+                nxt = sched.next_time()
+                if nxt >= limit:
+                    sync.end_window(nxt, sched.busy > 0 or nxt < sched.drain_until)
                 self._dispatch(epoll.poll(0))
-            elif self.busy or (heap and heap[0][0] < self.drain_until):
-                if self.busy and self.pace and heap:
-                    ahead = self._pace_w + (heap[0][0] - self._pace_f) * self.pace - time.monotonic()
+            elif sched.busy or self._draining():
+                if sched.busy and self.pace and len(sched):
+                    ahead = self._paced_wait()
                     if ahead > 0:  # paced: serve the sockets while the wall catches up
                         self._dispatch(epoll.poll(min(ahead, 0.05)))
                         continue
-                n = 0
-                # A job that ends hands what it left to the drain, then the rest to the wall.
-                while heap and n < batch and (self.busy or heap[0][0] < self.drain_until):
-                    t, _, fn, arg = pop(heap)
-                    self.now = t
-                    fn(t, arg)
-                    n += 1
-                self.events += n
-                if not self.busy and not self._draining() and self.drain_until > -math.inf:
-                    self.drain_until = -math.inf  # drained: fabric time follows the wall from here
-                    self._anchor_f, self._anchor_w = self.now, time.monotonic()
-                events = epoll.poll(0 if heap else 1.0)
+                self.events += sched.run_job(batch)
+                if not sched.busy and not self._draining() and sched.drain_until > -math.inf:
+                    sched.drain_until = -math.inf  # drained: fabric time follows the wall from here
+                    self._anchor()
+                events = epoll.poll(0 if len(sched) else 1.0)
             else:
-                f = self.clock()
-                while heap and heap[0][0] <= f and not self.busy:
-                    t, _, fn, arg = pop(heap)
-                    if t > self.now:
-                        self.now = t
-                    fn(t, arg)
-                if self.busy:
+                sched.run_due(self.clock())
+                if sched.busy:
                     continue
-                if heap:
-                    timer.arm(self._anchor_w + (heap[0][0] - self._anchor_f) * self.idle_dilation)
+                if len(sched):
+                    timer.arm(sched.anchor_w + (sched.next_time() - sched.anchor_f) * self.idle_dilation)
                 events = epoll.poll(1.0)
             self._dispatch(events)

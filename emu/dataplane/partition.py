@@ -17,7 +17,7 @@ therefore differ from one partition's in the order of equal-time events, never i
 
 from __future__ import annotations
 
-import heapq
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
@@ -84,8 +84,8 @@ class PartitionedFabric:
     def run(self, until: float = float("inf")) -> None:
         """Windows until nothing is left to do (or `until`)."""
         while True:
-            nxt = min((loop.heap[0][0] for loop in self.loops if loop.heap), default=None)
-            if nxt is None or nxt > until:
+            nxt = min(loop.next_time() for loop in self.loops)
+            if nxt == math.inf or nxt > until:
                 return
             end = min(nxt + self.lookahead, until + self.lookahead)
             for loop in self.loops:
@@ -167,9 +167,4 @@ def hosts_to_workers(host_switches: dict[str, list[str]], place: dict[str, int])
 
 def _run_before(loop: Loop, end: float) -> None:
     """Every event of `loop` before `end` (not at it: a frame from another partition may arrive at `end`)."""
-    heap = loop.heap
-    while heap and heap[0][0] < end:
-        t, _, fn, arg = heapq.heappop(heap)
-        if t > loop.now:
-            loop.now = t
-        fn(t, arg)
+    loop.sched.run_window(end, 1 << 62)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from emu.control.model import SwitchTables
+from emu.dataplane.core import CORES
 from emu.units import Dilation
 
 # "p4": the port faces a P4 switch's port on this machine (a veth to simple_switch), when the
@@ -196,9 +197,12 @@ class EngineSpec:
     # address; none: this machine, on loopback), and its machine's name, for errors.
     hosts: tuple[str, ...] = ()
     machines: tuple[str, ...] = ()
+    core: str = "python"  # which core runs the hot path (emu.dataplane.core): "python" or "native"
 
     def __post_init__(self) -> None:
         Dilation(self.dilation)
+        if self.core not in CORES:
+            raise SpecError(f"core must be one of {', '.join(CORES)}, got {self.core!r}")
         if self.clock not in ("wall", "fabric"):
             raise SpecError(f"clock must be wall or fabric, got {self.clock!r}")
         if self.clock == "fabric" and self.dilation != 1.0:
@@ -265,6 +269,7 @@ class EngineSpec:
                 "idle_dilation": self.idle_dilation,
                 "hosts": list(self.hosts),
                 "machines": list(self.machines),
+                "core": self.core,
                 "switches": [
                     {
                         "name": s.name,
@@ -312,4 +317,5 @@ class EngineSpec:
             idle_dilation=d.get("idle_dilation", 1000.0),
             hosts=tuple(d.get("hosts", ())),
             machines=tuple(d.get("machines", ())),
+            core=d.get("core", "python"),
         )

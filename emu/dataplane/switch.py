@@ -110,6 +110,17 @@ class Port:
 
 
 class Switch:
+    """The pipeline, the reference core's (emu.dataplane.core). The compiled twin (emu.dataplane.native's
+    NativeSwitch) subclasses it: it is built by this __init__ and load_tables from the classes named
+    here, runs the forwarding path compiled, and hands everything else (ARP, NDP, ICMP, probes, SRv6
+    segments and policies, statistics) to these methods, which read its state through the same names."""
+
+    Port = Port
+    Transmitter = Transmitter
+    SharedBuffer = SharedBuffer
+    Lpm = Lpm
+    GroupState = GroupState
+
     def __init__(self, spec: SwitchSpec, loop: Any, *, dilation: float) -> None:
         self.spec = spec
         self.name = spec.name
@@ -136,7 +147,7 @@ class Switch:
         self.local4: dict[int, bytes] = {}
         self.local6: dict[int, bytes] = {}
         for ps in spec.ports:
-            p = Port(ps.index, ps.ifname, pk.mac_bytes(ps.mac), ps.peer_kind)
+            p = self.Port(ps.index, ps.ifname, pk.mac_bytes(ps.mac), ps.peer_kind)
             if ps.peer_mac:
                 p.peer_mac = pk.mac_bytes(ps.peer_mac)
             p.rate_bps = ps.rate_bps / dilation
@@ -150,7 +161,7 @@ class Switch:
             self.local4.update(p.ip4)
             self.local6.update(p.ip6)
             handover = ps.peer_kind == "p4"  # to a P4 switch beside the engine: no link, no pacing
-            p.tx = Transmitter(
+            p.tx = self.Transmitter(
                 loop,
                 name=f"{self.name}:{ps.ifname}",
                 rate_bps=float("inf") if handover else p.rate_bps,
@@ -162,12 +173,12 @@ class Switch:
                 limit_bytes=self.egress_limit_bytes,
             )
             if ps.peer_kind == "host":
-                p.nic = Transmitter(
+                p.nic = self.Transmitter(
                     loop,
                     name=f"{self.name}:{ps.ifname}:host-nic",
                     rate_bps=p.rate_bps,
                     delay=p.delay,
-                    deliver=partial(self.ingress, ps.index),
+                    deliver=self.wire_target(ps.index),
                     strict=qos.strict,
                     weights=qos.weights,
                     limit_bytes=qos.host_nic_limit,
@@ -183,7 +194,7 @@ class Switch:
         # The shared pool is buffer_per_port x ports; PFC headroom for the links as cabled and the
         # reserves come on top, so a switch with long-haul links is a deep-buffer switch, as BAG's are.
         carve = sum(self.default_headroom(i) for i in range(nports)) + qos.reserve * (nports + 1) * NQ
-        self.mmu = SharedBuffer(
+        self.mmu = self.SharedBuffer(
             nports=nports + 1,
             size=qos.buffer_per_port * max(1, nports) + carve,
             headroom=headroom,
@@ -205,9 +216,9 @@ class Switch:
                     raise ValueError(f"{self.name}: group {g.id} uses port {m.port} it does not have")
         self.tables = t
         macs = [p.mac for p in self.ports]
-        self.groups = {g.id: GroupState(g, macs) for g in t.groups}
-        self.lpm4 = Lpm(32)
-        self.lpm6 = Lpm(128)
+        self.groups = {g.id: self.GroupState(g, macs) for g in t.groups}
+        self.lpm4 = self.Lpm(32)
+        self.lpm6 = self.Lpm(128)
         for r in t.routes:
             g = self.groups[r.group]
             (self.lpm6 if ":" in r.prefix else self.lpm4).add(r.prefix, g)
@@ -215,7 +226,7 @@ class Switch:
             int(ipaddress.IPv6Address(s.sid)): (s.action, self.groups.get(s.group) if s.group is not None else None)
             for s in t.my_sids
         }
-        self.encap = Lpm(128)
+        self.encap = self.Lpm(128)
         for e in t.encaps:
             segs = [ipaddress.IPv6Address(s).packed for s in e.segments]
             self.encap.add(e.prefix, (ipaddress.IPv6Address(e.source).packed, segs))
@@ -224,6 +235,14 @@ class Switch:
             if not p.up:
                 for g in self.groups.values():
                     g.set_port_state(p.index, False)
+
+    def wire_target(self, port: int) -> Any:
+        """What a transmitter delivers to for frames that enter this switch by `port`."""
+        return partial(self.ingress, port)
+
+    def wire(self, port: int, peer: Switch, peer_port: int) -> None:
+        """Port `port`'s link ends at `peer`'s port `peer_port`, in this process: its frames enter there."""
+        self.ports[port].tx.deliver = peer.wire_target(peer_port)
 
     def default_headroom(self, port: int) -> int:
         ps = self.spec.ports[port]

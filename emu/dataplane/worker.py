@@ -19,6 +19,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -28,7 +29,9 @@ from typing import Any
 
 from emu.control.model import SwitchTables
 from emu.dataplane.channel import FRAME, Channels, port_id
+from emu.dataplane.core import check_native
 from emu.dataplane.fabric import build_switches
+from emu.dataplane.host import HostDelivery
 from emu.dataplane.loop import FabricLoop, WallLoop
 from emu.dataplane.pcap import PcapWriter
 from emu.dataplane.protocol import (
@@ -87,18 +90,22 @@ class Worker:
         self.spec = spec
         self.index = index
         self.fabric = spec.clock == "fabric"
-        self.loop: WallLoop = FabricLoop(spec.idle_dilation) if self.fabric else WallLoop()
-        # Fabric clock: (switch, port index) -> on_frame(t, frame) of the endpoint a job attached there.
-        self.attached: dict[tuple[str, int], Callable[[float, Any], None]] = {}
-        # Fabric clock: (switch, port index) -> (UDP port, on_frame) of a job's IPv4 UDP receiver there.
-        self.attached_udp4: dict[tuple[str, int], tuple[int, Callable[[float, Any], None]]] = {}
+        self.loop: WallLoop = (FabricLoop(spec.idle_dilation, core=spec.core) if self.fabric
+                               else WallLoop(core=spec.core))
+        # (switch, port index) -> what its host is handed (a job's endpoint or receiver there, else the kernel)
+        self.deliveries: dict[tuple[str, int], Any] = {}
+        self.core = spec.core  # the core a job's endpoints run on (Attach.core)
+        self.native = check_native() if spec.core == "native" else None  # its module, emu.dataplane._core
         self.jobs: dict[int, Any] = {}
+        self.meters: dict[int, _Meter] = {}
         self.sockets: list[socket.socket] = []
         self.pcaps: list[PcapWriter] = []
         self.pcap_of: dict[str, PcapWriter] = {}  # by port: a job's endpoint writes its frames there too
         self.rx_sockets: list[tuple[socket.socket, Any]] = []
         self.rings: list[RxRing] = []
-        self.t0 = self.loop.clock()
+        # What samples and captures are stamped from: on the fabric clock its own zero (a sample's fabric time
+        # is then the same in every run), on the wall clock the worker's start.
+        self.t0 = 0.0 if self.fabric else self.loop.clock()
         self._probes = 0
         self.sampled: list[tuple[Switch, int]] = []
         self.sample_names: list[str] = []
@@ -253,7 +260,6 @@ class Worker:
         frame); the returned deliver(t, frame) gives the host what arrives (to a job's endpoint attached
         there, else to the kernel). `port` keeps the drop counters (a Port, or a HostEnd)."""
         sock, ring = self.opened[ps.ifname]
-        send = sock.send
         pcap = self._pcap(switch, ps)
         clock = self.loop.clock  # the wall clock, or the fabric time at which the engine takes the frame
         frames_ready = ring.frames_ready
@@ -276,31 +282,9 @@ class Worker:
         self.loop.add_reader(sock.fileno(), on_readable)
         self.rx_sockets.append((sock, port))
 
-        attached, attached_udp4 = self.attached, self.attached_udp4
-        key = (switch, ps.index)
-
-        def deliver(t: float, frame: Any) -> None:
-            if pcap is not None:
-                pcap.write(t, frame)
-            # IPv4 UDP (IHL 5) to the port a job's receiver counts on: to it, not the kernel.
-            if attached_udp4 and len(frame) > 41 and frame[12] == 8 and frame[13] == 0 and frame[23] == 17 \
-                    and frame[14] == 0x45:
-                udp = attached_udp4.get(key)
-                if udp is not None and frame[36] << 8 | frame[37] == udp[0]:
-                    udp[1](t, frame)
-                    return
-            # MetaRoCE (IPv6, UDP to 4791) for an endpoint running in this engine: to it, not the kernel.
-            if attached and len(frame) > 62 and frame[12] == 0x86 and frame[13] == 0xDD and frame[20] == 17 \
-                    and frame[56] == 0x12 and frame[57] == 0xB7:
-                to = attached.get(key)
-                if to is not None:
-                    to(t, frame)
-                    return
-            try:
-                send(frame)
-            except OSError:
-                port.drop("tx_error")
-
+        # What arrives for the host: to a job's endpoint attached there, else the kernel (emu.dataplane.host).
+        deliver = (self.native.HostPort if self.native else HostDelivery)(sock.send, port, pcap)
+        self.deliveries[(switch, ps.index)] = deliver
         return deliver
 
     # -- jobs on the fabric clock -----------------------------------------------------
@@ -309,9 +293,13 @@ class Worker:
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
         """A job's endpoint at the host behind (switch, port): see emu.dataplane.job.Attach."""
         key, ps, from_host = self._host_port(switch, port)
-        self.attached[key] = on_frame
+        self.deliveries[key].roce = on_frame
         loop = self.loop
         pcap = self.pcap_of.get(ps.ifname)
+        macs = bytes.fromhex(ps.peer_mac.replace(":", "")), bytes.fromhex(ps.mac.replace(":", ""))
+        sw = self.switches.get(switch)
+        if self.native and pcap is None and key not in self.host_ends and isinstance(sw, self.native.SwitchBase):
+            return self.native.FromHost(sw, ps.index), *macs  # a compiled endpoint calls it without Python
 
         def send(frame: Any) -> None:
             t = loop.now
@@ -319,17 +307,15 @@ class Worker:
                 pcap.write(t, frame)
             from_host(t, frame)
 
-        return send, bytes.fromhex(ps.peer_mac.replace(":", "")), bytes.fromhex(ps.mac.replace(":", ""))
+        return send, *macs
 
     def attach_udp4(self, switch: str, port: str, udp_port: int,
                     on_frame: Callable[[float, Any], None] | None) -> None:
         """IPv4 UDP frames to `udp_port` arriving at the host behind (switch, port) go to on_frame(t, frame)
         (a job's counting receiver) instead of the host's kernel; None gives them back to the kernel."""
         key, _, _ = self._host_port(switch, port)
-        if on_frame is None:
-            self.attached_udp4.pop(key, None)
-        else:
-            self.attached_udp4[key] = (udp_port, on_frame)
+        delivery = self.deliveries[key]
+        delivery.udp4, delivery.udp4_port = (None, -1) if on_frame is None else (on_frame, udp_port)
 
     def _host_port(self, switch: str, port: str) -> tuple[tuple[str, int], PortSpec, Callable[[float, Any], None]]:
         """The host port (switch, port) whose host runs here: its key, spec, and where its host's frames go."""
@@ -407,9 +393,14 @@ class Worker:
         if at is not None:
             params = {**params, "at": float(at)}
         module, fn = target.split(":")
+        meter = _Meter(self)
         job = getattr(importlib.import_module(module), fn)(self, params)
+        job.on_finish.append(meter.stop)
+        if job.finished:  # ended as it began (nothing to do, or failed at once)
+            meter.stop()
         job_id = len(self.jobs) + 1  # the same on every worker: each is asked for every job, in order
         self.jobs[job_id] = job
+        self.meters[job_id] = meter
         if self.sampler_idle:
             self.sampler_idle = False
             self.loop.at(self.loop.now, self._sample, None)
@@ -424,8 +415,17 @@ class Worker:
                     "events": getattr(self.loop, "events", 0)}
         if job.error:
             return {"ok": False, "done": True, "error": job.error}
-        return {"ok": True, "done": True, "result": job.result(),
+        return {"ok": True, "done": True, "result": job.result(), "speed": self.meters[job_id].figures(),
                 "kernel_frames": getattr(self.loop, "kernel_frames", 0)}
+
+    def packet_hops(self) -> int:
+        """Frames every wire this worker runs has carried so far (switch ports, host NIC models, cut cables'
+        host ends): packet-hops, the unit of a packet simulator's work."""
+        n = 0
+        for sw in self.switches.values():
+            for p in sw.ports:
+                n += p.tx.tx_packets + (p.nic.tx_packets if p.nic is not None else 0)
+        return n + sum(e.nic.tx_packets for e in self.host_ends.values())
 
     # -- control socket ---------------------------------------------------------------
 
@@ -596,6 +596,24 @@ class Worker:
             os.unlink(control_path(self.spec.run_dir, self.index))
         except FileNotFoundError:
             pass
+
+
+class _Meter:
+    """What a job cost this worker, from its start to its end: wall and CPU seconds and packet-hops."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.wall, self.cpu, self.hops = time.monotonic(), time.process_time(), worker.packet_hops()
+        self.done: tuple[float, float, int] | None = None
+
+    def stop(self) -> None:
+        if self.done is None:
+            self.done = (time.monotonic() - self.wall, time.process_time() - self.cpu,
+                         self.worker.packet_hops() - self.hops)
+
+    def figures(self) -> dict[str, Any]:
+        wall, cpu, hops = self.done or (0.0, 0.0, 0)
+        return {"core": self.worker.core, "wall_s": wall, "cpu_s": cpu, "packet_hops": hops}
 
 
 class _Stopped(Exception):

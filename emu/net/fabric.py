@@ -455,7 +455,7 @@ class FabricNet(Mininet):
         traffic crosses the fabric at 1/D of its speed on either clock (on the fabric clock, between jobs)."""
         return 1.0 + fabric_s * self.settings.dilation
 
-    def ping(self, host: str, dst: str, *, count: int = 5, family: int = 6, interval_s: float = 0.05
+    def round_trips(self, host: str, dst: str, *, count: int = 5, family: int = 6, interval_s: float = 0.05
              ) -> tuple[list[float], list[int]]:
         """`count` pings from `host` to `dst` sent `interval_s` wall seconds apart: their round trips in
         fabric seconds, and the replies' TTLs. Each reply is waited for as long as the slowest path of
@@ -468,7 +468,7 @@ class FabricNet(Mininet):
 
     def pingall_planes(self, family: int = 4, timeout: int | None = None) -> PingResult:
         """Ping every address of every other host from every host, on every plane. `timeout`: wall
-        seconds per reply (default: as ping() waits, from the fabric's slowest path at this D)."""
+        seconds per reply (default: as round_trips() waits, from the fabric's slowest path at this D)."""
         if timeout is None:
             timeout = max(2, math.ceil(self.kernel_wait_s(2 * self.rtt_bound_s())))
         addrs = self.host_addresses(family)

@@ -20,6 +20,7 @@ from emu.clock import check_clock
 from emu.control.model import MySid
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.control.runtime import ControlTiming, FabricController
+from emu.dataplane.core import check_core, default_core
 from emu.dataplane.engine import new_run_dir
 from emu.dataplane.partition import hosts_to_workers, split_at_longest, split_by_shards
 from emu.dataplane.spec import (
@@ -79,8 +80,12 @@ class RunSettings:
     # the longest links).
     machines: tuple[str, ...] = ()
     placement: Any = ()  # {node: machine} or its items; kept as sorted items
+    # The core that runs the hot path (emu.dataplane.core): "native", the compiled one (the default where
+    # it was built), or "python", the reference; the same figures either way. "": the default.
+    core: str = ""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "core", check_core(self.core or default_core()))
         try:
             Dilation(self.dilation)
         except UnitError as exc:
@@ -387,6 +392,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         clock=settings.clock,
         idle_dilation=settings.dilation,
         machines=settings.machines,
+        core=settings.core,
     )
     port_names = {(sw, p.index): p.ifname for sw, ports in port_specs.items() for p in ports}
     remote = {machine_of(sw): sw for sw in switches if machine_of(sw) != "localhost"}

@@ -65,7 +65,12 @@ class Endpoint:
     def attached(cls, host: Attach, planes: list[list[Any]], fail: Callable[[str], None], name: str,
                  **device: Any) -> Endpoint:
         """A device on the host's ports `planes` ([switch, port, IPv6 address, rate b/s] each, in plane
-        order), on the engine's fabric clock (dilation 1); `device`: Device's other settings."""
+        order), on the engine's fabric clock (dilation 1); `device`: Device's other settings. On the
+        compiled core, its compiled twin (emu.roce._device: the same events, the same figures)."""
+        if host.core == "native":
+            from emu.roce._device import Endpoint as Compiled
+
+            return Compiled.attached(host, planes, fail, name, **device)
         box: list[Endpoint] = []
         sends, host_macs, switch_macs = [], [], []
         for i, (switch, port, _addr, _rate) in enumerate(planes):

@@ -58,21 +58,18 @@ def writes(dev: Device, qp: QueuePair, mr: MemoryRegion, remote: dict[str, int],
     now = dev.clock.clock
     d = dev.dilation
 
-    def idle() -> bool:
-        return not qp.busy()
-
     lats = []
     for i in range(lat_iters):
         t = now()
         qp.post_write(10_000 + i, mr, 0, 8, remote["va"], remote["rkey"])
-        yield idle
+        yield qp.idle
         dev.poll_cq()
         lats.append((now() - t) / d)
     dev.reset_fidelity()
     t0 = now()
     for wr, off in enumerate(range(0, mr.size, message)):
         qp.post_write(wr, mr, off, min(message, mr.size - off), remote["va"] + off, remote["rkey"])
-    yield idle
+    yield qp.idle
     elapsed = now() - t0
     comps = dev.poll_cq()
     lats.sort()

@@ -265,6 +265,11 @@ class QueuePair:
     def busy(self) -> bool:
         return bool(self.pending or self.inflight)
 
+    def idle(self) -> bool:
+        """Nothing posted is still to send or unacknowledged: what an operation waits on (a wait the
+        compiled device evaluates itself, emu.roce._device)."""
+        return not (self.pending or self.inflight)
+
     def cancel(self) -> None:
         """Drop what is posted and not yet sent (a write may be cut short: the peer holds part of it);
         what is in flight still completes. Its work requests complete no more."""
@@ -492,6 +497,14 @@ class Device:
                            f"free in {(p.next_free - now) * 1e3:.3f} ms)" for p in self.planes)
         return f"{'; '.join(qps)}; {planes}"
 
+    def has_recv(self) -> bool:
+        """A receive completion is waiting: what an operation waits on (see QueuePair.idle)."""
+        return bool(self.recv_cq)
+
+    def idle(self) -> bool:
+        """None of its queue pairs is busy: what an operation waits on (see QueuePair.idle)."""
+        return not any(qp.busy() for qp in self.qps.values())
+
     def poll_cq(self) -> list[Completion]:
         out = list(self.cq)
         self.cq.clear()
@@ -513,6 +526,13 @@ class Device:
             if p.healthy and p.weight and p.index != avoid and (best is None or p.next_free < best.next_free):
                 best = p
         return best if best is not None and best.next_free <= now + self.burst else None
+
+    def _usable_besides(self, index: int) -> bool:
+        """Whether a plane other than `index` carries data (healthy, weight above 0): a resend avoids the plane
+        that lost or trimmed it only then. Counting planes excluded for their lateness (weight 0) left a resend
+        waiting for a plane it could never take, and the device woke at the same instant for ever (a Tahan
+        alltoall stuck at 1.000000911 s)."""
+        return any(p.healthy and p.weight and p.index != index for p in self.planes)
 
     def _transmit(self, qp: QueuePair, seg: Segment, plane: Plane, now: float) -> bool:
         """Send seg on plane; False if the socket would block (nothing changed: try again later).
@@ -600,14 +620,16 @@ class Device:
             if (overtaken and seg.sends == 1) or timer:
                 lost_on = self.planes[seg.plane]
                 others = any(p.healthy and p.index != seg.plane for p in self.planes)
-                # Never back onto the plane that lost it while another one is healthy: wait for a free one.
-                plane = self._pick_plane(qp, now, avoid=seg.plane if others else -1)
+                # Never back onto the plane that lost it while another one carries data: wait for a free one.
+                usable = self._usable_besides(seg.plane)
+                plane = self._pick_plane(qp, now, avoid=seg.plane if usable else -1)
                 first_sent = seg.sent_at if seg.sends == 1 else -1.0
                 if plane is None or not self._transmit(qp, seg, plane, now):
                     # Come back when a plane frees, before new data takes it: without this the
                     # retransmission waits for an ACK that lands while a plane is free, and at line
                     # rate that is rare (the window fills behind the hole).
-                    free = [p.next_free for p in self.planes if p.healthy and (p.index != seg.plane or not others)]
+                    free = [p.next_free for p in self.planes
+                            if p.healthy and p.weight and (p.index != seg.plane or not usable)]
                     qp.rto_check = max(min(free, default=now) if plane is None else now, now + self.burst)
                     return
                 if timer and not (overtaken and seg.sends == 1):
@@ -636,8 +658,8 @@ class Device:
                 continue
             if qp.next_send > now + self.burst:
                 return
-            others = any(p.healthy and p.index != seg.plane for p in self.planes)
-            plane = self._pick_plane(qp, now, avoid=seg.plane if others else -1)
+            usable = self._usable_besides(seg.plane)
+            plane = self._pick_plane(qp, now, avoid=seg.plane if usable else -1)
             if plane is None or not self._transmit(qp, seg, plane, now):
                 return
             qp.resend.popleft()

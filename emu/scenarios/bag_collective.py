@@ -63,6 +63,7 @@ class BagCollective(Scenario):
                                 dilation=d, settings=settings)
         across = collective.run("allreduce", {**self._common(), "regions": "2", "hosts_per_leaf": str(self.hosts),
                                               "distance": self.distance}, dilation=d, settings=settings)
+        self.costs += [r["fidelity"]["speed"] for r in (within, across) if r["fidelity"].get("speed")]
         return {"within": within, "across": across}
 
     def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:

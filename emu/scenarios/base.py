@@ -24,6 +24,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from emu.fidelity import add_speeds
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.scenarios.common import ScenarioError, fabric, save
@@ -123,7 +124,9 @@ class Scenario:
             mine = self.role_settings(role, settings)
             with fabric(topo, mine) as net:
                 net.engine.reset_fidelity()  # what measure() does is judged, the bring-up is not
+                jobs = len(net.engine.speeds)
                 parts[role] = self.measure(net, mine, role)
+                self.costs.append(net.engine.speed(jobs))
         return parts
 
     def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:
@@ -148,7 +151,10 @@ class Scenario:
         """The steps in turn; the result (JSON-ready) is written to out_dir/NAME.json, with its plot
         NAME.png unless `plot` is False."""
         settings = self.settings(settings)
+        self.costs: list[dict[str, Any]] = []  # what each fabric's jobs cost the machine (collect)
         figures = self.summarise(self.collect(settings, auto), settings)
+        if settings.clock == "fabric" and isinstance(figures.get("fidelity"), dict) and self.costs:
+            figures["fidelity"]["speed"] = add_speeds(self.costs)  # the machine's share, beside the verdict
         result = {"scenario": self.name, "clock": settings.clock,
                   "dilation": 1.0 if settings.clock == "fabric" else settings.dilation,
                   "parameters": self.parameters(), **figures}

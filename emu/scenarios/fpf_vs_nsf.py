@@ -68,7 +68,7 @@ class FpfVsNsf(Scenario):
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         """Hops from the TTL of ping replies (each switch takes one off), base RTT the fastest ping."""
-        rtts, ttls = net.ping("gpu0", net.get(f"gpu{self.gpus - 1}").IP(), count=10, family=4)
+        rtts, ttls = net.round_trips("gpu0", net.get(f"gpu{self.gpus - 1}").IP(), count=10, family=4)
         gpus = sorted((h.name for h in net.hosts), key=lambda n: int(n[3:]))
         return {
             "switch_hops": 64 - min(ttls) if ttls else None,

@@ -56,13 +56,13 @@ class Srv6Te(Scenario):
         long_way = [end_sid(4), end_sid(3), dt6_sid(topo.pe_id(1))]
         phases: list[dict[str, Any]] = []
         src = net.get("pe0").loopback6
-        net.ping("c0h0", DST, count=2)  # neighbours resolved before anything is counted
+        net.round_trips("c0h0", DST, count=2)  # neighbours resolved before anything is counted
 
         def phase(name: str) -> None:
             before = _forwarded(net.engine.stats(), ROUTERS)
             flow = Flow("c0h0", "c1h0", DST, PORT, self.packets * 1000, 10e9, size=1000)
             sent, got = Traffic(net, [flow], dilation=settings.dilation).wait()
-            rtts, _ = net.ping("c0h0", DST, count=5)
+            rtts, _ = net.round_trips("c0h0", DST, count=5)
             after = _forwarded(net.engine.stats(), ROUTERS)
             phases.append({
                 "phase": name,

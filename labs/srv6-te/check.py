@@ -22,7 +22,7 @@ BACKBONE = ("r0", "r1", "r2", "r3", "r4")
 @contextmanager
 def fabric(clock: str) -> Iterator[FabricNet]:
     with FabricNet(RBBTopo(routers=5, campuses=2, hosts_per_campus=1), dilation=1000) as net:
-        net.ping("c0h0", DST, count=2)  # neighbours resolved before anything is counted
+        net.round_trips("c0h0", DST, count=2)  # neighbours resolved before anything is counted
         yield net
 
 
@@ -32,7 +32,7 @@ def _flow(net: FabricNet) -> tuple[FabricStats, FabricStats, bool, float]:
     flow = Flow("c0h0", "c1h0", DST, 9300, PACKETS * 1000, 10e9, size=1000)
     sent, got = Traffic(net, [flow], dilation=1000).wait()
     after = net.stats()
-    rtts = sorted(x * 1e3 * net.settings.dilation for x in net.ping("c0h0", DST, count=3)[0])
+    rtts = sorted(x * 1e3 * net.settings.dilation for x in net.round_trips("c0h0", DST, count=3)[0])
     delivered = got[("c1h0", 9300, True)]["received_bytes"] == sent[0]["sent_bytes"] > 0
     return before, after, delivered, (rtts[len(rtts) // 2] if rtts else 0.0)
 

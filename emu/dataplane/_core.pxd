@@ -1,0 +1,224 @@
+# The compiled core's declarations, for the modules that run on it (emu.roce._device).
+# cython: language_level=3
+
+from cpython.ref cimport PyObject
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+
+ctypedef int (*EventFn)(object obj, double t, object parg, void* varg, int64_t iarg) except -1
+
+cdef struct Event:
+    double t
+    int64_t seq
+    EventFn fn          # NULL: a Python callback, obj(t, parg)
+    PyObject* obj
+    PyObject* parg
+    void* varg
+    int64_t iarg
+
+cdef struct Packet:
+    int len
+    int cap
+    uint8_t* data
+    int64_t meta        # what the queue keeps beside the frame (the ingress port it was charged to)
+    int flags           # PENDING: a RoCEv2 frame whose UDP checksum and ICRC are owed (built compiled)
+    Packet* next        # the queue's link, or the pool's
+
+cdef enum:
+    PENDING = 1
+
+cdef struct MT:
+    uint32_t mt[624]
+    int index
+
+cdef Packet* packet_new(int size) noexcept
+cdef void packet_free(Packet* p) noexcept
+cdef Packet* packet_from(object frame) except NULL
+cdef bytes packet_bytes(Packet* p)
+cdef void materialize(Packet* p) noexcept
+cdef uint32_t crc32(const uint8_t* data, int n, uint32_t start) noexcept nogil
+cdef int deliver_now(object target, double t, Packet* p) except -1
+cdef int deliver_at(Schedule sched, object target, double t, Packet* p) except -1
+
+cdef class Schedule:
+    cdef Event* heap
+    cdef Py_ssize_t n, cap
+    cdef int64_t seq
+    cdef public double now
+    cdef public int mode
+    cdef public int busy
+    cdef public bint windowed
+    cdef public double drain_until
+    cdef public double idle_dilation
+    cdef public double anchor_f
+    cdef public double anchor_w
+    cdef int push(self, double t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1
+    cdef double cclock(self)
+    cdef inline double next_t(self) noexcept
+    cdef inline void _pop(self, Event* out) noexcept
+    cdef inline int _run(self, Event* e) except -1
+
+cdef class Target:
+    cdef readonly SwitchBase sw
+    cdef readonly int port
+
+cdef class Sink:
+    cdef int take(self, double t, Packet* p) except -1
+
+cdef class HostPort:
+    cdef public object send, port, pcap, roce, udp4
+    cdef public int udp4_port
+    cdef int c_deliver(self, double t, Packet* p) except -1
+
+cdef class FromHost:
+    cdef readonly SwitchBase sw
+    cdef readonly int port
+
+cdef class Transmitter:
+    cdef public object loop
+    cdef Schedule sched
+    cdef public str name
+    cdef public double s_per_byte, rate_bps, delay
+    cdef public object deliver
+    cdef object dequeue
+    cdef Packet* head[8]
+    cdef Packet* tail[8]
+    cdef int64_t qb[8]
+    cdef int64_t hwm[8]
+    cdef public bint busy
+    cdef double pause_until[8]
+    cdef double pause_since[8]
+    cdef double paused_time[8]
+    cdef int strict[8]
+    cdef int nstrict
+    cdef public int mask
+    cdef int dwrr_mask
+    cdef int64_t quantum[8]
+    cdef int64_t deficit[8]
+    cdef int rr
+    cdef bint visiting
+    cdef double wake_at
+    cdef public bint up
+    cdef public int64_t tx_packets, tx_bytes
+    cdef int64_t qtx[8]
+    cdef public int64_t limit_bytes, drops
+    cdef public double loss
+    cdef MT rng
+    cdef bint has_rng
+    cdef public int64_t lost
+    cdef double base_rate, base_delay
+    cdef bint c_enqueue(self, double t, int prio, Packet* p, int64_t meta) except -1
+    cdef int _pick(self, double t) except? -2
+    cdef int _start(self, double t) except -1
+    cdef double _send(self, double t, int q, Packet* p, int64_t meta) except? -2.0
+    cdef int _arm_wake(self, double t) except -1
+    cdef int _wake(self, double t) except -1
+    cdef int c_pause(self, double t, int vector, const uint16_t* quanta) except -1
+
+cdef class SharedBuffer:
+    cdef public int nports
+    cdef public int64_t size, reserve
+    cdef public int shift
+    cdef public double egress_alpha
+    cdef public int64_t resume_offset
+    cdef int64_t* hroom
+    cdef int64_t* ing
+    cdef int64_t* hdr
+    cdef int64_t* egr
+    cdef uint8_t* xo
+    cdef public int64_t shared_used, used, total_headroom, total_reserve
+    cdef inline int64_t threshold(self) noexcept
+    cdef inline int64_t _shared(self, int port, int q) noexcept
+    cdef int admit(self, int inp, int q, int outp, int64_t size, bint lossless) noexcept
+    cdef void charge(self, int inp, int q, int outp, int64_t size, bint lossless) noexcept
+    cdef void release(self, int inp, int q, int outp, int64_t size) noexcept
+    cdef bint should_pause(self, int port, int q) noexcept
+    cdef bint should_resume(self, int port, int q) noexcept
+
+cdef class Table:
+    cdef Py_ssize_t cap, count
+    cdef uint64_t* khi
+    cdef uint64_t* klo
+    cdef PyObject** val
+    cdef PyObject* get(self, uint64_t hi, uint64_t lo) noexcept
+    cdef int put(self, uint64_t hi, uint64_t lo, object value) except -1
+    cdef int _grow(self) except -1
+
+cdef class Lpm:
+    cdef public int bits
+    cdef dict by_len
+    cdef int nlen
+    cdef int shifts[129]
+    cdef PyObject* tables[129]
+    cdef PyObject* c_lookup(self, uint64_t hi, uint64_t lo) noexcept
+
+cdef class GroupState:
+    cdef public object ref
+    cdef public int id
+    cdef public bint spray
+    cdef public int rr
+    cdef int nslots
+    cdef int* port
+    cdef uint8_t* l2
+    cdef int _copy(self) except -1
+    cdef inline int c_pick(self, uint32_t flow_hash) noexcept
+
+cdef class Port:
+    cdef public int index
+    cdef public str name
+    cdef public bytes mac
+    cdef uint8_t cmac[6]
+    cdef public str peer_kind
+    cdef public bytes peer_mac
+    cdef public Transmitter tx
+    cdef public object nic
+    cdef public dict ip4, ip6
+    cdef public int64_t rx_packets, rx_bytes
+    cdef public dict drops
+    cdef int64_t c_drops_tc[8]
+    cdef int64_t c_q_enq[8]
+    cdef int64_t c_over_kmax[8]
+    cdef int64_t c_trimmed[8]
+    cdef public int64_t ecn_marked, pfc_tx, pfc_rx
+    cdef public bint up
+    cdef public double rate_bps, delay
+    cdef int c_drop(self, str reason, int tc) except -1
+
+cdef class SwitchBase:
+    cdef public object loop
+    cdef Schedule sched
+    cdef public list ports
+    cdef public SharedBuffer mmu
+    cdef public Lpm lpm4, lpm6, encap
+    cdef public dict sids, local4, local6
+    cdef public bint has_encap
+    cdef int nports
+    cdef uint8_t c_dscp_tc[64]
+    cdef bint c_trimmable[64]
+    cdef bint c_lossless[8]
+    cdef bint ecn_on[8]
+    cdef int64_t kmin[8]
+    cdef int64_t kmax[8]
+    cdef double pmax[8]
+    cdef bint c_pfc
+    cdef int c_cpu
+    cdef bint trim_on
+    cdef int trim_size, trim_dscp, trim_queue
+    cdef int64_t trim_cap
+    cdef MT c_rng
+    cdef uint32_t c_hash_mult
+    cdef bint has_sids, c_has_encap
+    cdef Table sid_table, local4_table, local6_table
+    cpdef int compile(self) except -1
+    cpdef int compile_tables(self) except -1
+    cdef int c_from_host(self, int port, double t, Packet* pkt) except -1
+    cdef int _slow(self, str method, Port p, double t, Packet* pkt, int l3, int depth) except -1
+    cdef int c_ingress(self, int port, double t, Packet* pkt) except -1
+    cdef uint32_t flow_hash(self, const uint8_t* f, int src_off, int l4, int proto, int src_len) noexcept
+    cdef int c_ipv4(self, Port p, double t, Packet* pkt, int l3) except -1
+    cdef int c_ipv6(self, Port p, double t, Packet* pkt, int l3) except -1
+    cdef int c_enqueue(self, double t, int out_port, int tc, Packet* pkt, int in_port, int l3, int ipv) except -1
+    cdef inline int _dscp(self, const uint8_t* f, int l3, int ipv) noexcept
+    cdef int _trim(self, double t, Port port, int tc, Packet* pkt, int l3, int ipv) except -1
+    cdef bint _mark_ce(self, uint8_t* f, int l3, int ipv) noexcept
+    cdef int c_dequeued(self, int out_port, double t, int tc, Packet* pkt, int64_t in_port) except -1
+    cdef int c_send_pfc(self, double t, int port, int vector, bint xoff) except -1

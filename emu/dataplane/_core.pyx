@@ -1,0 +1,1718 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""The compiled core: the schedule, the links and NIC models and the switch pipeline's hot path.
+
+Each class here is the compiled twin of a Python reference class (emu.dataplane.schedule.Schedule,
+link.Transmitter, buffer.SharedBuffer, switch.Switch's forwarding) and does what it does in the
+same order: the same events, scheduled in the same sequence, the same floating-point sums, the same
+random numbers (Python's Mersenne Twister, its state handed over), so a run gives the same figures on
+either core bit for bit (tests/test_cores.py). What differs is the cost: events are C structs in a
+binary heap, frames are C buffers from a pool, and nothing is allocated or looked up by name per hop.
+Python callbacks still run where the reference has them (a job's timers, the kernel's ports).
+"""
+
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memset
+from libc.math cimport INFINITY
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+
+import time
+
+cdef extern from "time.h" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk, timespec* ts)
+    int CLOCK_MONOTONIC
+
+cdef inline double monotonic() noexcept nogil:
+    """time.monotonic(): the same clock (CLOCK_MONOTONIC), the same conversion."""
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <double>ts.tv_sec + ts.tv_nsec * 1e-9
+
+cdef enum:
+    VIRTUAL = 0
+    WALL = 1
+    FABRIC = 2
+
+MODES = {"virtual": VIRTUAL, "wall": WALL, "fabric": FABRIC}
+
+
+# -- frames ------------------------------------------------------------------------------------------
+
+cdef enum:
+    SMALL = 2048
+
+cdef Packet* _pool = NULL  # free frames of SMALL bytes
+
+
+cdef Packet* packet_new(int size) noexcept:
+    """A frame buffer of at least `size` bytes, from the pool where it fits."""
+    global _pool
+    cdef Packet* p
+    if size <= SMALL and _pool != NULL:
+        p = _pool
+        _pool = p.next
+    else:
+        p = <Packet*>malloc(sizeof(Packet))
+        if p == NULL:
+            return NULL
+        p.cap = SMALL if size <= SMALL else size
+        p.data = <uint8_t*>malloc(p.cap)
+        if p.data == NULL:
+            free(p)
+            return NULL
+    p.len = size
+    p.meta = 0
+    p.flags = 0
+    p.next = NULL
+    return p
+
+
+cdef void packet_free(Packet* p) noexcept:
+    global _pool
+    if p.cap == SMALL:
+        p.next = _pool
+        _pool = p
+    else:
+        free(p.data)
+        free(p)
+
+
+cdef Packet* packet_from(object frame) except NULL:
+    """A pooled copy of a Python frame (bytes, bytearray, memoryview)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
+    cdef Packet* p = packet_new(<int>view.len)
+    if p == NULL:
+        PyBuffer_Release(&view)
+        raise MemoryError()
+    memcpy(p.data, view.buf, view.len)
+    PyBuffer_Release(&view)
+    return p
+
+
+cdef bytes packet_bytes(Packet* p):
+    """The frame as Python sees it: whole, its checksums computed if they were owed."""
+    if p.flags & PENDING:
+        materialize(p)
+    return PyBytes_FromStringAndSize(<char*>p.data, p.len)
+
+
+cdef void materialize(Packet* p) noexcept:
+    """A RoCEv2 frame built in the compiled core (Ethernet, IPv6, UDP to 4791, BTH onward, ICRC last) with
+    its UDP checksum and ICRC owed: compute them, as emu.packet.udp6_frame and emu.roce.wire.seal do."""
+    cdef uint8_t* f = p.data
+    cdef int n = p.len
+    p.flags &= ~PENDING
+    if n < 62 + 16:
+        return
+    cdef int ulen = n - 54
+    cdef uint8_t head[56]
+    memset(head, 0xFF, 8)
+    head[8], head[9], head[10], head[11] = 0x6F, 0xFF, 0xFF, 0xFF
+    head[12], head[13], head[14], head[15] = ulen >> 8, ulen & 0xFF, 17, 0xFF
+    memcpy(head + 16, f + 22, 32)  # source and destination addresses
+    head[48], head[49], head[50], head[51] = f[54], f[55], f[56], f[57]
+    head[52], head[53], head[54], head[55] = ulen >> 8, ulen & 0xFF, 0xFF, 0xFF
+    cdef uint32_t crc = crc32(head, 56, 0)
+    cdef uint8_t bth[12]
+    memcpy(bth, f + 62, 12)
+    bth[4] = 0xFF
+    crc = crc32(bth, 12, crc)
+    crc = crc32(f + 74, n - 74 - 4, crc)
+    f[n - 4], f[n - 3], f[n - 2], f[n - 1] = crc & 0xFF, (crc >> 8) & 0xFF, (crc >> 16) & 0xFF, crc >> 24
+    # the UDP checksum: the pseudo-header (addresses, length, next header) and the datagram, checksum zero
+    f[60] = 0
+    f[61] = 0
+    cdef uint64_t total = 0
+    cdef int i
+    for i in range(22, 54, 2):
+        total += f[i] << 8 | f[i + 1]
+    total += ulen + 17
+    for i in range(54, n - 1, 2):
+        total += f[i] << 8 | f[i + 1]
+    if (n - 54) & 1:
+        total += f[n - 1] << 8
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    cdef uint32_t csum = ~total & 0xFFFF
+    if csum == 0:
+        csum = 0xFFFF
+    f[60] = csum >> 8
+    f[61] = csum & 0xFF
+
+
+# -- the schedule ------------------------------------------------------------------------------------
+
+cdef inline bint _before(Event* a, Event* b) noexcept nogil:
+    return a.t < b.t or (a.t == b.t and a.seq < b.seq)
+
+
+cdef class Schedule:
+    """emu.dataplane.schedule.Schedule, compiled: a binary heap of C events, ordered by (time, sequence).
+    An event is a C function on a core object (a link's end of transmission, a frame's arrival) or a
+    Python callback fn(t, arg), run where the reference runs it."""
+
+    def __cinit__(self, mode: str = "virtual", idle_dilation: float = 1.0):
+        self.cap = 1024
+        self.heap = <Event*>malloc(self.cap * sizeof(Event))
+        if self.heap == NULL:
+            raise MemoryError()
+        self.n = 0
+        self.seq = 0
+        self.now = 0.0
+        self.mode = MODES[mode]
+        self.busy = 0
+        self.windowed = False
+        self.drain_until = -INFINITY
+        self.idle_dilation = idle_dilation
+        self.anchor_f = 0.0
+        self.anchor_w = monotonic()
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.n):
+            _release(&self.heap[i])
+        free(self.heap)
+
+    cdef int push(self, double t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1:
+        cdef Event* h
+        cdef Py_ssize_t i, up
+        if self.n == self.cap:
+            h = <Event*>realloc(self.heap, 2 * self.cap * sizeof(Event))
+            if h == NULL:
+                raise MemoryError()
+            self.heap = h
+            self.cap *= 2
+        h = self.heap
+        cdef Event e
+        e.t = t
+        e.seq = self.seq
+        self.seq += 1
+        e.fn = fn
+        e.obj = <PyObject*>obj
+        Py_INCREF(obj)
+        e.parg = <PyObject*>parg
+        Py_INCREF(parg)
+        e.varg = varg
+        e.iarg = iarg
+        i = self.n
+        self.n += 1
+        while i > 0:
+            up = (i - 1) >> 1
+            if _before(&e, &h[up]):
+                h[i] = h[up]
+                i = up
+            else:
+                break
+        h[i] = e
+        return 0
+
+    cdef inline void _pop(self, Event* out) noexcept:
+        cdef Event* h = self.heap
+        out[0] = h[0]
+        self.n -= 1
+        cdef Py_ssize_t n = self.n
+        if n == 0:
+            return
+        cdef Event last = h[n]
+        cdef Py_ssize_t i = 0, c
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and _before(&h[c + 1], &h[c]):
+                c += 1
+            if _before(&h[c], &last):
+                h[i] = h[c]
+                i = c
+            else:
+                break
+        h[i] = last
+
+    cdef inline double next_t(self) noexcept:
+        return self.heap[0].t if self.n else INFINITY
+
+    def at(self, double t, fn, arg=None):
+        self.push(t, NULL, fn, arg, NULL, 0)
+
+    def next_time(self):
+        return self.next_t()
+
+    def __len__(self):
+        return self.n
+
+    def mapped(self, double wall):
+        return self.anchor_f + (wall - self.anchor_w) / self.idle_dilation
+
+    cdef double cclock(self):
+        if self.mode == VIRTUAL:
+            return self.now
+        if self.mode == WALL:
+            return monotonic()
+        if self.busy or self.windowed or (self.n and self.heap[0].t < self.drain_until):
+            return self.now
+        cdef double f = self.anchor_f + (monotonic() - self.anchor_w) / self.idle_dilation
+        return f if f > self.now else self.now
+
+    def clock(self):
+        return self.cclock()
+
+    cdef inline int _run(self, Event* e) except -1:
+        """Run a popped event and let go of what it held."""
+        try:
+            if e.fn == NULL:
+                (<object>e.obj)(e.t, <object>e.parg)
+            else:
+                e.fn(<object>e.obj, e.t, <object>e.parg, e.varg, e.iarg)
+        finally:
+            _release(e)
+        return 0
+
+    def run_until(self, double until, long long max_events):
+        cdef Event e
+        cdef long long n = 0
+        while self.n and self.heap[0].t <= until and n < max_events:
+            self._pop(&e)
+            if e.t > self.now:
+                self.now = e.t
+            self._run(&e)
+            n += 1
+        if until != INFINITY and until > self.now:
+            self.now = until
+        return n
+
+    def run_due(self, double f):
+        cdef Event e
+        cdef long long n = 0
+        while self.n and self.heap[0].t <= f and not self.busy:
+            self._pop(&e)
+            if e.t > self.now:
+                self.now = e.t
+            self._run(&e)
+            n += 1
+        return n
+
+    def run_window(self, double limit, long long max_events):
+        cdef Event e
+        cdef long long n = 0
+        while self.n and n < max_events and self.heap[0].t < limit:
+            self._pop(&e)
+            self.now = e.t
+            self._run(&e)
+            n += 1
+        return n
+
+    def run_job(self, long long max_events):
+        cdef Event e
+        cdef long long n = 0
+        while self.n and n < max_events and (self.busy or self.heap[0].t < self.drain_until):
+            self._pop(&e)
+            self.now = e.t
+            self._run(&e)
+            n += 1
+        return n
+
+    def run_wall(self, late):
+        cdef Event e
+        cdef long long n = 0
+        cdef double now = monotonic()
+        add = late.add
+        while self.n and self.heap[0].t <= now:
+            self._pop(&e)
+            self.now = e.t
+            add(now - e.t)
+            self._run(&e)
+            n += 1
+            if n & 63 == 0:
+                now = monotonic()
+        return n
+
+
+cdef inline void _release(Event* e) noexcept:
+    Py_XDECREF(e.obj)
+    Py_XDECREF(e.parg)
+
+
+# -- Python's Mersenne Twister, in C ------------------------------------------------------------------
+
+cdef enum:
+    MT_N = 624
+    MT_M = 397
+
+
+cdef inline uint32_t mt_next(MT* s) noexcept nogil:
+    """random.Random's genrand_uint32, step for step."""
+    cdef uint32_t y
+    cdef uint32_t* mt = s.mt
+    cdef int kk
+    if s.index >= MT_N:
+        for kk in range(MT_N - MT_M):
+            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU)
+            mt[kk] = mt[kk + MT_M] ^ (y >> 1) ^ (0x9908b0dfU if y & 1 else 0U)
+        for kk in range(MT_N - MT_M, MT_N - 1):
+            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU)
+            mt[kk] = mt[kk + (MT_M - MT_N)] ^ (y >> 1) ^ (0x9908b0dfU if y & 1 else 0U)
+        y = (mt[MT_N - 1] & 0x80000000U) | (mt[0] & 0x7fffffffU)
+        mt[MT_N - 1] = mt[MT_M - 1] ^ (y >> 1) ^ (0x9908b0dfU if y & 1 else 0U)
+        s.index = 0
+    y = mt[s.index]
+    s.index += 1
+    y ^= (y >> 11)
+    y ^= (y << 7) & 0x9d2c5680U
+    y ^= (y << 15) & 0xefc60000U
+    y ^= (y >> 18)
+    return y
+
+
+cdef inline double mt_random(MT* s) noexcept nogil:
+    """random.Random.random(): 53 bits from two draws, as CPython makes them."""
+    cdef uint32_t a = mt_next(s) >> 5
+    cdef uint32_t b = mt_next(s) >> 6
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
+
+
+cdef void mt_take(MT* s, object rnd) except *:
+    """Continue the stream of the Python Random `rnd` from where it is."""
+    cdef tuple state = rnd.getstate()[1]
+    cdef int i
+    for i in range(MT_N):
+        s.mt[i] = <uint32_t>state[i]
+    s.index = state[MT_N]
+
+
+# -- the link model (emu.dataplane.link.Transmitter) -----------------------------------------------------
+
+cdef enum:
+    NQ = 8
+    MIN_FRAME = 60
+    WIRE_OVERHEAD = 24
+
+cdef int64_t NO_META = -(1LL << 62)  # a queued frame with no meta (None in the reference)
+
+
+cdef class Target:
+    """Where a transmitter delivers: port `port` of switch `sw`, entered by its compiled ingress.
+    Callable as the reference's partial(sw.ingress, port) is."""
+
+    def __cinit__(self, SwitchBase sw, int port):
+        self.sw = sw
+        self.port = port
+
+    def __call__(self, double t, frame):
+        self.sw.ingress(self.port, t, frame)
+
+
+cdef int _ev_done(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    cdef Transmitter tx = <Transmitter>obj
+    tx.busy = False
+    tx._start(t)
+    return 0
+
+
+cdef int _ev_wake(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    (<Transmitter>obj)._wake(t)
+    return 0
+
+
+cdef int _ev_to_switch(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    return (<SwitchBase>obj).c_ingress(<int>iarg, t, <Packet*>varg)
+
+
+cdef int _ev_to_python(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    cdef Packet* p = <Packet*>varg
+    frame = packet_bytes(p)
+    packet_free(p)
+    obj(t, frame)
+    return 0
+
+
+cdef int _ev_to_host(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    return (<HostPort>obj).c_deliver(t, <Packet*>varg)
+
+
+cdef int _ev_to_sink(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    return (<Sink>obj).take(t, <Packet*>varg)
+
+
+cdef int deliver_now(object target, double t, Packet* p) except -1:
+    """Hand `p` to `target` at once: a switch's port (Target), a host's (HostPort), an endpoint (Sink), or a
+    Python callable given bytes."""
+    if type(target) is Target:
+        return (<Target>target).sw.c_ingress((<Target>target).port, t, p)
+    if type(target) is HostPort:
+        return (<HostPort>target).c_deliver(t, p)
+    if isinstance(target, Sink):
+        return (<Sink>target).take(t, p)
+    frame = packet_bytes(p)
+    packet_free(p)
+    target(t, frame)
+    return 0
+
+
+cdef int deliver_at(Schedule sched, object target, double t, Packet* p) except -1:
+    """Hand `p` to `target` at `t`: one event, as the reference's loop.at(t, deliver, frame)."""
+    if type(target) is Target:
+        return sched.push(t, _ev_to_switch, (<Target>target).sw, None, p, (<Target>target).port)
+    if type(target) is HostPort:
+        return sched.push(t, _ev_to_host, target, None, p, 0)
+    if isinstance(target, Sink):
+        return sched.push(t, _ev_to_sink, target, None, p, 0)
+    return sched.push(t, _ev_to_python, target, None, p, 0)
+
+
+cdef class Sink:
+    """Something in the compiled core that takes frames (a compiled endpoint's port): subclassed elsewhere."""
+
+    cdef int take(self, double t, Packet* p) except -1:
+        packet_free(p)
+        return 0
+
+
+cdef class HostPort:
+    """emu.dataplane.host.HostDelivery, compiled: what a host port hands its host. A capture first; then
+    IPv4 UDP to the port a job's receiver counts on goes to it, MetaRoCE (IPv6, UDP to 4791) to the
+    endpoint a job attached there, anything else to the host's kernel (`send`, its drops on `port`)."""
+
+    def __init__(self, send, port, pcap=None):
+        self.send = send
+        self.port = port
+        self.pcap = pcap
+        self.roce = None
+        self.udp4 = None
+        self.udp4_port = -1
+
+    def __call__(self, double t, frame):
+        self.c_deliver(t, packet_from(frame))
+
+    cdef int c_deliver(self, double t, Packet* p) except -1:
+        if self.pcap is not None:
+            self.pcap.write(t, packet_bytes(p))
+        cdef const uint8_t* f = p.data
+        cdef int n = p.len
+        if self.udp4 is not None and n > 41 and f[12] == 8 and f[13] == 0 and f[23] == 17 and f[14] == 0x45 \
+                and (f[36] << 8 | f[37]) == self.udp4_port:
+            return deliver_now(self.udp4, t, p)
+        if self.roce is not None and n > 62 and f[12] == 0x86 and f[13] == 0xDD and f[20] == 17 \
+                and f[56] == 0x12 and f[57] == 0xB7:
+            return deliver_now(self.roce, t, p)
+        frame = packet_bytes(p)
+        packet_free(p)
+        try:
+            self.send(frame)
+        except OSError:
+            self.port.drop("tx_error")
+        return 0
+
+
+cdef class FromHost:
+    """What a host sends into its switch port's NIC model, now (the reference's send: the switch's
+    from_host at the schedule's time); a compiled endpoint calls it without Python."""
+
+    def __init__(self, SwitchBase sw, int port):
+        self.sw = sw
+        self.port = port
+
+    def __call__(self, frame):
+        self.sw.c_from_host(self.port, self.sw.sched.now, packet_from(frame))
+
+
+cdef class Transmitter:
+    """emu.dataplane.link.Transmitter, compiled: the same queues, pauses, DWRR and wire, in the same order."""
+
+    def __init__(self, loop, *, str name, double rate_bps, double delay, deliver, on_dequeue=None,
+                 strict=(7, 6), weights=(1,) * NQ, int64_t limit_bytes=0):
+        if rate_bps <= 0:
+            raise ValueError(f"{name}: link rate must be positive, got {rate_bps}")
+        if delay < 0:
+            raise ValueError(f"{name}: propagation delay must be >= 0, got {delay}")
+        cdef int q
+        self.loop = loop
+        self.sched = <Schedule?>loop.sched
+        self.name = name
+        self.rate_bps = rate_bps
+        self.s_per_byte = 8.0 / rate_bps
+        self.delay = delay
+        self.deliver = deliver
+        self.dequeue = on_dequeue
+        for q in range(NQ):
+            self.head[q] = NULL
+            self.tail[q] = NULL
+            self.qb[q] = 0
+            self.hwm[q] = 0
+            self.pause_until[q] = 0.0
+            self.pause_since[q] = -1.0
+            self.paused_time[q] = 0.0
+            self.deficit[q] = 0
+            self.qtx[q] = 0
+        self.busy = False
+        order = sorted(strict, reverse=True)
+        self.nstrict = len(order)
+        for q in range(self.nstrict):
+            self.strict[q] = order[q]
+        self.mask = 0
+        self.dwrr_mask = 0xFF & ~sum(1 << q for q in strict)
+        for q in range(NQ):
+            self.quantum[q] = max(1, weights[q]) * 1600
+        self.rr = 0
+        self.visiting = False
+        self.wake_at = -1.0
+        self.up = True
+        self.tx_packets = 0
+        self.tx_bytes = 0
+        self.limit_bytes = limit_bytes
+        self.drops = 0
+        self.loss = 0.0
+        self.has_rng = False
+        self.lost = 0
+        self.base_rate = rate_bps
+        self.base_delay = delay
+
+    def __dealloc__(self):
+        cdef int q
+        cdef Packet* p
+        for q in range(NQ):
+            while self.head[q] != NULL:
+                p = self.head[q]
+                self.head[q] = p.next
+                packet_free(p)
+
+    # Python's view of it, for the reference's code that reads it (statistics, cut, degrade)
+    @property
+    def qbytes(self):
+        return [self.qb[q] for q in range(NQ)]
+
+    @property
+    def qhwm(self):
+        return [self.hwm[q] for q in range(NQ)]
+
+    @property
+    def q_tx_packets(self):
+        return [self.qtx[q] for q in range(NQ)]
+
+    @property
+    def base(self):
+        return (self.base_rate, self.base_delay)
+
+    @base.setter
+    def base(self, value):
+        self.base_rate, self.base_delay = value
+
+    @property
+    def on_dequeue(self):
+        return self.dequeue
+
+    # -- queueing ----------------------------------------------------------------------------------
+
+    cdef bint c_enqueue(self, double t, int prio, Packet* p, int64_t meta) except -1:
+        """Takes `p` (frees it when refused)."""
+        cdef int n = p.len
+        cdef double end
+        if self.limit_bytes and self.qb[prio] + n > self.limit_bytes:
+            self.drops += 1
+            packet_free(p)
+            return False
+        if not self.busy and not self.mask and self.pause_until[prio] <= t:
+            end = self._send(t, prio, p, meta)
+            if end >= 0:
+                self._start(end)
+            return True
+        p.meta = meta
+        p.next = NULL
+        if self.tail[prio] == NULL:
+            self.head[prio] = p
+        else:
+            self.tail[prio].next = p
+        self.tail[prio] = p
+        self.mask |= 1 << prio
+        cdef int64_t b = self.qb[prio] + n
+        self.qb[prio] = b
+        if b > self.hwm[prio]:
+            self.hwm[prio] = b
+        if not self.busy:
+            self._start(t)
+        return True
+
+    def enqueue(self, double t, int prio, frame, meta=None):
+        return self.c_enqueue(t, prio, packet_from(frame), NO_META if meta is None else <int64_t>meta)
+
+    cdef int _pick(self, double t) except? -2:
+        cdef int mask = self.mask
+        cdef int i, q, m, k
+        cdef int size
+        for i in range(self.nstrict):
+            q = self.strict[i]
+            if mask >> q & 1 and self.pause_until[q] <= t:
+                return q
+        m = mask & self.dwrr_mask
+        if not m:
+            return -1
+        if not m & (m - 1):
+            q = 0
+            while m >> (q + 1):
+                q += 1
+            return q if self.pause_until[q] <= t else -1
+        for k in range(2 * NQ):
+            q = self.rr
+            if m >> q & 1 and self.pause_until[q] <= t:
+                if not self.visiting:
+                    self.deficit[q] += self.quantum[q]
+                    self.visiting = True
+                size = self.head[q].len
+                if self.deficit[q] >= size:
+                    self.deficit[q] -= size
+                    return q
+            elif not m >> q & 1:
+                self.deficit[q] = 0
+            self.rr = (q + 1) % NQ
+            self.visiting = False
+        return -1
+
+    cdef int _start(self, double t) except -1:
+        cdef int q
+        cdef Packet* p
+        while self.mask:
+            q = self._pick(t)
+            if q < 0:
+                self.busy = False
+                self._arm_wake(t)
+                return 0
+            p = self.head[q]
+            self.head[q] = p.next
+            if self.head[q] == NULL:
+                self.tail[q] = NULL
+                self.mask &= ~(1 << q)
+            self.qb[q] -= p.len
+            t = self._send(t, q, p, p.meta)
+            if t < 0:
+                return 0
+        self.busy = False
+        return 0
+
+    cdef double _send(self, double t, int q, Packet* p, int64_t meta) except? -2.0:
+        """Put one frame on the wire at t (reference: Transmitter._send). Takes `p`."""
+        if self.dequeue is not None:
+            if type(self.dequeue) is Target:
+                (<Target>self.dequeue).sw.c_dequeued((<Target>self.dequeue).port, t, q, p, meta)
+            else:
+                frame = packet_bytes(p)
+                out = self.dequeue(t, q, frame, None if meta == NO_META else meta)
+                if out is not frame:
+                    packet_free(p)
+                    p = packet_from(out)
+        cdef int n = p.len
+        self.busy = True
+        cdef double end = t + ((n if n > MIN_FRAME else MIN_FRAME) + WIRE_OVERHEAD) * self.s_per_byte
+        self.tx_packets += 1
+        self.tx_bytes += n
+        self.qtx[q] += 1
+        cdef double arrive = end + self.delay
+        cdef Schedule sched = self.sched
+        cdef bint up = self.up
+        if up and self.loss and self.has_rng and mt_random(&self.rng) < self.loss:
+            self.lost += 1
+            up = False
+        if arrive <= sched.cclock() and sched.next_t() >= arrive:
+            if up:
+                deliver_now(self.deliver, arrive, p)
+            else:
+                packet_free(p)
+            if not self.mask:
+                self.busy = False
+                return -1.0
+            return end
+        sched.push(end, _ev_done, self, None, NULL, 0)
+        if up:
+            deliver_at(sched, self.deliver, arrive, p)
+        else:
+            packet_free(p)
+        return -1.0
+
+    def degrade(self, *, double loss, double rate_bps, double extra_delay, seed):
+        cdef double rate = rate_bps or self.base_rate
+        self.rate_bps = rate
+        self.s_per_byte = 8.0 / rate
+        self.delay = self.base_delay + extra_delay
+        self.loss = loss
+        self.has_rng = False
+        if loss:
+            import random
+
+            mt_take(&self.rng, random.Random(seed))
+            self.has_rng = True
+
+    @property
+    def rng(self):
+        return True if self.has_rng else None
+
+    cdef int _arm_wake(self, double t) except -1:
+        cdef double wake = -1.0
+        cdef bint found = False
+        cdef int q
+        for q in range(NQ):
+            if self.mask >> q & 1 and self.pause_until[q] > t:
+                if not found or self.pause_until[q] < wake:
+                    wake = self.pause_until[q]
+                    found = True
+        if wake > 0 and (self.wake_at <= t or wake < self.wake_at):
+            self.wake_at = wake
+            self.sched.push(wake, _ev_wake, self, None, NULL, 0)
+        return 0
+
+    cdef int _wake(self, double t) except -1:
+        if t >= self.wake_at:
+            self.wake_at = -1.0
+        if not self.busy:
+            self._start(t)
+        return 0
+
+    # -- PFC on receipt ----------------------------------------------------------------------------
+
+    cdef int c_pause(self, double t, int vector, const uint16_t* quanta) except -1:
+        cdef int prio
+        cdef double since
+        for prio in range(NQ):
+            if not vector >> prio & 1:
+                continue
+            since = self.pause_since[prio]
+            if since >= 0 and self.pause_until[prio] <= t:
+                self.paused_time[prio] += self.pause_until[prio] - since
+                since = -1.0
+            if quanta[prio]:
+                if since < 0:
+                    since = t
+                self.pause_until[prio] = t + <double>(quanta[prio] * 512) / self.rate_bps
+            else:
+                if since >= 0:
+                    self.paused_time[prio] += t - since
+                    since = -1.0
+                self.pause_until[prio] = 0.0
+            self.pause_since[prio] = since
+        if not self.busy:
+            self._start(t)
+        return 0
+
+    def pause(self, double t, dict times):
+        cdef uint16_t quanta[8]
+        cdef int vector = 0
+        for prio, value in times.items():
+            vector |= 1 << prio
+            quanta[prio] = value
+        if any(p < 0 for p in times) or sorted(times) != list(times):
+            raise ValueError("pause times by priority, ascending")
+        self.c_pause(t, vector, quanta)
+
+    def paused_seconds(self, double t):
+        out = [self.paused_time[q] for q in range(NQ)]
+        for q in range(NQ):
+            if self.pause_since[q] >= 0:
+                out[q] += min(t, self.pause_until[q]) - self.pause_since[q]
+        return out
+
+    def set_up(self, bint up):
+        self.up = up
+
+    def queued(self):
+        return sum(self.qb[q] for q in range(NQ))
+
+
+# -- the shared buffer (emu.dataplane.buffer.SharedBuffer) --------------------------------------------
+
+cdef enum:
+    ADMIT = 0
+    HEADROOM_EXHAUSTED = 1
+    BUFFER_FULL = 2
+    EGRESS_THRESHOLD = 3
+
+REASONS = (None, "headroom_exhausted", "buffer_full", "egress_threshold")
+
+
+cdef class SharedBuffer:
+    """emu.dataplane.buffer.SharedBuffer, compiled: per (port, priority) counters in flat C arrays."""
+
+    def __init__(self, *, int nports, int64_t size, list headroom, int64_t reserve=4096, int shift=3,
+                 double egress_alpha=1.0, int64_t resume_offset=3072):
+        if len(headroom) != nports:
+            raise ValueError("one headroom value per port is needed")
+        self.nports = nports
+        self.size = size
+        self.reserve = reserve
+        self.shift = shift
+        self.egress_alpha = egress_alpha
+        self.resume_offset = resume_offset
+        self.hroom = <int64_t*>malloc(nports * sizeof(int64_t))
+        self.ing = <int64_t*>malloc(nports * NQ * sizeof(int64_t))
+        self.hdr = <int64_t*>malloc(nports * NQ * sizeof(int64_t))
+        self.egr = <int64_t*>malloc(nports * NQ * sizeof(int64_t))
+        self.xo = <uint8_t*>malloc(nports * NQ)
+        if not (self.hroom and self.ing and self.hdr and self.egr and self.xo):
+            raise MemoryError()
+        cdef int i
+        for i in range(nports):
+            self.hroom[i] = headroom[i]
+        for i in range(nports * NQ):
+            self.ing[i] = 0
+            self.hdr[i] = 0
+            self.egr[i] = 0
+            self.xo[i] = 0
+        self.shared_used = 0
+        self.used = 0
+        self.total_headroom = sum(headroom)
+        self.total_reserve = reserve * nports * NQ
+        if self.total_headroom + self.total_reserve >= size:
+            raise ValueError(
+                f"buffer of {size} B cannot hold headroom {self.total_headroom} B + "
+                f"reserve {self.total_reserve} B; raise the buffer or shorten the links"
+            )
+
+    def __dealloc__(self):
+        free(self.hroom)
+        free(self.ing)
+        free(self.hdr)
+        free(self.egr)
+        free(self.xo)
+
+    @property
+    def headroom(self):
+        return [self.hroom[i] for i in range(self.nports)]
+
+    @property
+    def xoff(self):
+        return [[bool(self.xo[i * NQ + q]) for q in range(NQ)] for i in range(self.nports)]
+
+    def set_headroom(self, int port, int64_t nbytes):
+        cdef int64_t total = self.total_headroom + nbytes - self.hroom[port]
+        if nbytes < 0 or total + self.total_reserve >= self.size:
+            raise ValueError(f"headroom {nbytes} B on port {port} does not fit a {self.size} B buffer")
+        self.total_headroom = total
+        self.hroom[port] = nbytes
+
+    cdef inline int64_t threshold(self) noexcept:
+        cdef int64_t free_ = self.size - self.total_headroom - self.total_reserve - self.shared_used
+        return free_ >> self.shift if free_ > 0 else 0
+
+    cdef inline int64_t _shared(self, int port, int q) noexcept:
+        cdef int64_t over = self.ing[port * NQ + q] - self.reserve
+        return over if over > 0 else 0
+
+    cdef int admit(self, int inp, int q, int outp, int64_t size, bint lossless) noexcept:
+        cdef int64_t free_
+        if lossless:
+            if size + self.hdr[inp * NQ + q] > self.hroom[inp] and size + self._shared(inp, q) > self.threshold():
+                return HEADROOM_EXHAUSTED
+            return ADMIT
+        if self.used + size > self.size - self.total_headroom:
+            return BUFFER_FULL
+        free_ = self.size - self.total_headroom - self.total_reserve - self.shared_used
+        if <double>(self.egr[outp * NQ + q] + size) > self.reserve + self.egress_alpha * free_:
+            return EGRESS_THRESHOLD
+        return ADMIT
+
+    cdef void charge(self, int inp, int q, int outp, int64_t size, bint lossless) noexcept:
+        self.egr[outp * NQ + q] += size
+        self.used += size
+        cdef int64_t new = self.ing[inp * NQ + q] + size
+        cdef int64_t over = new - self.reserve
+        if over <= 0:
+            self.ing[inp * NQ + q] = new
+            return
+        if lossless and over > self.threshold():
+            self.hdr[inp * NQ + q] += size
+            return
+        self.ing[inp * NQ + q] = new
+        self.shared_used += size if size < over else over
+
+    cdef void release(self, int inp, int q, int outp, int64_t size) noexcept:
+        self.egr[outp * NQ + q] -= size
+        self.used -= size
+        cdef int64_t h = self.hdr[inp * NQ + q]
+        cdef int64_t take
+        if h:
+            take = h if h < size else size
+            self.hdr[inp * NQ + q] = h - take
+            size -= take
+            if not size:
+                return
+        cdef int64_t old = self.ing[inp * NQ + q]
+        cdef int64_t new = old - size
+        self.ing[inp * NQ + q] = new
+        cdef int64_t r = self.reserve
+        self.shared_used -= (old - r if old > r else 0) - (new - r if new > r else 0)
+
+    cdef bint should_pause(self, int port, int q) noexcept:
+        if self.xo[port * NQ + q]:
+            return False
+        if self.hdr[port * NQ + q] > 0:
+            return True
+        cdef int64_t shared = self._shared(port, q)
+        cdef int64_t thr = self.threshold()
+        return (shared >= thr and thr > 0) or (shared > 0 and thr == 0)
+
+    cdef bint should_resume(self, int port, int q) noexcept:
+        if not self.xo[port * NQ + q] or self.hdr[port * NQ + q]:
+            return False
+        cdef int64_t shared = self._shared(port, q)
+        return shared == 0 or shared + self.resume_offset <= self.threshold()
+
+
+# -- lookups (emu.dataplane.tables) ------------------------------------------------------------------
+
+cdef inline uint64_t _mix(uint64_t hi, uint64_t lo) noexcept nogil:
+    cdef uint64_t h = lo * 0x9E3779B97F4A7C15ULL ^ hi * 0xC2B2AE3D27D4EB4FULL
+    return h ^ (h >> 29)
+
+
+cdef class Table:
+    """An exact-match table of 128-bit keys (hi, lo) to Python objects: open addressing, no allocation
+    on look-up."""
+
+    def __cinit__(self):
+        self.cap = 8
+        self.count = 0
+        self.khi = <uint64_t*>malloc(self.cap * sizeof(uint64_t))
+        self.klo = <uint64_t*>malloc(self.cap * sizeof(uint64_t))
+        self.val = <PyObject**>malloc(self.cap * sizeof(PyObject*))
+        cdef Py_ssize_t i
+        for i in range(self.cap):
+            self.val[i] = NULL
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.cap):
+            Py_XDECREF(self.val[i])
+        free(self.khi)
+        free(self.klo)
+        free(self.val)
+
+    cdef PyObject* get(self, uint64_t hi, uint64_t lo) noexcept:
+        cdef Py_ssize_t m = self.cap - 1
+        cdef Py_ssize_t i = <Py_ssize_t>(_mix(hi, lo) & m)
+        while self.val[i] != NULL:
+            if self.khi[i] == hi and self.klo[i] == lo:
+                return self.val[i]
+            i = (i + 1) & m
+        return NULL
+
+    cdef int put(self, uint64_t hi, uint64_t lo, object value) except -1:
+        cdef Py_ssize_t m, i
+        if 2 * (self.count + 1) > self.cap:
+            self._grow()
+        m = self.cap - 1
+        i = <Py_ssize_t>(_mix(hi, lo) & m)
+        while self.val[i] != NULL:
+            if self.khi[i] == hi and self.klo[i] == lo:
+                Py_INCREF(value)
+                Py_XDECREF(self.val[i])
+                self.val[i] = <PyObject*>value
+                return 0
+            i = (i + 1) & m
+        self.khi[i] = hi
+        self.klo[i] = lo
+        Py_INCREF(value)
+        self.val[i] = <PyObject*>value
+        self.count += 1
+        return 0
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t old = self.cap, i, j, m
+        cdef uint64_t* khi = self.khi
+        cdef uint64_t* klo = self.klo
+        cdef PyObject** val = self.val
+        self.cap = 2 * old
+        self.khi = <uint64_t*>malloc(self.cap * sizeof(uint64_t))
+        self.klo = <uint64_t*>malloc(self.cap * sizeof(uint64_t))
+        self.val = <PyObject**>malloc(self.cap * sizeof(PyObject*))
+        m = self.cap - 1
+        for i in range(self.cap):
+            self.val[i] = NULL
+        for i in range(old):
+            if val[i] != NULL:
+                j = <Py_ssize_t>(_mix(khi[i], klo[i]) & m)
+                while self.val[j] != NULL:
+                    j = (j + 1) & m
+                self.khi[j] = khi[i]
+                self.klo[j] = klo[i]
+                self.val[j] = val[i]
+        free(khi)
+        free(klo)
+        free(val)
+        return 0
+
+
+cdef inline void _split(object addr, uint64_t* hi, uint64_t* lo):
+    hi[0] = <uint64_t>(addr >> 64)
+    lo[0] = <uint64_t>(addr & 0xFFFFFFFFFFFFFFFF)
+
+
+cdef inline void _shift(uint64_t hi, uint64_t lo, int s, uint64_t* ohi, uint64_t* olo) noexcept nogil:
+    if s == 0:
+        ohi[0] = hi
+        olo[0] = lo
+    elif s >= 128:
+        ohi[0] = 0
+        olo[0] = 0
+    elif s >= 64:
+        ohi[0] = 0
+        olo[0] = hi >> (s - 64)
+    else:
+        ohi[0] = hi >> s
+        olo[0] = (lo >> s) | (hi << (64 - s))
+
+
+cdef class Lpm:
+    """emu.dataplane.tables.Lpm, compiled: one exact-match table per prefix length, longest first."""
+
+    def __init__(self, int bits):
+        self.bits = bits
+        self.by_len = {}
+        self.nlen = 0
+
+    def add(self, str prefix, value):
+        import ipaddress
+
+        net = ipaddress.ip_network(prefix, strict=False)
+        if net.max_prefixlen != self.bits:
+            raise ValueError(f"{prefix} is not an IPv{4 if self.bits == 32 else 6} prefix")
+        cdef int plen = net.prefixlen
+        cdef int shift = self.bits - plen
+        cdef uint64_t hi, lo
+        _split(int(net.network_address) >> shift, &hi, &lo)
+        table = self.by_len.get(plen)
+        if table is None:
+            table = self.by_len[plen] = Table()
+        (<Table>table).put(hi, lo, value)
+        order = sorted(self.by_len, reverse=True)
+        self.nlen = len(order)
+        for i, p in enumerate(order):
+            self.shifts[i] = self.bits - p
+            self.tables[i] = <PyObject*>self.by_len[p]
+
+    cdef PyObject* c_lookup(self, uint64_t hi, uint64_t lo) noexcept:
+        cdef int i
+        cdef uint64_t khi, klo
+        cdef PyObject* v
+        for i in range(self.nlen):
+            _shift(hi, lo, self.shifts[i], &khi, &klo)
+            v = (<Table>self.tables[i]).get(khi, klo)
+            if v != NULL:
+                return v
+        return NULL
+
+    def lookup(self, addr):
+        cdef uint64_t hi, lo
+        _split(addr, &hi, &lo)
+        cdef PyObject* v = self.c_lookup(hi, lo)
+        return None if v == NULL else <object>v
+
+    def __len__(self):
+        return sum((<Table>t).count for t in self.by_len.values())
+
+
+cdef class GroupState:
+    """emu.dataplane.tables.GroupState, compiled: its slot table in C arrays for the hot path; the
+    reference object computes the slots (weights, members gone down) and this copies them."""
+
+    def __init__(self, group, list port_macs):
+        from emu.dataplane.tables import GroupState as Reference
+
+        self.ref = Reference(group, port_macs)
+        self.id = self.ref.id
+        self.spray = self.ref.spray
+        self.rr = 0
+        self.nslots = 0
+        self.port = NULL
+        self.l2 = NULL
+        self._copy()
+
+    def __dealloc__(self):
+        free(self.port)
+        free(self.l2)
+
+    cdef int _copy(self) except -1:
+        slots = self.ref.slots
+        cdef int n = len(slots), i
+        free(self.port)
+        free(self.l2)
+        self.port = <int*>malloc(max(1, n) * sizeof(int))
+        self.l2 = <uint8_t*>malloc(max(1, n) * 12)
+        for i in range(n):
+            self.port[i] = slots[i][0]
+            memcpy(&self.l2[12 * i], <char*>(<bytes>slots[i][1]), 12)
+        self.nslots = n
+        return 0
+
+    @property
+    def n(self):
+        return self.nslots
+
+    @property
+    def slots(self):
+        return self.ref.slots
+
+    @property
+    def members(self):
+        return self.ref.members
+
+    def set_port_state(self, int port, bint up):
+        changed = self.ref.set_port_state(port, up)
+        if changed:
+            self._copy()
+        return changed
+
+    cdef inline int c_pick(self, uint32_t flow_hash) noexcept:
+        """The slot for this packet, or -1 (no live member)."""
+        cdef int n = self.nslots
+        if not n:
+            return -1
+        if self.spray:
+            self.rr = (self.rr + 1) % n
+            return self.rr
+        return flow_hash % n
+
+    def pick(self, flow_hash):
+        cdef int n = self.nslots
+        if not n:
+            return None
+        if self.spray:
+            self.rr = (self.rr + 1) % n
+            return self.ref.slots[self.rr]
+        return self.ref.slots[flow_hash % n]
+
+
+# -- the switch (emu.dataplane.switch.Switch's forwarding path) --------------------------------------
+
+cdef enum:
+    CONTROL_TC = 7
+    PFC_XOFF = 0xFFFF
+    TRIMMED = -1
+    ETH_IPV4 = 0x0800
+    ETH_IPV6 = 0x86DD
+    ETH_ARP = 0x0806
+    ETH_VLAN = 0x8100
+    ETH_MAC_CONTROL = 0x8808
+    ETH_PROBE = 0x88B5
+
+# Solicited-node multicast ff02::1:ff00:0/104: the high 104 bits, as (hi, lo >> 24)
+cdef uint64_t SOLICITED_HI = 0xff02000000000000ULL
+cdef uint64_t SOLICITED_LO24 = 0x1ffULL
+
+cdef uint32_t CRC_TABLE[256]
+
+
+cdef void _crc_init() noexcept:
+    cdef uint32_t c
+    cdef int i, k
+    for i in range(256):
+        c = i
+        for k in range(8):
+            c = (c >> 1) ^ 0xEDB88320U if c & 1 else c >> 1
+        CRC_TABLE[i] = c
+
+
+_crc_init()
+
+
+cdef uint32_t crc32(const uint8_t* data, int n, uint32_t start) noexcept nogil:
+    """zlib.crc32(data, start)."""
+    cdef uint32_t c = ~start
+    cdef int i
+    for i in range(n):
+        c = CRC_TABLE[(c ^ data[i]) & 0xFF] ^ (c >> 8)
+    return ~c
+
+
+def crc32_of(bytes data, uint32_t start=0):
+    """zlib.crc32, for tests of the compiled one."""
+    return crc32(<const uint8_t*><char*>data, len(data), start)
+
+
+cdef inline uint64_t _be64(const uint8_t* b) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(8):
+        v = v << 8 | b[i]
+    return v
+
+
+cdef inline int _traffic_class(const uint8_t* dscp_tc, const uint8_t* f, int n) noexcept nogil:
+    """emu.dataplane.switch.traffic_class."""
+    if n < 15:
+        return 0
+    cdef int et = f[12] << 8 | f[13]
+    if et == ETH_IPV4 and n > 15:
+        return dscp_tc[f[15] >> 2]
+    cdef int l3 = 14
+    if et == ETH_VLAN and n >= 19:
+        et = f[16] << 8 | f[17]
+        l3 = 18
+    if et == ETH_IPV4 and n > l3 + 1:
+        return dscp_tc[f[l3 + 1] >> 2]
+    if et == ETH_IPV6 and n > l3 + 1:
+        return dscp_tc[((f[l3] & 0x0F) << 2) | (f[l3 + 1] >> 6)]
+    if et == ETH_ARP:
+        return CONTROL_TC
+    return 0
+
+
+cdef class Port:
+    """emu.dataplane.switch.Port, compiled: its counters in C, seen by Python as the reference's."""
+
+    def __init__(self, int index, str name, bytes mac, str peer_kind):
+        self.index = index
+        self.name = name
+        self.mac = mac
+        memcpy(self.cmac, <char*>mac, 6)
+        self.peer_kind = peer_kind
+        self.peer_mac = b""
+        self.tx = None
+        self.nic = None
+        self.ip4 = {}
+        self.ip6 = {}
+        self.rx_packets = 0
+        self.rx_bytes = 0
+        self.drops = {}
+        cdef int q
+        for q in range(NQ):
+            self.c_drops_tc[q] = 0
+            self.c_q_enq[q] = 0
+            self.c_over_kmax[q] = 0
+            self.c_trimmed[q] = 0
+        self.ecn_marked = 0
+        self.pfc_tx = 0
+        self.pfc_rx = 0
+        self.up = True
+        self.rate_bps = 0.0
+        self.delay = 0.0
+
+    cdef int c_drop(self, str reason, int tc) except -1:
+        self.drops[reason] = self.drops.get(reason, 0) + 1
+        if tc >= 0:
+            self.c_drops_tc[tc] += 1
+        return 0
+
+    def drop(self, str reason, int tc=-1):
+        self.c_drop(reason, tc)
+
+    @property
+    def drops_tc(self):
+        return [self.c_drops_tc[q] for q in range(NQ)]
+
+    @property
+    def q_enq(self):
+        return [self.c_q_enq[q] for q in range(NQ)]
+
+    @property
+    def q_over_kmax(self):
+        return [self.c_over_kmax[q] for q in range(NQ)]
+
+    @property
+    def trimmed(self):
+        return [self.c_trimmed[q] for q in range(NQ)]
+
+
+cdef int _ev_host_paused(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    """Switch._host_paused: the PFC frame reached the host's NIC model (iarg: port | vector << 32 |
+    xoff << 40)."""
+    cdef SwitchBase sw = <SwitchBase>obj
+    cdef Port p = <Port>sw.ports[iarg & 0xFFFFFFFF]
+    cdef uint16_t quanta[8]
+    cdef int q
+    cdef uint16_t value = PFC_XOFF if iarg >> 40 & 1 else 0
+    for q in range(NQ):
+        quanta[q] = value
+    if p.nic is not None:
+        (<Transmitter>p.nic).c_pause(t, (iarg >> 32) & 0xFF, quanta)
+    return 0
+
+
+cdef int _ev_pfc_refresh(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    """Switch._pfc_refresh: XOFF again for the priorities still paused (iarg: port | vector << 32)."""
+    cdef SwitchBase sw = <SwitchBase>obj
+    cdef int port = iarg & 0xFFFFFFFF
+    cdef int vector = (iarg >> 32) & 0xFF
+    cdef int still = 0, q
+    for q in range(NQ):
+        if vector >> q & 1 and sw.mmu.xo[port * NQ + q]:
+            still |= 1 << q
+    if still:
+        sw.c_send_pfc(t, port, still, True)
+    return 0
+
+
+cdef class SwitchBase:
+    """The compiled forwarding path of emu.dataplane.switch.Switch (emu.dataplane.native.NativeSwitch
+    subclasses both: the reference builds it and runs its slow path). Frames are C buffers here; a
+    frame the reference's code must see (ARP, NDP, ICMP, probes, SRv6 segments and policies, TTL
+    expiry) goes to it as bytes, where the reference would have taken the same branch."""
+
+    cpdef int compile(self) except -1:
+        """Mirror the state the reference's __init__ and load_tables set into C, for the hot path."""
+        import random
+
+        cdef int i
+        self.sched = <Schedule?>self.loop.sched
+        self.nports = len(self.ports)
+        for i in range(64):
+            self.c_dscp_tc[i] = self.dscp_tc[i]
+            self.c_trimmable[i] = self.trimmable[i]
+        for i in range(NQ):
+            self.c_lossless[i] = self.lossless[i]
+            e = self.ecn[i]
+            self.ecn_on[i] = e is not None
+            if e is not None:
+                self.kmin[i], self.kmax[i], self.pmax[i] = e
+        self.c_pfc = self.pfc
+        self.c_cpu = self.cpu
+        trim = self.trim
+        self.trim_on = trim is not None
+        if trim is not None:
+            self.trim_size, self.trim_dscp, self.trim_queue, self.trim_cap = trim.size, trim.dscp, trim.queue, trim.cap_bytes
+        if isinstance(self.rng, random.Random):  # the reference's stream, from where its __init__ left it
+            mt_take(&self.c_rng, self.rng)
+            self.rng = None
+        self.c_hash_mult = self.hash_mult
+        self.compile_tables()
+        return 0
+
+    cpdef int compile_tables(self) except -1:
+        self.has_sids = len(self.sids) > 0
+        self.sid_table = Table()
+        cdef uint64_t hi, lo
+        for sid in self.sids:
+            _split(sid, &hi, &lo)
+            self.sid_table.put(hi, lo, True)
+        self.local4_table = Table()
+        for a in self.local4:
+            self.local4_table.put(0, a, True)
+        self.local6_table = Table()
+        for a in self.local6:
+            _split(a, &hi, &lo)
+            self.local6_table.put(hi, lo, True)
+        self.c_has_encap = self.has_encap
+        return 0
+
+    # -- what Python calls ------------------------------------------------------------------------
+
+    def wire_target(self, int port):
+        return Target(self, port)
+
+    def ingress(self, int port, double t, frame):
+        self.c_ingress(port, t, packet_from(frame))
+
+    def from_host(self, int port, double t, frame):
+        self.c_from_host(port, t, packet_from(frame))
+
+    def classify(self, frame):
+        cdef bytes b = bytes(frame)
+        return _traffic_class(self.c_dscp_tc, <const uint8_t*><char*>b, len(b))
+
+    def _enqueue(self, double t, int out_port, int tc, frame, int in_port, int l3=0, int ipv=0):
+        self.c_enqueue(t, out_port, tc, packet_from(frame), in_port, l3, ipv)
+
+    def send_pfc(self, double t, int port, dict times):
+        values = set(times.values())
+        if len(values) != 1 or not values <= {0, PFC_XOFF}:
+            raise ValueError("the compiled core sends XOFF or XON frames for one or more priorities")
+        cdef int vector = 0
+        for tc in times:
+            vector |= 1 << tc
+        self.c_send_pfc(t, port, vector, bool(values.pop()))
+
+    # -- the hot path -------------------------------------------------------------------------------
+
+    cdef int c_from_host(self, int port, double t, Packet* pkt) except -1:
+        cdef Port p = <Port>self.ports[port]
+        if p.nic is None or not p.up:
+            packet_free(pkt)
+            p.c_drop("link_down", -1)
+            return 0
+        cdef int tc = _traffic_class(self.c_dscp_tc, pkt.data, pkt.len)
+        if not (<Transmitter>p.nic).c_enqueue(t, tc, pkt, NO_META):
+            p.c_drop("host_nic_overflow", tc)
+        return 0
+
+    cdef int _slow(self, str method, Port p, double t, Packet* pkt, int l3, int depth) except -1:
+        """The reference's own code for a branch this path does not take (it redoes its checks first)."""
+        frame = packet_bytes(pkt)
+        packet_free(pkt)
+        if method == "_ipv6":
+            getattr(self, method)(p, t, frame, l3, depth)
+        else:
+            getattr(self, method)(p, t, frame, l3)
+        return 0
+
+    cdef int c_ingress(self, int port, double t, Packet* pkt) except -1:
+        cdef Port p = <Port>self.ports[port]
+        cdef const uint8_t* f = pkt.data
+        cdef int n = pkt.len
+        p.rx_packets += 1
+        p.rx_bytes += n
+        if not p.up:
+            packet_free(pkt)
+            p.c_drop("link_down", -1)
+            return 0
+        if n < 14:
+            packet_free(pkt)
+            p.c_drop("malformed", -1)
+            return 0
+        cdef int et = f[12] << 8 | f[13]
+        cdef int l3 = 14
+        if et == ETH_VLAN:
+            if n < 18:
+                packet_free(pkt)
+                p.c_drop("malformed", -1)
+                return 0
+            et = f[16] << 8 | f[17]
+            l3 = 18
+        if et == ETH_PROBE:
+            return self._slow("_probe", p, t, pkt, l3, 0)
+        cdef uint16_t quanta[8]
+        cdef int vector, q
+        if et == ETH_MAC_CONTROL:
+            if n < l3 + 20 or (f[l3] << 8 | f[l3 + 1]) != 0x0101:
+                packet_free(pkt)
+                p.c_drop("malformed", -1)
+                return 0
+            vector = f[l3 + 3]
+            for q in range(NQ):
+                quanta[q] = f[l3 + 4 + 2 * q] << 8 | f[l3 + 5 + 2 * q]
+            packet_free(pkt)
+            p.pfc_rx += 1
+            p.tx.c_pause(t, vector, quanta)
+            return 0
+        cdef int i
+        cdef bint mine = True
+        for i in range(6):
+            if f[i] != p.cmac[i]:
+                mine = False
+                break
+        if not mine and not f[0] & 1:
+            packet_free(pkt)
+            p.c_drop("not_for_us", -1)
+            return 0
+        if et == ETH_IPV4:
+            return self.c_ipv4(p, t, pkt, l3)
+        if et == ETH_IPV6:
+            return self.c_ipv6(p, t, pkt, l3)
+        if et == ETH_ARP:
+            return self._slow("_arp", p, t, pkt, l3, 0)
+        packet_free(pkt)
+        p.c_drop("unknown_ethertype", -1)
+        return 0
+
+    cdef uint32_t flow_hash(self, const uint8_t* f, int src_off, int l4, int proto, int src_len) noexcept:
+        """Switch._flow_hash: CRC-32 of the 5-tuple, then the switch's odd multiplier."""
+        cdef uint32_t h = crc32(f + src_off, src_len, proto)
+        if proto == 17 or proto == 6:
+            h = crc32(f + l4, 4, h)
+        return <uint32_t>(((<uint64_t>h * self.c_hash_mult) & 0xFFFFFFFFULL) >> 8)
+
+    cdef int c_ipv4(self, Port p, double t, Packet* pkt, int l3) except -1:
+        cdef uint8_t* f = pkt.data
+        cdef int n = pkt.len
+        if n < l3 + 20:
+            packet_free(pkt)
+            p.c_drop("malformed", -1)
+            return 0
+        cdef int vihl = f[l3]
+        cdef int ihl = (vihl & 0x0F) * 4
+        cdef int tot = f[l3 + 2] << 8 | f[l3 + 3]
+        if vihl >> 4 != 4 or ihl < 20 or tot < ihl or n < l3 + tot:
+            packet_free(pkt)
+            p.c_drop("malformed", -1)
+            return 0
+        cdef uint64_t dst = <uint64_t>f[l3 + 16] << 24 | f[l3 + 17] << 16 | f[l3 + 18] << 8 | f[l3 + 19]
+        cdef int ttl = f[l3 + 8]
+        if self.local4_table.get(0, dst) != NULL or ttl <= 1:
+            return self._slow("_ipv4", p, t, pkt, l3, 0)
+        cdef PyObject* v = self.lpm4.c_lookup(0, dst)
+        if v == NULL:
+            packet_free(pkt)
+            p.c_drop("no_route", -1)
+            return 0
+        cdef GroupState g = <GroupState>v
+        cdef int slot
+        if g.nslots == 1:
+            slot = 0
+        else:
+            slot = g.c_pick(0 if g.spray else self.flow_hash(f, l3 + 12, l3 + ihl, f[l3 + 9], 8))
+        if slot < 0:
+            packet_free(pkt)
+            p.c_drop("no_live_nexthop", -1)
+            return 0
+        if n != l3 + tot:
+            pkt.len = l3 + tot
+        memcpy(f, &g.l2[12 * slot], 12)
+        f[l3 + 8] = ttl - 1
+        cdef int c = (f[l3 + 10] << 8 | f[l3 + 11]) + 0x100
+        c = (c & 0xFFFF) + (c >> 16)
+        f[l3 + 10] = c >> 8
+        f[l3 + 11] = c & 0xFF
+        return self.c_enqueue(t, g.port[slot], self.c_dscp_tc[f[l3 + 1] >> 2], pkt, p.index, l3, 4)
+
+    cdef int c_ipv6(self, Port p, double t, Packet* pkt, int l3) except -1:
+        cdef uint8_t* f = pkt.data
+        cdef int n = pkt.len
+        if n < l3 + 40 or f[l3] >> 4 != 6:
+            packet_free(pkt)
+            p.c_drop("malformed", -1)
+            return 0
+        cdef int plen = f[l3 + 4] << 8 | f[l3 + 5]
+        if n < l3 + 40 + plen:
+            packet_free(pkt)
+            p.c_drop("malformed", -1)
+            return 0
+        cdef uint64_t hi = _be64(f + l3 + 24)
+        cdef uint64_t lo = _be64(f + l3 + 32)
+        if (self.has_sids and self.sid_table.get(hi, lo) != NULL) or self.local6_table.get(hi, lo) != NULL \
+                or (hi == SOLICITED_HI and lo >> 24 == SOLICITED_LO24):
+            return self._slow("_ipv6", p, t, pkt, l3, 0)
+        if f[0] & 1:
+            packet_free(pkt)
+            p.c_drop("multicast", -1)
+            return 0
+        if f[l3 + 7] <= 1 or (self.c_has_encap and self.encap.c_lookup(hi, lo) != NULL):
+            return self._slow("_ipv6", p, t, pkt, l3, 0)
+        if n != l3 + 40 + plen:
+            pkt.len = l3 + 40 + plen
+        cdef PyObject* v = self.lpm6.c_lookup(hi, lo)
+        if v == NULL:
+            packet_free(pkt)
+            p.c_drop("no_route", -1)
+            return 0
+        cdef GroupState g = <GroupState>v
+        cdef int slot
+        if g.nslots == 1:
+            slot = 0
+        else:
+            slot = g.c_pick(0 if g.spray else self.flow_hash(f, l3 + 8, l3 + 40, f[l3 + 6], 32))
+        if slot < 0:
+            packet_free(pkt)
+            p.c_drop("no_live_nexthop", -1)
+            return 0
+        memcpy(f, &g.l2[12 * slot], 12)
+        f[l3 + 7] -= 1
+        cdef int tc = self.c_dscp_tc[((f[l3] & 0x0F) << 2) | (f[l3 + 1] >> 6)]
+        return self.c_enqueue(t, g.port[slot], tc, pkt, p.index, l3, 6)
+
+    # -- the traffic manager --------------------------------------------------------------------------
+
+    cdef int c_enqueue(self, double t, int out_port, int tc, Packet* pkt, int in_port, int l3, int ipv) except -1:
+        cdef Port port = <Port>self.ports[out_port]
+        cdef int n = pkt.len
+        cdef bint lossless = self.c_pfc and self.c_lossless[tc]
+        cdef SharedBuffer mmu = self.mmu
+        cdef int reason = mmu.admit(in_port, tc, out_port, n, lossless)
+        cdef uint8_t* f = pkt.data
+        cdef int64_t q, kmin, kmax
+        if reason != ADMIT:
+            if self.trim_on and ipv and n > l3 + self.trim_size and self.c_trimmable[self._dscp(f, l3, ipv)]:
+                return self._trim(t, port, tc, pkt, l3, ipv)
+            packet_free(pkt)
+            port.c_drop(REASONS[reason], tc)
+            return 0
+        if self.ecn_on[tc] and ipv:
+            q = port.tx.qb[tc]
+            kmin = self.kmin[tc]
+            kmax = self.kmax[tc]
+            port.c_q_enq[tc] += 1
+            if q >= kmax:
+                port.c_over_kmax[tc] += 1
+            if q > kmin and (q >= kmax or mt_random(&self.c_rng) < self.pmax[tc] * <double>(q - kmin) / <double>(kmax - kmin)):
+                if self._mark_ce(f, l3, ipv):
+                    port.ecn_marked += 1
+        mmu.charge(in_port, tc, out_port, n, lossless)
+        if lossless and in_port != self.c_cpu and mmu.should_pause(in_port, tc):
+            mmu.xo[in_port * NQ + tc] = 1
+            self.c_send_pfc(t, in_port, 1 << tc, True)
+        port.tx.c_enqueue(t, tc, pkt, in_port)
+        return 0
+
+    cdef inline int _dscp(self, const uint8_t* f, int l3, int ipv) noexcept:
+        if ipv == 4:
+            return f[l3 + 1] >> 2
+        return (f[l3] & 0x0F) << 2 | f[l3 + 1] >> 6
+
+    cdef int _trim(self, double t, Port port, int tc, Packet* pkt, int l3, int ipv) except -1:
+        """Switch._trim: cut instead of dropping (packet.trim_frame makes the cut frame)."""
+        from emu import packet as pk
+
+        if port.tx.qb[self.trim_queue] + l3 + self.trim_size > self.trim_cap:
+            packet_free(pkt)
+            port.c_drop("trim_queue_full", tc)
+            return 0
+        port.c_trimmed[tc] += 1
+        frame = packet_bytes(pkt)
+        packet_free(pkt)
+        cut = pk.trim_frame(frame, l3, ipv, self.trim_size, self.trim_dscp)
+        port.tx.c_enqueue(t, self.trim_queue, packet_from(cut), TRIMMED)
+        return 0
+
+    cdef bint _mark_ce(self, uint8_t* f, int l3, int ipv) noexcept:
+        cdef int tos, old, s, hc, b
+        if ipv == 4:
+            tos = f[l3 + 1]
+            if (tos & 3) != 1 and (tos & 3) != 2:
+                return False
+            old = f[l3] << 8 | tos
+            f[l3 + 1] = tos | 3
+            hc = f[l3 + 10] << 8 | f[l3 + 11]
+            # RFC 1624, as Switch._csum_replace
+            s = (~hc & 0xFFFF) + (~old & 0xFFFF) + (old | 3)
+            s = (s & 0xFFFF) + (s >> 16)
+            s = (s & 0xFFFF) + (s >> 16)
+            s = ~s & 0xFFFF
+            f[l3 + 10] = s >> 8
+            f[l3 + 11] = s & 0xFF
+            return True
+        b = f[l3 + 1]
+        if ((b >> 4) & 3) != 1 and ((b >> 4) & 3) != 2:
+            return False
+        f[l3 + 1] = b | 0x30
+        return True
+
+    cdef int c_dequeued(self, int out_port, double t, int tc, Packet* pkt, int64_t in_port) except -1:
+        if in_port == TRIMMED:
+            return 0
+        cdef SharedBuffer mmu = self.mmu
+        mmu.release(<int>in_port, tc, out_port, pkt.len)
+        if mmu.xo[in_port * NQ + tc] and mmu.should_resume(<int>in_port, tc):
+            mmu.xo[in_port * NQ + tc] = 0
+            self.c_send_pfc(t, <int>in_port, 1 << tc, False)
+        return 0
+
+    cdef int c_send_pfc(self, double t, int port, int vector, bint xoff) except -1:
+        """Switch.send_pfc: a real 802.1Qbb frame to the peer, ahead of the data queues."""
+        cdef Port p = <Port>self.ports[port]
+        p.pfc_tx += 1
+        cdef Packet* pkt = packet_new(60)
+        if pkt == NULL:
+            raise MemoryError()
+        cdef uint8_t* f = pkt.data
+        cdef int q
+        cdef uint16_t value = PFC_XOFF if xoff else 0
+        for q in range(60):
+            f[q] = 0
+        f[0], f[1], f[2], f[3], f[4], f[5] = 0x01, 0x80, 0xC2, 0x00, 0x00, 0x01
+        memcpy(f + 6, p.cmac, 6)
+        f[12], f[13], f[14], f[15] = 0x88, 0x08, 0x01, 0x01
+        f[17] = vector
+        for q in range(NQ):
+            if vector >> q & 1:
+                f[18 + 2 * q] = value >> 8
+                f[19 + 2 * q] = value & 0xFF
+        cdef Transmitter tx = p.tx
+        cdef double arrive = t + 84 * tx.s_per_byte + p.delay
+        deliver_at(self.sched, tx.deliver, arrive, pkt)
+        if p.nic is not None:
+            self.sched.push(arrive, _ev_host_paused, self, None, NULL,
+                            port | (<int64_t>vector << 32) | (<int64_t>xoff << 40))
+        if xoff:
+            self.sched.push(t + <double>(PFC_XOFF * 512) / p.rate_bps / 2, _ev_pfc_refresh, self, None, NULL,
+                            port | (<int64_t>vector << 32))
+        return 0

@@ -1,0 +1,70 @@
+"""Which core runs the hot path: the Python reference, or the compiled one built from it.
+
+The schedule, the links and NIC models and the switch pipeline exist twice:
+in Python (emu.dataplane.schedule, link, switch: the reference a reader
+reads) and compiled (emu.dataplane._core, built by the project's set-up
+with Cython and gcc). Both run the same events in the same order and give
+the same figures bit for bit (tests/test_cores.py runs every fabric-clock
+scenario on both). A run chooses once (`RunSettings.core`, `--core`): the
+compiled core where it was built, else the reference, said in one line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+CORES = ("native", "python")
+_native: Any = None
+_why_not = ""
+
+
+def native() -> Any:
+    """The compiled core's module, or None where it was not built (`why_not()` says why)."""
+    global _native, _why_not
+    if _native is None and not _why_not:
+        try:
+            _native = importlib.import_module("emu.dataplane._core")
+        except ImportError as exc:
+            _why_not = (f"the compiled core was not built ({exc}): `make setup` builds it with Cython and "
+                        "gcc; the Python reference core runs instead, the same figures, slower")
+    return _native
+
+
+def why_not() -> str:
+    native()
+    return _why_not
+
+
+def default_core() -> str:
+    """EMU_CORE if set (python or native), else native where it was built, else python."""
+    chosen = os.environ.get("EMU_CORE", "")
+    if chosen:
+        return check_core(chosen)
+    return "native" if native() is not None else "python"
+
+
+def check_core(name: str) -> str:
+    """`name` if this machine can run it, else one ValueError saying why."""
+    if name not in CORES:
+        raise ValueError(f"core is one of {', '.join(CORES)}, not {name!r}")
+    if name == "native" and native() is None:
+        raise ValueError(why_not())
+    return name
+
+
+def make_schedule(core: str, mode: str, idle_dilation: float = 1.0) -> Any:
+    """A schedule of `core` reading the clock of `mode` (virtual, wall, fabric)."""
+    if core == "native":
+        return check_native().Schedule(mode, idle_dilation)
+    from emu.dataplane.schedule import Schedule
+
+    return Schedule(mode, idle_dilation)
+
+
+def check_native() -> Any:
+    mod = native()
+    if mod is None:
+        raise ValueError(why_not())
+    return mod

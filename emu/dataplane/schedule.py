@@ -1,0 +1,153 @@
+"""The schedule: timed callbacks run in (time, order scheduled) order. The Python reference core.
+
+Every part that keeps fabric time (links, switches, endpoints, jobs) schedules
+through one `Schedule` (`at(t, fn, arg)`) and reads the time from it
+(`clock()`); the loops of emu.dataplane.loop decide when its events run (on a
+virtual clock, against the wall, or as fast as the CPU allows on the fabric
+clock) by calling one of its `run_*` methods, each the inner loop of one kind
+of loop. This file is the reference: emu.dataplane._core's Schedule (the
+compiled core) runs the same events in the same order, ties broken by the
+order they were scheduled, and tests hold the two to the same figures bit
+for bit (tests/test_cores.py).
+
+`clock()` is the time a part takes as "now" when it decides something (a
+link delivers a frame in line rather than through the schedule if its
+arrival has already passed by this clock): the virtual time; the machine's
+monotonic clock on the wall clock; on the fabric clock the schedule's own
+time while a job runs, its windows are open or what a job left drains, and
+between jobs the wall mapped to fabric time at 1/idle_dilation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+Callback = Callable[[float, Any], None]
+
+VIRTUAL, WALL, FABRIC = 0, 1, 2  # what clock() reads
+MODES = {"virtual": VIRTUAL, "wall": WALL, "fabric": FABRIC}
+
+
+class Schedule:
+    """A heap of (time, sequence, fn, arg): pure Python, the reference for the compiled core."""
+
+    def __init__(self, mode: str = "virtual", idle_dilation: float = 1.0) -> None:
+        self.heap: list[tuple[float, int, Callback, Any]] = []
+        self._seq = itertools.count()
+        self.now = 0.0
+        self.mode = MODES[mode]
+        # The fabric clock's state, which clock() and run_job() read: jobs running here, windows open
+        # (a split fabric runs a job somewhere), the end of what the last job left to drain, and the
+        # anchor that maps the wall to fabric time between jobs.
+        self.busy = 0
+        self.windowed = False
+        self.drain_until = -math.inf
+        self.idle_dilation = idle_dilation
+        self.anchor_f = 0.0
+        self.anchor_w = time.monotonic()
+
+    def at(self, t: float, fn: Callback, arg: Any = None) -> None:
+        heapq.heappush(self.heap, (t, next(self._seq), fn, arg))
+
+    def next_time(self) -> float:
+        heap = self.heap
+        return heap[0][0] if heap else math.inf
+
+    def __len__(self) -> int:
+        return len(self.heap)
+
+    def mapped(self, wall: float) -> float:
+        """Fabric time at monotonic time `wall`, between jobs."""
+        return self.anchor_f + (wall - self.anchor_w) / self.idle_dilation
+
+    def clock(self) -> float:
+        mode = self.mode
+        if mode == VIRTUAL:
+            return self.now
+        if mode == WALL:
+            return time.monotonic()
+        heap = self.heap
+        if self.busy or self.windowed or (heap and heap[0][0] < self.drain_until):
+            return self.now
+        f = self.mapped(time.monotonic())
+        return f if f > self.now else self.now
+
+    # -- the inner loops, one per kind of loop -------------------------------------------------
+
+    def run_until(self, until: float, max_events: int) -> int:
+        """Virtual time: every event due by `until` (inclusive), at most `max_events`; the clock never
+        goes back (an event scheduled in the past runs at its own time, `now` stays)."""
+        heap = self.heap
+        pop = heapq.heappop
+        n = 0
+        while heap and heap[0][0] <= until and n < max_events:
+            t, _, fn, arg = pop(heap)
+            if t > self.now:
+                self.now = t
+            fn(t, arg)
+            n += 1
+        if until != math.inf and until > self.now:
+            self.now = until
+        return n
+
+    def run_due(self, f: float) -> int:
+        """Between jobs on the fabric clock: every event due by fabric time `f` (inclusive), until a
+        job begins; the clock never goes back."""
+        heap = self.heap
+        pop = heapq.heappop
+        n = 0
+        while heap and heap[0][0] <= f and not self.busy:
+            t, _, fn, arg = pop(heap)
+            if t > self.now:
+                self.now = t
+            fn(t, arg)
+            n += 1
+        return n
+
+    def run_window(self, limit: float, max_events: int) -> int:
+        """A split fabric's window: events before `limit` (exclusive), at most `max_events`."""
+        heap = self.heap
+        pop = heapq.heappop
+        n = 0
+        while heap and n < max_events and heap[0][0] < limit:
+            t, _, fn, arg = pop(heap)
+            self.now = t
+            fn(t, arg)
+            n += 1
+        return n
+
+    def run_job(self, max_events: int) -> int:
+        """While a job runs here, or what one left is due before `drain_until`: at most `max_events`.
+        A job that ends mid-batch hands what it left to the drain, then the rest to the wall."""
+        heap = self.heap
+        pop = heapq.heappop
+        n = 0
+        while heap and n < max_events and (self.busy or heap[0][0] < self.drain_until):
+            t, _, fn, arg = pop(heap)
+            self.now = t
+            fn(t, arg)
+            n += 1
+        return n
+
+    def run_wall(self, late: Any) -> int:
+        """The wall clock: every event due by the monotonic clock, its lateness (wall s) added to
+        `late` (emu.fidelity.Lateness); the clock is read again every 64 events."""
+        heap = self.heap
+        pop = heapq.heappop
+        monotonic = time.monotonic
+        now = monotonic()
+        n = 0
+        while heap and heap[0][0] <= now:
+            t, _, fn, arg = pop(heap)
+            self.now = t
+            late.add(now - t)
+            fn(t, arg)
+            n += 1
+            if n & 63 == 0:
+                now = monotonic()
+        return n

@@ -1,0 +1,1939 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""MetaRoCE's data path compiled: emu.roce.transport.Device and emu.roce.endpoint.Endpoint on the fabric clock.
+
+The reference (transport.py, endpoint.py) is the specification: every method here is its method,
+step for step, in the same order, with the same floating-point sums, so a job gives the same figures
+on either core bit for bit (tests/test_cores.py). What differs is the cost: segments, the in-flight
+window, the SACK set and the charged PSNs are C structures; frames are built into the compiled core's
+pooled buffers and handed straight to the switch port's NIC model; an arrival goes straight from the
+port to the device; and the operation a device runs (a rank's ring, a perf client's writes: Python
+generators) is resumed only when what it waits for holds, which is evaluated here for the waits the
+operations use (a receive completion, idle queue pairs).
+
+A frame built here carries its UDP checksum and ICRC as owed (the packet's PENDING flag): nothing in
+the model reads them, so they are computed when the frame leaves the compiled core (to the kernel, a
+capture, a Python endpoint) and a frame that arrives owing them is valid by construction.
+"""
+
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memset
+from libc.math cimport INFINITY, frexp
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
+
+from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, FromHost, Sink, packet_new, packet_free,
+                                  packet_from, packet_bytes, PENDING, crc32)
+
+from collections import deque
+
+cdef enum:
+    ENTROPY = 4
+    DUP_THRESH = 3
+    LOSS_TO_DOWN = 8
+    CHARGED_KEPT = 4096
+    ACK_EVERY = 16
+    SACK_BITS = 256
+    PSN_MASK = 0xFFFFFF
+    MAXP = 16
+    OP_WRITE_ONLY = 0x0A
+    OP_WRITE_ONLY_IMM = 0x0B
+    OP_ACK = 0x11
+    OP_CNP = 0x81
+    SYNDROME_ACK = 0x1F
+    SYNDROME_NAK_PSN = 0x60
+    SYNDROME_NAK_ACCESS = 0x62
+    DATA_HEADER = 28
+    IMM_BYTES = 4
+    ICRC_BYTES = 4
+    BTH_BYTES = 12
+    HEADERS = 28 + 4 + 8 + 40 + 14 + 24
+    TC_DATA = 26 << 2 | 0b10
+    TC_DATA_TRIMMABLE = 24 << 2 | 0b10
+    TC_ACK = 26 << 2
+    TC_CNP = 48 << 2
+    FABRIC_TX_PORT = 49152
+    FABRIC_CTL_PORT = 49168
+    FABRIC_CNP_PORT = 49169
+    ROCE_PORT = 4791
+
+cdef double ACK_DELAY_S = 0.5e-6
+cdef double TIMER_SLACK_S = 1e-9
+cdef double LOSS_GAIN = 1.0 / 256
+cdef double W_MIN = 1.0 / 16
+cdef double W_STEP = 1.0 / 64
+
+
+# Python's min and max on two floats: the first unless the second is strictly beyond it
+cdef inline double pmin(double a, double b) noexcept nogil:
+    return b if b < a else a
+
+
+cdef inline double pmax(double a, double b) noexcept nogil:
+    return b if b > a else a
+
+
+# -- lateness (emu.fidelity.Lateness's histogram, compiled) ----------------------------------------------
+
+cdef enum:
+    BINS_PER_OCTAVE = 16
+    MIN_EXP = -40
+    NBINS = 1 + 52 * 16
+    BIN_OFFSET = -(1 + MIN_EXP) * BINS_PER_OCTAVE - BINS_PER_OCTAVE + 1
+
+
+cdef struct Late:
+    int64_t bins[NBINS]
+    int64_t count
+    double mx
+    double total
+
+
+cdef inline void late_add(Late* s, double late) noexcept nogil:
+    cdef int e
+    cdef double m
+    cdef int i
+    s.count += 1
+    if late > 0.0:
+        m = frexp(late, &e)
+        i = e * BINS_PER_OCTAVE + <int>(m * 2 * BINS_PER_OCTAVE) + BIN_OFFSET
+        if i < 1 or i >= NBINS:
+            i = 1 if i < 1 else NBINS - 1
+        s.bins[i] += 1
+        s.total += late
+        if late > s.mx:
+            s.mx = late
+    else:
+        s.bins[0] += 1
+
+
+cdef object late_object(Late* s):
+    """An emu.fidelity.Lateness holding this histogram (its summary and quantiles are the reference's)."""
+    from emu.fidelity import Lateness
+
+    out = Lateness()
+    cdef int i
+    for i in range(NBINS):
+        out.bins[i] = s.bins[i]
+    out.count = s.count
+    out.max = s.mx
+    out.total = s.total
+    return out
+
+
+# -- segments and the queues of them ---------------------------------------------------------------------
+
+cdef struct Seg:
+    int64_t psn
+    uint64_t va
+    uint32_t rkey
+    uint8_t* data       # where its bytes lie in the source region
+    int length
+    int64_t wr
+    int plane
+    double sent_at
+    int sends
+    bint acked
+    bint has_imm
+    uint32_t imm
+    int refs            # held by the pending queue or the window, and by the work request it ends
+
+
+cdef inline Seg* seg_ref(Seg* s) noexcept:
+    s.refs += 1
+    return s
+
+
+cdef inline void seg_unref(Seg* s) noexcept:
+    s.refs -= 1
+    if s.refs == 0:
+        free(s)
+
+
+cdef struct SegQ:       # a deque of Seg*
+    Seg** a
+    Py_ssize_t cap, head, n
+
+
+cdef int segq_push(SegQ* q, Seg* s) except -1:
+    cdef Seg** a
+    cdef Py_ssize_t i
+    if q.n == q.cap:
+        a = <Seg**>malloc(max(16, 2 * q.cap) * sizeof(Seg*))
+        if a == NULL:
+            raise MemoryError()
+        for i in range(q.n):
+            a[i] = q.a[(q.head + i) % q.cap]
+        free(q.a)
+        q.a = a
+        q.cap = max(16, 2 * q.cap)
+        q.head = 0
+    q.a[(q.head + q.n) % q.cap] = s
+    q.n += 1
+    return 0
+
+
+cdef inline Seg* segq_front(SegQ* q) noexcept:
+    return q.a[q.head]
+
+
+cdef inline Seg* segq_pop(SegQ* q) noexcept:
+    cdef Seg* s = q.a[q.head]
+    q.head = (q.head + 1) % q.cap
+    q.n -= 1
+    return s
+
+
+cdef void segq_clear(SegQ* q) noexcept:
+    while q.n:
+        seg_unref(segq_pop(q))
+
+
+cdef struct Wr:
+    int64_t wr_id
+    Seg* last
+    int64_t nbytes
+
+
+cdef struct WrQ:
+    Wr* a
+    Py_ssize_t cap, head, n
+
+
+cdef int wrq_push(WrQ* q, int64_t wr_id, Seg* last, int64_t nbytes) except -1:
+    cdef Wr* a
+    cdef Py_ssize_t i
+    if q.n == q.cap:
+        a = <Wr*>malloc(max(16, 2 * q.cap) * sizeof(Wr))
+        if a == NULL:
+            raise MemoryError()
+        for i in range(q.n):
+            a[i] = q.a[(q.head + i) % q.cap]
+        free(q.a)
+        q.a = a
+        q.cap = max(16, 2 * q.cap)
+        q.head = 0
+    q.a[(q.head + q.n) % q.cap].wr_id = wr_id
+    q.a[(q.head + q.n) % q.cap].last = last
+    q.a[(q.head + q.n) % q.cap].nbytes = nbytes
+    q.n += 1
+    return 0
+
+
+cdef struct PsnQ:       # a deque of PSNs (the NACKed ones to resend)
+    int64_t* a
+    Py_ssize_t cap, head, n
+
+
+cdef int psnq_push(PsnQ* q, int64_t psn) except -1:
+    cdef int64_t* a
+    cdef Py_ssize_t i
+    if q.n == q.cap:
+        a = <int64_t*>malloc(max(16, 2 * q.cap) * sizeof(int64_t))
+        if a == NULL:
+            raise MemoryError()
+        for i in range(q.n):
+            a[i] = q.a[(q.head + i) % q.cap]
+        free(q.a)
+        q.a = a
+        q.cap = max(16, 2 * q.cap)
+        q.head = 0
+    q.a[(q.head + q.n) % q.cap] = psn
+    q.n += 1
+    return 0
+
+
+cdef struct Window:     # the in-flight segments: every PSN from lo to lo + n - 1, in PSN order
+    Seg** a
+    Py_ssize_t cap, head, n
+    int64_t lo
+
+
+cdef int win_put(Window* w, Seg* s) except -1:
+    """inflight[s.psn] = s: a new PSN goes at the end (PSNs are given in order); a resent one stays."""
+    cdef Seg** a
+    cdef Py_ssize_t i
+    if w.n and s.psn < w.lo + w.n:
+        return 0  # already there: the same segment (its key keeps its place)
+    if w.n == 0:
+        w.lo = s.psn
+    if w.n == w.cap:
+        a = <Seg**>malloc(max(64, 2 * w.cap) * sizeof(Seg*))
+        if a == NULL:
+            raise MemoryError()
+        for i in range(w.n):
+            a[i] = w.a[(w.head + i) % w.cap]
+        free(w.a)
+        w.a = a
+        w.cap = max(64, 2 * w.cap)
+        w.head = 0
+    w.a[(w.head + w.n) % w.cap] = seg_ref(s)
+    w.n += 1
+    return 0
+
+
+cdef inline Seg* win_get(Window* w, int64_t psn) noexcept:
+    if w.n == 0 or psn < w.lo or psn >= w.lo + w.n:
+        return NULL
+    return w.a[(w.head + (psn - w.lo)) % w.cap]
+
+
+cdef inline Seg* win_at(Window* w, Py_ssize_t i) noexcept:
+    return w.a[(w.head + i) % w.cap]
+
+
+cdef inline void win_pop_front(Window* w) noexcept:
+    cdef Seg* s = w.a[w.head]
+    w.head = (w.head + 1) % w.cap
+    w.n -= 1
+    w.lo += 1
+    seg_unref(s)
+
+
+cdef void win_clear(Window* w) noexcept:
+    while w.n:
+        win_pop_front(w)
+
+
+cdef struct Charged:    # PSN -> (plane, first sent), in the order first charged (a dict's)
+    int64_t* key
+    int* plane
+    double* first
+    bint* live
+    Py_ssize_t cap, head, tail, count
+    int64_t* hkey       # open addressing: PSN -> slot + 1 (0: empty, -1: deleted)
+    int64_t* hval
+    Py_ssize_t hcap
+
+
+cdef inline Py_ssize_t _hslot(Charged* c, int64_t psn) noexcept:
+    cdef uint64_t h = <uint64_t>psn * 0x9E3779B97F4A7C15ULL
+    return <Py_ssize_t>((h ^ (h >> 31)) & (c.hcap - 1))
+
+
+cdef Py_ssize_t charged_find(Charged* c, int64_t psn) noexcept:
+    """Its slot, or -1."""
+    if c.hcap == 0:
+        return -1
+    cdef Py_ssize_t i = _hslot(c, psn)
+    while c.hval[i] != 0:
+        if c.hval[i] > 0 and c.hkey[i] == psn:
+            return c.hval[i] - 1
+        i = (i + 1) & (c.hcap - 1)
+    return -1
+
+
+cdef int _charged_rebuild(Charged* c, Py_ssize_t want) except -1:
+    """Compact the order log and the index (after deletions, or to grow)."""
+    cdef Py_ssize_t cap = 16, hcap = 32, j = 0, i, k
+    while cap < 2 * want:
+        cap *= 2
+    while hcap < 4 * want:
+        hcap *= 2
+    cdef int64_t* key = <int64_t*>malloc(cap * sizeof(int64_t))
+    cdef int* plane = <int*>malloc(cap * sizeof(int))
+    cdef double* first = <double*>malloc(cap * sizeof(double))
+    cdef bint* live = <bint*>malloc(cap * sizeof(bint))
+    cdef int64_t* hkey = <int64_t*>malloc(hcap * sizeof(int64_t))
+    cdef int64_t* hval = <int64_t*>malloc(hcap * sizeof(int64_t))
+    if not (key and plane and first and live and hkey and hval):
+        raise MemoryError()
+    for i in range(hcap):
+        hval[i] = 0
+    for i in range(c.head, c.tail):
+        if c.live[i]:
+            key[j], plane[j], first[j], live[j] = c.key[i], c.plane[i], c.first[i], True
+            j += 1
+    free(c.key)
+    free(c.plane)
+    free(c.first)
+    free(c.live)
+    free(c.hkey)
+    free(c.hval)
+    c.key, c.plane, c.first, c.live, c.hkey, c.hval = key, plane, first, live, hkey, hval
+    c.cap, c.hcap, c.head, c.tail, c.count = cap, hcap, 0, j, j
+    for i in range(j):
+        k = _hslot(c, key[i])
+        while c.hval[k] != 0:
+            k = (k + 1) & (hcap - 1)
+        c.hkey[k] = key[i]
+        c.hval[k] = i + 1
+    return 0
+
+
+cdef int charged_set(Charged* c, int64_t psn, int plane, double first) except -1:
+    """charged[psn] = (plane, first): in place if it is there (a dict keeps a key's place)."""
+    cdef Py_ssize_t s = charged_find(c, psn), k
+    if s >= 0:
+        c.plane[s] = plane
+        c.first[s] = first
+        return 0
+    if c.tail == c.cap or 4 * (c.tail - c.head + 1) > c.hcap:
+        _charged_rebuild(c, c.count + 1)
+    s = c.tail
+    c.tail += 1
+    c.key[s], c.plane[s], c.first[s], c.live[s] = psn, plane, first, True
+    c.count += 1
+    k = _hslot(c, psn)
+    while c.hval[k] > 0:
+        k = (k + 1) & (c.hcap - 1)
+    c.hkey[k] = psn
+    c.hval[k] = s + 1
+    return 0
+
+
+cdef void charged_drop(Charged* c, Py_ssize_t s) noexcept:
+    """Forget slot s."""
+    cdef int64_t psn = c.key[s]
+    cdef Py_ssize_t k = _hslot(c, psn)
+    while c.hval[k] != 0:
+        if c.hval[k] == s + 1:
+            c.hval[k] = -1
+            break
+        k = (k + 1) & (c.hcap - 1)
+    c.live[s] = False
+    c.count -= 1
+    while c.head < c.tail and not c.live[c.head]:
+        c.head += 1
+
+
+cdef void charged_free(Charged* c) noexcept:
+    free(c.key)
+    free(c.plane)
+    free(c.first)
+    free(c.live)
+    free(c.hkey)
+    free(c.hval)
+
+
+cdef struct Beyond:     # the PSNs received above the cumulative one (a set): one bit each, by PSN
+    uint64_t* w
+    int64_t nbits       # a power of two: every member lies in (expected, expected + nbits)
+
+
+cdef inline bint beyond_has(Beyond* b, int64_t expected, int64_t psn) noexcept:
+    if psn <= expected or psn - expected >= b.nbits:
+        return False
+    cdef int64_t j = psn & (b.nbits - 1)
+    return (b.w[j >> 6] >> (j & 63)) & 1
+
+
+cdef int beyond_add(Beyond* b, int64_t expected, int64_t psn) except -1:
+    cdef int64_t old = b.nbits, j, nbits, p
+    cdef uint64_t* w
+    cdef uint64_t* ow = b.w
+    if psn - expected >= old:
+        nbits = max(<int64_t>1024, old)
+        while psn - expected >= nbits:
+            nbits *= 2
+        w = <uint64_t*>malloc((nbits >> 6) * sizeof(uint64_t))
+        if w == NULL:
+            raise MemoryError()
+        memset(w, 0, (nbits >> 6) * sizeof(uint64_t))
+        for j in range(old):
+            if (ow[j >> 6] >> (j & 63)) & 1:
+                p = expected + 1 + ((j - (expected + 1)) & (old - 1))
+                w[(p & (nbits - 1)) >> 6] |= 1ULL << ((p & (nbits - 1)) & 63)
+        free(ow)
+        b.w = w
+        b.nbits = nbits
+    j = psn & (b.nbits - 1)
+    b.w[j >> 6] |= 1ULL << (j & 63)
+    return 0
+
+
+cdef inline void beyond_discard(Beyond* b, int64_t psn) noexcept:
+    cdef int64_t j = psn & (b.nbits - 1)
+    b.w[j >> 6] &= ~(1ULL << (j & 63))
+
+
+cdef inline int64_t unwrap(int64_t wire_psn, int64_t near) noexcept:
+    cdef int64_t delta = (wire_psn - near) & PSN_MASK
+    if delta >= 1 << 23:
+        delta -= 1 << 24
+    return near + delta
+
+
+# -- congestion control (emu.roce.cc) ----------------------------------------------------------------------
+
+cdef class Cc:
+    """emu.roce.cc's CongestionControl ("none") or Dcqcn, compiled; Python reads rate and cnps."""
+
+    cdef readonly str name
+    cdef public double line_rate, rate
+    cdef public int64_t cnps
+    cdef public double cnp_interval_s
+    cdef bint dcqcn
+    cdef double g, alpha_period_s, increase_period_s, ai_fraction, hai_fraction, min_rate_fraction
+    cdef int fast_recovery_steps
+    cdef public double alpha, target, last_cnp, last_alpha, last_increase
+    cdef public int stage
+
+    def __init__(self, str name, double line_rate):
+        from emu.roce.cc import DcqcnParams, make
+
+        ref = make(name, line_rate)  # the reference's checks and defaults
+        self.name = ref.name
+        self.line_rate = line_rate
+        self.rate = ref.rate
+        self.cnps = 0
+        self.cnp_interval_s = ref.cnp_interval_s
+        self.dcqcn = name == "dcqcn"
+        if self.dcqcn:
+            p = DcqcnParams()
+            self.g, self.alpha_period_s, self.increase_period_s = p.g, p.alpha_period_s, p.increase_period_s
+            self.fast_recovery_steps = p.fast_recovery_steps
+            self.ai_fraction, self.hai_fraction, self.min_rate_fraction = p.ai_fraction, p.hai_fraction, p.min_rate_fraction
+            self.alpha = ref.alpha
+            self.target = ref.target
+            self.last_cnp, self.last_alpha, self.last_increase = ref.last_cnp, ref.last_alpha, ref.last_increase
+            self.stage = ref.stage
+
+    cdef void on_cnp(self, double now) noexcept:
+        self.cnps += 1
+        if not self.dcqcn:
+            return
+        self.target = self.rate
+        self.rate = pmax(self.line_rate * self.min_rate_fraction, self.rate * (1 - self.alpha / 2))
+        self.alpha = (1 - self.g) * self.alpha + self.g
+        self.last_cnp = now
+        self.last_alpha = now
+        self.last_increase = now
+        self.stage = 0
+
+    cdef void tick(self, double now) noexcept:
+        cdef double step
+        if not self.dcqcn:
+            return
+        if self.last_alpha < 0:
+            self.last_alpha = self.last_increase = now
+            return
+        while now - self.last_alpha >= self.alpha_period_s:
+            self.last_alpha += self.alpha_period_s
+            if self.last_alpha - self.last_cnp >= self.alpha_period_s:
+                self.alpha *= 1 - self.g
+        while now - self.last_increase >= self.increase_period_s:
+            self.last_increase += self.increase_period_s
+            self.stage += 1
+            if self.stage > self.fast_recovery_steps:
+                step = self.hai_fraction if self.stage > 2 * self.fast_recovery_steps else self.ai_fraction
+                self.target = pmin(self.line_rate, self.target + step * self.line_rate)
+            self.rate = pmin(self.line_rate, (self.rate + self.target) / 2)
+
+
+# -- the device --------------------------------------------------------------------------------------------
+
+cdef struct Plane:
+    int index
+    uint8_t addr_b[16]
+    uint8_t head[14]    # Ethernet: the switch port's MAC, the host's, IPv6
+    double next_free
+    bint healthy
+    int64_t losses
+    double probe_due
+    int64_t probe_psn
+    double probe_at
+    double srtt
+    double base_rtt
+    double loss_rate
+    double weight
+    int64_t tx_packets, tx_bytes, rx_packets, retransmits, probes, tx_after_down, downs, spurious, trims, excluded
+
+
+cdef struct MR:
+    uint64_t va
+    uint32_t rkey
+    int64_t size
+    uint8_t* buf
+
+
+cdef class PlaneView:
+    """What Python code reads of a plane's identity (`dev.planes`)."""
+    cdef readonly int index
+    cdef readonly str addr
+    cdef readonly bytes addr_b
+
+    def __init__(self, int index, str addr, bytes addr_b):
+        self.index, self.addr, self.addr_b = index, addr, addr_b
+
+
+cdef class QueuePair:
+    """emu.roce.transport.QueuePair, compiled."""
+
+    cdef Device dev
+    cdef readonly int qpn
+    cdef readonly Cc cc
+    cdef public int remote_qpn
+    cdef uint8_t rplanes[MAXP][16]
+    cdef public list remote_addrs
+    cdef int64_t next_psn
+    cdef SegQ pending
+    cdef Window inflight
+    cdef int64_t sacked, cum_acked
+    cdef WrQ wrs
+    cdef double next_send, ready_at
+    cdef bint window_full
+    cdef public double srtt
+    cdef public int64_t retransmits, timeouts, trim_nacks
+    cdef PsnQ resend
+    cdef double last_trim_cut
+    cdef Charged charged
+    cdef list _rate_trace
+    cdef int64_t highest_sacked
+    cdef bint sacked_since
+    cdef double reo_wnd, rto_check
+    cdef public object error
+    cdef int64_t expected, newest
+    cdef Beyond beyond
+    cdef bint ack_due
+    cdef int64_t ack_unsent
+    cdef double ack_deadline
+    cdef int ack_plane
+    cdef double last_cnp
+    cdef public int64_t cnps_sent, bad, rx_bytes
+    cdef dict imm_wait
+    cdef list _rx_trace
+
+    def __cinit__(self):
+        memset(&self.pending, 0, sizeof(SegQ))
+        memset(&self.inflight, 0, sizeof(Window))
+        memset(&self.wrs, 0, sizeof(WrQ))
+        memset(&self.resend, 0, sizeof(PsnQ))
+        memset(&self.charged, 0, sizeof(Charged))
+        memset(&self.beyond, 0, sizeof(Beyond))
+
+    def __init__(self, Device dev, int qpn, Cc cc):
+        self.dev = dev
+        self.qpn = qpn
+        self.cc = cc
+        self.remote_qpn = -1
+        self.remote_addrs = []
+        self.next_psn = 0
+        self.sacked = 0
+        self.cum_acked = -1
+        self.next_send = 0.0
+        self.ready_at = 0.0
+        self.window_full = False
+        self.srtt = 0.0
+        self.retransmits = 0
+        self.timeouts = 0
+        self.trim_nacks = 0
+        self.last_trim_cut = -1.0
+        self._rate_trace = []
+        self.highest_sacked = -1
+        self.sacked_since = False
+        self.reo_wnd = 0.0
+        self.rto_check = 0.0
+        self.error = None
+        self.expected = 0
+        self.newest = -1
+        self.beyond.nbits = 1024
+        self.beyond.w = <uint64_t*>malloc(1024 // 8)
+        memset(self.beyond.w, 0, 1024 // 8)
+        self.ack_due = False
+        self.ack_unsent = 0
+        self.ack_deadline = 0.0
+        self.ack_plane = 0
+        self.last_cnp = -1.0
+        self.cnps_sent = 0
+        self.bad = 0
+        self.rx_bytes = 0
+        self.imm_wait = {}
+        self._rx_trace = []
+
+    def __dealloc__(self):
+        segq_clear(&self.pending)
+        free(self.pending.a)
+        win_clear(&self.inflight)
+        free(self.inflight.a)
+        while self.wrs.n:
+            seg_unref(self.wrs.a[self.wrs.head].last)
+            self.wrs.head = (self.wrs.head + 1) % self.wrs.cap
+            self.wrs.n -= 1
+        free(self.wrs.a)
+        free(self.resend.a)
+        charged_free(&self.charged)
+        free(self.beyond.w)
+
+    @property
+    def rate_trace(self):
+        return self._rate_trace
+
+    @property
+    def rx_trace(self):
+        return self._rx_trace
+
+    def connect(self, int remote_qpn, list remote_addrs):
+        from emu.roce import wire
+        from emu.roce.transport import RoceError
+
+        if len(remote_addrs) != self.dev.nplanes:
+            raise RoceError(f"the peer has {len(remote_addrs)} planes, this device {self.dev.nplanes}")
+        self.remote_qpn = remote_qpn
+        self.remote_addrs = list(remote_addrs)
+        cdef bytes b
+        for i, a in enumerate(remote_addrs):
+            b = wire.ip6(a)
+            memcpy(self.rplanes[i], <char*>b, 16)
+
+    def post_write(self, int64_t wr_id, mr, int64_t offset, int64_t length, uint64_t remote_va, uint32_t rkey,
+                   imm=None):
+        from emu.roce.transport import Completion, RoceError
+
+        if self.remote_qpn < 0:
+            raise RoceError("the queue pair is not connected")
+        if self.error:
+            self.dev.cq.append(Completion(wr_id, f"flushed: {self.error}", 0, self.qpn))
+            return
+        if offset < 0 or length < 0 or offset + length > mr.size:
+            raise RoceError(f"write of {length} B at {offset} is outside the {mr.size} B region")
+        if not self.pending.n:
+            self.ready_at = self.dev.sched.cclock()
+        cdef uint8_t* base = self.dev.buffer_of(mr)
+        cdef int mtu = self.dev.mtu
+        cdef bint first = True
+        cdef int64_t pos = 0
+        cdef int n
+        cdef Seg* seg = NULL
+        while first or pos < length:
+            n = <int>(mtu if mtu < length - pos else length - pos)
+            seg = <Seg*>malloc(sizeof(Seg))
+            if seg == NULL:
+                raise MemoryError()
+            seg.psn = -1
+            seg.va = remote_va + pos
+            seg.rkey = rkey
+            seg.data = base + offset + pos
+            seg.length = n
+            seg.wr = wr_id
+            seg.plane = -1
+            seg.sent_at = 0.0
+            seg.sends = 0
+            seg.acked = False
+            seg.has_imm = False
+            seg.imm = 0
+            seg.refs = 1
+            segq_push(&self.pending, seg)
+            pos += n
+            first = False
+        if imm is not None:
+            seg.has_imm = True
+            seg.imm = (<uint64_t>imm) & 0xFFFFFFFF
+        wrq_push(&self.wrs, wr_id, seg_ref(seg), length)
+
+    cdef inline bint c_busy(self) noexcept:
+        return self.pending.n > 0 or self.inflight.n > 0
+
+    def busy(self):
+        return self.c_busy()
+
+    def idle(self):
+        return not self.c_busy()
+
+    def cancel(self):
+        segq_clear(&self.pending)
+        self._clear_wrs()
+
+    cdef void _clear_wrs(self) noexcept:
+        while self.wrs.n:
+            seg_unref(self.wrs.a[self.wrs.head].last)
+            self.wrs.head = (self.wrs.head + 1) % self.wrs.cap
+            self.wrs.n -= 1
+
+    def fail(self, str why):
+        from emu.roce.transport import Completion
+
+        self.error = why
+        cdef Py_ssize_t i
+        for i in range(self.wrs.n):
+            self.dev.cq.append(Completion(self.wrs.a[(self.wrs.head + i) % self.wrs.cap].wr_id, why, 0, self.qpn))
+        self._clear_wrs()
+        segq_clear(&self.pending)
+        win_clear(&self.inflight)
+        self.resend.n = 0
+        self.sacked = 0
+
+    def describe_oldest(self):
+        """(PSN, sends, plane, sent_at, acked) of the oldest segment in flight, or None."""
+        if not self.inflight.n:
+            return None
+        cdef Seg* s = win_at(&self.inflight, 0)
+        return s.psn, s.sends, s.plane, s.sent_at, bool(s.acked)
+
+    @property
+    def pending_count(self):
+        return self.pending.n
+
+    @property
+    def inflight_count(self):
+        return self.inflight.n
+
+    @property
+    def cum_acked_psn(self):
+        return self.cum_acked
+
+    @property
+    def highest_sacked_psn(self):
+        return self.highest_sacked
+
+    @property
+    def next_send_at(self):
+        return self.next_send
+
+
+cdef class Device:
+    """emu.roce.transport.Device on the fabric clock (its FabricIO), compiled."""
+
+    cdef public object clock
+    cdef Schedule sched
+    cdef public str spray
+    cdef bint weighted
+    cdef object retry_limit_obj
+    cdef int64_t retry_limit
+    cdef public double alarm_at
+    cdef public object trim_dscp
+    cdef int c_trim_dscp
+    cdef int tc_data
+    cdef double burst, min_probe_s
+    cdef public double dilation
+    cdef public int mtu
+    cdef public int window
+    cdef public str cc_name
+    cdef public double plane_rate
+    cdef double wall_s_per_byte, rto, ack_delay, slack, reorder_budget
+    cdef public object rng
+    cdef Plane planes_c[MAXP]
+    cdef int nplanes
+    cdef readonly list planes
+    cdef list sends          # per plane: a FromHost (the switch port's NIC, compiled) or a Python send(frame)
+    cdef readonly dict qps
+    cdef list qp_list
+    cdef readonly dict mrs
+    cdef MR* mr_c
+    cdef int nmr
+    cdef list buffers        # the regions' buffers, held while the device points into them
+    cdef public object cq, recv_cq
+    cdef int64_t c_bad_icrc, c_truncated, c_unknown_qp, c_nak_sent, c_ce_marked, c_duplicates, c_trimmed
+    cdef double sample_s, next_sample
+    cdef list _plane_trace
+    cdef Late* c_send_late
+    cdef Late* c_recv_late
+
+    def __cinit__(self):
+        self.c_send_late = <Late*>malloc(sizeof(Late))
+        self.c_recv_late = <Late*>malloc(sizeof(Late))
+        memset(self.c_send_late, 0, sizeof(Late))
+        memset(self.c_recv_late, 0, sizeof(Late))
+        self.mr_c = NULL
+        self.nmr = 0
+
+    def __init__(self, list addrs, *, double dilation, double plane_rate_bps=100e9, int mtu=1024, str cc="none",
+                 int window=512, double rto_fabric_s=200e-6, seed=None, clock=None, io=None, trim_dscp=None,
+                 str spray="weighted", retry_limit=None):
+        import random
+
+        from emu.roce import wire
+        from emu.roce.transport import SPRAYS, RoceError
+
+        if not addrs:
+            raise RoceError("a device needs at least one port (plane address)")
+        if spray not in SPRAYS:
+            raise RoceError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
+        if io is None:
+            raise RoceError("the compiled device runs on the fabric clock only (its ports are the engine's)")
+        if len(addrs) > MAXP:
+            raise RoceError(f"the compiled device has at most {MAXP} planes, not {len(addrs)}")
+        self.spray = spray
+        self.weighted = spray == "weighted"
+        self.retry_limit_obj = retry_limit
+        self.retry_limit = -1 if retry_limit is None else retry_limit
+        self.alarm_at = INFINITY
+        self.trim_dscp = trim_dscp
+        self.c_trim_dscp = -1 if trim_dscp is None else trim_dscp
+        self.tc_data = TC_DATA if trim_dscp is None else TC_DATA_TRIMMABLE
+        self.clock = clock
+        self.sched = <Schedule?>clock.sched
+        self.burst = 0.0
+        self.min_probe_s = 0.0
+        self.dilation = dilation
+        self.mtu = mtu
+        self.window = window
+        self.cc_name = cc
+        self.plane_rate = plane_rate_bps
+        self.wall_s_per_byte = 8 * dilation / plane_rate_bps
+        self.rto = rto_fabric_s * dilation
+        self.ack_delay = ACK_DELAY_S * dilation
+        self.slack = TIMER_SLACK_S * dilation
+        self.reorder_budget = SACK_BITS * (mtu + HEADERS) * self.wall_s_per_byte / len(addrs)
+        self.rng = random.Random(seed)
+        self.nplanes = len(addrs)
+        self.planes = []
+        cdef int i
+        cdef Plane* p
+        cdef bytes b, h
+        for i, a in enumerate(addrs):
+            b = wire.ip6(a)
+            self.planes.append(PlaneView(i, a, b))
+            p = &self.planes_c[i]
+            memset(p, 0, sizeof(Plane))
+            p.index = i
+            memcpy(p.addr_b, <char*>b, 16)
+            h = io.head[i]
+            memcpy(p.head, <char*>h, 14)
+            p.next_free = 0.0
+            p.healthy = True
+            p.losses = 0
+            p.probe_due = 0.0
+            p.probe_psn = -1
+            p.probe_at = -1.0
+            p.srtt = 0.0
+            p.base_rtt = INFINITY
+            p.loss_rate = 0.0
+            p.weight = 1.0
+        self.sends = list(io.send)
+        self.qps = {}
+        self.qp_list = []
+        self.mrs = {}
+        self.buffers = []
+        self.cq = deque()
+        self.recv_cq = deque()
+        self.c_bad_icrc = self.c_truncated = self.c_unknown_qp = self.c_nak_sent = 0
+        self.c_ce_marked = self.c_duplicates = self.c_trimmed = 0
+        self.sample_s = 10e-6 * dilation
+        self.next_sample = 0.0
+        self._plane_trace = []
+
+    def __dealloc__(self):
+        free(self.c_send_late)
+        free(self.c_recv_late)
+        free(self.mr_c)
+
+    # -- what Python reads ----------------------------------------------------------------------------
+
+    @property
+    def counters(self):
+        return {"bad_icrc": self.c_bad_icrc, "truncated": self.c_truncated, "unknown_qp": self.c_unknown_qp,
+                "nak_sent": self.c_nak_sent, "ce_marked": self.c_ce_marked, "duplicates": self.c_duplicates,
+                "trimmed": self.c_trimmed}
+
+    @property
+    def plane_trace(self):
+        return self._plane_trace
+
+    @property
+    def send_late(self):
+        return late_object(self.c_send_late)
+
+    @property
+    def recv_late(self):
+        return late_object(self.c_recv_late)
+
+    def reset_fidelity(self):
+        memset(self.c_send_late, 0, sizeof(Late))
+        memset(self.c_recv_late, 0, sizeof(Late))
+
+    def fidelity(self, str name):
+        from dataclasses import asdict
+
+        from emu.fidelity import Part
+
+        return [asdict(Part.from_summary(f"endpoint {name} send", "endpoint", self.send_late.summary(), paced=True)),
+                asdict(Part.from_summary(f"endpoint {name} receive", "endpoint", self.recv_late.summary()))]
+
+    def plane_stats(self):
+        out = []
+        cdef Plane* p
+        for i in range(self.nplanes):
+            p = &self.planes_c[i]
+            out.append({"plane": p.index, "addr": self.planes[i].addr, "healthy": bool(p.healthy),
+                        "weight": round(p.weight, 4), "srtt_fabric_s": p.srtt / self.dilation,
+                        "loss_rate": round(p.loss_rate, 5), "tx_packets": p.tx_packets, "tx_bytes": p.tx_bytes,
+                        "rx_packets": p.rx_packets, "retransmits": p.retransmits, "probes": p.probes,
+                        "tx_after_down": p.tx_after_down, "downs": p.downs, "spurious_retransmits": p.spurious,
+                        "trims": p.trims, "excluded": p.excluded})
+        return out
+
+    def describe(self):
+        now = self.sched.cclock()
+        qps = []
+        for qp in self.qp_list:
+            if not qp.busy():
+                continue
+            text = f"QP {qp.qpn:#x}: {qp.pending_count} pending, {qp.inflight_count} in flight"
+            old = qp.describe_oldest()
+            if old is not None:
+                psn, sends, plane, sent_at, acked = old
+                text += (f" (oldest PSN {psn}, sent {sends} times, last on plane {plane} "
+                         f"{now - sent_at:.2f} s ago{', SACKed' if acked else ''})")
+            text += (f", acked to {qp.cum_acked_psn}, highest SACKed {qp.highest_sacked_psn}, srtt "
+                     f"{qp.srtt * 1e3:.3f} ms, RTO {max(self.rto, 4 * qp.srtt + self.ack_delay) * 1e3:.3f} ms, "
+                     f"next send in {(qp.next_send_at - now) * 1e3:.3f} ms, {qp.retransmits} retransmits")
+            qps.append(text)
+        planes = ", ".join(f"plane {self.planes_c[i].index} {'up' if self.planes_c[i].healthy else 'down'} "
+                           f"(losses {self.planes_c[i].losses}, free in "
+                           f"{(self.planes_c[i].next_free - now) * 1e3:.3f} ms)" for i in range(self.nplanes))
+        return f"{'; '.join(qps)}; {planes}"
+
+    # -- resources ------------------------------------------------------------------------------------
+
+    cdef uint8_t* buffer_of(self, mr) except NULL:
+        """Where a region's bytes lie (held: a bytearray with a buffer exported cannot be resized)."""
+        cdef Py_buffer view
+        cdef int i
+        for i in range(len(self.buffers)):
+            if self.buffers[i][0] is mr.buf:
+                return <uint8_t*><uintptr_t>self.buffers[i][1]
+        PyObject_GetBuffer(mr.buf, &view, PyBUF_SIMPLE | PyBUF_WRITABLE)
+        cdef uintptr_t ptr = <uintptr_t>view.buf
+        self.buffers.append((mr.buf, ptr, memoryview(mr.buf)))
+        PyBuffer_Release(&view)
+        return <uint8_t*>ptr
+
+    def reg_mr(self, int64_t size):
+        from emu.roce.transport import MemoryRegion
+
+        mr = MemoryRegion(va=self.rng.randrange(1 << 20, 1 << 40) << 12, rkey=self.rng.randrange(1, 1 << 32),
+                          buf=bytearray(size))
+        self.mrs[mr.rkey] = mr
+        self.mr_c = <MR*>realloc(self.mr_c, (self.nmr + 1) * sizeof(MR))
+        self.mr_c[self.nmr].va = mr.va
+        self.mr_c[self.nmr].rkey = mr.rkey
+        self.mr_c[self.nmr].size = size
+        self.mr_c[self.nmr].buf = self.buffer_of(mr)
+        self.nmr += 1
+        return mr
+
+    def create_qp(self):
+        qpn = self.rng.randrange(0x100, 0xFFFFFF)
+        qp = QueuePair(self, qpn, Cc(self.cc_name, self.plane_rate * self.nplanes))
+        self.qps[qpn] = qp
+        self.qp_list.append(qp)
+        return qp
+
+    def close(self):
+        pass
+
+    def alarm(self, double at):
+        self.alarm_at = pmin(self.alarm_at, at)
+
+    def poll_cq(self):
+        out = list(self.cq)
+        self.cq.clear()
+        return out
+
+    def poll_recv(self):
+        out = list(self.recv_cq)
+        self.recv_cq.clear()
+        return out
+
+    def has_recv(self):
+        return len(self.recv_cq) > 0
+
+    def idle(self):
+        return not self.c_busy()
+
+    cdef bint c_busy(self) noexcept:
+        cdef QueuePair qp
+        for qp in self.qp_list:
+            if qp.c_busy():
+                return True
+        return False
+
+    # -- the crank -------------------------------------------------------------------------------------
+
+    def step(self, double now):
+        return self.c_step(now)
+
+    cdef double c_step(self, double now) except? -1.0:
+        cdef QueuePair qp
+        cdef Plane* p
+        cdef int i
+        cdef bint any_sent
+        cdef double due, free_
+        cdef bint found
+        if now >= self.alarm_at:
+            self.alarm_at = INFINITY
+        if now >= self.next_sample:
+            self.next_sample = now + self.sample_s
+            for qp in self.qp_list:
+                if qp.rx_bytes and (not qp._rx_trace or qp._rx_trace[len(qp._rx_trace) - 1][1] != qp.rx_bytes):
+                    qp._rx_trace.append((now, qp.rx_bytes))
+                if qp.c_busy() and (not qp._rate_trace or qp._rate_trace[len(qp._rate_trace) - 1][1] != qp.cc.rate):
+                    qp._rate_trace.append((now / self.dilation, qp.cc.rate))
+            any_sent = False
+            for i in range(self.nplanes):
+                if self.planes_c[i].tx_bytes:
+                    any_sent = True
+            if any_sent:
+                sent = [self.planes_c[i].tx_bytes for i in range(self.nplanes)]
+                if not self._plane_trace or self._plane_trace[len(self._plane_trace) - 1][1] != sent:
+                    self._plane_trace.append((now, sent))
+        for qp in self.qp_list:
+            if qp.ack_due and now >= qp.ack_deadline:
+                self._send_ack(qp, SYNDROME_ACK, -1, False, -1, False)
+            qp.cc.tick(now / self.dilation)
+            if qp.resend.n:
+                self._resend(qp, now)
+            self._recover(qp, now)
+            self._send_data(qp, now)
+        self._probe_planes(now)
+        due = INFINITY
+        for qp in self.qp_list:
+            if (qp.pending.n and qp.inflight.n - qp.sacked < self.window) or qp.resend.n:
+                found = False
+                free_ = now
+                for i in range(self.nplanes):
+                    p = &self.planes_c[i]
+                    if p.healthy and p.weight:
+                        if not found or p.next_free < free_:
+                            free_ = p.next_free
+                            found = True
+                due = pmin(due, pmax(qp.next_send, free_))
+            if qp.ack_due:
+                due = pmin(due, qp.ack_deadline)
+            if qp.inflight.n:
+                due = pmin(due, qp.rto_check)
+        for i in range(self.nplanes):
+            p = &self.planes_c[i]
+            if not (p.healthy and p.weight):
+                due = pmin(due, p.probe_due)
+        return pmin(due, self.alarm_at)
+
+    # -- sending -----------------------------------------------------------------------------------------
+
+    cdef Plane* _pick_plane(self, double now, int avoid) noexcept:
+        cdef Plane* best = NULL
+        cdef Plane* p
+        cdef int i
+        for i in range(self.nplanes):
+            p = &self.planes_c[i]
+            if p.healthy and p.weight and p.index != avoid and (best == NULL or p.next_free < best.next_free):
+                best = p
+        return best if best != NULL and best.next_free <= now + self.burst else NULL
+
+    cdef int _send(self, Plane* plane, int tclass, const uint8_t* dst, int sport, Packet* pkt) except -1:
+        """One frame (Ethernet onward, built in pkt, its checksums owed) into the plane's switch port."""
+        cdef uint8_t* f = pkt.data
+        cdef int ulen = pkt.len - 54
+        memcpy(f, plane.head, 14)
+        f[14] = 0x60 | (tclass >> 4)
+        f[15] = (tclass & 0x0F) << 4
+        f[16] = 0
+        f[17] = 0
+        f[18] = ulen >> 8
+        f[19] = ulen & 0xFF
+        f[20] = 17
+        f[21] = 64
+        memcpy(f + 22, plane.addr_b, 16)
+        memcpy(f + 38, dst, 16)
+        f[54] = sport >> 8
+        f[55] = sport & 0xFF
+        f[56] = ROCE_PORT >> 8
+        f[57] = ROCE_PORT & 0xFF
+        f[58] = ulen >> 8
+        f[59] = ulen & 0xFF
+        f[60] = 0
+        f[61] = 0
+        pkt.flags = PENDING
+        target = self.sends[plane.index]
+        if type(target) is FromHost:
+            (<FromHost>target).sw.c_from_host((<FromHost>target).port, self.sched.now, pkt)
+        else:
+            frame = packet_bytes(pkt)
+            packet_free(pkt)
+            target(frame)
+        return 0
+
+    cdef Packet* _data_packet(self, QueuePair qp, Plane* plane, int sport, int64_t psn, uint64_t va, uint32_t rkey,
+                              const uint8_t* payload, int n, bint ack_req, bint has_imm, uint32_t imm) except NULL:
+        """wire.data_frame's bytes, after 62 bytes of Ethernet, IPv6 and UDP (filled by _send)."""
+        cdef int body = DATA_HEADER + (IMM_BYTES if has_imm else 0) + n + ICRC_BYTES
+        cdef Packet* pkt = packet_new(62 + body)
+        if pkt == NULL:
+            raise MemoryError()
+        cdef uint8_t* b = pkt.data + 62
+        cdef uint32_t qpf = qp.remote_qpn & PSN_MASK
+        cdef uint32_t psnf = (<uint32_t>ack_req << 31) | <uint32_t>(psn & PSN_MASK)
+        b[0] = OP_WRITE_ONLY_IMM if has_imm else OP_WRITE_ONLY
+        b[1] = 0
+        b[2] = 0xFF
+        b[3] = 0xFF
+        _be32(b + 4, qpf)
+        _be32(b + 8, psnf)
+        _be32(b + 12, <uint32_t>(va >> 32))
+        _be32(b + 16, <uint32_t>(va & 0xFFFFFFFF))
+        _be32(b + 20, rkey)
+        _be32(b + 24, <uint32_t>n)
+        cdef int off = DATA_HEADER
+        if has_imm:
+            _be32(b + 28, imm)
+            off += IMM_BYTES
+        if n:
+            memcpy(b + off, payload, n)
+        return pkt
+
+    cdef bint _usable_besides(self, int index) noexcept:
+        cdef int j
+        for j in range(self.nplanes):
+            if self.planes_c[j].healthy and self.planes_c[j].weight and self.planes_c[j].index != index:
+                return True
+        return False
+
+    cdef bint _transmit(self, QueuePair qp, Seg* seg, Plane* plane, double now) except -1:
+        cdef int64_t psn = seg.psn if seg.psn >= 0 else qp.next_psn
+        cdef int k = psn % ENTROPY
+        cdef Packet* pkt = self._data_packet(qp, plane, FABRIC_TX_PORT + k, psn, seg.va, seg.rkey, seg.data,
+                                             seg.length, seg.sends > 0, seg.has_imm, seg.imm)
+        self._send(plane, self.tc_data, qp.rplanes[plane.index], FABRIC_TX_PORT + k, pkt)
+        if seg.psn < 0:
+            seg.psn = psn
+            qp.next_psn += 1
+        cdef int64_t size = seg.length + HEADERS + (IMM_BYTES if seg.has_imm else 0)
+        plane.next_free = pmax(plane.next_free, now) + size * self.wall_s_per_byte / plane.weight
+        cdef double gap = <double>(size * 8) * self.dilation / qp.cc.rate
+        qp.next_send = pmax(qp.next_send, now - gap) + gap
+        plane.tx_packets += 1
+        plane.tx_bytes += seg.length
+        if not plane.healthy:
+            plane.tx_after_down += 1
+        seg.plane = plane.index
+        seg.sent_at = now
+        seg.sends += 1
+        win_put(&qp.inflight, seg)
+        return True
+
+    cdef int _send_data(self, QueuePair qp, double now) except -1:
+        cdef Plane* plane
+        cdef double due, horizon
+        cdef Seg* seg
+        if qp.window_full:
+            if qp.inflight.n - qp.sacked >= self.window:
+                return 0
+            qp.window_full = False
+            qp.ready_at = pmax(qp.ready_at, now)
+        horizon = now + self.burst
+        if qp.pending.n and qp.inflight.n - qp.sacked >= self.window:
+            qp.window_full = True
+            return 0
+        while qp.pending.n and qp.inflight.n - qp.sacked < self.window and qp.next_send <= horizon:
+            plane = self._pick_plane(now, -1)
+            if plane == NULL:
+                return 0
+            due = pmax(pmax(qp.next_send, plane.next_free), qp.ready_at)
+            seg = segq_front(&qp.pending)
+            self._transmit(qp, seg, plane, now)
+            seg_unref(segq_pop(&qp.pending))
+            late_add(self.c_send_late, now - due if now > due else 0.0)
+        return 0
+
+    cdef double _probe_interval(self) noexcept:
+        cdef double srtt = 0.0
+        cdef bint first = True
+        cdef QueuePair qp
+        for qp in self.qp_list:
+            if first:
+                srtt = qp.srtt
+                first = False
+            elif qp.srtt > srtt:
+                srtt = qp.srtt
+        return pmax(4 * srtt + self.ack_delay if srtt != 0 else self.rto, self.min_probe_s)
+
+    cdef int _recover(self, QueuePair qp, double now) except -1:
+        cdef double rto, lost_at, backoff, first_sent
+        cdef int64_t highest, reorder
+        cdef Py_ssize_t i
+        cdef Seg* seg
+        cdef bint overtaken, timer, others, usable, was_first
+        cdef Plane* lost_on
+        cdef Plane* plane
+        cdef Plane* p
+        cdef int j
+        cdef double free_, srtt_p
+        cdef bint found
+        if not qp.inflight.n or (not qp.sacked_since and now < qp.rto_check):
+            return 0
+        qp.sacked_since = False
+        rto = pmax(self.rto, 4 * qp.srtt + self.ack_delay)
+        qp.rto_check = now + rto / 4
+        highest = qp.highest_sacked
+        reorder = DUP_THRESH * self.nplanes if qp.pending.n else 1
+        i = 0
+        while i < qp.inflight.n:
+            seg = win_at(&qp.inflight, i)
+            i += 1
+            if seg.psn > highest and now - seg.sent_at < rto - self.slack:
+                break
+            if seg.acked:
+                continue
+            overtaken = False
+            if highest - seg.psn >= reorder and qp.srtt > 0 and seg.sends == 1:
+                srtt_p = self.planes_c[seg.plane].srtt
+                lost_at = seg.sent_at + 2 * (srtt_p if srtt_p != 0 else qp.srtt) + self.ack_delay + qp.reo_wnd
+                overtaken = now >= lost_at - self.slack
+                if not overtaken and lost_at < qp.rto_check:
+                    qp.rto_check = lost_at
+            backoff = rto * (1 << (seg.sends - 1 if seg.sends - 1 < 6 else 6))
+            timer = now - seg.sent_at >= backoff - self.slack
+            if timer and self.retry_limit >= 0 and seg.sends > self.retry_limit:
+                qp.fail("retry exceeded")
+                return 0
+            was_first = overtaken and seg.sends == 1
+            if was_first or timer:
+                lost_on = &self.planes_c[seg.plane]
+                others = False
+                for j in range(self.nplanes):
+                    if self.planes_c[j].healthy and self.planes_c[j].index != seg.plane:
+                        others = True
+                        break
+                usable = self._usable_besides(seg.plane)
+                plane = self._pick_plane(now, seg.plane if usable else -1)
+                first_sent = seg.sent_at if seg.sends == 1 else -1.0
+                if plane == NULL:
+                    found = False
+                    free_ = now
+                    for j in range(self.nplanes):
+                        p = &self.planes_c[j]
+                        if p.healthy and p.weight and (p.index != seg.plane or not usable):
+                            if not found or p.next_free < free_:
+                                free_ = p.next_free
+                                found = True
+                    qp.rto_check = pmax(free_, now + self.burst)
+                    return 0
+                self._transmit(qp, seg, plane, now)
+                if timer and not (overtaken and seg.sends == 1):
+                    qp.timeouts += 1
+                charged_set(&qp.charged, seg.psn, lost_on.index, first_sent)
+                if qp.charged.count > CHARGED_KEPT:
+                    charged_drop(&qp.charged, qp.charged.head)
+                lost_on.losses += 1
+                lost_on.loss_rate += (1.0 - lost_on.loss_rate) * LOSS_GAIN
+                lost_on.retransmits += 1
+                if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and others:
+                    lost_on.healthy = False
+                    lost_on.downs += 1
+                    lost_on.probe_due = now + self._probe_interval()
+                qp.retransmits += 1
+        return 0
+
+    cdef int _resend(self, QueuePair qp, double now) except -1:
+        cdef Seg* seg
+        cdef Plane* plane
+        while qp.resend.n:
+            seg = win_get(&qp.inflight, qp.resend.a[qp.resend.head])
+            if seg == NULL or seg.acked:
+                qp.resend.head = (qp.resend.head + 1) % qp.resend.cap
+                qp.resend.n -= 1
+                continue
+            if qp.next_send > now + self.burst:
+                return 0
+            plane = self._pick_plane(now, seg.plane if self._usable_besides(seg.plane) else -1)
+            if plane == NULL:
+                return 0
+            self._transmit(qp, seg, plane, now)
+            qp.resend.head = (qp.resend.head + 1) % qp.resend.cap
+            qp.resend.n -= 1
+            qp.retransmits += 1
+        return 0
+
+    cdef int _on_nack(self, QueuePair qp, int64_t echo, double now) except -1:
+        cdef int64_t psn = unwrap(echo, qp.cum_acked if qp.cum_acked > 0 else 0)
+        cdef Seg* seg = win_get(&qp.inflight, psn)
+        cdef Py_ssize_t i
+        if seg == NULL or seg.acked:
+            return 0
+        for i in range(qp.resend.n):
+            if qp.resend.a[(qp.resend.head + i) % qp.resend.cap] == psn:
+                return 0
+        qp.trim_nacks += 1
+        self.planes_c[seg.plane].trims += 1
+        psnq_push(&qp.resend, psn)
+        if self.cc_name != "none" and now - qp.last_trim_cut >= qp.cc.cnp_interval_s * self.dilation:
+            qp.last_trim_cut = now
+            qp.cc.tick(now / self.dilation)
+            qp.cc.on_cnp(now / self.dilation)
+            qp._rate_trace.append((now / self.dilation, qp.cc.rate))
+        return 0
+
+    cdef int _probe_planes(self, double now) except -1:
+        cdef int i
+        cdef Plane* plane
+        cdef QueuePair qp
+        cdef int64_t psn
+        cdef Packet* pkt
+        cdef Py_ssize_t cs
+        for i in range(self.nplanes):
+            plane = &self.planes_c[i]
+            if (plane.healthy and plane.weight) or now < plane.probe_due:
+                continue
+            plane.probe_due = now + self._probe_interval()
+            for qp in self.qp_list:
+                if qp.remote_qpn < 0 or qp.cum_acked < 0:
+                    continue
+                psn = qp.cum_acked
+                cs = charged_find(&qp.charged, psn)
+                if cs >= 0:
+                    charged_drop(&qp.charged, cs)
+                pkt = self._data_packet(qp, plane, FABRIC_TX_PORT, psn & PSN_MASK, 0, 0, NULL, 0, True, False, 0)
+                self._send(plane, TC_DATA, qp.rplanes[plane.index], FABRIC_TX_PORT, pkt)
+                plane.probe_psn = psn
+                plane.probe_at = now
+                plane.probes += 1
+                break
+        return 0
+
+    # -- receiving ---------------------------------------------------------------------------------------
+
+    def on_frame(self, int plane_index, frame, double now):
+        self.c_on_frame(plane_index, packet_from(frame), now)
+
+    cdef int c_on_frame(self, int plane_index, Packet* pkt, double now) except -1:
+        """Takes pkt."""
+        cdef Plane* plane = &self.planes_c[plane_index]
+        cdef uint8_t* f = pkt.data
+        plane.rx_packets += 1
+        if pkt.len < 62 or f[12] != 0x86 or f[13] != 0xDD:
+            self.c_truncated += 1
+            packet_free(pkt)
+            return 0
+        cdef int tclass = (f[14] & 0x0F) << 4 | f[15] >> 4
+        try:
+            self._packet(plane, pkt, f + 62, pkt.len - 62, f + 22, f[54] << 8 | f[55], tclass, now)
+        finally:
+            packet_free(pkt)
+        return 0
+
+    cdef int _packet(self, Plane* plane, Packet* pkt, const uint8_t* data, int n, const uint8_t* src, int sport,
+                     int tclass, double now) except -1:
+        cdef int op
+        cdef uint32_t qpn
+        cdef int64_t psn
+        cdef bint ack_req
+        if tclass >> 2 == self.c_trim_dscp:
+            return self._on_trimmed(plane, data, n)
+        if n < 16:
+            self.c_truncated += 1
+            return 0
+        if not (pkt.flags & PENDING) and not _icrc_ok(src, plane.addr_b, sport, data, n):
+            self.c_bad_icrc += 1
+            return 0
+        op = data[0]
+        qpn = _rd32(data + 4) & PSN_MASK
+        psn = _rd32(data + 8) & PSN_MASK
+        ack_req = data[8] >> 7
+        qp = self.qps.get(qpn)
+        if qp is None:
+            self.c_unknown_qp += 1
+            return 0
+        if op == OP_WRITE_ONLY:
+            return self._on_data(<QueuePair>qp, plane, data, n, psn, ack_req, tclass, now, False, 0, False)
+        if op == OP_WRITE_ONLY_IMM:
+            if n >= DATA_HEADER + IMM_BYTES:
+                return self._on_data(<QueuePair>qp, plane, data, n, psn, ack_req, tclass, now, True,
+                                     _rd32(data + 28), False)
+            return self._on_data(<QueuePair>qp, plane, data, n, psn, ack_req, tclass, now, True, 0, True)
+        if op == OP_ACK:
+            return self._on_ack(<QueuePair>qp, plane, data, n, psn, now)
+        if op == OP_CNP:
+            (<QueuePair>qp).cc.tick(now / self.dilation)
+            (<QueuePair>qp).cc.on_cnp(now / self.dilation)
+            (<QueuePair>qp)._rate_trace.append((now / self.dilation, (<QueuePair>qp).cc.rate))
+            return 0
+        self.c_truncated += 1
+        return 0
+
+    cdef int _on_trimmed(self, Plane* plane, const uint8_t* data, int n) except -1:
+        if n < BTH_BYTES:
+            self.c_truncated += 1
+            return 0
+        cdef int op = data[0]
+        cdef uint32_t qpn = _rd32(data + 4) & PSN_MASK
+        cdef int64_t wpsn = _rd32(data + 8) & PSN_MASK
+        qp = self.qps.get(qpn)
+        if qp is None or (op != OP_WRITE_ONLY and op != OP_WRITE_ONLY_IMM):
+            if qp is None:
+                self.c_unknown_qp += 1
+            else:
+                self.c_truncated += 1
+            return 0
+        cdef QueuePair q = <QueuePair>qp
+        cdef int64_t psn = unwrap(wpsn, q.expected)
+        if psn < q.expected or beyond_has(&q.beyond, q.expected, psn):
+            return 0
+        self.c_trimmed += 1
+        return self._send_ack(q, SYNDROME_NAK_PSN, plane.index, False, psn, True)
+
+    cdef int _on_data(self, QueuePair qp, Plane* plane, const uint8_t* data, int n, int64_t wpsn, bint ack_req,
+                      int tclass, double now, bint has_imm, uint32_t imm, bint imm_cut) except -1:
+        from emu.roce.transport import Completion
+
+        cdef int head = DATA_HEADER + (IMM_BYTES if has_imm else 0)
+        if n < head + ICRC_BYTES or imm_cut:
+            self.c_truncated += 1
+            return 0
+        cdef int64_t psn = unwrap(wpsn, qp.expected)
+        cdef uint64_t va = (<uint64_t>_rd32(data + 12) << 32) | _rd32(data + 16)
+        cdef uint32_t rkey = _rd32(data + 20)
+        cdef int64_t length = _rd32(data + 24)
+        cdef int64_t plen = n - ICRC_BYTES - head
+        cdef MR* mr = NULL
+        cdef int i
+        for i in range(self.nmr):
+            if self.mr_c[i].rkey == rkey:
+                mr = &self.mr_c[i]
+        if length != plen or (length and (mr == NULL or va < mr.va or va + length > mr.va + mr.size)):
+            qp.bad += 1
+            self.c_nak_sent += 1
+            return self._send_ack(qp, SYNDROME_NAK_ACCESS, plane.index, False, -1, False)
+        cdef bint duplicate = psn < qp.expected or beyond_has(&qp.beyond, qp.expected, psn)
+        if not duplicate:
+            if length:
+                memcpy(mr.buf + (va - mr.va), data + head, length)
+                qp.rx_bytes += length
+            if has_imm:
+                qp.imm_wait[psn] = imm
+            if psn == qp.expected:
+                qp.expected += 1
+                while beyond_has(&qp.beyond, qp.expected - 1, qp.expected):
+                    beyond_discard(&qp.beyond, qp.expected)
+                    qp.expected += 1
+                if qp.imm_wait:
+                    for p in sorted(k for k in qp.imm_wait if k < qp.expected):
+                        self.recv_cq.append(Completion(qp.imm_wait.pop(p), "ok", 0, qp.qpn))
+            else:
+                beyond_add(&qp.beyond, qp.expected, psn)
+        qp.ack_plane = plane.index
+        qp.newest = psn
+        if duplicate:
+            self.c_duplicates += 1
+            self._send_ack(qp, SYNDROME_ACK, -1, True, -1, False)
+        elif ack_req or has_imm:
+            self._send_ack(qp, SYNDROME_ACK, -1, False, -1, False)
+        else:
+            if not qp.ack_due:
+                qp.ack_due = True
+                qp.ack_deadline = now + self.ack_delay
+            qp.ack_unsent += 1
+            if qp.ack_unsent >= ACK_EVERY:
+                self._send_ack(qp, SYNDROME_ACK, -1, False, -1, False)
+        cdef double interval
+        cdef Packet* pkt
+        if tclass & 3 == 3:
+            self.c_ce_marked += 1
+            interval = qp.cc.cnp_interval_s * self.dilation
+            if now - qp.last_cnp >= interval:
+                qp.last_cnp = now
+                qp.cnps_sent += 1
+                pkt = packet_new(62 + BTH_BYTES + 16 + ICRC_BYTES)
+                if pkt == NULL:
+                    raise MemoryError()
+                memset(pkt.data + 62, 0, BTH_BYTES + 16 + ICRC_BYTES)
+                pkt.data[62] = OP_CNP
+                pkt.data[64] = 0xFF
+                pkt.data[65] = 0xFF
+                _be32(pkt.data + 66, (1U << 30) | (qp.remote_qpn & PSN_MASK))
+                self._send_ctl(qp, plane.index, pkt, True)
+        return 0
+
+    cdef int _send_ack(self, QueuePair qp, int syndrome, int plane, bint duplicate, int64_t echo, bint has_echo
+                       ) except -1:
+        qp.ack_due = False
+        qp.ack_unsent = 0
+        cdef Packet* pkt = packet_new(62 + BTH_BYTES + 4 + 36 + ICRC_BYTES)
+        if pkt == NULL:
+            raise MemoryError()
+        cdef uint8_t* b = pkt.data + 62
+        cdef int64_t base = qp.expected
+        cdef int i
+        memset(b, 0, BTH_BYTES + 4 + 36 + ICRC_BYTES)
+        b[0] = OP_ACK
+        b[2] = 0xFF
+        b[3] = 0xFF
+        _be32(b + 4, qp.remote_qpn & PSN_MASK)
+        _be32(b + 8, <uint32_t>((qp.expected - 1) & PSN_MASK))
+        _be32(b + 12, (<uint32_t>syndrome << 24) | <uint32_t>((echo if has_echo else qp.newest) & PSN_MASK))
+        _be32(b + 16, <uint32_t>(base & PSN_MASK) | ((1U << 31) if duplicate else 0))
+        for i in range(1, SACK_BITS):
+            if beyond_has(&qp.beyond, qp.expected, base + i):
+                b[20 + (i >> 3)] |= 0x80 >> (i & 7)
+        return self._send_ctl(qp, qp.ack_plane if plane < 0 else plane, pkt, False)
+
+    cdef int _send_ctl(self, QueuePair qp, int plane_index, Packet* pkt, bint cnp) except -1:
+        if plane_index >= len(qp.remote_addrs):
+            packet_free(pkt)
+            return 0
+        cdef Plane* plane = &self.planes_c[plane_index]
+        return self._send(plane, TC_CNP if cnp else TC_ACK, qp.rplanes[plane_index],
+                          FABRIC_CNP_PORT if cnp else FABRIC_CTL_PORT, pkt)
+
+    cdef int _on_ack(self, QueuePair qp, Plane* plane, const uint8_t* data, int n, int64_t wpsn, double now
+                     ) except -1:
+        from emu.roce.transport import Completion
+
+        cdef uint32_t aeth = _rd32(data + 12)
+        cdef int syndrome = aeth >> 24
+        cdef int64_t echo = aeth & PSN_MASK
+        cdef uint32_t basef = 0
+        cdef const uint8_t* bitmap = NULL
+        if n >= 16 + 36:
+            basef = _rd32(data + 16)
+            bitmap = data + 20
+        cdef int64_t base = basef & PSN_MASK
+        cdef bint duplicate = (basef >> 31) & 1
+        if syndrome == SYNDROME_NAK_PSN:
+            return self._on_nack(qp, echo, now)
+        if syndrome != SYNDROME_ACK:
+            qp.fail(f"remote access error (NAK 0x{syndrome:02x})")
+            return 0
+        cdef int64_t cum = unwrap(wpsn, qp.cum_acked if qp.cum_acked > 0 else 0)
+        base = unwrap(base, cum + 1)
+        cdef int64_t echoed = unwrap(echo, cum)
+        if duplicate:
+            if echoed == plane.probe_psn and plane.probe_at >= 0:
+                plane.srtt = 0.0
+                _rtt_sample(plane, now - plane.probe_at)
+                plane.probe_at = -1.0
+                plane.healthy, plane.losses = True, 0
+            else:
+                self._innocent(qp, echoed, now)
+        cdef Seg* newest = win_get(&qp.inflight, echoed)
+        cdef double sample
+        if newest != NULL and newest.sends == 1 and not newest.acked:
+            sample = now - newest.sent_at
+            qp.srtt = sample if qp.srtt == 0 else 0.875 * qp.srtt + 0.125 * sample
+        cdef Py_ssize_t ndone = 0
+        while ndone < qp.inflight.n and win_at(&qp.inflight, ndone).psn <= cum:
+            ndone += 1
+        cdef int64_t fresh = qp.cum_acked + SACK_BITS
+        cdef int i
+        cdef Seg* seg
+        if bitmap != NULL:
+            for i in range(SACK_BITS):
+                if not (bitmap[i >> 3] >> (7 - (i & 7))) & 1:
+                    continue
+                seg = win_get(&qp.inflight, base + i)
+                if seg != NULL and not seg.acked:
+                    self._acked(seg, now, seg.psn <= fresh)
+                    qp.sacked += 1
+                    if seg.psn > qp.highest_sacked:
+                        qp.highest_sacked = seg.psn
+        qp.sacked_since = True
+        while ndone:
+            seg = win_at(&qp.inflight, 0)
+            if seg.acked:
+                qp.sacked -= 1
+            else:
+                self._acked(seg, now, seg.psn <= fresh)
+            win_pop_front(&qp.inflight)
+            ndone -= 1
+        if cum > qp.cum_acked:
+            qp.cum_acked = cum
+        self._reweigh()
+        cdef Wr* w
+        while qp.wrs.n:
+            w = &qp.wrs.a[qp.wrs.head]
+            if not (0 <= w.last.psn <= qp.cum_acked):
+                break
+            self.cq.append(Completion(w.wr_id, "ok", w.nbytes))
+            seg_unref(w.last)
+            qp.wrs.head = (qp.wrs.head + 1) % qp.wrs.cap
+            qp.wrs.n -= 1
+        return 0
+
+    cdef void _acked(self, Seg* seg, double now, bint sample) noexcept:
+        seg.acked = True
+        cdef Plane* carrier
+        if seg.sends == 1:
+            carrier = &self.planes_c[seg.plane]
+            if sample:
+                _rtt_sample(carrier, now - seg.sent_at)
+            carrier.healthy, carrier.losses = True, 0
+            carrier.loss_rate -= carrier.loss_rate * LOSS_GAIN
+
+    cdef void _reweigh(self) noexcept:
+        cdef int live[MAXP]
+        cdef double queued[MAXP]
+        cdef int nlive = 0, i, j
+        cdef double budget, fastest, typical, q, w, x
+        cdef Plane* p
+        if not self.weighted:
+            return
+        for i in range(self.nplanes):
+            p = &self.planes_c[i]
+            if p.srtt and p.healthy:
+                live[nlive] = i
+                nlive += 1
+        if not nlive:
+            return
+        budget = self.reorder_budget
+        fastest = self.planes_c[live[0]].srtt
+        for i in range(1, nlive):
+            fastest = pmin(fastest, self.planes_c[live[i]].srtt)
+        for i in range(nlive):
+            x = self.planes_c[live[i]].srtt - self.planes_c[live[i]].base_rtt
+            j = i
+            while j > 0 and queued[j - 1] > x:
+                queued[j] = queued[j - 1]
+                j -= 1
+            queued[j] = x
+        typical = queued[(nlive - 1) // 2] + budget / 8
+        for i in range(nlive):
+            p = &self.planes_c[live[i]]
+            if p.srtt - fastest > budget:
+                if p.weight:
+                    p.weight = 0.0
+                    p.excluded += 1
+                    p.probe_due = 0.0
+                continue
+            q = p.srtt - p.base_rtt
+            w = W_MIN if p.loss_rate >= 0.5 else pmax(W_MIN, 1.0 if q <= typical else typical / q)
+            p.weight = w if w <= p.weight else pmin(w, pmax(W_MIN, p.weight + W_STEP))
+
+    cdef void _innocent(self, QueuePair qp, int64_t psn, double now) noexcept:
+        cdef Py_ssize_t s = charged_find(&qp.charged, psn)
+        if s < 0:
+            return
+        cdef int index = qp.charged.plane[s]
+        cdef double first_sent = qp.charged.first[s]
+        charged_drop(&qp.charged, s)
+        qp.reo_wnd = pmin(qp.reo_wnd + qp.srtt / 4, 2 * qp.srtt)
+        cdef Plane* plane = &self.planes_c[index]
+        if first_sent >= 0:
+            _rtt_sample(plane, now - first_sent)
+        plane.spurious += 1
+        plane.losses = plane.losses - 1 if plane.losses - 1 > 0 else 0
+        plane.loss_rate = pmax(0.0, plane.loss_rate - LOSS_GAIN)
+        if not plane.healthy:
+            plane.healthy, plane.losses = True, 0
+
+
+cdef inline void _rtt_sample(Plane* plane, double sample) noexcept:
+    plane.srtt = sample if plane.srtt == 0 else 0.875 * plane.srtt + 0.125 * sample
+    plane.base_rtt = pmin(plane.base_rtt, sample)
+
+
+cdef inline void _be32(uint8_t* b, uint32_t v) noexcept nogil:
+    b[0] = v >> 24
+    b[1] = (v >> 16) & 0xFF
+    b[2] = (v >> 8) & 0xFF
+    b[3] = v & 0xFF
+
+
+cdef inline uint32_t _rd32(const uint8_t* b) noexcept nogil:
+    return (<uint32_t>b[0] << 24) | (<uint32_t>b[1] << 16) | (<uint32_t>b[2] << 8) | b[3]
+
+
+cdef bint _icrc_ok(const uint8_t* src, const uint8_t* dst, int sport, const uint8_t* body, int n) noexcept:
+    """wire.check: the ICRC (little-endian, the last 4 bytes) of a packet whose checksums were not owed."""
+    cdef uint8_t head[8 + 8 + 32 + 8]
+    cdef int udp_len = 8 + n
+    memset(head, 0xFF, 8)
+    head[8], head[9], head[10], head[11] = 0x6F, 0xFF, 0xFF, 0xFF
+    head[12], head[13], head[14], head[15] = udp_len >> 8, udp_len & 0xFF, 17, 0xFF
+    memcpy(head + 16, src, 16)
+    memcpy(head + 32, dst, 16)
+    head[48], head[49], head[50], head[51] = sport >> 8, sport & 0xFF, ROCE_PORT >> 8, ROCE_PORT & 0xFF
+    head[52], head[53], head[54], head[55] = udp_len >> 8, udp_len & 0xFF, 0xFF, 0xFF
+    cdef uint32_t crc = crc32(head, 56, 0)
+    cdef uint8_t bth[12]
+    memcpy(bth, body, 12)
+    bth[4] = 0xFF
+    crc = crc32(bth, 12, crc)
+    crc = crc32(body + 12, n - 16, crc)
+    cdef uint32_t got = body[n - 4] | (<uint32_t>body[n - 3] << 8) | (<uint32_t>body[n - 2] << 16) | \
+        (<uint32_t>body[n - 1] << 24)
+    return got == crc
+
+
+# -- the endpoint (emu.roce.endpoint.Endpoint) ----------------------------------------------------------------
+
+cdef enum:
+    STUCK_WAKES = 100_000
+    WAIT_NONE = 0
+    WAIT_PY = 1
+    WAIT_RECV = 2
+    WAIT_DEV_IDLE = 3
+    WAIT_QP_IDLE = 4
+
+
+cdef int _ev_wake(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    cdef Endpoint ep = <Endpoint>obj
+    if t == ep.wake_at:
+        ep.wake_at = INFINITY
+        ep.kick(t)
+    return 0
+
+
+cdef class Arrival(Sink):
+    """Frames for the host's MetaRoCE port on plane `plane`, straight to its compiled endpoint (bound once
+    the endpoint exists: its ports are attached first)."""
+
+    cdef Endpoint ep
+    cdef int plane
+
+    def __init__(self, int plane):
+        self.ep = None
+        self.plane = plane
+
+    def bind(self, Endpoint ep):
+        self.ep = ep
+
+    cdef int take(self, double t, Packet* p) except -1:
+        if self.ep is None:
+            packet_free(p)
+            return 0
+        return self.ep.c_arrive(self.plane, t, p)
+
+    def __call__(self, double t, frame):
+        self.take(t, packet_from(frame))
+
+
+cdef class Endpoint:
+    """emu.roce.endpoint.Endpoint, compiled: the device inside the engine, woken by arrivals and its own
+    timers, resuming its operation (a Python generator) only once what it waits for holds."""
+
+    cdef Schedule sched
+    cdef public object loop
+    cdef readonly Device dev
+    cdef public object fail
+    cdef public str name
+    cdef public object op
+    cdef public object done
+    cdef object wait
+    cdef int wait_kind
+    cdef QueuePair wait_qp
+    cdef public double wake_at
+    cdef int64_t same
+    cdef public bint stopped
+
+    def __init__(self, loop, Device dev, fail, str name):
+        self.loop = loop
+        self.sched = <Schedule?>loop.sched
+        self.dev = dev
+        self.fail = fail
+        self.name = name
+        self.op = None
+        self.done = None
+        self._set_wait(None)
+        self.wake_at = INFINITY
+        self.same = 0
+        self.stopped = False
+
+    cdef void _set_wait(self, object wait):
+        """What the operation waits for, classified once: the waits the operations use are evaluated here."""
+        self.wait = wait
+        self.wait_qp = None
+        if wait is None:
+            self.wait_kind = WAIT_NONE
+            return
+        owner = getattr(wait, "__self__", None)
+        name = getattr(wait, "__name__", "")
+        if owner is self.dev and name == "has_recv":
+            self.wait_kind = WAIT_RECV
+        elif owner is self.dev and name == "idle":
+            self.wait_kind = WAIT_DEV_IDLE
+        elif type(owner) is QueuePair and name == "idle":
+            self.wait_kind = WAIT_QP_IDLE
+            self.wait_qp = <QueuePair>owner
+        else:
+            self.wait_kind = WAIT_PY
+
+    cdef bint _holds(self) except -1:
+        if self.wait_kind == WAIT_NONE:
+            return True
+        if self.wait_kind == WAIT_RECV:
+            return len(self.dev.recv_cq) > 0
+        if self.wait_kind == WAIT_DEV_IDLE:
+            return not self.dev.c_busy()
+        if self.wait_kind == WAIT_QP_IDLE:
+            return not self.wait_qp.c_busy()
+        return bool(self.wait())
+
+    @classmethod
+    def attached(cls, host, list planes, fail, str name, **device):
+        """emu.roce.endpoint.Endpoint.attached, compiled: a device on the host's ports `planes`."""
+        from emu.roce.transport import FabricIO
+
+        sends, host_macs, switch_macs = [], [], []
+        arrivals = []
+        for i, (switch, port, _addr, _rate) in enumerate(planes):
+            arrival = Arrival(i)
+            send, host_mac, switch_mac = host.attach(switch, port, arrival)
+            arrivals.append(arrival)
+            sends.append(send)
+            host_macs.append(host_mac)
+            switch_macs.append(switch_mac)
+        dev = Device([p[2] for p in planes], dilation=1.0, plane_rate_bps=min(p[3] for p in planes),
+                     clock=host.loop, io=FabricIO(sends, host_macs, switch_macs), **device)
+        ep = cls(host.loop, dev, fail, name)
+        for arrival in arrivals:
+            arrival.bind(ep)
+        return ep
+
+    cdef int c_arrive(self, int plane, double t, Packet* p) except -1:
+        if self.stopped:
+            packet_free(p)
+            return 0
+        self.dev.c_on_frame(plane, p, t)
+        return self.kick(t)
+
+    def arrive(self, int plane, double t, frame):
+        self.c_arrive(plane, t, packet_from(frame))
+
+    def start(self, op, double t, done):
+        self.op = op
+        self._set_wait(None)
+        self.done = done
+        self.kick(t)
+
+    def stop(self):
+        self.op = None
+        self.stopped = True
+
+    def busy(self):
+        return self.op is not None
+
+    def describe(self):
+        return self.dev.describe()
+
+    cdef int kick(self, double t) except -1:
+        cdef double due
+        if self.stopped:
+            return 0
+        try:
+            while True:
+                due = self.dev.c_step(t)
+                if not self._advance(t):
+                    break
+        except Exception as exc:
+            self.op = None
+            self.fail(f"{self.name}: {type(exc).__name__}: {exc}")
+            return 0
+        if due <= t:
+            self.same += 1
+            if self.same > STUCK_WAKES:
+                self.op = None
+                self.fail(f"{self.name}: its device makes no progress at {t:.9f} s: {self.dev.describe()}")
+                return 0
+            due = t
+        else:
+            self.same = 0
+        if due < self.wake_at or self.wake_at < t:
+            self.wake_at = due
+            self.sched.push(due, _ev_wake, self, None, NULL, 0)
+        return 0
+
+    cdef bint _advance(self, double t) except -1:
+        cdef bint moved = False
+        while self.op is not None and self._holds():
+            moved = True
+            try:
+                self._set_wait(self.op.send(None))
+            except StopIteration as stop:
+                self.op = None
+                self._set_wait(None)
+                if self.done is not None:
+                    self.done(stop.value, t)
+                return True
+            if self.wait_kind == WAIT_NONE:
+                return True
+        return moved

@@ -1,0 +1,122 @@
+"""The compiled core gives the reference's figures bit for bit (issue 37), and both give the figures recorded
+before either changed (issue 38): every fabric-clock scenario, the collectives the benchmarks run, and the
+fabric-clock lab solutions, on both cores, JSON equal but for wall times."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emu.dataplane.core import native
+from emu.fidelity import WALL_FIELDS
+from emu.net.switch import RunSettings
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet,
+              pytest.mark.skipif(native() is None, reason="the compiled core was not built: nothing to compare")]
+
+RECORDED = Path(__file__).parent / "data" / "figures"
+
+# Each fabric-clock scenario, small enough to run on the reference core in seconds, yet crossing the
+# mechanism it is about (PFC pauses, ECN and DCQCN, trims and NACKs, a plane's failure, loss on a
+# degraded plane, a replica's death, weights over unequal links).
+SCENARIOS: dict[str, dict[str, str]] = {
+    "incast": {"senders": "4", "bytes": "256KiB"},
+    "plane-down": {"bytes": "512KiB"},
+    "headroom": {"bytes": "1MiB"},
+    "wcmp": {"flows": "64", "bytes": "1MiB"},
+    "dcqcn": {"bytes": "4MiB"},
+    "roce-plane-down": {"bytes": "4MiB"},
+    "bag-collective": {"size": "1MiB"},
+    "trimming": {"senders": "4", "victims": "1", "bytes": "1MiB"},
+    "congestion-spreading": {"senders": "4", "victims": "1", "bytes": "1MiB"},
+    "degraded-plane": {"planes": "4", "plane": "1", "gpus": "2", "bytes": "2MiB", "allreduce": "1MiB"},
+    "replica-exclusion": {"size": "256KiB", "steps": "3"},
+}
+
+
+def figures(result: Any) -> Any:
+    """A result without what measures the machine (wall and CPU time, the core that ran it)."""
+    if isinstance(result, dict):
+        return {k: figures(v) for k, v in result.items() if k not in WALL_FIELDS}
+    if isinstance(result, list):
+        return [figures(v) for v in result]
+    return result
+
+
+def _scenario(name: str, core: str, out: Path) -> dict[str, Any]:
+    from emu.scenarios import run_scenario
+
+    return run_scenario(name, SCENARIOS[name], RunSettings(clock="fabric", core=core), out_dir=str(out), plot=False)
+
+
+def _compare(name: str, python: Any, compiled: Any) -> None:
+    """Both cores' figures equal, and equal to those recorded (EMU_RECORD_FIGURES=1 records the reference's:
+    done once, before a change that must not move them)."""
+    a, b = figures(python), figures(compiled)
+    recorded = RECORDED / f"{name}.json"
+    if os.environ.get("EMU_RECORD_FIGURES"):
+        recorded.parent.mkdir(parents=True, exist_ok=True)
+        recorded.write_text(json.dumps(a, indent=1, sort_keys=True) + "\n")
+    assert a == b, f"{name}: the cores disagree: {_first_difference(a, b)}"
+    assert recorded.is_file(), f"no recorded figures for {name} (EMU_RECORD_FIGURES=1 records them)"
+    want = figures(json.loads(recorded.read_text()))
+    assert json.loads(json.dumps(a)) == want, f"{name}: not the recorded figures: {_first_difference(want, a)}"
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a or k not in b:
+                return f"{path}/{k} only on one side"
+            if a[k] != b[k]:
+                return _first_difference(a[k], b[k], f"{path}/{k}")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                return _first_difference(x, y, f"{path}[{i}]")
+    return f"{path}: {str(a)[:120]} != {str(b)[:120]}"
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_fabric_clock_scenario_gives_the_same_figures_on_both_cores_and_as_recorded(name, tmp_path, no_leftovers):
+    _compare(name, _scenario(name, "python", tmp_path / "python"), _scenario(name, "native", tmp_path / "native"))
+
+
+COLLECTIVES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
+    "fpf-8x8-allreduce": ("fpf", {"gpus": 8, "planes": 8}, ["64KiB", "1MiB"]),
+    "bag-allreduce": ("bag", {}, ["1MiB"]),
+    "tahan-alltoall": ("tahan", {}, ["256KiB"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COLLECTIVES))
+def test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_recorded(name, no_leftovers):
+    from emu.bench.collective import run
+
+    topo, params, sizes = COLLECTIVES[name]
+    op = "alltoall" if "alltoall" in name else "allreduce"
+    args = {"topo": topo, "sizes": ",".join(sizes), **{k: str(v) for k, v in params.items()}}
+    out = {core: run(op, args, settings=RunSettings(clock="fabric", core=core)) for core in ("python", "native")}
+    assert out["python"]["core"] == "python" and out["native"]["core"] == "native"
+    _compare(name, out["python"], out["native"])
+
+
+LABS = ("congestion-spreading", "ecn-dcqcn", "metaroce", "pfc-headroom", "planes", "trimming", "wcmp")
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_a_lab_solution_measures_the_same_on_both_cores(lab, monkeypatch, no_leftovers):
+    """Each step's detail is what the checker measured (counters, times, shares): the same on both cores."""
+    from emu.labs import check
+
+    out = {}
+    for core in ("python", "native"):
+        monkeypatch.setenv("EMU_CORE", core)
+        r = check(lab, solution=True, clock="fabric")
+        assert r["passed"], (core, r["steps"])
+        out[core] = [(s["step"], s["detail"]) for s in r["steps"]]
+    assert out["python"] == out["native"]
