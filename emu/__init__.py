@@ -13,7 +13,12 @@ module below (emu.units, emu.dataplane) does not pull in Mininet.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+# numpy's BLAS starts a thread per core that spins after each call: nothing here multiplies matrices, and
+# those threads took the cores the engine's worker and the endpoints need (3 % of each process's samples).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 _PUBLIC = {
     "FabricNet": "emu.net.fabric",

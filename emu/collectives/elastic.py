@@ -36,9 +36,7 @@ import random
 from collections.abc import Generator
 from typing import Any
 
-import numpy as np
-
-from emu.collectives.rank import SLICE, Ring, pattern
+from emu.collectives.rank import SLICE, Ring, put_pattern, wrong
 from emu.dataplane.job import Attach, Job
 from emu.roce.endpoint import Endpoint, Wait
 from emu.roce.transport import Device, QueuePair
@@ -103,7 +101,7 @@ class Member(Ring):
         self.got = {i for i in self.got if i >= self.msg}
 
     def fill(self, size: int) -> None:
-        self.ints(self.data, 0, size)[:] = pattern(self.me, size)
+        put_pattern(self.ints(self.data, 0, size), self.me)
 
     # -- waiting, with an ear for the membership -------------------------------------------------
 
@@ -179,10 +177,9 @@ class Member(Ring):
                 if not (yield from self.change_view()):
                     break  # the others excluded us (taken for dead): this replica stops here
                 continue
-            want = pattern(sum(p + 1 for p in self.view) - 1, used)
-            wrong = int(np.count_nonzero(self.ints(self.data, 0, used) != want))
+            bad = wrong(self.ints(self.data, 0, used), sum(p + 1 for p in self.view) - 1)
             self.steps_done[self.step] = {"step": self.step, "epoch": self.epoch, "view": list(self.view),
-                                          "start_s": start, "end_s": self.done_at, "bytes": used, "wrong": wrong}
+                                          "start_s": start, "end_s": self.done_at, "bytes": used, "wrong": bad}
             self.step += 1
         return {"rank": self.me, "steps": [self.steps_done[s] for s in sorted(self.steps_done)],
                 "events": self.events, "view": self.view,

@@ -10,6 +10,7 @@ cdef struct Event:
     double t
     int64_t seq
     EventFn fn          # NULL: a Python callback, obj(t, parg)
+    int held            # a compiled event holding a reference to obj (push_held)
     PyObject* obj
     PyObject* parg
     void* varg
@@ -25,6 +26,12 @@ cdef struct Packet:
 
 cdef enum:
     PENDING = 1
+
+cdef struct Flight:     # a frame in flight on a link: when it lands, its place in the order, where
+    double t
+    int64_t seq
+    Packet* p
+    PyObject* target
 
 cdef struct MT:
     uint32_t mt[624]
@@ -52,6 +59,9 @@ cdef class Schedule:
     cdef public double anchor_f
     cdef public double anchor_w
     cdef int push(self, double t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1
+    cdef int push_seq(self, double t, int64_t seq, EventFn fn, object obj, object parg, void* varg,
+                      int64_t iarg, int held=*) except -1
+    cdef int push_held(self, double t, EventFn fn, object obj) except -1
     cdef double cclock(self)
     cdef inline double next_t(self) noexcept
     cdef inline void _pop(self, Event* out) noexcept
@@ -106,7 +116,12 @@ cdef class Transmitter:
     cdef bint has_rng
     cdef public int64_t lost
     cdef double base_rate, base_delay
+    cdef Flight* fly
+    cdef Py_ssize_t fly_cap, fly_head, nfly
     cdef bint c_enqueue(self, double t, int prio, Packet* p, int64_t meta) except -1
+    cdef int _fly(self, double arrive, Packet* p) except -1
+    cdef int _grow_fly(self) except -1
+    cdef int _land(self, double t) except -1
     cdef int _pick(self, double t) except? -2
     cdef int _start(self, double t) except -1
     cdef double _send(self, double t, int q, Packet* p, int64_t meta) except? -2.0

@@ -177,10 +177,27 @@ cdef class Schedule:
     def __dealloc__(self):
         cdef Py_ssize_t i
         for i in range(self.n):
-            _release(&self.heap[i])
+            if self.heap[i].fn == NULL:
+                _release(&self.heap[i])
+            elif self.heap[i].held:
+                Py_XDECREF(self.heap[i].obj)
         free(self.heap)
 
     cdef int push(self, double t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1:
+        cdef int64_t seq = self.seq
+        self.seq += 1
+        return self.push_seq(t, seq, fn, obj, parg, varg, iarg)
+
+    cdef int push_held(self, double t, EventFn fn, object obj) except -1:
+        """A compiled event on an object that may otherwise go (an endpoint whose job ended): held till it runs."""
+        cdef int64_t seq = self.seq
+        self.seq += 1
+        return self.push_seq(t, seq, fn, obj, None, NULL, 0, 1)
+
+    cdef int push_seq(self, double t, int64_t seq, EventFn fn, object obj, object parg, void* varg, int64_t iarg,
+                      int held=0) except -1:
+        """An event that took its place in the order (`seq`) earlier: a frame in flight on a link, parked in
+        the link's FIFO until the frames ahead of it have landed (Transmitter._fly)."""
         cdef Event* h
         cdef Py_ssize_t i, up
         if self.n == self.cap:
@@ -192,13 +209,16 @@ cdef class Schedule:
         h = self.heap
         cdef Event e
         e.t = t
-        e.seq = self.seq
-        self.seq += 1
+        e.seq = seq
         e.fn = fn
+        e.held = held
         e.obj = <PyObject*>obj
-        Py_INCREF(obj)
         e.parg = <PyObject*>parg
-        Py_INCREF(parg)
+        if fn == NULL:  # a Python callback holds its objects; a compiled one's live as long as the fabric
+            Py_INCREF(obj)
+            Py_INCREF(parg)
+        elif held:
+            Py_INCREF(obj)
         e.varg = varg
         e.iarg = iarg
         i = self.n
@@ -264,12 +284,16 @@ cdef class Schedule:
         return self.cclock()
 
     cdef inline int _run(self, Event* e) except -1:
-        """Run a popped event and let go of what it held."""
+        """Run a popped event (a Python callback's objects are let go of after it)."""
+        if e.fn != NULL:
+            if not e.held:
+                return e.fn(<object>e.obj, e.t, <object>e.parg, e.varg, e.iarg)
+            try:
+                return e.fn(<object>e.obj, e.t, <object>e.parg, e.varg, e.iarg)
+            finally:
+                Py_XDECREF(e.obj)
         try:
-            if e.fn == NULL:
-                (<object>e.obj)(e.t, <object>e.parg)
-            else:
-                e.fn(<object>e.obj, e.t, <object>e.parg, e.varg, e.iarg)
+            (<object>e.obj)(e.t, <object>e.parg)
         finally:
             _release(e)
         return 0
@@ -420,6 +444,10 @@ cdef int _ev_wake(object obj, double t, object parg, void* varg, int64_t iarg) e
     return 0
 
 
+cdef int _ev_land(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+    return (<Transmitter>obj)._land(t)
+
+
 cdef int _ev_to_switch(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
     return (<SwitchBase>obj).c_ingress(<int>iarg, t, <Packet*>varg)
 
@@ -457,13 +485,19 @@ cdef int deliver_now(object target, double t, Packet* p) except -1:
 
 cdef int deliver_at(Schedule sched, object target, double t, Packet* p) except -1:
     """Hand `p` to `target` at `t`: one event, as the reference's loop.at(t, deliver, frame)."""
+    cdef int64_t seq = sched.seq
+    sched.seq += 1
+    return _deliver_at_seq(sched, target, t, seq, p)
+
+
+cdef int _deliver_at_seq(Schedule sched, object target, double t, int64_t seq, Packet* p) except -1:
     if type(target) is Target:
-        return sched.push(t, _ev_to_switch, (<Target>target).sw, None, p, (<Target>target).port)
+        return sched.push_seq(t, seq, _ev_to_switch, (<Target>target).sw, None, p, (<Target>target).port)
     if type(target) is HostPort:
-        return sched.push(t, _ev_to_host, target, None, p, 0)
+        return sched.push_seq(t, seq, _ev_to_host, target, None, p, 0)
     if isinstance(target, Sink):
-        return sched.push(t, _ev_to_sink, target, None, p, 0)
-    return sched.push(t, _ev_to_python, target, None, p, 0)
+        return sched.push_seq(t, seq, _ev_to_sink, target, None, p, 0)
+    return sched.push_seq(t, seq, _ev_to_python, target, None, p, 0)
 
 
 cdef class Sink:
@@ -573,6 +607,12 @@ cdef class Transmitter:
         self.base_rate = rate_bps
         self.base_delay = delay
 
+    def __cinit__(self):
+        self.fly = NULL
+        self.fly_cap = 0
+        self.fly_head = 0
+        self.nfly = 0
+
     def __dealloc__(self):
         cdef int q
         cdef Packet* p
@@ -581,6 +621,7 @@ cdef class Transmitter:
                 p = self.head[q]
                 self.head[q] = p.next
                 packet_free(p)
+        free(self.fly)  # frames still in flight at the end are the process's to reclaim
 
     # Python's view of it, for the reference's code that reads it (statistics, cut, degrade)
     @property
@@ -728,10 +769,62 @@ cdef class Transmitter:
             return end
         sched.push(end, _ev_done, self, None, NULL, 0)
         if up:
-            deliver_at(sched, self.deliver, arrive, p)
+            self._fly(arrive, p)
         else:
             packet_free(p)
         return -1.0
+
+    cdef int _fly(self, double arrive, Packet* p) except -1:
+        """The frame lands at `arrive`: the reference's loop.at(arrive, deliver, frame), whose place in the
+        order (its sequence number) is taken now. Frames in flight on a link land in the order they left
+        it, so they wait in the link's FIFO and only the first is in the schedule's heap: the heap holds a
+        link's flight once, not each frame (htsim's pipe), and pops in the same order."""
+        cdef Schedule sched = self.sched
+        cdef int64_t seq = sched.seq
+        sched.seq += 1
+        cdef Flight* f
+        if self.nfly and arrive < self.fly[(self.fly_head + self.nfly - 1) % self.fly_cap].t:
+            # A shorter cable than the frame ahead of it had (a degradation undone): not behind it in the
+            # FIFO; an event of its own, in the same place in the order.
+            return _deliver_at_seq(sched, self.deliver, arrive, seq, p)
+        if self.nfly == self.fly_cap:
+            self._grow_fly()
+        f = &self.fly[(self.fly_head + self.nfly) % self.fly_cap]
+        f.t = arrive
+        f.seq = seq
+        f.p = p
+        f.target = <PyObject*>self.deliver
+        Py_INCREF(self.deliver)
+        self.nfly += 1
+        if self.nfly == 1:
+            sched.push_seq(arrive, seq, _ev_land, self, None, NULL, 0)
+        return 0
+
+    cdef int _grow_fly(self) except -1:
+        cdef Py_ssize_t cap = max(16, 2 * self.fly_cap), i
+        cdef Flight* a = <Flight*>malloc(cap * sizeof(Flight))
+        if a == NULL:
+            raise MemoryError()
+        for i in range(self.nfly):
+            a[i] = self.fly[(self.fly_head + i) % self.fly_cap]
+        free(self.fly)
+        self.fly = a
+        self.fly_cap = cap
+        self.fly_head = 0
+        return 0
+
+    cdef int _land(self, double t) except -1:
+        """The first frame in flight lands; the next one takes its place in the heap."""
+        cdef Flight f = self.fly[self.fly_head]
+        self.fly_head = (self.fly_head + 1) % self.fly_cap
+        self.nfly -= 1
+        cdef Flight* nxt
+        if self.nfly:
+            nxt = &self.fly[self.fly_head]
+            self.sched.push_seq(nxt.t, nxt.seq, _ev_land, self, None, NULL, 0)
+        target = <object>f.target
+        Py_XDECREF(f.target)
+        return deliver_now(target, t, f.p)
 
     def degrade(self, *, double loss, double rate_bps, double extra_delay, seed):
         cdef double rate = rate_bps or self.base_rate

@@ -990,10 +990,10 @@ cdef class Device:
         return <uint8_t*>ptr
 
     def reg_mr(self, int64_t size):
-        from emu.roce.transport import MemoryRegion
+        from emu.roce.transport import MemoryRegion, zeroed
 
         mr = MemoryRegion(va=self.rng.randrange(1 << 20, 1 << 40) << 12, rkey=self.rng.randrange(1, 1 << 32),
-                          buf=bytearray(size))
+                          buf=zeroed(size))
         self.mrs[mr.rkey] = mr
         self.mr_c = <MR*>realloc(self.mr_c, (self.nmr + 1) * sizeof(MR))
         self.mr_c[self.nmr].va = mr.va
@@ -1919,7 +1919,7 @@ cdef class Endpoint:
             self.same = 0
         if due < self.wake_at or self.wake_at < t:
             self.wake_at = due
-            self.sched.push(due, _ev_wake, self, None, NULL, 0)
+            self.sched.push_held(due, _ev_wake, self)
         return 0
 
     cdef bint _advance(self, double t) except -1:
