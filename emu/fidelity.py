@@ -220,12 +220,14 @@ def add_speeds(speeds: list[dict[str, Any]], *, parallel: bool = False) -> dict[
     with the rates a reader compares against other simulators."""
     hops = sum(int(s["packet_hops"]) for s in speeds)
     cpu = sum(float(s["cpu_s"]) for s in speeds)
+    user = sum(float(s.get("user_s", 0.0)) for s in speeds)
     walls = [float(s["wall_s"]) for s in speeds]
     wall = max(walls, default=0.0) if parallel else sum(walls)
     cores = sorted({str(s["core"]) for s in speeds})
     return {"core": ",".join(cores) or None, "jobs": sum(int(s.get("jobs", 1)) for s in speeds),
-            "packet_hops": hops, "wall_s": wall, "cpu_s": cpu,
-            "hops_per_wall_s": hops / wall if wall else 0.0, "cpu_ns_per_hop": cpu / hops * 1e9 if hops else 0.0}
+            "packet_hops": hops, "wall_s": wall, "cpu_s": cpu, "user_s": user, "system_s": cpu - user,
+            "hops_per_wall_s": hops / wall if wall else 0.0, "cpu_ns_per_hop": cpu / hops * 1e9 if hops else 0.0,
+            "user_ns_per_hop": user / hops * 1e9 if hops else 0.0}
 
 
 def speed_line(speed: dict[str, Any] | None) -> str:
@@ -233,7 +235,8 @@ def speed_line(speed: dict[str, Any] | None) -> str:
     if not speed or not speed.get("packet_hops"):
         return ""
     return (f"; {speed['core']} core: {speed['packet_hops']:,} packet-hops, {speed['hops_per_wall_s'] / 1e3:,.0f}k a "
-            f"wall second, {speed['cpu_ns_per_hop']:,.0f} ns of CPU a hop")
+            f"wall second, {speed['cpu_ns_per_hop']:,.0f} ns of CPU a hop ({speed.get('user_ns_per_hop', 0):,.0f} "
+            "its own, the rest the kernel's mapping its memory)")
 
 
 def fabric_clock_verdict(*, packet_s: float, kernel_frames: int = 0) -> dict[str, Any]:

@@ -202,12 +202,20 @@ def test_a_fabric_too_big_for_this_machine_is_refused_before_anything_exists(mon
 
     monkeypatch.setattr(common, "mem_available", lambda: 512 << 20)
     with pytest.raises(common.TopologyError, match=r"need about .* GiB .* 0\.5 GiB available"):
-        FPFTopo(gpus=16, planes=8)
-    FPFTopo(gpus=2, planes=2)  # a small one still fits
+        FPFTopo(gpus=16, planes=8).check_fits()
+    FPFTopo(gpus=2, planes=2).check_fits()  # a small one still fits
+    FPFTopo(gpus=16, planes=8).check_fits(kernel=False)  # and the big one without the hosts' kernels
     monkeypatch.setattr(common, "mem_available", lambda: 64 << 30)
     monkeypatch.setattr(common.resource, "getrlimit", lambda _: (1024, 300))
     with pytest.raises(common.TopologyError, match=r"switch ports need as many packet sockets.*\(300, `ulimit -Hn`\)"):
-        FPFTopo(gpus=16, planes=8)
+        FPFTopo(gpus=16, planes=8).check_fits()
+    monkeypatch.setattr(common, "mem_available", lambda: 512 << 20)
+    from emu import FabricNet
+
+    before = set(os.listdir("/run/emu")) if os.path.isdir("/run/emu") else set()
+    with pytest.raises(common.TopologyError, match="make it smaller"):  # FabricNet asks before making anything
+        FabricNet(FPFTopo(gpus=16, planes=8), clock="fabric")
+    assert (set(os.listdir("/run/emu")) if os.path.isdir("/run/emu") else set()) == before
 
 
 def test_soak_bench_reports_no_leftovers_and_no_failures(no_leftovers):

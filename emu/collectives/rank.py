@@ -30,7 +30,14 @@ import numpy as np
 from emu.fidelity import Lateness, Part
 from emu.roce.endpoint import Wait, drive_wall
 from emu.roce.perf import publish, wait_for
-from emu.roce.transport import SPRAYS, Device, MemoryRegion, QueuePair, host_plane_addresses
+from emu.roce.transport import (
+    SPRAYS,
+    Device,
+    MemoryRegion,
+    QueuePair,
+    host_plane_addresses,
+    release,
+)
 
 OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
 SLICE = 256 << 10  # bytes a ring step sends per message (the pipeline's grain)
@@ -158,6 +165,7 @@ class Ring:
                         t = time.monotonic()
                         off = c * chunk + lo
                         self.ints(self.data, off, hi - lo)[:] += self.ints(self.stage, off, hi - lo)
+                        release(self.stage.buf, off, hi - lo)  # used: its pages go back
                         if self.timed:
                             self.harness.add(time.monotonic() - t)
                 if s < len(steps):

@@ -139,8 +139,13 @@ class PortSpec:
     # planes on two machines), or -1: the switch's own. The cable is then cut as a link between
     # switches is: a channel, whose lookahead is the cable's delay.
     host_worker: int = -1
+    # A host port whose host has a kernel (a veth to it, a packet socket here); False: the host is only the
+    # jobs the engine runs (RunSettings.kernel False), and what would go to its kernel is dropped, counted.
+    kernel: bool = True
 
     def __post_init__(self) -> None:
+        if not self.kernel and self.peer_kind != "host":
+            raise SpecError(f"{self.ifname}: only a host port can face a host with no kernel")
         if self.host_worker >= 0 and self.peer_kind != "host":
             raise SpecError(f"{self.ifname}: only a host port's host runs on a worker of its own")
         if self.peer_kind not in PEER_KINDS:

@@ -31,10 +31,17 @@ from emu.control.runtime import FabricController
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.launch import LOCAL_MACHINES, stop_on_signals
 from emu.net.cleanup import make_way, netns_id, record
-from emu.net.link import FabricLink, node_netlink, root_netlink
+from emu.net.link import FabricLink, no_kernel, node_netlink, root_netlink
 from emu.net.netlink import new_group
 from emu.net.stats import FabricStats
-from emu.net.switch import QUIET_HOST, FabricSwitch, RunSettings, default_settings
+from emu.net.switch import (
+    QUIET_HOST,
+    EngineHost,
+    EngineSwitch,
+    FabricSwitch,
+    RunSettings,
+    default_settings,
+)
 from emu.units import parse_rate, parse_time
 
 if TYPE_CHECKING:
@@ -185,6 +192,8 @@ class FabricNet(Mininet):
             host = super().addHost(name, RemoteFabricHost, server=machine, **params)
             host.cmd(" ".join(f"sysctl -qw net.{k.replace('/', '.')}={v};" for k, v in QUIET_HOST.items()))
             return host
+        if not self.settings.kernel:
+            return super().addHost(name, EngineHost, **params)
         host = super().addHost(name, cls, **params)
         if getattr(host, "inNamespace", False):
             with node_netlink(host) as nl:
@@ -196,7 +205,17 @@ class FabricNet(Mininet):
         machine = self.machine_of.get(name, "localhost")
         if machine not in LOCAL_MACHINES:
             return super().addSwitch(name, RemoteFabricSwitch, server=machine, **params)
+        if not self.settings.kernel and (cls is None or cls is FabricSwitch):
+            return super().addSwitch(name, EngineSwitch, **params)
         return super().addSwitch(name, cls, **params)
+
+    def configHosts(self) -> None:  # noqa: N802 (Mininet's name)
+        """Mininet's, for the hosts that have a kernel (the others have nothing to configure)."""
+        hosts, self.hosts = self.hosts, [h for h in self.hosts if not no_kernel(h)]
+        try:
+            super().configHosts()
+        finally:
+            self.hosts = hosts
 
     def _place(self) -> None:
         """Where each node runs, over `settings.machines` (emu.cluster.placement): at the longest links,
@@ -268,6 +287,8 @@ class FabricNet(Mininet):
         What can be known wrong before (a pcap folder that cannot be written) is said before."""
         if self.settings.pcap_dir:
             _writable_dir(self.settings.pcap_dir)
+        if hasattr(self.topo, "check_fits"):  # the memory and sockets of what will be built, before it is
+            self.topo.check_fits(kernel=self.settings.kernel)
         # SIGTERM and SIGHUP (a cancelled CI job, systemd, a closed terminal) unwind as Ctrl-C does, so
         # the `with` block or the caller's `finally` tears the fabric down; only where nobody chose
         # otherwise (the CLI installs its own, for SIGINT too).
@@ -432,6 +453,9 @@ class FabricNet(Mininet):
 
     def host_addresses(self, family: int = 4) -> dict[str, list[str]]:
         """Every address of every host (one per plane interface), read from the hosts."""
+        if not self.settings.kernel:
+            raise RuntimeError("this fabric's hosts have no kernel (kernel=False): nothing to ping or read; "
+                               "build it with kernel=True for the hosts' own traffic")
         out: dict[str, list[str]] = {}
         remote: dict[str, dict[str, int]] = {}  # machine -> its hosts' shells, read there in one request
         for h in self.hosts:

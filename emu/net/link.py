@@ -186,6 +186,39 @@ def remote(node: Any) -> bool:
     return bool(getattr(node, "isRemote", False))
 
 
+class NoKernel:
+    """A node with no kernel of its own (RunSettings.kernel False, on the fabric clock): no namespace, no
+    shell, no interfaces; its links are the engine's alone (ChannelIntf). A host is then only what jobs
+    run on it inside the engine; a switch only its place in the engine. What a fabric of hundreds of hosts
+    need not pay for when its traffic is all the project's: a shell and namespace per node, a veth pair and
+    two packet rings per link."""
+
+    def startShell(self, mnopts: Any = None) -> None:  # noqa: N802 (Mininet's name)
+        self.pid = None
+
+    def mountPrivateDirs(self) -> None:  # noqa: N802
+        pass
+
+    def unmountPrivateDirs(self) -> None:  # noqa: N802
+        pass
+
+    def configDefault(self, **params: Any) -> None:  # noqa: N802
+        pass
+
+    def terminate(self) -> None:
+        pass
+
+    def _no_kernel(self, *args: Any, **kw: Any) -> Any:
+        raise RuntimeError(f"{self.name} has no kernel: this fabric was built without the hosts' kernels "
+                           "(kernel=False, for fabric-clock jobs); build it with kernel=True to run commands")
+
+    cmd = sendCmd = popen = pexec = _no_kernel
+
+
+def no_kernel(node: Any) -> bool:
+    return isinstance(node, NoKernel)
+
+
 class FabricLink(Link):
     """Link(node1, node2, rate='100G', delay='1us' | distance='50km', gw4=..., ...); `group`: the
     device group of its root-side end (FabricNet gives each fabric its own; 0: none)."""
@@ -209,7 +242,10 @@ class FabricLink(Link):
         anchor = params.pop("anchor", None)  # a switch on the host's machine, for a cable cut between machines
         self.cut: tuple[Any, Any] | None = None  # (host, anchor): the cable's veth is made on the host's machine
         self.channel = remote(node1) or remote(node2)
-        if self.channel and (node1.inNamespace or node2.inNamespace) \
+        if no_kernel(node1) or no_kernel(node2):  # the engine's alone: no device on either end
+            self.channel = True
+            params["intf"] = ChannelIntf
+        elif self.channel and (node1.inNamespace or node2.inNamespace) \
                 and getattr(node1, "server", "localhost") != getattr(node2, "server", "localhost"):
             if anchor is None:
                 raise LinkParamError(f"{node1.name} and {node2.name} are on different machines, and none of the "

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mininet.node import Switch
+from mininet.node import Host, Node, Switch
 
 from emu.clock import check_clock
 from emu.control.model import MySid
@@ -41,6 +41,8 @@ from emu.net.link import (
     CutIntf,
     FabricLink,
     LinkParams,
+    NoKernel,
+    no_kernel,
     node_netlink,
     root_netlink,
 )
@@ -83,9 +85,16 @@ class RunSettings:
     # The core that runs the hot path (emu.dataplane.core): "native", the compiled one (the default where
     # it was built), or "python", the reference; the same figures either way. "": the default.
     core: str = ""
+    # Whether the hosts have kernels (a namespace each, veths to their switches). Without (the fabric clock
+    # only), every node is the engine's alone: nothing to make in the kernel, so a fabric of hundreds of
+    # GPUs builds in seconds; jobs run as ever, and the hosts cannot run commands (ping, iperf3).
+    kernel: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "core", check_core(self.core or default_core()))
+        if not self.kernel and (self.clock != "fabric" or self.backend != "native" or self.machines):
+            raise ValueError("a fabric without the hosts' kernels (kernel=False) runs the native engine on the "
+                             "fabric clock, on one machine: its hosts are only the jobs the engine runs")
         try:
             Dilation(self.dilation)
         except UnitError as exc:
@@ -157,6 +166,9 @@ class FabricSwitch(Switch):
         params.pop("batch", None)
         params["inNamespace"] = False
         super().__init__(name, **params)
+        self._fabric(shard, loopback4, loopback6, sids)
+
+    def _fabric(self, shard: int | None, loopback4: str, loopback6: str, sids: dict[str, str] | None) -> None:
         self.shard = shard
         self.loopback4 = loopback4
         self.loopback6 = loopback6
@@ -215,6 +227,28 @@ class FabricSwitch(Switch):
         return ()
 
 
+class EngineSwitch(NoKernel, FabricSwitch):
+    """A fabric switch that is the engine's alone (RunSettings.kernel False): no shell, no interfaces (not
+    even Mininet's loopback one, which a root-namespace switch configures through its shell)."""
+
+    def __init__(self, name: str, shard: int | None = None, loopback4: str = "", loopback6: str = "",
+                 sids: dict[str, str] | None = None, dpid: str | None = None, **params: Any):
+        params.pop("batch", None)
+        params["inNamespace"] = False
+        Node.__init__(self, name, **params)
+        self.dpid, self.opts, self.listenPort = self.defaultDpid(dpid), "", None
+        self._fabric(shard, loopback4, loopback6, sids)
+
+
+class EngineHost(NoKernel, Host):
+    """A host that is only the jobs the engine runs on it (RunSettings.kernel False): no namespace, no shell,
+    no interfaces; its planes are its links' plans (FabricNet.host_planes)."""
+
+    def __init__(self, name: str, **params: Any) -> None:
+        params["inNamespace"] = False  # none of its own
+        super().__init__(name, **params)
+
+
 def record_nodes(run_dir: str, switches: tuple[FabricSwitch, ...]) -> None:
     """What `emu clean` needs after a crash: the switches' interfaces, the node shells, the hosts."""
     # Only this machine's: a node on another has its pid there, and its interfaces go with its namespace.
@@ -225,7 +259,7 @@ def record_nodes(run_dir: str, switches: tuple[FabricSwitch, ...]) -> None:
         interfaces=[i.name for sw in switches if machine_of(sw) == "localhost" for i in _ports(sw)
                     if not isinstance(i, ChannelIntf)],
         pids=[n.pid for n in nodes.values() if getattr(n, "pid", None)],
-        hosts={n.name: n.pid for n in nodes.values() if not isinstance(n, FabricSwitch)},
+        hosts={n.name: n.pid for n in nodes.values() if not isinstance(n, FabricSwitch) and getattr(n, "pid", None)},
     )
 
 
@@ -321,16 +355,18 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
                     graph.add_link(sw.name, i, mac, peer.node.name, j, peer.mac or peer.MAC(), lp.rate_bps)
                 continue
             host_mac = peer.mac or peer.MAC()
-            ip4 = lp.host_ip4 or (f"{peer.IP()}/{peer.prefixLen}" if peer.IP() else "")
+            kernel = not no_kernel(peer.node)
+            ip4 = lp.host_ip4 or (f"{peer.IP()}/{peer.prefixLen}" if kernel and peer.IP() else "")
             specs.append(PortSpec(index=i, ifname=intf.name, mac=mac, rate_bps=lp.rate_bps, delay_s=lp.delay_s,
                                   peer_kind="host", peer_mac=host_mac,
                                   ipv4=(lp.gw4,) if lp.gw4 else (), ipv6=(lp.gw6,) if lp.gw6 else (),
-                                  headroom=lp.headroom))
+                                  headroom=lp.headroom, kernel=kernel))
             if ip4:
                 attachments.append(Attachment(ip4.split("/")[0] + "/32", sw.name, i, host_mac))
             if lp.host_ip6:
                 attachments.append(Attachment(lp.host_ip6.split("/")[0] + "/128", sw.name, i, host_mac))
-            host_ports.setdefault(peer.node, []).append(HostPort(peer.name, lp))
+            if kernel:
+                host_ports.setdefault(peer.node, []).append(HostPort(peer.name, lp))
             host_node[peer.node.name] = peer.node
             host_of[(sw.name, i)] = peer.node.name
         port_specs[sw.name] = specs

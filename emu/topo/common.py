@@ -60,10 +60,24 @@ def mem_available() -> int:
     return 0
 
 
-def check_fits(name: str, *, fabric_links: int, host_links: int, nodes: int) -> None:
-    """TopologyError if this machine cannot hold the fabric: its rings, veths and nodes in half the
-    memory available (the rest is the endpoints' and the machine's), and a packet socket per switch port
-    within the open-file limit a worker can raise itself to."""
+ENGINE_PORT_BYTES = 64 << 10  # a port of the compiled engine with nothing in its kernel: queues, counters
+ENGINE_NODE_BYTES = 256 << 10  # a node that is only the engine's (Python objects, tables)
+
+
+def check_fits(name: str, *, fabric_links: int, host_links: int, nodes: int, kernel: bool = True) -> None:
+    """TopologyError if this machine cannot hold the fabric as it will be built: with the hosts' kernels,
+    its rings, veths and nodes (shells, namespaces) in half the memory available (the rest is the
+    endpoints' and the machine's), and a packet socket per switch port within the open-file limit a
+    worker can raise itself to; without (`kernel` False: fabric-clock jobs only), the engine's ports and
+    nodes alone, which have neither rings nor sockets."""
+    if not kernel:
+        need = (2 * fabric_links + host_links) * ENGINE_PORT_BYTES + nodes * ENGINE_NODE_BYTES
+        avail = mem_available()
+        if avail and need > avail // 2:
+            raise TopologyError(f"{name}: {fabric_links} switch links and {host_links} host links need about "
+                                f"{need / 2**30:.1f} GiB even without the hosts' kernels; this machine has "
+                                f"{avail / 2**30:.1f} GiB available and a run may take half: make it smaller")
+        return
     # Rings shrink when a worker's pass its budget (emu.dataplane.ring.ring_sizes), and there are at most as
     # many workers as cores: what the rings can take is the smaller of the two.
     rings = min(2 * fabric_links * FABRIC_PORT_RING + host_links * HOST_PORT_RING, (os.cpu_count() or 1) * RING_BUDGET)
@@ -115,9 +129,15 @@ class FabricTopo(Topo):
         if len(links) > self.MAX_LINKS:
             raise TopologyError(f"{type(self).__name__}: {len(links)} links is more than one machine "
                                 f"can emulate (at most {self.MAX_LINKS})")
+
+    def check_fits(self, *, kernel: bool = True) -> None:
+        """TopologyError if this machine cannot hold the fabric built with the hosts' kernels or without
+        (check_fits): what FabricNet asks before it makes anything."""
+        links = self.links()
         switches = set(self.switches())
         fabric = sum(1 for a, b in links if a in switches and b in switches)
-        check_fits(type(self).__name__, fabric_links=fabric, host_links=len(links) - fabric, nodes=len(self.nodes()))
+        check_fits(type(self).__name__, fabric_links=fabric, host_links=len(links) - fabric, nodes=len(self.nodes()),
+                   kernel=kernel)
 
     def check(self) -> None:
         """Raise TopologyError for an impossible parameter (nothing exists yet)."""
