@@ -2,7 +2,7 @@
 # cython: language_level=3
 
 from cpython.ref cimport PyObject
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 ctypedef int (*EventFn)(object obj, double t, object parg, void* varg, int64_t iarg) except -1
 
@@ -47,8 +47,12 @@ cdef int deliver_now(object target, double t, Packet* p) except -1
 cdef int deliver_at(Schedule sched, object target, double t, Packet* p) except -1
 
 cdef class Schedule:
-    cdef Event* heap
-    cdef Py_ssize_t n, cap
+    cdef double* kt             # the heap: each event's time, sequence, and slot in the pool
+    cdef int64_t* ks
+    cdef int32_t* ki
+    cdef Event* pool
+    cdef int32_t* spare         # free slots of the pool
+    cdef Py_ssize_t n, cap, used, nspare
     cdef int64_t seq
     cdef public double now
     cdef public int mode
@@ -62,6 +66,7 @@ cdef class Schedule:
     cdef int push_seq(self, double t, int64_t seq, EventFn fn, object obj, object parg, void* varg,
                       int64_t iarg, int held=*) except -1
     cdef int push_held(self, double t, EventFn fn, object obj) except -1
+    cdef int _grow(self) except -1
     cdef double cclock(self)
     cdef inline double next_t(self) noexcept
     cdef inline void _pop(self, Event* out) noexcept

@@ -16,7 +16,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
 from libc.math cimport INFINITY
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 import time
 
@@ -149,21 +149,24 @@ cdef void materialize(Packet* p) noexcept:
 
 # -- the schedule ------------------------------------------------------------------------------------
 
-cdef inline bint _before(Event* a, Event* b) noexcept nogil:
-    return a.t < b.t or (a.t == b.t and a.seq < b.seq)
-
-
 cdef class Schedule:
-    """emu.dataplane.schedule.Schedule, compiled: a binary heap of C events, ordered by (time, sequence).
+    """emu.dataplane.schedule.Schedule, compiled: events ordered by (time, sequence). The heap holds only
+    their keys and a slot number (what a sift moves: 20 bytes, not the event); the events stay in a pool.
     An event is a C function on a core object (a link's end of transmission, a frame's arrival) or a
     Python callback fn(t, arg), run where the reference runs it."""
 
     def __cinit__(self, mode: str = "virtual", idle_dilation: float = 1.0):
         self.cap = 1024
-        self.heap = <Event*>malloc(self.cap * sizeof(Event))
-        if self.heap == NULL:
+        self.kt = <double*>malloc(self.cap * sizeof(double))
+        self.ks = <int64_t*>malloc(self.cap * sizeof(int64_t))
+        self.ki = <int32_t*>malloc(self.cap * sizeof(int32_t))
+        self.pool = <Event*>malloc(self.cap * sizeof(Event))
+        self.spare = <int32_t*>malloc(self.cap * sizeof(int32_t))
+        if not (self.kt and self.ks and self.ki and self.pool and self.spare):
             raise MemoryError()
         self.n = 0
+        self.used = 0
+        self.nspare = 0
         self.seq = 0
         self.now = 0.0
         self.mode = MODES[mode]
@@ -176,12 +179,18 @@ cdef class Schedule:
 
     def __dealloc__(self):
         cdef Py_ssize_t i
+        cdef Event* e
         for i in range(self.n):
-            if self.heap[i].fn == NULL:
-                _release(&self.heap[i])
-            elif self.heap[i].held:
-                Py_XDECREF(self.heap[i].obj)
-        free(self.heap)
+            e = &self.pool[self.ki[i]]
+            if e.fn == NULL:
+                _release(e)
+            elif e.held:
+                Py_XDECREF(e.obj)
+        free(self.kt)
+        free(self.ks)
+        free(self.ki)
+        free(self.pool)
+        free(self.spare)
 
     cdef int push(self, double t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1:
         cdef int64_t seq = self.seq
@@ -194,20 +203,45 @@ cdef class Schedule:
         self.seq += 1
         return self.push_seq(t, seq, fn, obj, None, NULL, 0, 1)
 
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t cap = 2 * self.cap
+        cdef double* kt = <double*>realloc(self.kt, cap * sizeof(double))
+        if kt == NULL:
+            raise MemoryError()
+        self.kt = kt
+        cdef int64_t* ks = <int64_t*>realloc(self.ks, cap * sizeof(int64_t))
+        if ks == NULL:
+            raise MemoryError()
+        self.ks = ks
+        cdef int32_t* ki = <int32_t*>realloc(self.ki, cap * sizeof(int32_t))
+        if ki == NULL:
+            raise MemoryError()
+        self.ki = ki
+        cdef Event* pool = <Event*>realloc(self.pool, cap * sizeof(Event))
+        if pool == NULL:
+            raise MemoryError()
+        self.pool = pool
+        cdef int32_t* spare = <int32_t*>realloc(self.spare, cap * sizeof(int32_t))
+        if spare == NULL:
+            raise MemoryError()
+        self.spare = spare
+        self.cap = cap
+        return 0
+
     cdef int push_seq(self, double t, int64_t seq, EventFn fn, object obj, object parg, void* varg, int64_t iarg,
                       int held=0) except -1:
         """An event that took its place in the order (`seq`) earlier: a frame in flight on a link, parked in
         the link's FIFO until the frames ahead of it have landed (Transmitter._fly)."""
-        cdef Event* h
-        cdef Py_ssize_t i, up
-        if self.n == self.cap:
-            h = <Event*>realloc(self.heap, 2 * self.cap * sizeof(Event))
-            if h == NULL:
-                raise MemoryError()
-            self.heap = h
-            self.cap *= 2
-        h = self.heap
-        cdef Event e
+        if self.n == self.cap or (self.nspare == 0 and self.used == self.cap):
+            self._grow()
+        cdef int32_t slot
+        if self.nspare:
+            self.nspare -= 1
+            slot = self.spare[self.nspare]
+        else:
+            slot = <int32_t>self.used
+            self.used += 1
+        cdef Event* e = &self.pool[slot]
         e.t = t
         e.seq = seq
         e.fn = fn
@@ -221,42 +255,60 @@ cdef class Schedule:
             Py_INCREF(obj)
         e.varg = varg
         e.iarg = iarg
-        i = self.n
+        cdef double* kt = self.kt
+        cdef int64_t* ks = self.ks
+        cdef int32_t* ki = self.ki
+        cdef Py_ssize_t i = self.n, up
         self.n += 1
         while i > 0:
             up = (i - 1) >> 1
-            if _before(&e, &h[up]):
-                h[i] = h[up]
+            if t < kt[up] or (t == kt[up] and seq < ks[up]):
+                kt[i] = kt[up]
+                ks[i] = ks[up]
+                ki[i] = ki[up]
                 i = up
             else:
                 break
-        h[i] = e
+        kt[i] = t
+        ks[i] = seq
+        ki[i] = slot
         return 0
 
     cdef inline void _pop(self, Event* out) noexcept:
-        cdef Event* h = self.heap
-        out[0] = h[0]
+        cdef double* kt = self.kt
+        cdef int64_t* ks = self.ks
+        cdef int32_t* ki = self.ki
+        cdef int32_t slot = ki[0]
+        out[0] = self.pool[slot]
+        self.spare[self.nspare] = slot
+        self.nspare += 1
         self.n -= 1
         cdef Py_ssize_t n = self.n
         if n == 0:
             return
-        cdef Event last = h[n]
+        cdef double t = kt[n]
+        cdef int64_t seq = ks[n]
+        cdef int32_t last = ki[n]
         cdef Py_ssize_t i = 0, c
         while True:
             c = 2 * i + 1
             if c >= n:
                 break
-            if c + 1 < n and _before(&h[c + 1], &h[c]):
+            if c + 1 < n and (kt[c + 1] < kt[c] or (kt[c + 1] == kt[c] and ks[c + 1] < ks[c])):
                 c += 1
-            if _before(&h[c], &last):
-                h[i] = h[c]
+            if kt[c] < t or (kt[c] == t and ks[c] < seq):
+                kt[i] = kt[c]
+                ks[i] = ks[c]
+                ki[i] = ki[c]
                 i = c
             else:
                 break
-        h[i] = last
+        kt[i] = t
+        ks[i] = seq
+        ki[i] = last
 
     cdef inline double next_t(self) noexcept:
-        return self.heap[0].t if self.n else INFINITY
+        return self.kt[0] if self.n else INFINITY
 
     def at(self, double t, fn, arg=None):
         self.push(t, NULL, fn, arg, NULL, 0)
@@ -275,7 +327,7 @@ cdef class Schedule:
             return self.now
         if self.mode == WALL:
             return monotonic()
-        if self.busy or self.windowed or (self.n and self.heap[0].t < self.drain_until):
+        if self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until):
             return self.now
         cdef double f = self.anchor_f + (monotonic() - self.anchor_w) / self.idle_dilation
         return f if f > self.now else self.now
@@ -301,7 +353,7 @@ cdef class Schedule:
     def run_until(self, double until, long long max_events):
         cdef Event e
         cdef long long n = 0
-        while self.n and self.heap[0].t <= until and n < max_events:
+        while self.n and self.kt[0] <= until and n < max_events:
             self._pop(&e)
             if e.t > self.now:
                 self.now = e.t
@@ -314,7 +366,7 @@ cdef class Schedule:
     def run_due(self, double f):
         cdef Event e
         cdef long long n = 0
-        while self.n and self.heap[0].t <= f and not self.busy:
+        while self.n and self.kt[0] <= f and not self.busy:
             self._pop(&e)
             if e.t > self.now:
                 self.now = e.t
@@ -325,7 +377,7 @@ cdef class Schedule:
     def run_window(self, double limit, long long max_events):
         cdef Event e
         cdef long long n = 0
-        while self.n and n < max_events and self.heap[0].t < limit:
+        while self.n and n < max_events and self.kt[0] < limit:
             self._pop(&e)
             self.now = e.t
             self._run(&e)
@@ -335,7 +387,7 @@ cdef class Schedule:
     def run_job(self, long long max_events):
         cdef Event e
         cdef long long n = 0
-        while self.n and n < max_events and (self.busy or self.heap[0].t < self.drain_until):
+        while self.n and n < max_events and (self.busy or self.kt[0] < self.drain_until):
             self._pop(&e)
             self.now = e.t
             self._run(&e)
@@ -347,7 +399,7 @@ cdef class Schedule:
         cdef long long n = 0
         cdef double now = monotonic()
         add = late.add
-        while self.n and self.heap[0].t <= now:
+        while self.n and self.kt[0] <= now:
             self._pop(&e)
             self.now = e.t
             add(now - e.t)

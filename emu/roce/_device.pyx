@@ -27,6 +27,10 @@ from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, FromHost, Sink, 
 
 from collections import deque
 
+from emu.roce import wire
+from emu.roce.cc import DcqcnParams, make
+from emu.roce.transport import SPRAYS, Completion, FabricIO, MemoryRegion, RoceError, zeroed
+
 cdef enum:
     ENTROPY = 4
     DUP_THRESH = 3
@@ -409,6 +413,7 @@ cdef void charged_free(Charged* c) noexcept:
 cdef struct Beyond:     # the PSNs received above the cumulative one (a set): one bit each, by PSN
     uint64_t* w
     int64_t nbits       # a power of two: every member lies in (expected, expected + nbits)
+    int64_t count       # members: none (delivery in order), and an ACK has no bitmap to fill
 
 
 cdef inline bint beyond_has(Beyond* b, int64_t expected, int64_t psn) noexcept:
@@ -439,12 +444,14 @@ cdef int beyond_add(Beyond* b, int64_t expected, int64_t psn) except -1:
         b.nbits = nbits
     j = psn & (b.nbits - 1)
     b.w[j >> 6] |= 1ULL << (j & 63)
+    b.count += 1
     return 0
 
 
 cdef inline void beyond_discard(Beyond* b, int64_t psn) noexcept:
     cdef int64_t j = psn & (b.nbits - 1)
     b.w[j >> 6] &= ~(1ULL << (j & 63))
+    b.count -= 1
 
 
 cdef inline int64_t unwrap(int64_t wire_psn, int64_t near) noexcept:
@@ -470,7 +477,6 @@ cdef class Cc:
     cdef public int stage
 
     def __init__(self, str name, double line_rate):
-        from emu.roce.cc import DcqcnParams, make
 
         ref = make(name, line_rate)  # the reference's checks and defaults
         self.name = ref.name
@@ -664,8 +670,6 @@ cdef class QueuePair:
         return self._rx_trace
 
     def connect(self, int remote_qpn, list remote_addrs):
-        from emu.roce import wire
-        from emu.roce.transport import RoceError
 
         if len(remote_addrs) != self.dev.nplanes:
             raise RoceError(f"the peer has {len(remote_addrs)} planes, this device {self.dev.nplanes}")
@@ -678,7 +682,6 @@ cdef class QueuePair:
 
     def post_write(self, int64_t wr_id, mr, int64_t offset, int64_t length, uint64_t remote_va, uint32_t rkey,
                    imm=None):
-        from emu.roce.transport import Completion, RoceError
 
         if self.remote_qpn < 0:
             raise RoceError("the queue pair is not connected")
@@ -741,7 +744,6 @@ cdef class QueuePair:
             self.wrs.n -= 1
 
     def fail(self, str why):
-        from emu.roce.transport import Completion
 
         self.error = why
         cdef Py_ssize_t i
@@ -832,8 +834,6 @@ cdef class Device:
                  str spray="weighted", retry_limit=None):
         import random
 
-        from emu.roce import wire
-        from emu.roce.transport import SPRAYS, RoceError
 
         if not addrs:
             raise RoceError("a device needs at least one port (plane address)")
@@ -990,7 +990,6 @@ cdef class Device:
         return <uint8_t*>ptr
 
     def reg_mr(self, int64_t size):
-        from emu.roce.transport import MemoryRegion, zeroed
 
         mr = MemoryRegion(va=self.rng.randrange(1 << 20, 1 << 40) << 12, rkey=self.rng.randrange(1, 1 << 32),
                           buf=zeroed(size))
@@ -1078,16 +1077,19 @@ cdef class Device:
             self._send_data(qp, now)
         self._probe_planes(now)
         due = INFINITY
+        cdef bint known = False  # the earliest free plane, the same for every queue pair: found once
         for qp in self.qp_list:
             if (qp.pending.n and qp.inflight.n - qp.sacked < self.window) or qp.resend.n:
-                found = False
-                free_ = now
-                for i in range(self.nplanes):
-                    p = &self.planes_c[i]
-                    if p.healthy and p.weight:
-                        if not found or p.next_free < free_:
-                            free_ = p.next_free
-                            found = True
+                if not known:
+                    known = True
+                    found = False
+                    free_ = now
+                    for i in range(self.nplanes):
+                        p = &self.planes_c[i]
+                        if p.healthy and p.weight:
+                            if not found or p.next_free < free_:
+                                free_ = p.next_free
+                                found = True
                 due = pmin(due, pmax(qp.next_send, free_))
             if qp.ack_due:
                 due = pmin(due, qp.ack_deadline)
@@ -1464,7 +1466,6 @@ cdef class Device:
 
     cdef int _on_data(self, QueuePair qp, Plane* plane, const uint8_t* data, int n, int64_t wpsn, bint ack_req,
                       int tclass, double now, bint has_imm, uint32_t imm, bint imm_cut) except -1:
-        from emu.roce.transport import Completion
 
         cdef int head = DATA_HEADER + (IMM_BYTES if has_imm else 0)
         if n < head + ICRC_BYTES or imm_cut:
@@ -1552,9 +1553,10 @@ cdef class Device:
         _be32(b + 8, <uint32_t>((qp.expected - 1) & PSN_MASK))
         _be32(b + 12, (<uint32_t>syndrome << 24) | <uint32_t>((echo if has_echo else qp.newest) & PSN_MASK))
         _be32(b + 16, <uint32_t>(base & PSN_MASK) | ((1U << 31) if duplicate else 0))
-        for i in range(1, SACK_BITS):
-            if beyond_has(&qp.beyond, qp.expected, base + i):
-                b[20 + (i >> 3)] |= 0x80 >> (i & 7)
+        if qp.beyond.count:
+            for i in range(1, SACK_BITS):
+                if beyond_has(&qp.beyond, qp.expected, base + i):
+                    b[20 + (i >> 3)] |= 0x80 >> (i & 7)
         return self._send_ctl(qp, qp.ack_plane if plane < 0 else plane, pkt, False)
 
     cdef int _send_ctl(self, QueuePair qp, int plane_index, Packet* pkt, bint cnp) except -1:
@@ -1567,7 +1569,6 @@ cdef class Device:
 
     cdef int _on_ack(self, QueuePair qp, Plane* plane, const uint8_t* data, int n, int64_t wpsn, double now
                      ) except -1:
-        from emu.roce.transport import Completion
 
         cdef uint32_t aeth = _rd32(data + 12)
         cdef int syndrome = aeth >> 24
@@ -1851,7 +1852,6 @@ cdef class Endpoint:
     @classmethod
     def attached(cls, host, list planes, fail, str name, **device):
         """emu.roce.endpoint.Endpoint.attached, compiled: a device on the host's ports `planes`."""
-        from emu.roce.transport import FabricIO
 
         sends, host_macs, switch_macs = [], [], []
         arrivals = []
