@@ -208,10 +208,12 @@ def log_for_study(fid: dict[str, Any]) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-# What a result says of the machine that ran it rather than of the fabric: wall and CPU time, the speed of
-# the core that ran it. Two runs of the same fabric-clock job differ only in these (tests/test_cores.py).
-WALL_FIELDS = frozenset({"wall_s", "run_wall_s", "engine_cpu_s", "wall_s_per_fabric_ms", "engine_cpu_s_per_packet_hop",
-                         "hops_per_wall_s", "cpu_ns_per_hop", "speed", "core", "peak_rss_bytes", "bringup_wall_s"})
+# What a result says of the run rather than of the fabric: wall and CPU time, the core that ran it and its
+# speed, whether the hosts' kernels were built. Two runs of the same fabric-clock job differ only in these
+# (tests/test_cores.py).
+RUN_FIELDS = frozenset({"wall_s", "run_wall_s", "engine_cpu_s", "wall_s_per_fabric_ms", "engine_cpu_s_per_packet_hop",
+                        "hops_per_wall_s", "cpu_ns_per_hop", "speed", "core", "peak_rss_bytes", "bringup_wall_s",
+                        "kernel"})
 
 
 def add_speeds(speeds: list[dict[str, Any]], *, parallel: bool = False) -> dict[str, Any]:
@@ -326,6 +328,6 @@ def line(fid: dict[str, Any] | None) -> str:
 
 
 __all__ = ["EMULATOR_IO", "Lateness", "Part", "THRESHOLD_PACKET_TIMES", "combine", "emulator_drops", "engine_parts",
-           "WALL_FIELDS", "add_speeds", "fabric_clock_verdict", "line", "log_for_study", "speed_line",
+           "RUN_FIELDS", "add_speeds", "fabric_clock_verdict", "line", "log_for_study", "speed_line",
            "packet_time_s",
            "tight_timers", "verdict"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from emu.dataplane.core import native
-from emu.fidelity import WALL_FIELDS
+from emu.fidelity import RUN_FIELDS
 from emu.net.switch import RunSettings
 from tests.helpers import EMU
 
@@ -44,7 +44,7 @@ SCENARIOS: dict[str, dict[str, str]] = {
 def figures(result: Any) -> Any:
     """A result without what measures the machine (wall and CPU time, the core that ran it)."""
     if isinstance(result, dict):
-        return {k: figures(v) for k, v in result.items() if k not in WALL_FIELDS}
+        return {k: figures(v) for k, v in result.items() if k not in RUN_FIELDS}
     if isinstance(result, list):
         return [figures(v) for v in result]
     return result
@@ -53,7 +53,8 @@ def figures(result: Any) -> Any:
 def _scenario(name: str, core: str, out: Path) -> dict[str, Any]:
     from emu.scenarios import run_scenario
 
-    return run_scenario(name, SCENARIOS[name], RunSettings(clock="fabric", core=core), out_dir=str(out), plot=False)
+    return run_scenario(name, SCENARIOS[name], RunSettings(clock="fabric", core=core, kernel=False), out_dir=str(out),
+                        plot=False)
 
 
 def _compare(name: str, python: Any, compiled: Any) -> None:
@@ -103,7 +104,8 @@ def test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_r
     topo, params, sizes = COLLECTIVES[name]
     op = "alltoall" if "alltoall" in name else "allreduce"
     args = {"topo": topo, "sizes": ",".join(sizes), **{k: str(v) for k, v in params.items()}}
-    out = {core: run(op, args, settings=RunSettings(clock="fabric", core=core)) for core in ("python", "native")}
+    out = {core: run(op, args, settings=RunSettings(clock="fabric", core=core, kernel=False))
+           for core in ("python", "native")}
     assert out["python"]["core"] == "python" and out["native"]["core"] == "native"
     _compare(name, out["python"], out["native"])
 

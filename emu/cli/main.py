@@ -55,7 +55,8 @@ def _settings(args: argparse.Namespace):
                            workers=args.workers, pcap_dir=args.pcap or "", control=timing,
                            measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
                            links=args.links, clock=_clock(args), trim=trim, pace=args.pace,
-                           machines=_machines(args.machines), core=args.core or "")
+                           machines=_machines(args.machines), core=args.core or "",
+                           kernel=_kernel(args, _clock(args)))
     _check_backend(settings)
     return settings
 
@@ -79,6 +80,15 @@ def _trim(text: str | None) -> tuple[int, int] | None:
         return int(parts[0]), int(parts[1]) if len(parts) > 1 else 11
     except ValueError:
         raise ValueError(f"--trim needs SIZE[,DSCP] in bytes and a DSCP, e.g. 64,11; got {text!r}") from None
+
+
+def _kernel(args: argparse.Namespace, clock: str) -> bool:
+    """Whether the hosts get kernels: asked for (--kernel), or needed (the wall clock, BMv2, several machines,
+    `up` and its commands); a scenario's or benchmark's fabric-clock run, whose traffic is all the engine's,
+    builds without them (nothing in the kernel to make: a fabric of hundreds of GPUs in seconds)."""
+    if getattr(args, "kernel", False) or clock != "fabric" or args.command not in ("scenario", "bench"):
+        return True
+    return bool(args.backend != "native" or getattr(args, "machines", None))
 
 
 def _clock(args: argparse.Namespace) -> str:
@@ -299,7 +309,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         clock = "fabric" if args.machines and not args.clock else clock
         settings = RunSettings(backend=args.backend, links=args.links, clock=clock, trim=_trim(args.trim),
                                pfc=not args.trim, workers=args.workers,  # a trimmed class is lossy: no PFC to count
-                               machines=_machines(args.machines), core=args.core or "")
+                               machines=_machines(args.machines), core=args.core or "", kernel=_kernel(args, clock))
         _check_backend(settings)
     if args.reset:
         if args.name != "calibrate":
@@ -395,6 +405,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                         "(1000: a fabric millisecond a second), to watch it in the live view; figures do not change")
     p.add_argument("--no-pfc", action="store_true", help="turn PFC off in the lossless class")
     p.add_argument("--spray", action="store_true", help="per-packet spraying instead of ECMP flow hashing")
+    p.add_argument("--kernel", action="store_true",
+                   help="build the hosts' kernels (a namespace and veths each) on the fabric clock too; without it a "
+                        "fabric-clock run, whose traffic is all the engine's, builds none")
     p.add_argument("--core", choices=("native", "python"), default=None,
                    help="what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
                         "python, the reference it is checked against; the same figures bit for bit")
@@ -575,6 +588,9 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                         "time, retried larger if the run falls behind); `link` defaults to 1000")
     p.add_argument("--backend", choices=("native", "bmv2"), default="native", help="for `collective`")
     p.add_argument("--trim", metavar="SIZE[,DSCP]", help="for `collective`: the fabric trims (see `emu up --help`)")
+    p.add_argument("--kernel", action="store_true",
+                   help="for `collective`: build the hosts' kernels (a namespace and veths each) on the fabric clock too; without it a "
+                        "fabric-clock run, whose traffic is all the engine's, builds none")
     p.add_argument("--core", choices=("native", "python"), default=None,
                    help="for `collective`: what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
                         "python, the reference it is checked against; the same figures bit for bit")

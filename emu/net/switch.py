@@ -248,6 +248,14 @@ class EngineHost(NoKernel, Host):
         params["inNamespace"] = False  # none of its own
         super().__init__(name, **params)
 
+    def IP(self, intf: Any = None) -> str | None:  # noqa: N802 (Mininet's name)
+        """Its first plane's IPv4 address, from the link's plan (it has no interface to read it from)."""
+        for i in self.intfList():
+            link = getattr(i, "link", None)
+            if isinstance(link, FabricLink) and link.fabric.host_ip4 and (intf is None or i.name == str(intf)):
+                return link.fabric.host_ip4.split("/")[0]
+        return None
+
 
 def record_nodes(run_dir: str, switches: tuple[FabricSwitch, ...]) -> None:
     """What `emu clean` needs after a crash: the switches' interfaces, the node shells, the hosts."""

@@ -158,6 +158,8 @@ class Scenario:
         result = {"scenario": self.name, "clock": settings.clock,
                   "dilation": 1.0 if settings.clock == "fabric" else settings.dilation,
                   "parameters": self.parameters(), **figures}
+        if not settings.kernel:
+            result["kernel"] = False  # built without the hosts' kernels: nothing of theirs crossed it
         if settings.clock == "fabric" and settings.workers > 1:
             result["workers"] = settings.workers  # the fabric split over that many, in windows
         if settings.machines:
