@@ -152,6 +152,14 @@ class Ring:
         the right neighbour's `dst` region ("stage" or "data") at the same offset; what we receive at
         step s is the chunk we send at step s + 1 (the left neighbour runs one chunk behind us), and
         when the step reduces, it lands in stage and is added into data before it goes on."""
+        compiled = getattr(self.dev, "ring_op", None)
+        if compiled is not None and type(self).wait_imm is Ring.wait_imm and type(self).finish is Ring.finish:
+            # The compiled device's (emu.roce._device.RingOp): these same steps, in C. (A ring that waits
+            # its own way, a replica with heartbeats, runs the loop below.)
+            op = compiled(self, steps, chunk)
+            yield op  # its endpoint runs it to its end, then this goes on
+            self.msg, self.done_at = op.msg, op.done_at
+            return
         grain = max(4, min(self.slice, chunk) // 4 * 4)
         cuts = [(lo, min(chunk, lo + grain)) for lo in range(0, chunk, grain)]
         k, base = len(cuts), self.msg

@@ -682,7 +682,6 @@ cdef class QueuePair:
 
     def post_write(self, int64_t wr_id, mr, int64_t offset, int64_t length, uint64_t remote_va, uint32_t rkey,
                    imm=None):
-
         if self.remote_qpn < 0:
             raise RoceError("the queue pair is not connected")
         if self.error:
@@ -690,9 +689,14 @@ cdef class QueuePair:
             return
         if offset < 0 or length < 0 or offset + length > mr.size:
             raise RoceError(f"write of {length} B at {offset} is outside the {mr.size} B region")
+        self.c_post_write(wr_id, self.dev.buffer_of(mr), offset, length, remote_va, rkey, imm is not None,
+                          0 if imm is None else (<uint64_t>imm) & 0xFFFFFFFF)
+
+    cdef int c_post_write(self, int64_t wr_id, uint8_t* base, int64_t offset, int64_t length, uint64_t remote_va,
+                          uint32_t rkey, bint has_imm, uint32_t imm) except -1:
+        """post_write's work, its checks done: the write's segments queued, its work request noted."""
         if not self.pending.n:
             self.ready_at = self.dev.sched.cclock()
-        cdef uint8_t* base = self.dev.buffer_of(mr)
         cdef int mtu = self.dev.mtu
         cdef bint first = True
         cdef int64_t pos = 0
@@ -719,10 +723,11 @@ cdef class QueuePair:
             segq_push(&self.pending, seg)
             pos += n
             first = False
-        if imm is not None:
+        if has_imm:
             seg.has_imm = True
-            seg.imm = (<uint64_t>imm) & 0xFFFFFFFF
+            seg.imm = imm
         wrq_push(&self.wrs, wr_id, seg_ref(seg), length)
+        return 0
 
     cdef inline bint c_busy(self) noexcept:
         return self.pending.n > 0 or self.inflight.n > 0
@@ -1027,6 +1032,10 @@ cdef class Device:
 
     def has_recv(self):
         return len(self.recv_cq) > 0
+
+    def ring_op(self, ring, list steps, int64_t chunk):
+        """A ring's steps run compiled (RingOp): what emu.collectives.rank.Ring.ring yields on this device."""
+        return RingOp(self, ring, steps, chunk)
 
     def idle(self):
         return not self.c_busy()
@@ -1745,6 +1754,212 @@ cdef bint _icrc_ok(const uint8_t* src, const uint8_t* dst, int sport, const uint
     return got == crc
 
 
+# -- a ring's data movement (emu.collectives.rank.Ring.ring, compiled) -------------------------------------
+
+cdef extern from "sys/mman.h" nogil:
+    int madvise(void* addr, size_t length, int advice)
+    int MADV_DONTNEED
+
+cdef extern from "unistd.h" nogil:
+    long sysconf(int name)
+    int _SC_PAGESIZE
+
+cdef enum:
+    RING_YIELD = 0      # it posted a write: the device sends it before the ring goes on (`yield None`)
+    RING_RECV = 1       # it waits for a receive completion (`yield dev.has_recv`)
+    RING_IDLE = 2       # it waits for its writes to be acknowledged (`yield dev.idle`)
+    RING_DONE = 3
+
+
+cdef class RingOp:
+    """Ring.ring (emu.collectives.rank), compiled: the same writes posted, the same completions waited for,
+    the same yields, in the same order, so an endpoint running it does what the reference's generator
+    makes it do; the reduction is a C loop and a used staging slice goes back to the kernel. The ring's
+    Python generator yields it once (Device.ring_op) and the compiled endpoint runs it to its end."""
+
+    cdef Device dev
+    cdef QueuePair qp
+    cdef object ring
+    cdef uint8_t* data
+    cdef uint8_t* stage
+    cdef int64_t* cs
+    cdef bint* to_stage
+    cdef bint* reduce
+    cdef int nsteps
+    cdef uint64_t va_stage, va_data
+    cdef uint32_t rk_stage, rk_data
+    cdef int64_t chunk, grain, k, base, n
+    cdef int64_t s, j, want
+    cdef int phase
+    cdef int64_t* got
+    cdef Py_ssize_t ngot, capgot
+    cdef public int64_t msg
+    cdef public double done_at
+
+    def __cinit__(self):
+        self.cs = NULL
+        self.to_stage = NULL
+        self.reduce = NULL
+        self.got = NULL
+
+    def __dealloc__(self):
+        free(self.cs)
+        free(self.to_stage)
+        free(self.reduce)
+        free(self.got)
+
+    def __init__(self, Device dev, ring, list steps, int64_t chunk):
+        self.dev = dev
+        self.ring = ring
+        self.qp = <QueuePair?>ring.right
+        self.data = dev.buffer_of(ring.data)
+        self.stage = dev.buffer_of(ring.stage)
+        self.nsteps = len(steps)
+        self.cs = <int64_t*>malloc(max(1, self.nsteps) * sizeof(int64_t))
+        self.to_stage = <bint*>malloc(max(1, self.nsteps) * sizeof(bint))
+        self.reduce = <bint*>malloc(max(1, self.nsteps) * sizeof(bint))
+        cdef int i
+        for i, (c, dst, red) in enumerate(steps):
+            if dst not in ("stage", "data"):
+                raise ValueError(f"a ring step writes to stage or data, not {dst!r}")
+            self.cs[i], self.to_stage[i], self.reduce[i] = c, dst == "stage", red
+        peer = ring.peer
+        self.va_stage, self.rk_stage = peer["stage"]["va"], peer["stage"]["rkey"]
+        self.va_data, self.rk_data = peer["data"]["va"], peer["data"]["rkey"]
+        self.chunk = chunk
+        self.grain = max(4, min(ring.slice, chunk) // 4 * 4)
+        self.k = (chunk + self.grain - 1) // self.grain if chunk > 0 else 0
+        self.base = ring.msg
+        self.n = ring.n
+        self.s = 0
+        self.j = 0
+        self.phase = 0
+        self.capgot = max(16, len(ring.got))
+        self.got = <int64_t*>malloc(self.capgot * sizeof(int64_t))
+        self.ngot = 0
+        for w in ring.got:
+            self.got[self.ngot] = w
+            self.ngot += 1
+        self.msg = self.base
+        self.done_at = 0.0
+
+    cdef int _drain(self) except -1:
+        """got.update(c.wr_id for c in dev.poll_recv())"""
+        cdef Py_ssize_t i
+        cdef int64_t w
+        cdef bint have
+        q = self.dev.recv_cq
+        for c in q:
+            w = c.wr_id
+            have = False
+            for i in range(self.ngot):
+                if self.got[i] == w:
+                    have = True
+                    break
+            if not have:
+                if self.ngot == self.capgot:
+                    self.capgot *= 2
+                    self.got = <int64_t*>realloc(self.got, self.capgot * sizeof(int64_t))
+                self.got[self.ngot] = w
+                self.ngot += 1
+        q.clear()
+        return 0
+
+    cdef bint _take(self, int64_t want) noexcept:
+        """`want in got`, and discarded from it if so."""
+        cdef Py_ssize_t i
+        for i in range(self.ngot):
+            if self.got[i] == want:
+                self.ngot -= 1
+                self.got[i] = self.got[self.ngot]
+                return True
+        return False
+
+    cdef void _reduce(self, int64_t off, int64_t nbytes) noexcept:
+        """data[off:off + nbytes] += stage[...] as int32 (wrapping, as numpy's), then the staging slice's
+        whole pages go back (emu.roce.transport.release)."""
+        cdef uint32_t* d = <uint32_t*>(self.data + off)
+        cdef const uint32_t* st = <const uint32_t*>(self.stage + off)
+        cdef int64_t i, m = nbytes // 4
+        for i in range(m):
+            d[i] = d[i] + st[i]
+        cdef int64_t page = sysconf(_SC_PAGESIZE)
+        cdef int64_t lo = (off + page - 1) // page * page
+        cdef int64_t hi = (off + nbytes) // page * page
+        if hi > lo:
+            madvise(self.stage + lo, hi - lo, MADV_DONTNEED)
+
+    cdef int _finish(self) except -1:
+        self.dev.cq.clear()  # dev.poll_cq(): our own writes' completions, not looked at
+        self.done_at = self.dev.sched.cclock()
+        self.ring.got.clear()
+        for i in range(self.ngot):
+            self.ring.got.add(self.got[i])
+        return 0
+
+    cdef int step(self) except -1:
+        """Resume until the reference's generator would yield: what it yields (RING_*)."""
+        cdef int64_t lo, hi, c, off
+        while True:
+            if self.phase == 0:  # the top of slice j of step s
+                if self.s > self.nsteps:
+                    self.msg = self.base + self.nsteps * self.k
+                    if self.dev.c_busy():
+                        self.phase = 2
+                        return RING_IDLE
+                    self._finish()
+                    self.phase = 3
+                    return RING_DONE
+                if self.j == self.k:
+                    self.j = 0
+                    self.s += 1
+                    continue
+                if self.s > 0:
+                    self.want = self.base + (self.s - 1) * self.k + self.j
+                    self.phase = 1
+                else:
+                    self.phase = 4
+                    continue
+            if self.phase == 1:  # wait_imm(want)
+                self._drain()
+                if not self._take(self.want):
+                    return RING_RECV
+                if self.reduce[self.s - 1]:
+                    c = ((self.cs[self.s - 1] - 1) % self.n + self.n) % self.n
+                    lo = self.j * self.grain
+                    hi = min(self.chunk, lo + self.grain)
+                    self._reduce(c * self.chunk + lo, hi - lo)
+                self.phase = 4
+            if self.phase == 4:  # post slice j of step s, if there is a step s
+                self.phase = 0
+                if self.s < self.nsteps:
+                    lo = self.j * self.grain
+                    hi = min(self.chunk, lo + self.grain)
+                    off = self.cs[self.s] * self.chunk + lo
+                    self._post(self.base + self.s * self.k + self.j, off, hi - lo)
+                    self.j += 1
+                    return RING_YIELD
+                self.j += 1
+                continue
+            if self.phase == 2:  # resumed: its writes are acknowledged
+                self._finish()
+                self.phase = 3
+                return RING_DONE
+            return RING_DONE
+
+    cdef int _post(self, int64_t wr, int64_t off, int64_t nbytes) except -1:
+        """self.right.post_write(wr, self.data, off, nbytes, region["va"] + off, region["rkey"], imm=wr)"""
+        cdef QueuePair qp = self.qp
+        cdef bint stage = self.to_stage[self.s]
+        if qp.remote_qpn < 0:
+            raise RoceError("the queue pair is not connected")
+        if qp.error:
+            self.dev.cq.append(Completion(wr, f"flushed: {qp.error}", 0, qp.qpn))
+            return 0
+        return qp.c_post_write(wr, self.data, off, nbytes, (self.va_stage if stage else self.va_data) + off,
+                               self.rk_stage if stage else self.rk_data, True, <uint32_t>(wr & 0xFFFFFFFF))
+
+
 # -- the endpoint (emu.roce.endpoint.Endpoint) ----------------------------------------------------------------
 
 cdef enum:
@@ -1754,6 +1969,7 @@ cdef enum:
     WAIT_RECV = 2
     WAIT_DEV_IDLE = 3
     WAIT_QP_IDLE = 4
+    WAIT_RING = 5
 
 
 cdef int _ev_wake(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
@@ -1802,6 +2018,8 @@ cdef class Endpoint:
     cdef object wait
     cdef int wait_kind
     cdef QueuePair wait_qp
+    cdef RingOp ring
+    cdef int ring_pending
     cdef public double wake_at
     cdef int64_t same
     cdef public bint stopped
@@ -1835,6 +2053,9 @@ cdef class Endpoint:
         elif type(owner) is QueuePair and name == "idle":
             self.wait_kind = WAIT_QP_IDLE
             self.wait_qp = <QueuePair>owner
+        elif type(wait) is RingOp:
+            self.wait_kind = WAIT_RING
+            self.ring = <RingOp>wait
         else:
             self.wait_kind = WAIT_PY
 
@@ -1924,7 +2145,22 @@ cdef class Endpoint:
 
     cdef bint _advance(self, double t) except -1:
         cdef bint moved = False
-        while self.op is not None and self._holds():
+        cdef int code
+        while self.op is not None:
+            if self.wait_kind == WAIT_RING:  # a compiled ring inside the operation: its own yields
+                if not self._ring_holds():
+                    return moved
+                moved = True
+                code = self.ring.step()
+                if code == RING_YIELD:
+                    self.ring_pending = RING_YIELD
+                    return True
+                if code != RING_DONE:
+                    self.ring_pending = code
+                    continue
+                self.ring = None  # done: the generator goes on from where it yielded the ring
+            elif not self._holds():
+                return moved
             moved = True
             try:
                 self._set_wait(self.op.send(None))
@@ -1934,6 +2170,25 @@ cdef class Endpoint:
                 if self.done is not None:
                     self.done(stop.value, t)
                 return True
+            if self.wait_kind == WAIT_RING:  # the reference runs the ring on at once, to its first yield
+                code = self.ring.step()
+                if code == RING_YIELD:
+                    self.ring_pending = RING_YIELD
+                    return True
+                if code == RING_DONE:
+                    self.ring = None
+                    self.wait_kind = WAIT_NONE  # and the generator on, as the ring returned within it
+                    continue
+                self.ring_pending = code
+                continue
             if self.wait_kind == WAIT_NONE:
                 return True
         return moved
+
+    cdef bint _ring_holds(self) except -1:
+        """What the reference's loop asks of the ring's pending wait before resuming it."""
+        if self.ring_pending == RING_YIELD:
+            return True
+        if self.ring_pending == RING_RECV:
+            return len(self.dev.recv_cq) > 0
+        return not self.dev.c_busy()
