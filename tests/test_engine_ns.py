@@ -6,11 +6,12 @@ import dataclasses
 import os
 import re
 import signal
+import sys
 import time
 
 import pytest
 
-from emu.bench.lab import engine_pair, host_mac, pair_spec
+from emu.bench.lab import engine_pair, host_mac, pair_spec, switch_mac
 from emu.dataplane.engine import Engine, EngineError
 from emu.net.netns import Lab
 
@@ -109,3 +110,48 @@ def test_a_udp_sender_held_still_makes_the_verdict_name_it(no_leftovers):
     assert fid["ok"] is False and "traffic sender 0" in fid["behind"], fid["behind"]
     part = next(p for p in fid["parts"] if p["name"] == "traffic sender 0")
     assert part["paced"] and part["mean_packet_times"] > fid["threshold"]["paced_mean_packet_times"], part
+
+
+_TAGGED_ECHO = r"""
+import socket, struct, sys, time
+from emu.packet import checksum
+src_mac, dst_mac, size = bytes.fromhex(sys.argv[1]), bytes.fromhex(sys.argv[2]), int(sys.argv[3])
+icmp = struct.pack("!BBHHH", 8, 0, 0, 0x4242, 1) + bytes(size - 18 - 20 - 8)
+icmp = icmp[:2] + struct.pack("!H", checksum(icmp)) + icmp[4:]
+ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(icmp), 1, 0, 64, 1, 0,
+                 socket.inet_aton("10.9.0.2"), socket.inet_aton("10.9.1.2"))
+ip = ip[:10] + struct.pack("!H", checksum(ip)) + ip[12:]
+frame = dst_mac + src_mac + struct.pack("!HHH", 0x8100, 3 << 13, 0x0800) + ip + icmp  # priority tag, PCP 3
+assert len(frame) == size
+replies = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+replies.settimeout(5)
+out = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+out.bind(("eth0", 0))
+for _ in range(int(sys.argv[4])):
+    out.send(frame)
+    while True:
+        data = replies.recv(65535)
+        if data[20] == 0 and data[24:26] == b"\x42\x42":
+            break
+"""
+
+
+@pytest.mark.parametrize("core", ["python", "native"])
+def test_a_tagged_frame_from_the_kernel_keeps_its_tag(core, monkeypatch, no_leftovers):
+    # The kernel hands a packet socket an 802.1Q tag beside the frame (TP_STATUS_VLAN_VALID); each
+    # core's ring reader puts it back: the switch counts the frame as sent, tag and all, and routes it.
+    from emu.dataplane.core import native
+
+    if core == "native" and native() is None:
+        pytest.skip("the compiled core is not built: its ring reader was not exercised")
+    monkeypatch.setenv("EMU_CORE", core)
+    size, count = 1000, 5
+    with engine_pair("t", rate_bps=100e9, delay_s=0.0, dilation=1.0) as (lab, engine):
+        lab.exec(0, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])  # nothing but our frames in
+        port = lab.root_if(0)
+        before = engine.stats()["switches"]["bench"]["ports"][port]["rx_bytes"]
+        script = lab.exec(0, [sys.executable, "-c", _TAGGED_ECHO, host_mac(0).replace(":", ""),
+                              switch_mac(0).replace(":", ""), str(size), str(count)], check=False)
+        assert script.returncode == 0, script.stderr  # every echo answered
+        after = engine.stats()["switches"]["bench"]["ports"][port]["rx_bytes"]
+        assert after - before == size * count

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from emu.control.model import Group, NextHop, Route, SwitchTables
+from emu.dataplane.core import default_core
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.dataplane.spec import EngineSpec, PortSpec, QosSpec, SwitchSpec
 from emu.net.netns import Lab
@@ -33,7 +34,8 @@ def pair_spec(lab: Lab, *, rate_bps: float, delay_s: float, dilation: float, qos
                               delay_s=delay_s, peer_kind="host", peer_mac=host_mac(i),
                               ipv4=(f"10.9.{i}.1/24",)))
     sw = SwitchSpec(name="bench", ports=tuple(ports), tables=tables, qos=qos or QosSpec())
-    return EngineSpec(switches=(sw,), dilation=dilation, run_dir=new_run_dir() if engine else "", workers=1)
+    return EngineSpec(switches=(sw,), dilation=dilation, run_dir=new_run_dir() if engine else "", workers=1,
+                      core=default_core())
 
 
 @contextmanager

@@ -84,6 +84,16 @@ cdef class HostPort:
     cdef public int udp4_port
     cdef int c_deliver(self, double t, Packet* p) except -1
 
+cdef class KernelPort:
+    cdef object ring, view
+    cdef uint8_t* base
+    cdef int frame_size, frames, index, fd
+    cdef SwitchBase sw
+    cdef int port
+    cdef bint from_host
+    cdef public int64_t truncated
+    cdef int c_send(self, Packet* p, object port) except -1
+
 cdef class FromHost:
     cdef readonly SwitchBase sw
     cdef readonly int port

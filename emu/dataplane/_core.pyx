@@ -587,6 +587,8 @@ cdef class HostPort:
         if self.roce is not None and n > 62 and f[12] == 0x86 and f[13] == 0xDD and f[20] == 17 \
                 and f[56] == 0x12 and f[57] == 0xB7:
             return deliver_now(self.roce, t, p)
+        if type(self.send) is KernelPort:
+            return (<KernelPort>self.send).c_send(p, self.port)
         frame = packet_bytes(p)
         packet_free(p)
         try:
@@ -594,6 +596,106 @@ cdef class HostPort:
         except OSError:
             self.port.drop("tx_error")
         return 0
+
+
+cdef extern from "sys/socket.h" nogil:
+    ssize_t c_send "send" (int fd, const void* buf, size_t n, int flags)
+
+cdef extern from "errno.h" nogil:
+    int errno
+
+
+cdef enum:
+    TP_STATUS_USER = 1
+    TP_STATUS_COPY = 2
+    TP_STATUS_VLAN_VALID = 0x10
+    TP_STATUS_VLAN_TPID_VALID = 0x40
+
+
+cdef class KernelPort:
+    """A port's packet socket and receive ring (emu.dataplane.ring.RxRing), read and written compiled: what
+    the kernel handed the ring goes into the switch, what the switch sends goes out with send(2), and
+    Python is called once per burst, not per frame. The reference reads the ring through RxRing's mmap
+    and sends with socket.send."""
+
+    def __init__(self, ring, int fd, SwitchBase sw, int port, bint from_host):
+        self.ring = ring
+        self.view = memoryview(ring.mm)
+        cdef Py_buffer buf
+        PyObject_GetBuffer(self.view, &buf, PyBUF_SIMPLE)
+        self.base = <uint8_t*>buf.buf
+        PyBuffer_Release(&buf)  # the memoryview holds the export
+        self.frame_size = ring.frame_size
+        self.frames = ring.frames
+        self.index = ring.index
+        self.fd = fd
+        self.sw = sw
+        self.port = port
+        self.from_host = from_host
+        self.truncated = 0
+
+    def close(self):
+        """Let go of the ring's memory, so that RxRing.close() can unmap it."""
+        self.view.release()
+        self.base = NULL
+
+    def read(self, double now, int limit):
+        """Up to `limit` slots the kernel filled, into the switch at `now` (RxRing.frames_ready's order,
+        VLAN tags put back, truncated frames counted and dropped); how many frames went in."""
+        cdef int n = 0, got = 0
+        cdef uint8_t* slot
+        cdef uint32_t status, length, snap
+        cdef uint16_t mac, tci, tpid
+        cdef Packet* p
+        if self.base == NULL:
+            return 0
+        while n < limit:
+            slot = self.base + self.index * self.frame_size
+            status = (<uint32_t*>slot)[0]
+            if not status & TP_STATUS_USER:
+                break
+            length = (<uint32_t*>slot)[1]
+            snap = (<uint32_t*>slot)[2]
+            mac = (<uint16_t*>(slot + 12))[0]
+            tci = (<uint16_t*>(slot + 24))[0]
+            tpid = (<uint16_t*>(slot + 26))[0]
+            p = NULL
+            if status & TP_STATUS_COPY or snap < length:
+                self.truncated += 1
+            elif status & TP_STATUS_VLAN_VALID:
+                p = packet_new(snap + 4)
+                memcpy(p.data, slot + mac, 12)
+                tpid = tpid if status & TP_STATUS_VLAN_TPID_VALID else 0x8100
+                p.data[12], p.data[13], p.data[14], p.data[15] = tpid >> 8, tpid & 0xFF, tci >> 8, tci & 0xFF
+                memcpy(p.data + 16, slot + mac + 12, snap - 12)
+            else:
+                p = packet_new(snap)
+                memcpy(p.data, slot + mac, snap)
+            (<uint32_t*>slot)[0] = 0  # the slot back to the kernel
+            self.index = self.index + 1 if self.index + 1 < self.frames else 0
+            n += 1
+            if p == NULL:
+                continue
+            got += 1
+            if self.from_host:
+                self.sw.c_from_host(self.port, now, p)
+            else:
+                self.sw.c_ingress(self.port, now, p)
+        self.ring.index = self.index
+        return got
+
+    cdef int c_send(self, Packet* p, object port) except -1:
+        """socket.send(frame); a refusal (the socket's buffer full, the link gone) dropped as tx_error."""
+        if p.flags & PENDING:
+            materialize(p)
+        cdef ssize_t r = c_send(self.fd, p.data, p.len, 0)
+        packet_free(p)
+        if r < 0:
+            port.drop("tx_error")
+        return 0
+
+    def __call__(self, frame):
+        self.c_send(packet_from(frame), self.sw.ports[self.port])
 
 
 cdef class FromHost:

@@ -98,6 +98,7 @@ class Worker:
         self.native = check_native() if spec.core == "native" else None  # its module, emu.dataplane._core
         self.jobs: dict[int, Any] = {}
         self.meters: dict[int, _Meter] = {}
+        self.kernel_ports: list[Any] = []  # compiled readers of packet rings (let go of before the rings close)
         self.for_no_kernel = 0  # frames for the kernel of a host that has none (_no_kernel)
         self.sockets: list[socket.socket] = []
         self.pcaps: list[PcapWriter] = []
@@ -259,7 +260,9 @@ class Worker:
             self.deliveries[(sw.name, ps.index)] = deliver
             return deliver
         entry = sw.from_host if ps.peer_kind == "host" else sw.ingress
-        return self._kernel_port(sw.name, ps, partial(entry, ps.index), sw.ports[ps.index])
+        compiled = (sw, ps.index, ps.peer_kind == "host") if self.native and isinstance(sw, self.native.SwitchBase) \
+            else None
+        return self._kernel_port(sw.name, ps, partial(entry, ps.index), sw.ports[ps.index], compiled)
 
     def _no_kernel(self, frame: Any) -> None:
         """A frame for a host's kernel where the host has none (PFC to a host's NIC, which the NIC model
@@ -267,15 +270,34 @@ class Worker:
         self.for_no_kernel += 1
 
     def _kernel_port(self, switch: str, ps: PortSpec, entry: Callable[[float, Any], None],
-                     port: Any) -> Callable[[float, Any], None]:
+                     port: Any, compiled: tuple[Any, int, bool] | None = None) -> Callable[[float, Any], None]:
         """Port `ps` of `switch` carried to its packet socket: what the kernel sends goes to entry(t,
         frame); the returned deliver(t, frame) gives the host what arrives (to a job's endpoint attached
-        there, else to the kernel). `port` keeps the drop counters (a Port, or a HostEnd)."""
+        there, else to the kernel). `port` keeps the drop counters (a Port, or a HostEnd). `compiled`
+        (a compiled switch, its port, whether it faces a host): the ring read and the socket written by
+        the compiled core (KernelPort), Python once per burst."""
         sock, ring = self.opened[ps.ifname]
         pcap = self._pcap(switch, ps)
         clock = self.loop.clock  # the wall clock, or the fabric time at which the engine takes the frame
         frames_ready = ring.frames_ready
         loop = self.loop
+        if compiled is not None and pcap is None:
+            kport = self.native.KernelPort(ring, sock.fileno(), *compiled)
+            self.kernel_ports.append(kport)
+
+            def on_burst() -> None:
+                n = kport.read(clock(), RX_BURST)
+                if self.fabric and loop.busy:  # type: ignore[attr-defined]
+                    loop.kernel_frames += n  # type: ignore[attr-defined]
+                if kport.truncated:
+                    port.drops["rx_truncated"] = port.drops.get("rx_truncated", 0) + kport.truncated
+                    kport.truncated = 0
+
+            self.loop.add_reader(sock.fileno(), on_burst)
+            self.rx_sockets.append((sock, port))
+            deliver = self.native.HostPort(kport, port, None)
+            self.deliveries[(switch, ps.index)] = deliver
+            return deliver
 
         def on_readable() -> None:
             now = clock()
@@ -594,6 +616,8 @@ class Worker:
 
     def close(self) -> None:
         """Each packet socket's close waits for an RCU grace period: closed by threads at once."""
+        for kport in self.kernel_ports:
+            kport.close()
         def close_one(pair: tuple[socket.socket, RxRing]) -> None:
             pair[1].close()
             pair[0].close()
