@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import re
 import shutil
 import sys
@@ -109,10 +110,14 @@ def _checker(name: str) -> ModuleType:
 
 
 def check(name: str, *, solution: bool = False, work_dir: str | None = None, clock: str | None = None,
-          progress: Callable[[StepResult], None] | None = None) -> dict[str, Any]:
+          seed: int | None = None, progress: Callable[[StepResult], None] | None = None) -> dict[str, Any]:
     """Run every step of lab `name` on the student's work (their folder, default ./lab-NAME) or on the
-    lab's solution, on `clock` (default: the lab's first; see clocks()); {"lab", "clock", "passed",
-    "steps": [{"step", "passed", "detail", "seconds"}]}."""
+    lab's solution, on `clock` (default: the lab's first; see clocks()); {"lab", "clock", "seed",
+    "passed", "steps": [{"step", "passed", "detail", "seconds"}]}. What a checker draws at random (which
+    plane fails) comes from `seed`, a fresh one if None, said in the result: a check that failed can be
+    run again the same way."""
+    seed = random.SystemRandom().randrange(1 << 31) if seed is None else seed
+    random.seed(seed)
     folder = lab_dir(name)
     checker = _checker(name)
     can = tuple(getattr(checker, "CLOCKS", ("wall",)))
@@ -137,7 +142,7 @@ def check(name: str, *, solution: bool = False, work_dir: str | None = None, clo
                 results.append(_run_step(step, work, net))
                 if progress:
                     progress(results[-1])
-    return {"lab": name, "clock": clock, "passed": bool(results) and all(r.passed for r in results),
+    return {"lab": name, "clock": clock, "seed": seed, "passed": bool(results) and all(r.passed for r in results),
             "steps": [asdict(r) for r in results]}
 
 

@@ -44,6 +44,15 @@ def proc_stat(pid: int, field: int) -> int:
         return -1
 
 
+def peak_rss(pid: int) -> int:
+    """The most memory process `pid` has held at once (VmHWM), in bytes; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), 0)
+    except (OSError, ValueError):
+        return 0
+
+
 def process_start(pid: int) -> int:
     """When process `pid` started (clock ticks since boot): with the pid, which process it is."""
     return proc_stat(pid, 19)

@@ -482,11 +482,15 @@ def cmd_lab(args: argparse.Namespace, extra: list[str]) -> int:
             mark = "[green]pass[/green]" if r.passed else "[red]FAIL[/red]"
             Console(soft_wrap=True).print(f"{mark}  {r.step} ({r.seconds:.1f} s): {r.detail}", markup=True, highlight=False)
 
-    result = labs.check(args.name, solution=args.solution, work_dir=args.dir, clock=args.clock, progress=show)
+    result = labs.check(args.name, solution=args.solution, work_dir=args.dir, clock=args.clock, seed=args.seed,
+                        progress=show)
     if args.json:
         print(json.dumps(result, indent=2))
-    elif result["steps"] and not result["steps"][0]["passed"] and result["steps"][0]["step"] == "import":
-        show(labs.StepResult(**result["steps"][0]))
+    else:
+        if result["steps"] and not result["steps"][0]["passed"] and result["steps"][0]["step"] == "import":
+            show(labs.StepResult(**result["steps"][0]))
+        if not result["passed"]:
+            print(f"(the same check again: --seed {result['seed']})")
     return 0 if result["passed"] else 1
 
 
@@ -620,6 +624,8 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?")
     p.add_argument("--dir", help="your working folder (default ./lab-NAME)")
     p.add_argument("--solution", action="store_true", help="check the lab's own solution instead")
+    p.add_argument("--seed", type=int, help="what the checker draws at random (e.g. which plane fails) from this "
+                   "seed: a failed check run again the same way (default: a fresh one, printed on failure)")
     p.add_argument("--clock", choices=("fabric", "wall"), help="the clock the checker's fabric keeps (default: the lab's "
                    "first, `emu lab list` says which it has): fabric is exact and as fast as the CPU allows")
     p.add_argument("--json", action="store_true")

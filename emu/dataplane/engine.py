@@ -52,6 +52,7 @@ from emu.launch import (
     child_env,
     machine_address,
     owner,
+    peak_rss,
     private_dir,
     proc_stat,
     python_module,
@@ -239,10 +240,18 @@ class Engine:
         return os.path.join(failed_logs(), os.path.basename(self.run_dir), os.path.basename(self.log_path(i)))
 
     def _check_alive(self, i: int) -> None:
-        rc = self.procs[i].poll()
-        if rc is not None:
-            raise EngineError(f"engine worker {self.spec.worker_name(i)} exited with code {rc}: {self._tail(i)}\n"
-                              f"(full log: {self._log_where(i)})")
+        """Raise if worker i has died. Workers die together (a worker whose peer's channel breaks exits),
+        so the error names the cause first: a worker killed by a signal, else i."""
+        if self.procs[i].poll() is None:
+            return
+        dead = [j for j, p in enumerate(self.procs) if p.poll() is not None]
+        first = next((j for j in dead if self.procs[j].returncode < 0), i)
+        rc = self.procs[first].returncode
+        how = f"exited with code {rc}" + (f" (killed by signal {-rc})" if rc < 0 else "")
+        also = [f"engine worker {self.spec.worker_name(j)} (code {self.procs[j].returncode})" for j in dead if j != first]
+        raise EngineError(f"engine worker {self.spec.worker_name(first)} {how}: {self._tail(first)}\n"
+                          + (f"then exited: {', '.join(also)}\n" if also else "")
+                          + f"(full log: {self._log_where(first)})")
 
     def check(self) -> None:
         """Raise if any worker has died, naming it and its last error."""
@@ -404,14 +413,7 @@ class Engine:
 
     def peak_rss_bytes(self) -> int:
         """The most memory each worker has held at once (VmHWM), summed: what a large fabric costs."""
-        total = 0
-        for p in self.procs:
-            try:
-                with open(f"/proc/{p.pid}/status") as f:
-                    total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:")), 0)
-            except OSError:
-                pass
-        return total
+        return sum(peak_rss(p.pid) for p in self.procs)
 
     def start_job(self, kind: str, params: dict[str, Any]) -> int:
         """Fabric clock: start a job of ours inside the engine (see worker.JOBS); its id. `before_job`

@@ -21,7 +21,8 @@ from emu.backends.bmv2.cli import bmv2_port, table_commands
 from emu.backends.bmv2.links import wire_name
 from emu.control.model import SwitchTables
 from emu.dataplane.spec import SwitchSpec
-from emu.launch import Supervisor, proc_stat
+from emu.fidelity import add_speeds
+from emu.launch import Supervisor, peak_rss, proc_stat
 from emu.net.netlink import Netlink, NetlinkError
 
 _HANDLE = re.compile(r"Entry has been added with handle (\d+)")
@@ -115,6 +116,10 @@ class Bmv2DataPlane:
         self.down: set[tuple[str, str]] = set()  # (switch, port) the controller set down
         self.run_dir = run_dir  # what `emu clean` reads after a crash; removed at stop
         self.supervisor: Supervisor | None = None  # reports a simple_switch that dies, at once
+        self.speeds: list[dict[str, Any]] = []  # simple_switch runs on the wall clock: no fabric-clock job
+
+    def speed(self, since: int = 0) -> dict[str, Any]:
+        return add_speeds(self.speeds[since:])
 
     def commands(self, switch: str, tables: SwitchTables) -> list[str]:
         s = self.specs[switch]
@@ -154,6 +159,11 @@ class Bmv2DataPlane:
                   for p in self.procs.values() if p.proc is not None) / ticks
         wires = self.wires.engine.cpu_seconds() if self.wires is not None and self.wires.engine is not None else 0.0
         return own + wires
+
+    def peak_rss_bytes(self) -> int:
+        """The most memory each simple_switch (and the engine carrying the links) has held at once, summed."""
+        own = sum(peak_rss(p.proc.pid) for p in self.procs.values() if p.proc is not None)
+        return own + (self.wires.engine.peak_rss_bytes() if self.wires is not None and self.wires.engine is not None else 0)
 
     def stats(self) -> dict[str, Any]:
         """BMv2's own port counters in the engine's stats layout; with engine links, each port's MAC
