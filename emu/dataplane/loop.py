@@ -105,11 +105,6 @@ class WallLoop(Loop):
     """The same schedule on the wall clock, multiplexed with file descriptors."""
 
     MODE = "wall"
-    # After a socket was ready the loop polls without sleeping for this long before it blocks: frames
-    # come in trains, and a sleep and a wake-up per frame (in a VM, a halt and an inter-processor
-    # interrupt, each an exit to the hypervisor) cost more than the frame (emu bench engine: 62k frames
-    # a second received of 100k offered without, 97k with 200 us). Bounded: an idle worker sleeps.
-    SPIN_S = 100e-6
 
     def __init__(self, sched: Any = None, *, core: str = "python", idle_dilation: float = 1.0) -> None:
         super().__init__(sched, core=core, idle_dilation=idle_dilation)
@@ -143,21 +138,17 @@ class WallLoop(Loop):
         sched = self.sched
         late = self.lateness
         timer = self.timer
-        spin = self.SPIN_S
-        busy_until = 0.0
         while self.running:
             sched.run_wall(late)
             nxt = sched.next_time()
-            now = time.monotonic()
-            if nxt <= now or now < busy_until:
-                events = self.epoll.poll(0)
-            elif nxt < math.inf:
-                timer.arm(nxt)
-                events = self.epoll.poll(1.0)
+            if nxt < math.inf:
+                if nxt <= time.monotonic():
+                    events = self.epoll.poll(0)
+                else:
+                    timer.arm(nxt)
+                    events = self.epoll.poll(1.0)
             else:
                 events = self.epoll.poll(1.0)
-            if events:
-                busy_until = time.monotonic() + spin
             self._dispatch(events)
 
 
