@@ -97,6 +97,11 @@ def _ours_and_pings() -> list[str]:
     return out
 
 
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("name, sig, moment", [
     ("up", signal.SIGTERM, "veths"), ("up", signal.SIGHUP, "workers"), ("up", signal.SIGINT, "pings"),
     ("up", signal.SIGTERM, "pings"),
@@ -108,7 +113,10 @@ def _ours_and_pings() -> list[str]:
 ])
 def test_a_signal_at_any_moment_leaves_nothing_and_the_next_run_works(name, sig, moment, no_leftovers):
     interfaces = set(root_interfaces())
-    proc = subprocess.Popen([*EMU, *COMMANDS[name]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # The command gets the signals' default dispositions, as a terminal gives them: a suite started in
+    # the background (`make test &`) inherits SIGINT ignored, and emu rightly keeps what it inherits.
+    proc = subprocess.Popen([*EMU, *COMMANDS[name]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_signals)
     reached = MOMENTS[moment]
     deadline = time.monotonic() + 300
     while not reached() and proc.poll() is None and time.monotonic() < deadline:
