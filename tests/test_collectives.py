@@ -32,17 +32,24 @@ def test_too_small_a_dilation_is_flagged_with_the_part_that_fell_behind(no_lefto
 def test_the_fabric_clock_and_a_faithful_wall_clock_run_agree(no_leftovers):
     """The same allreduce on both clocks: the wall clock at a D where the verdict is ok gives the
     fabric clock's figure (which needs no D). A wall run that fell behind proves nothing either way, so
-    it is not judged (its verdict is tested elsewhere); the fabric run is judged always."""
+    it is run again at a larger D until one is on time; the test fails if none was (nothing compared)."""
     from emu.net.switch import RunSettings
 
     fabric = run("allreduce", dict(FABRIC), settings=RunSettings(clock="fabric"))
-    assert fabric["fidelity"]["ok"] is True and fabric["wrong"] == 0
+    # On the fabric clock `ok` always holds: what makes the run exact is its clock and no kernel frame in it.
+    assert fabric["fidelity"]["clock"] == "fabric" and fabric["fidelity"]["kernel_frames"] == 0
+    assert fabric["wrong"] == 0
     assert 0.3 < fabric["rows"][0]["busbw_of_bound"] <= 1.0  # a sane share of the line rate
-    wall = run("allreduce", dict(FABRIC), dilation=300_000)
-    assert wall["wrong"] == 0
-    if wall["fidelity"]["ok"]:
-        tf, tw = fabric["rows"][0]["time_us"], wall["rows"][0]["time_us"]
-        assert abs(tw / tf - 1) < 0.05, (tf, tw)
+    for d in (300_000, 1_000_000, 3_000_000):
+        wall = run("allreduce", dict(FABRIC), dilation=d)
+        assert wall["wrong"] == 0
+        if wall["fidelity"]["ok"]:
+            break
+    else:
+        pytest.fail(f"no wall-clock run was on time up to D = {d:,}: the clocks were never compared "
+                    f"(worst: {wall['fidelity']['worst']})")
+    tf, tw = fabric["rows"][0]["time_us"], wall["rows"][0]["time_us"]
+    assert abs(tw / tf - 1) < 0.05, (d, tf, tw)
 
 
 def test_auto_dilation_gives_a_result_with_fidelity_ok(no_leftovers, tmp_path, monkeypatch):
