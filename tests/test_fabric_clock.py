@@ -92,13 +92,36 @@ def test_the_same_allreduce_is_the_same_bit_for_bit_idle_and_with_both_cores_bus
 @pytest.mark.root
 @pytest.mark.mininet
 def test_the_same_seed_gives_the_same_run_and_the_seed_is_recorded(no_leftovers):
-    """The endpoints' queue pairs, keys and addresses come from the seed: a run is named by it."""
+    """A run is named by its seed: the same seed, the same figures, bit for bit."""
     from emu.bench.collective import run
     from emu.net.switch import RunSettings
 
     a = run("allreduce", dict(FPF, seed="7"), settings=RunSettings(clock="fabric"))
     b = run("allreduce", dict(FPF, seed="7"), settings=RunSettings(clock="fabric"))
     assert a["seed"] == 7 and _figures(a) == _figures(b)
+
+
+@pytest.mark.root
+def test_the_seed_reaches_the_wire_and_only_the_wire(tmp_path, no_leftovers):
+    """What the seed decides are the endpoints' queue pair numbers, keys and addresses, read here from the
+    frames (BTH's destination QP): the same seed gives the same, another seed others. The flow entropy
+    rotates with the PSN, not the QP, so the figures do not depend on the seed."""
+    from scapy.contrib.roce import BTH
+    from scapy.utils import rdpcap
+
+    from emu import FabricNet, FPFTopo
+
+    def qps_and_time(seed: int, folder: str) -> tuple[set[int], float]:
+        (tmp_path / folder).mkdir()
+        with FabricNet(FPFTopo(gpus=2, planes=1), clock="fabric", kernel=False, pcap_dir=str(tmp_path / folder)) as net:
+            r = net.collective("sendrecv", sizes=["64KiB"], seed=seed)
+        qps = {p[BTH].dqpn for cap in (tmp_path / folder).iterdir() for p in rdpcap(str(cap)) if BTH in p}
+        assert qps and r.wrong == 0
+        return qps, r.rows[0].time_us
+
+    a, b, c = qps_and_time(7, "a"), qps_and_time(7, "b"), qps_and_time(8, "c")
+    assert a == b
+    assert not a[0] & c[0] and a[1] == c[1]
 
 
 @pytest.mark.root

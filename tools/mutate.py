@@ -3,8 +3,12 @@
     git worktree add /tmp/mut HEAD --detach
     sudo .venv/bin/python tools/mutate.py /tmp/mut [ITEM ...]
 
-Issue 14's and issue 27's items: each line names the mechanism broken and the test that must fail. The worktree is
-reset after each; this checkout is never touched. docs/testing.md has the last results.
+Issue 14's, 27's and 41's items: each line names the mechanism broken and the test that must fail. Each test is run
+unmutated first: one that fails then proves nothing about its mutation and is reported as such. A mutated run counts
+as caught only if a test failed (an assertion), not if it errored (a fixture, an import, a collection): pytest's exit
+code is 1 for both, so the summary line tells them apart. The worktree is reset after each; this checkout is never
+touched. The compiled core is not built in the worktree: tests run on the Python core there. docs/testing.md has the
+last results.
 """
 import os
 import subprocess
@@ -67,20 +71,52 @@ M = [
   "*self.command(has_notifications_option())",
   "tests/test_bmv2.py::test_thrift_is_reachable_only_inside_the_switch_namespace",
   "simple_switch runs in the machine's namespace, its Thrift port open to its network"),
+ # Issue 41's items.
+ ("41.1", "emu/scenarios/srv6_te.py", "        if self.missing(result):\n            return False\n", "",
+  "tests/test_scenario_api.py::test_a_measurement_that_got_nothing_fails_the_verdict_and_says_what_was_missing",
+  "srv6-te's verdict reads round trips that are not there"),
+ ("41.1b", "emu/net/fabric.py", "        return 1.0 + fabric_s * self.settings.dilation", "        return 2.0",
+  "tests/test_scenario_api.py::test_a_ping_waits_for_as_long_as_the_slowest_path_takes_at_this_d",
+  "pings wait a fixed 2 s whatever D"),
+ ("41.2", "emu/bench/dilation.py", "    if d > FLOOR:\n", "    if True:\n",
+  "tests/test_dilation.py::test_a_run_at_the_floor_never_sets_a_cost_and_only_lowers_one",
+  "a run at the floor D sets the learnt cost (fpf-vs-nsf's 50 s a packet)"),
+ ("41.5", "emu/collectives/job.py", 'rng = random.Random(params.get("seed", 0))', "rng = random.Random(0)",
+  "tests/test_fabric_clock.py::test_the_seed_reaches_the_wire_and_only_the_wire",
+  "a fabric-clock collective ignores its seed"),
 ]
+
+
+def pytest_run(test: str) -> tuple[str, list[str]]:
+    """passed, failed (an assertion), or error (anything else), and the lines that say why."""
+    r = subprocess.run([PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=WT, capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=WT + ":" + SITE))
+    lines = r.stdout.splitlines()
+    summary = next((x for x in reversed(lines) if " in " in x and ("passed" in x or "failed" in x or "error" in x)), "")
+    why = [x for x in lines if x.startswith("E ")][:3] + [summary]
+    if r.returncode == 0:
+        return "passed", why
+    if r.returncode == 1 and " failed" in summary and " error" not in summary:
+        return "failed", why
+    return "error", why
+
 only = sys.argv[2:]
 for key, path, old, new, test, what in M:
     if only and key not in only:
         continue
     subprocess.run(["git", "-C", WT, "checkout", "-q", "--", "."], check=True)
+    before, why = pytest_run(test)
+    if before != "passed":
+        print(f"item {key}: {test} does not pass unmutated ({before}): proves nothing | "
+              + " / ".join(x.strip()[:160] for x in why), flush=True)
+        continue
     f = os.path.join(WT, path)
     s = open(f).read()
     assert s.count(old) == 1, (key, path, s.count(old))
     open(f, "w").write(s.replace(old, new))
     t0 = time.time()
-    r = subprocess.run([PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=WT, capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=WT + ":" + SITE))
-    tail = [x for x in r.stdout.splitlines() if x.startswith("E ") or "passed" in x or "failed" in x][:4]
-    print(f"item {key}: {what}: {test} -> {'FAILED (as it must)' if r.returncode == 1 else 'rc ' + str(r.returncode)} "
-          f"in {time.time() - t0:.0f}s | " + " / ".join(x.strip()[:160] for x in tail), flush=True)
+    after, why = pytest_run(test)
+    verdict = {"failed": "FAILED (as it must)", "passed": "passed: NOT CAUGHT", "error": "errored: NOT CAUGHT (not an assertion)"}
+    print(f"item {key}: {what}: {test} -> {verdict[after]} in {time.time() - t0:.0f}s | "
+          + " / ".join(x.strip()[:160] for x in why), flush=True)
 subprocess.run(["git", "-C", WT, "checkout", "-q", "--", "."], check=True)
