@@ -24,6 +24,8 @@ _PUBLIC = {
     "FabricNet": "emu.net.fabric",
     "PingResult": "emu.net.fabric",
     "RoceWrite": "emu.net.fabric",
+    "Flow": "emu.net.flows",
+    "Timebase": "emu.net.timebase",
     "RunSettings": "emu.net.switch",
     "FabricStats": "emu.net.stats",
     "PortStats": "emu.net.stats",

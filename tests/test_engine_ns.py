@@ -92,13 +92,13 @@ def test_a_udp_sender_held_still_makes_the_verdict_name_it(no_leftovers):
     the verdict names it (whatever else a loaded machine may add to the list)."""
     from emu import FabricNet, FPFTopo
     from emu.net.fidelity import fabric_fidelity
-    from emu.scenarios.common import Flow, Traffic
+    from emu.net.flows import Flow, KernelFlows
 
     # D = 100 000: a packet time is 11.5 ms of wall time, so the sender keeps its pace with room to
     # spare unless stopped (at D = 10 000 it already fell behind on its own here, proving nothing).
     with FabricNet(FPFTopo(gpus=2, planes=1), dilation=100_000) as net:
         flow = Flow("gpu1", "gpu0", net.get("gpu0").IP(), 9100, 256 << 10, 100e9)  # 2.1 s of wall time
-        traffic = Traffic(net, [flow], dilation=100_000)
+        traffic = KernelFlows(net, [flow])
         sender = traffic.senders[0].pid
         net.wait_forwarded("p0l0", 32 << 10)  # under way: an eighth of the flow has crossed the leaf
         os.kill(sender, signal.SIGSTOP)

@@ -239,12 +239,13 @@ def run_python(code: str, tmp_path, timeout: float = 600) -> list[str]:
 def test_the_readme_fabricnet_example_does_what_its_comments_say(tmp_path, no_leftovers):
     """Issue 27, item 14: the README's first Python block, run as it is, prints what its comments
     promise: no loss, gpu1 answers on plane 0 while plane 1 is down, the write's data arrives, the
-    collective is exact and right, nothing died, a plane degrades, and the live view's URL is on
+    collective is exact and right, the UDP flow arrives whole, nothing died, a plane degrades, and the live view's URL is on
     loopback with its token."""
     first = readme_python_blocks()[0]
     assert "FabricNet(FPFTopo(gpus=2, planes=2)" in first
     out = run_python(first, tmp_path)
-    loss, ping, write, coll, deaths, url = out[0], "\n".join(out[1:-4]), out[-4], out[-3], out[-2], out[-1]
+    loss, ping, write, coll, flows, deaths, url = (out[0], "\n".join(out[1:-5]), out[-5], out[-4], out[-3], out[-2],
+                                                   out[-1])
     assert float(loss) == 0.0, out
     assert " 0% packet loss" in ping and "1 received" in ping, ping
     gbps, ok, tx = write.split()
@@ -252,6 +253,7 @@ def test_the_readme_fabricnet_example_does_what_its_comments_say(tmp_path, no_le
     assert coll.endswith("] 0 True"), coll  # wrong 0, fidelity ok
     rows = re.findall(r"\((\d+), ([0-9.]+)\)", coll)
     assert [int(s) for s, _ in rows] == [64 << 10, 1 << 20] and all(float(b) > 0 for _, b in rows), coll
+    assert flows == f"{-(-(1 << 20) // 1400) * 1400} True", flows  # every datagram of the 1 MiB flow, exact
     assert deaths == "[]", deaths
     assert url.startswith("http://127.0.0.1:") and "/?token=" in url, url
 

@@ -131,9 +131,10 @@ def test_plane_down_judges_delivery_against_the_planned_bytes(tmp_path, monkeypa
     """Issue 27, item 8: a send the kernel refuses (ENOBUFS) is neither sent nor delivered. Judged
     against what the sender says it sent, plane 0 would read complete; against what the parameters
     planned, it is not, and the verdict fails. One datagram of plane 0's flow is made a refused one."""
+    from emu.net.flows import KernelFlows
     from emu.scenarios import plane_down
 
-    real = plane_down.Traffic.wait
+    real = KernelFlows.wait
 
     def one_refused(self, timeout=None):
         sent, got = real(self, timeout)
@@ -141,7 +142,7 @@ def test_plane_down_judges_delivery_against_the_planned_bytes(tmp_path, monkeypa
         got[("gpu1", plane_down.PORT, False)]["by_source"]["10.0.0.2"] -= 1400
         return sent, got
 
-    monkeypatch.setattr(plane_down.Traffic, "wait", one_refused)
+    monkeypatch.setattr(KernelFlows, "wait", one_refused)
     r = run_scenario("plane-down", {"planes": "2", "bytes": "256KiB"}, RunSettings(), dilation=10000,
                      out_dir=str(tmp_path))
     assert r["planned_bytes_by_plane"][0] == -(-(256 << 10) // 1400) * 1400

@@ -261,7 +261,8 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
     import time
 
     from emu import FabricNet, FPFTopo
-    from emu.scenarios.common import DSCP_LOSSLESS, ECT0, FabricTraffic, Flow
+    from emu.net.flows import EngineFlows, Flow
+    from emu.scenarios.common import DSCP_LOSSLESS, ECT0
     from tests.browser import Browser
 
     os.makedirs("results", exist_ok=True)
@@ -275,7 +276,7 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
         drawn = f"[Number({queue}.dataset.bytes || 0), Number({queue}.getAttribute('height'))]"
         assert page.js(drawn) == [0, 0]
         net.pace(8000.0)
-        traffic = FabricTraffic(net, [Flow(f"gpu{i}", "gpu0", dst, 9000, 1 << 20, 100e9, tos=DSCP_LOSSLESS << 2 | ECT0)
+        traffic = EngineFlows(net, [Flow(f"gpu{i}", "gpu0", dst, 9000, 1 << 20, 100e9, tos=DSCP_LOSSLESS << 2 | ECT0)
                                       for i in (1, 2, 3)])
         seen = []
         while not net.engine.job_state(traffic.job)["done"]:

@@ -14,11 +14,12 @@ from dataclasses import replace
 from typing import Any
 
 from emu.bench.dilation import run_auto
-from emu.collectives.run import FACTOR, MTU, measure, whole_chunks
+from emu.collectives.run import FACTOR, MTU, whole_chunks
 from emu.fidelity import line
+from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
+from emu.net.timebase import KERNEL_PACE_D, Timebase, clock_label
 from emu.roce.transport import HEADERS
-from emu.scenarios.common import fabric
 from emu.topo import make_topo
 from emu.topo.common import host_ports
 from emu.units import format_size, parse_size
@@ -47,32 +48,27 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
     def at(d: float) -> dict[str, Any]:
         return _measure(op, topo, topo_name, params, sizes, cc, d, settings, seed)
 
-    if (settings or RunSettings()).clock == "fabric":
-        if dilation == "auto":
-            raise ValueError("--dilation auto is for the wall clock: on the fabric clock nothing can be late")
-        return at(float(dilation or 1000.0))  # D only paces the kernel's traffic between jobs
-    if dilation is None or dilation == "auto":
+    def auto() -> dict[str, Any]:
         # Every host sends at line rate through the whole collective (ring and direct alike).
         load = sum(rate for p in ports.values() for _, rate in p) / ((MTU + HEADERS) * 8)
         shape = f"{topo_name}-{n}x{max(len(p) for p in ports.values())}"
         return run_auto(at, load, f"collective-{(settings or RunSettings()).backend}-{shape}",
                         say=lambda m: print(m, file=sys.stderr, flush=True))
-    return at(float(dilation))
+
+    return Timebase.of(settings or RunSettings()).run_at(dilation, at, auto, default=KERNEL_PACE_D)
 
 
 def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: list[int], cc: str, d: float,
              settings: RunSettings | None, seed: int) -> dict[str, Any]:
     settings = replace(settings or RunSettings(), dilation=d)
     t0 = time.monotonic()
-    with fabric(topo, settings) as net:
+    with FabricNet(topo, settings=settings) as net:
         bringup = time.monotonic() - t0
         cpu0, t1, jobs = net.engine.cpu_seconds(), time.monotonic(), len(net.engine.speeds)
-        report = measure(net.engine, net.rank_hosts(), op, sizes, clock=settings.clock, dilation=d, cc=cc, seed=seed,
-                         trim_dscp=settings.trim[1] if settings.trim else None)
+        report = net.timebase.collective(op, sizes, cc=cc, seed=seed)
         # The measurement alone (not bring-up): the engine's CPU, which on the fabric clock is all of it.
         run_s, cpu_s = time.monotonic() - t1, net.engine.cpu_seconds() - cpu0
-        if settings.clock == "fabric":
-            report["fidelity"]["speed"] = net.engine.speed(jobs)
+        net.timebase.with_speed(report["fidelity"], [net.engine.speed(jobs)])
         # Memory at its peak: the engine's workers' and this process's (Mininet's nodes are their own).
         rss = net.engine.peak_rss_bytes() + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         # A split fabric: windows (barriers each worker sent every other) and frames that crossed between workers.
@@ -98,8 +94,7 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: 
 
 def table(result: dict[str, Any]) -> str:
     algo = "direct (one QP per peer)" if result["op"] == "alltoall" else "ring"
-    clock = ("the fabric clock (exact; seed " + str(result.get("seed", 0)) + ")" if result.get("clock") == "fabric"
-             else f"D={result['dilation']:g}")
+    clock = clock_label(result, long=True)
     if result.get("lookahead_s"):
         clock += f", over {result['workers']} workers in windows of {result['lookahead_s'] * 1e6:g} us"
     if result.get("machines"):

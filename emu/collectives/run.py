@@ -19,15 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.collectives.rank import SLICE
-from emu.fidelity import (
-    Part,
-    emulator_drops,
-    engine_parts,
-    fabric_clock_verdict,
-    log_for_study,
-    packet_time_s,
-    verdict,
-)
 from emu.launch import python_module, scratch_dir
 from emu.roce.transport import HEADERS
 
@@ -155,38 +146,13 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def measure(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, clock: str, dilation: float,
-            cc: str = "none", seed: int = 0, trim_dscp: int | None = None, spray: str = "weighted") -> dict[str, Any]:
-    """Run the collective on the fabric's clock and summarise it with the engine's counters. `trim_dscp`:
-    the fabric trims (the ranks' trimming mode; the fabric clock's only, for now)."""
-    engine.reset_fidelity()  # the collective is measured, the fabric's bring-up is not
-    if clock == "fabric":
-        results, kernel = run_in_engine(engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray)
-    elif trim_dscp is not None:
-        raise ValueError("a collective on a trimming fabric runs on the fabric clock for now (--clock fabric)")
-    else:
-        results, kernel = run_ranks(hosts, op, sizes, dilation=dilation, cc=cc, spray=spray), 0
-    return summarise(op, hosts, sizes, results, engine.stats(), dilation, clock=clock, kernel_frames=kernel, seed=seed)
-
-
 def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[dict], stats: dict[str, Any],
-              dilation: float, *, clock: str = "wall", kernel_frames: int = 0, seed: int = 0) -> dict[str, Any]:
+              fidelity: dict[str, Any], *, clock: str, dilation: float, seed: int = 0) -> dict[str, Any]:
     """nccl-tests rows, the bandwidth bound and the gap per step, where a shortfall comes from, and the
-    fidelity verdict of everything that kept fabric time (engine workers and every rank); on the
-    fabric clock nothing can be late, and the verdict says what crossed the run from the kernel."""
+    run's `fidelity` verdict (the timebase's: emu.net.timebase), from the ranks' `results` and the
+    engine's counters."""
     n = len(hosts)
-    plane_rate = min(rate for h in hosts for _, rate in h.ports)
     gpu_rate = min(sum(rate for _, rate in h.ports) for h in hosts)
-    packet_s = packet_time_s(plane_rate, MTU + HEADERS)
-    if clock == "fabric":
-        dilation = 1.0  # fabric time is the engine's own
-        fidelity = fabric_clock_verdict(packet_s=packet_s, kernel_frames=kernel_frames)
-    else:
-        parts = engine_parts(stats) + [Part(**f) for res in results for f in res["fidelity"]]
-        # BMv2's simple_switch keeps no schedule it could report against: never better than unknown.
-        missing = ["BMv2 simple_switch"] if stats.get("backend") == "bmv2" else None
-        fidelity = verdict(parts, dilation=dilation, packet_s=packet_s, missing=missing, drops=emulator_drops(stats))
-        log_for_study(fidelity)
     # The bandwidth bound: every GPU's ports busy all the time, less RoCE/UDP/IPv6/Ethernet headers.
     bound = gpu_rate / 8 * MTU / (MTU + HEADERS) / 1e9
     steps = STEPS[op](n)

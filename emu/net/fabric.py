@@ -31,6 +31,7 @@ from emu.control.runtime import FabricController
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.launch import LOCAL_MACHINES, stop_on_signals
 from emu.net.cleanup import make_way, netns_id, record
+from emu.net.flows import EngineFlows, Flow, KernelFlows
 from emu.net.link import FabricLink, no_kernel, node_netlink, root_netlink
 from emu.net.netlink import new_group
 from emu.net.stats import FabricStats
@@ -42,6 +43,7 @@ from emu.net.switch import (
     RunSettings,
     default_settings,
 )
+from emu.net.timebase import Perf, Timebase
 from emu.units import parse_rate, parse_time
 
 if TYPE_CHECKING:
@@ -78,58 +80,36 @@ class RoceOps:
               spray: str = "weighted") -> RoceWrite:
         """Write `nbytes` (bytes) from host `src` to host `dst` in `message`-byte RDMA writes; `cc`:
         "none" or "dcqcn"; on the wall clock, `timeout` in wall seconds (default: room for the write at
-        10 Gb/s of fabric rate, stretched by D; on the fabric clock the endpoints run inside the engine
+        1 Gb/s of fabric rate, stretched by D; on the fabric clock the endpoints run inside the engine
         and only a fabric time that stops advancing ends the wait). `fail_plane=(plane, nbytes)`: that
         plane fails under the write once the source's switch on it has forwarded `nbytes` (bytes) of it
         (on the fabric clock the engine fails it at the fabric time they take at the plane's line rate,
         as nothing outside the engine can act while the write runs), and is restored after. `spray`:
         "weighted" (each plane's share follows its measured health) or "equal". Raises RuntimeError if
         an endpoint fails."""
-        from emu.roce.run import EnginePerf, PerfRun, mininet_popen
         from emu.roce.transport import SPRAYS
 
         if spray not in SPRAYS:
             raise ValueError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
-        net, failed_at, kernel_frames = self.net, None, 0
-        trim_dscp = net.settings.trim[1] if net.settings.trim else None
+        net = self.net
         src_planes = net.host_planes(src)
         if fail_plane is not None and not 0 <= fail_plane[0] < len(src_planes):
             raise ValueError(f"fail_plane: {src} has planes 0..{len(src_planes) - 1}, not {fail_plane[0]}")
-        if net.settings.clock == "fabric":
-            events, ports = [], []
-            if fail_plane is not None:
-                plane, after_bytes = fail_plane
-                ports = net.plane_ports(plane)
-                events = [(after_bytes * 8 / src_planes[plane][3], False, ports)]
-            run = EnginePerf(net.engine, src_planes, net.host_planes(dst), nbytes=nbytes, cc=cc, message=message,
-                             lat_iters=0, port_events=events, trim_dscp=trim_dscp, spray=spray)
-            try:
-                client, server = run.wait()
-            finally:
-                for sw, port in ports:
-                    net.engine.set_port(sw, port, True)
-            kernel_frames = run.kernel_frames
-            if events:
-                failed_at = run.t0_fabric_s + events[0][0]
-        else:
-            if timeout is None:
-                timeout = 300.0 + nbytes * 8 / 10e9 * net.settings.dilation
-            wall = PerfRun(mininet_popen(net.get(src)), mininet_popen(net.get(dst)), nbytes=nbytes,
-                           dilation=net.settings.dilation, cc=cc, message=message, timeout=timeout, lat_iters=0,
-                           trim_dscp=trim_dscp, spray=spray)
-            if fail_plane is not None:
-                net.wait_forwarded(src_planes[fail_plane[0]][0], fail_plane[1])
-                net.fail(plane=fail_plane[0])
-                failed_at = time.monotonic() / net.settings.dilation  # the endpoints' traces' clock
-            try:
-                client, server = wall.wait()
-            finally:
-                if fail_plane is not None:
-                    net.restore(plane=fail_plane[0])
+        run = net.timebase.perf([src], dst, nbytes=nbytes, cc=cc, message=message, fail_plane=fail_plane,
+                                timeout=timeout, trim_dscp=net.settings.trim[1] if net.settings.trim else None,
+                                spray=spray)
+        (client,), server, kernel_frames, failed_at = run.clients, run.server, run.kernel_frames, run.failed_at_s
         return RoceWrite(nbytes=client["bytes"], fabric_s=client["fabric_s"], bw_fabric_bps=client["bw_fabric_bps"],
                          retransmits=client["retransmits"], data_ok=bool(server["data_ok"]), planes=client["planes"],
                          fidelity=client["fidelity"] + server["fidelity"], client=client, server=server,
                          kernel_frames=kernel_frames, failed_at_fabric_s=failed_at)
+
+    def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none") -> Perf:
+        """Every host in `srcs` writes `nbytes` (bytes) to host `dst` at once (an incast of writers, one
+        server): each client's result, the server's, and what the verdict needs (`net.verdict`)."""
+        net = self.net
+        return net.timebase.perf(srcs, dst, nbytes=nbytes, cc=cc,
+                                 trim_dscp=net.settings.trim[1] if net.settings.trim else None)
 
 
 @dataclass(frozen=True)
@@ -175,6 +155,7 @@ class FabricNet(Mininet):
         kw.setdefault("link", FabricLink)
         kw.setdefault("controller", None)
         self.settings = settings
+        self.timebase = Timebase.of(settings)(self)  # the run's clock, chosen once (emu.net.timebase)
         self.link_group = new_group()  # every root-side link end: one request deletes them all
         self._restore_signals: Callable[[], None] | None = None
         self._degraded: set[tuple[str, str]] = set()  # (switch, port) that degrade() changed
@@ -388,14 +369,25 @@ class FabricNet(Mininet):
         rounded down to whole int32 chunks per rank; `cc`: "none" or "dcqcn"; `seed`: the endpoints'
         (a fabric-clock run is the same for the same seed); `spray`: the ranks' ("weighted" or "equal"). Rows as nccl-tests prints them, and the
         fidelity verdict of the run."""
-        from emu.collectives.run import CollectiveResult, measure, whole_chunks
+        from emu.collectives.run import CollectiveResult, whole_chunks
         from emu.units import parse_size
 
-        hosts = self.rank_hosts()
-        chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], len(hosts))
-        return CollectiveResult.from_report(measure(self.engine, hosts, op, chunks, clock=self.settings.clock,
-                                                    dilation=self.settings.dilation, cc=cc, seed=seed, spray=spray,
-                                                    trim_dscp=self.settings.trim[1] if self.settings.trim else None))
+        chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], len(self.hosts))
+        return CollectiveResult.from_report(self.timebase.collective(op, chunks, cc=cc, seed=seed, spray=spray))
+
+    def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None) -> EngineFlows | KernelFlows:
+        """Start paced UDP `flows` (emu.net.flows) on the fabric's clock; `.wait()` gives per flow what it
+        sent and per receiver what arrived, in fabric units. `fail_plane=(plane, fraction)`: that plane
+        fails once the flow leaving by it is that fraction through, and is restored after."""
+        return self.timebase.traffic(flows, fail_plane=fail_plane)
+
+    def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,
+                senders: list[dict[str, Any]] | None = None, endpoints: list[dict[str, Any]] | None = None
+                ) -> dict[str, Any]:
+        """The fidelity verdict of what just ran (Timebase.verdict): packet times are one `frame_bytes`
+        frame at `rate_bps`; pass the run's `kernel_frames`, paced `senders` and MetaRoCE `endpoints`."""
+        return self.timebase.verdict(rate_bps=rate_bps, frame_bytes=frame_bytes, kernel_frames=kernel_frames,
+                                     senders=senders, endpoints=endpoints)
 
     def rank_hosts(self) -> list[RankHost]:
         """Every host as a collective rank: how to start a process in it, its planes (IPv6 address and
@@ -477,7 +469,7 @@ class FabricNet(Mininet):
     def kernel_wait_s(self, fabric_s: float) -> float:
         """Wall seconds the hosts' kernels need for `fabric_s` of fabric time, with a second's slack: their
         traffic crosses the fabric at 1/D of its speed on either clock (on the fabric clock, between jobs)."""
-        return 1.0 + fabric_s * self.settings.dilation
+        return 1.0 + self.timebase.kernel_wall_s(fabric_s)
 
     def round_trips(self, host: str, dst: str, *, count: int = 5, family: int = 6, interval_s: float = 0.05
              ) -> tuple[list[float], list[int]]:
@@ -487,7 +479,7 @@ class FabricNet(Mininet):
         lost, not one the wait gave up on."""
         wait = math.ceil(self.kernel_wait_s(2 * self.rtt_bound_s()))
         out = self.get(host).cmd(f"ping -{family} -c{count} -i{interval_s:g} -W{wait} {dst}")
-        rtts = [float(x) / 1e3 / self.settings.dilation for x in re.findall(r"time=([\d.]+) ms", out)]
+        rtts = [float(x) / 1e3 / self.timebase.dilation for x in re.findall(r"time=([\d.]+) ms", out)]
         return rtts, [int(x) for x in re.findall(r"ttl=(\d+)", out)]
 
     def pingall_planes(self, family: int = 4, timeout: int | None = None) -> PingResult:
@@ -537,7 +529,7 @@ class FabricNet(Mininet):
         What a failure "mid-transfer" waits for: traffic under way, not a guess at when it starts.
         `timeout` (wall s) follows the bytes and D by default (as if they crawled at 1 Gb/s)."""
         if timeout is None:
-            timeout = 120.0 + nbytes * 8 / 1e9 * self.settings.dilation
+            timeout = 120.0 + self.timebase.kernel_wall_s(nbytes * 8 / 1e9)
         start = time.monotonic()
         base = self.forwarded(switch)
         while self.forwarded(switch) - base < nbytes:

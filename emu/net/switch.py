@@ -46,6 +46,7 @@ from emu.net.link import (
     node_netlink,
     root_netlink,
 )
+from emu.net.timebase import Timebase
 from emu.units import Dilation, UnitError
 
 
@@ -384,7 +385,8 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     shards = sorted({sw.shard if sw.shard is not None else 0 for sw in switches})
     workers = settings.workers or min(os.cpu_count() or 1, len(shards))
     workers = min(workers, len(shards)) if settings.workers == 0 else workers
-    fabric_clock = settings.clock == "fabric"
+    loop = Timebase.of(settings).loop  # the engine's event loop under this run's clock (emu.dataplane.loop)
+    fabric_clock = loop == "fabric"
     place: dict[str, int] = {}
     host_home: dict[str, int] = {}  # a host whose switches are on several workers runs on one of them
     if settings.machines:  # a worker a machine, for the nodes FabricNet placed there
@@ -433,7 +435,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         run_dir=switches[0].run_dir or new_run_dir(),
         pcap_dir=settings.pcap_dir,
         workers=workers,
-        clock=settings.clock,
+        clock=loop,
         idle_dilation=settings.dilation,
         machines=settings.machines,
         core=settings.core,

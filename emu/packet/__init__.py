@@ -48,10 +48,6 @@ def mac_bytes(mac: str) -> bytes:
     return b
 
 
-def mac_str(b: bytes) -> str:
-    return ":".join(f"{x:02x}" for x in b)
-
-
 def ip4(addr: str) -> bytes:
     return socket.inet_pton(socket.AF_INET, addr)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from emu.bench.dilation import cost_of, run_auto
 from emu.net.switch import RunSettings
+from emu.net.timebase import Timebase
 from emu.scenarios.base import Scenario
 from emu.scenarios.common import ScenarioError
 
@@ -55,21 +56,22 @@ def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, ou
     if settings.backend == "bmv2" and cls.bmv2_lacks:  # said before anything is built
         raise ScenarioError(f"{name} cannot run on --backend bmv2: {cls.bmv2_lacks}")
     scenario = cls.from_params(params)  # its parameters checked, before anything is built
-    if settings.clock == "fabric":
-        if not cls.fabric_clock:
-            raise ScenarioError(f"{name} runs on the wall clock: its traffic is the kernel's or BMv2 carries it "
-                                "(--clock wall)")
-        if dilation == "auto":  # nothing can be late: D only paces the kernel's frames between jobs
-            return scenario.run(settings, out_dir, plot=plot)
-    if dilation != "auto":
-        settings = replace(settings, dilation=float(dilation))
-    if cls.picks_dilation:
-        return scenario.run(settings, out_dir, plot=plot, auto=dilation == "auto")
-    if dilation != "auto":
-        return scenario.run(settings, out_dir, plot=plot)
-    # The scenario's documented default D, at its default load, is where an uncalibrated machine starts;
-    # BMv2 forwards about a seventh of what the engine does (docs/performance.md, emu bench engine).
-    start_cost = cost_of(cls.default_dilation, cls().load_pps()) * (BMV2_COST if settings.backend == "bmv2" else 1)
-    return run_auto(lambda d: scenario.run(replace(settings, dilation=d), out_dir, plot=plot), scenario.load_pps(),
-                    f"scenario-{name}-{settings.backend}", say=say or (lambda m: print(m, file=sys.stderr)),
-                    default_cost=start_cost)
+    clock = Timebase.of(settings)
+    try:
+        clock.admit(name, engine=cls.fabric_clock, kernel=cls.wall_clock)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+
+    def at(d: float) -> dict[str, Any]:
+        return scenario.run(replace(settings, dilation=d), out_dir, plot=plot)
+
+    def auto() -> dict[str, Any]:
+        if cls.picks_dilation:  # it picks D for each of its runs itself
+            return scenario.run(settings, out_dir, plot=plot, auto=True)
+        # The scenario's documented default D, at its default load, is where an uncalibrated machine starts;
+        # BMv2 forwards about a seventh of what the engine does (docs/performance.md, emu bench engine).
+        start = cost_of(cls.default_dilation, cls().load_pps()) * (BMV2_COST if settings.backend == "bmv2" else 1)
+        return run_auto(at, scenario.load_pps(), f"scenario-{name}-{settings.backend}",
+                        say=say or (lambda m: print(m, file=sys.stderr)), default_cost=start)
+
+    return clock.run_at(dilation, at, auto, default=settings.dilation)

@@ -24,10 +24,10 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from emu.fidelity import add_speeds
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
-from emu.scenarios.common import ScenarioError, fabric, save
+from emu.net.timebase import Timebase
+from emu.scenarios.common import ScenarioError, save
 from emu.topo.common import TopologyError
 from emu.units import UnitError, parse_distance, parse_rate, parse_size, parse_time
 
@@ -41,6 +41,8 @@ class Scenario:
     # All its measured traffic is the project's own and runs inside the engine on the fabric clock:
     # `--clock fabric` (its default) gives exact figures with no D to choose.
     fabric_clock: ClassVar[bool] = False
+    # It can run as the hosts' own traffic, their kernels' or BMv2's, on the wall clock at a D.
+    wall_clock: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         self.check()
@@ -122,7 +124,7 @@ class Scenario:
         parts = {}
         for role, topo in self.topologies().items():
             mine = self.role_settings(role, settings)
-            with fabric(topo, mine) as net:
+            with FabricNet(topo, settings=mine) as net:
                 net.engine.reset_fidelity()  # what measure() does is judged, the bring-up is not
                 jobs = len(net.engine.speeds)
                 parts[role] = self.measure(net, mine, role)
@@ -150,18 +152,16 @@ class Scenario:
     def run(self, settings: RunSettings, out_dir: str = "", *, plot: bool = True, auto: bool = False) -> dict[str, Any]:
         """The steps in turn; the result (JSON-ready) is written to out_dir/NAME.json, with its plot
         NAME.png unless `plot` is False."""
+        clock = Timebase.of(settings)
+        clock.admit(self.name, engine=self.fabric_clock, kernel=self.wall_clock)
         settings = self.settings(settings)
         self.costs: list[dict[str, Any]] = []  # what each fabric's jobs cost the machine (collect)
         figures = self.summarise(self.collect(settings, auto), settings)
-        if settings.clock == "fabric" and isinstance(figures.get("fidelity"), dict) and self.costs:
-            figures["fidelity"]["speed"] = add_speeds(self.costs)  # the machine's share, beside the verdict
-        result = {"scenario": self.name, "clock": settings.clock,
-                  "dilation": 1.0 if settings.clock == "fabric" else settings.dilation,
-                  "parameters": self.parameters(), **figures}
+        if isinstance(figures.get("fidelity"), dict):
+            clock.with_speed(figures["fidelity"], self.costs)  # the machine's share, beside the verdict
+        result = {"scenario": self.name, **clock.result_fields(settings), "parameters": self.parameters(), **figures}
         if not settings.kernel:
             result["kernel"] = False  # built without the hosts' kernels: nothing of theirs crossed it
-        if settings.clock == "fabric" and settings.workers > 1:
-            result["workers"] = settings.workers  # the fabric split over that many, in windows
         if settings.machines:
             result["machines"] = list(settings.machines)  # each fabric over those it could be split across
         passed = self.verdict(result)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from emu.fidelity import combine, fabric_clock_verdict, packet_time_s
+from emu.fidelity import combine
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.roce.run import EngineWrites
@@ -43,6 +43,7 @@ class CongestionSpreading(Scenario):
 
     name = "congestion-spreading"
     fabric_clock = True  # all its traffic is MetaRoCE's: the engine runs it, exactly
+    wall_clock = False  # its endpoints (many pairs at once, replicas) run inside the engine only
 
     senders: int = 6
     victims: int = 2
@@ -73,8 +74,6 @@ class CongestionSpreading(Scenario):
         return replace(settings, pfc=not trim, trim=(settings.trim or TRIM) if trim else None)
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
-        if settings.clock != "fabric":
-            raise ScenarioError("congestion-spreading runs its writes inside the engine: --clock fabric")
         n = self.per_leaf
         hot = [(f"gpu{n + i}", "gpu0") for i in range(self.senders)]
         victims = [(f"gpu{2 * n + j}", f"gpu{1 + j}") for j in range(self.victims)]
@@ -95,8 +94,8 @@ class CongestionSpreading(Scenario):
             "retransmits": sum(p["client"]["retransmits"] for p in done),
             "timeouts": sum(p["client"]["timeouts"] for p in done),
             "pause_tree": pause_tree(net, stats),
-            "fidelity": fabric_clock_verdict(packet_s=packet_time_s(100e9, 1024 + HEADERS),
-                                             kernel_frames=run.kernel_frames),
+            "fidelity": net.verdict(rate_bps=100e9, frame_bytes=1024 + HEADERS,
+                                    kernel_frames=run.kernel_frames),
         }
 
     def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:

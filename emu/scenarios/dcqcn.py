@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from emu.fidelity import combine, fabric_clock_verdict, packet_time_s
+from emu.fidelity import combine
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
-from emu.roce.run import EnginePerf, PerfRun, mininet_popen
+from emu.net.timebase import clock_label
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
 from emu.topo.fpf import FPFTopo
@@ -75,14 +74,8 @@ class Dcqcn(Scenario):
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         assert settings.ecn is not None
         net.engine.sample_queues([("p0l0", "p0l0-eth3")], 2e-6)
-        if settings.clock == "fabric":
-            run = EnginePerf(net.engine, [net.host_planes("gpu0"), net.host_planes("gpu1")], net.host_planes("gpu2"),
-                             nbytes=self.as_size("bytes"), cc=role, lat_iters=0)
-            clients, server = run.wait()
-        else:
-            clients, server = PerfRun([mininet_popen(net.get("gpu0")), mininet_popen(net.get("gpu1"))],
-                                      mininet_popen(net.get("gpu2")), nbytes=self.as_size("bytes"),
-                                      dilation=settings.dilation, cc=role, lat_iters=0).wait()
+        run = net.roce.perf(["gpu0", "gpu1"], "gpu2", nbytes=self.as_size("bytes"), cc=role)
+        clients, server = run.clients, run.server
         stats = net.engine.stats()
         queue = net.engine.queue_samples()["p0l0/p0l0-eth3"]
         port = stats["switches"]["p0l0"]["ports"]["p0l0-eth3"]
@@ -101,9 +94,8 @@ class Dcqcn(Scenario):
             "time_over_kmax_fraction": sum(q >= settings.ecn[1] for q in busy) / max(1, len(busy)),
             "queue_hwm_bytes": port["queue_hwm"][3],
             "pfc_frames": port["pfc_tx"],
-            "fidelity": (fabric_clock_verdict(packet_s=packet_time_s(100e9, 1024 + HEADERS),
-                                              kernel_frames=run.kernel_frames) if settings.clock == "fabric"
-                         else fabric_fidelity(stats, frame_bytes=1024 + HEADERS, endpoints=[*clients, server])),
+            "fidelity": net.verdict(frame_bytes=1024 + HEADERS, kernel_frames=run.kernel_frames,
+                                    endpoints=run.endpoints),
             # For the plot: the queue over time (fabric s, bytes), each flow's receive trace and each sender's rate.
             "queue_series": [(t, b) for t, b in queue if b],
             "receive_traces": server["rx_traces"],
@@ -142,6 +134,5 @@ class Dcqcn(Scenario):
                         linewidth=0.8, label=f"sender {i} rate (DCQCN)")
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("Gb/s")
-        clock = "fabric clock" if result.get("clock") == "fabric" else f"D={result['dilation']:g}"
-        ax.set_title(f"DCQCN, two flows into one 100G port ({clock})")
+        ax.set_title(f"DCQCN, two flows into one 100G port ({clock_label(result)})")
         ax.legend(fontsize=7, loc="upper left")

@@ -16,7 +16,6 @@ import networkx as nx
 
 from emu.fidelity import combine
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
 from emu.net.link import FabricLink
 from emu.net.switch import RunSettings
 from emu.scenarios.base import Scenario
@@ -77,7 +76,7 @@ class FpfVsNsf(Scenario):
             "switches": len(net.switches),
             "links": len(net.links),
             "bisection_bps": bisection_bps(net, gpus),
-            "fidelity": fabric_fidelity(net.engine.stats()),
+            "fidelity": net.verdict(),
         }
 
     def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:

@@ -16,18 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from emu.dataplane.buffer import pfc_headroom
-from emu.fidelity import fabric_clock_verdict, packet_time_s
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
+from emu.net.flows import Flow
 from emu.net.switch import RunSettings
+from emu.net.timebase import clock_label
 from emu.scenarios.base import Scenario
 from emu.scenarios.common import (
     DSCP_LOSSLESS,
     ECT0,
     HEADERS,
-    Flow,
     ScenarioError,
-    start_traffic,
     totals,
 )
 from emu.topo.bag import BAGTopo
@@ -68,14 +66,13 @@ class Headroom(Scenario):
         control = net.control
         dst = net.get("h100x0").IP()
         control.set_headroom_for_length("bag0x0", "bag1x0", SHORT_M)
-        fabric = settings.clock == "fabric"
         kernel_frames: list[int] = []
 
         def phase(name: str) -> dict[str, Any]:
             before = totals(net.engine.stats())
             flows = [Flow(src, "h100x0", dst, PORT, self.as_size("bytes"), parse_rate("400G"),
                           tos=DSCP_LOSSLESS << 2 | ECT0) for src in ("h000x0", "h000x1")]
-            traffic = start_traffic(net, flows)
+            traffic = net.traffic(flows)
             sent, got = traffic.wait()
             senders.extend(sent)
             kernel_frames.append(traffic.kernel_frames)
@@ -110,9 +107,8 @@ class Headroom(Scenario):
             # D = 10 000 once lost 120 KB of 4 MB with no switch drop: the receiver's 8 MiB socket buffer,
             # now sized to what is expected, its overflows counted per phase.)
             "delivered_all_with_measured_headroom": measured["delivered_bytes"] == measured["planned_bytes"],
-            "fidelity": (fabric_clock_verdict(packet_s=packet_time_s(800e9, 1400 + HEADERS),
-                                              kernel_frames=sum(kernel_frames)) if fabric
-                         else fabric_fidelity(net.engine.stats(), rate_bps=800e9, senders=senders)),
+            "fidelity": net.verdict(rate_bps=800e9, frame_bytes=1400 + HEADERS, kernel_frames=sum(kernel_frames),
+                                    senders=senders),
         }
 
     def verdict(self, result: dict[str, Any]) -> bool:
@@ -126,5 +122,4 @@ class Headroom(Scenario):
         ax.bar(["100 m headroom", f"measured ({result['measured_km']:.2f} km)"],
                [result["drops_short_headroom"], result["drops_measured_headroom"]], color=["tab:red", "tab:green"])
         ax.set_ylabel("lossless packets dropped")
-        clock = "fabric clock" if result.get("clock") == "fabric" else f"D={result['dilation']:g}"
-        ax.set_title(f"Incast across a {result['true_km']:g} km BAG link ({clock})")
+        ax.set_title(f"Incast across a {result['true_km']:g} km BAG link ({clock_label(result)})")

@@ -12,18 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from emu.fidelity import fabric_clock_verdict, packet_time_s
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
+from emu.net.flows import Flow
 from emu.net.switch import RunSettings
+from emu.net.timebase import clock_label
 from emu.scenarios.base import Scenario
 from emu.scenarios.common import (
     DSCP_LOSSLESS,
     ECT0,
-    Flow,
     ScenarioError,
     rate_series,
-    start_traffic,
     totals,
 )
 from emu.topo.fpf import FPFTopo
@@ -73,10 +71,8 @@ class Incast(Scenario):
         dst = net.get("gpu0").IP()
         flows = [Flow(f"gpu{i}", "gpu0", dst, PORT, self.as_size("bytes"), rate, size=self.size,
                       tos=DSCP_LOSSLESS << 2 | ECT0) for i in range(1, self.senders + 1)]
-        fabric = settings.clock == "fabric"
-        traffic = start_traffic(net, flows)
+        traffic = net.traffic(flows)
         sent, got = traffic.wait()
-        d = 1.0 if fabric else settings.dilation  # the receiver's times: fabric seconds already, or wall
         stats = net.engine.stats()
         rx = got[("gpu0", PORT, False)]
         delivered = rx["received_bytes"]
@@ -94,12 +90,11 @@ class Incast(Scenario):
             **t,
             "drops_host_nic": t["drops_by_reason"].get("host_nic_overflow", 0),
             "drops_socket": t["drops_by_reason"].get("rx_socket_overflow", 0),
-            "receive_fabric_s": rx["wall_s"] / d,
-            "goodput_fabric_bps": delivered * 8 / rx["wall_s"] * d if rx["wall_s"] else 0.0,
-            "received_series": rate_series(rx, d),  # per sender: fabric us, Gb/s
-            "fidelity": (fabric_clock_verdict(packet_s=packet_time_s(rate, self.size + 42),
-                                              kernel_frames=traffic.kernel_frames) if fabric
-                         else fabric_fidelity(stats, rate_bps=rate, frame_bytes=self.size + 42, senders=sent)),
+            "receive_fabric_s": rx["duration_s"],
+            "goodput_fabric_bps": delivered * 8 / rx["duration_s"] if rx["duration_s"] else 0.0,
+            "received_series": rate_series(rx),  # per sender: fabric us, Gb/s
+            "fidelity": net.verdict(rate_bps=rate, frame_bytes=self.size + 42, kernel_frames=traffic.kernel_frames,
+                                    senders=sent),
         }
 
     def verdict(self, result: dict[str, Any]) -> bool | None:
@@ -114,8 +109,7 @@ class Incast(Scenario):
             ax.plot(xs, ys, label=src, linewidth=1)
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("received from sender (Gb/s)")
-        clock = "fabric clock" if result.get("clock") == "fabric" else f"D={result['dilation']:g}"
-        ax.set_title(f"Incast {self.senders}:1, PFC {'on' if result['pfc'] else 'off'} ({clock})")
+        ax.set_title(f"Incast {self.senders}:1, PFC {'on' if result['pfc'] else 'off'} ({clock_label(result)})")
         ax.legend(fontsize=7, ncol=2)
 
     def file_name(self, settings: RunSettings) -> str:

@@ -10,16 +10,15 @@ job (MetaRoCE); kernel UDP, as here, simply loses that plane's bytes.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from emu.fidelity import fabric_clock_verdict, packet_time_s
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
+from emu.net.flows import Flow
 from emu.net.switch import RunSettings
+from emu.net.timebase import clock_label
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import HEADERS, FabricTraffic, Flow, ScenarioError, Traffic
+from emu.scenarios.common import HEADERS, ScenarioError
 from emu.topo.fpf import FPFTopo
 
 PORT = 9200
@@ -56,27 +55,12 @@ class PlaneDown(Scenario):
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         nbytes, rate, failed = self.as_size("bytes"), self.as_rate("rate"), self.fail
         flows = [Flow("gpu0", "gpu1", f"10.{p}.0.3", PORT, nbytes, rate) for p in range(self.planes)]
-        if settings.clock == "fabric":
-            # The plane's every port goes down at the fabric time its flow is `at` through at line rate
-            # (each datagram on the wire with its headers, preamble and gap), done by the engine itself.
-            d = 1.0
-            after = self.at * -(-nbytes // flows[0].size) * packet_time_s(rate, flows[0].size + HEADERS + 24)
-            ports = net.plane_ports(failed)
-            traffic = FabricTraffic(net, flows, port_events=[(after, False, ports)])
-            sent, got = traffic.wait()
-            for sw, port in ports:
-                net.engine.set_port(sw, port, True)
-            failed_at = traffic.t0_fabric_s + after  # on the receiver's clock
-            fidelity = fabric_clock_verdict(packet_s=packet_time_s(rate, flows[0].size + HEADERS),
-                                            kernel_frames=traffic.kernel_frames)
-        else:
-            d = settings.dilation
-            wall = Traffic(net, flows, dilation=d)
-            net.wait_forwarded(f"p{failed}l0", int(self.at * nbytes))  # `at` into the failed plane's flow
-            net.fail(plane=failed)
-            failed_at = time.monotonic()  # one system-wide monotonic clock in every namespace, as the receiver's
-            sent, got = wall.wait()
-            fidelity = fabric_fidelity(net.engine.stats(), rate_bps=rate, senders=sent)
+        # The plane fails when its flow is `at` through (on the fabric clock at the fabric time that takes
+        # at line rate, done by the engine), and is restored after.
+        traffic = net.traffic(flows, fail_plane=(failed, self.at))
+        sent, got = traffic.wait()
+        fidelity = net.verdict(rate_bps=rate, frame_bytes=flows[0].size + HEADERS, kernel_frames=traffic.kernel_frames,
+                               senders=sent)
         rx = got[("gpu1", PORT, False)]
         planes = range(self.planes)
         by_plane = {p: rx["by_source"].get(f"10.{p}.0.2", 0) for p in planes}
@@ -84,19 +68,19 @@ class PlaneDown(Scenario):
         # Judged against what the parameters planned: a send the kernel refused is not "not offered".
         planned = {p: flows[p].wire_bytes for p in planes}
         bin_s = rx["bin_s"]
-        fail_after = failed_at - rx["first_monotonic"]
+        fail_after = (traffic.failed_at_s or 0.0) - (rx["first_s"] or 0.0)  # both on the receiver's clock
         after_fail = {p: sum(v for k, v in rx["bins"].get(f"10.{p}.0.2", {}).items() if int(k) * bin_s > fail_after)
                       for p in planes}
         series = {}
         for p in planes:  # received per plane over time: fabric us, Gb/s
             bins = rx["bins"].get(f"10.{p}.0.2", {})
             ks = sorted(int(k) for k in bins)
-            series[p] = ([k * bin_s / d * 1e6 for k in ks], [bins[str(k)] * 8 / bin_s * d / 1e9 for k in ks])
+            series[p] = ([k * bin_s * 1e6 for k in ks], [bins[str(k)] * 8 / bin_s / 1e9 for k in ks])
         others = [p for p in planes if p != failed]
         return {
             "planes": self.planes,
             "failed_plane": failed,
-            "failed_at_fabric_s": fail_after / d,
+            "failed_at_fabric_s": fail_after,
             "planned_bytes_by_plane": planned,
             "offered_bytes_by_plane": offered,
             "delivered_bytes_by_plane": by_plane,
@@ -120,6 +104,5 @@ class PlaneDown(Scenario):
         ax.axvline(result["failed_at_fabric_s"] * 1e6, color="k", linestyle="--", linewidth=0.8)
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("received (Gb/s)")
-        clock = "fabric clock" if result.get("clock") == "fabric" else f"D={result['dilation']:g}"
-        ax.set_title(f"FPF plane {failed} fails under load ({clock})")
+        ax.set_title(f"FPF plane {failed} fails under load ({clock_label(result)})")
         ax.legend(fontsize=8)

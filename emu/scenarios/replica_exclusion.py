@@ -20,7 +20,6 @@ from typing import Any
 from emu.collectives.elastic import RETRY_LIMIT, ReplicasJob
 from emu.collectives.rank import SLICE
 from emu.dataplane.engine import EngineError
-from emu.fidelity import fabric_clock_verdict, packet_time_s
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.roce.transport import HEADERS
@@ -42,6 +41,7 @@ class ReplicaExclusion(Scenario):
 
     name = "replica-exclusion"
     fabric_clock = True  # all its traffic is MetaRoCE's: the engine runs it, exactly
+    wall_clock = False  # its endpoints (many pairs at once, replicas) run inside the engine only
 
     replicas: int = 4
     size: str = "1MiB"
@@ -92,8 +92,6 @@ class ReplicaExclusion(Scenario):
         return {**state["result"], "kernel_frames": int(state["kernel_frames"]), "hosts": [h.name for h in hosts]}
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
-        if settings.clock != "fabric":
-            raise ScenarioError("replica-exclusion runs its replicas inside the engine: --clock fabric")
         clean = self._run(net, fail=None, budget_s=1.0)
         step_s = step_times(clean["members"], 0)
         dead = net.rank_hosts()[self.fail]
@@ -108,8 +106,8 @@ class ReplicaExclusion(Scenario):
         except EngineError as exc:
             raise ScenarioError(f"replica-exclusion: the survivors did not finish: {exc}") from None
         return {"clean": clean, "run": run, "clean_step_s": step_s,
-                "fidelity": fabric_clock_verdict(packet_s=packet_time_s(400e9, MTU + HEADERS),
-                                                 kernel_frames=clean["kernel_frames"] + run["kernel_frames"])}
+                "fidelity": net.verdict(rate_bps=400e9, frame_bytes=MTU + HEADERS,
+                                        kernel_frames=clean["kernel_frames"] + run["kernel_frames"])}
 
     def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:
         m = parts["fabric"]

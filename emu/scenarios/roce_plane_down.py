@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from emu.fidelity import fabric_clock_verdict, packet_time_s
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
+from emu.net.timebase import clock_label
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
 from emu.scenarios.common import ScenarioError
@@ -51,11 +50,8 @@ class RocePlaneDown(Scenario):
         # that takes at line rate (nothing outside it can act while the write runs).
         w = net.roce.write("gpu0", "gpu1", nbytes=nbytes, fail_plane=(failed, int(0.4 * nbytes / self.planes)))
         client, server, failed_at = w.client, w.server, w.failed_at_fabric_s
-        if settings.clock == "fabric":
-            fidelity = fabric_clock_verdict(packet_s=packet_time_s(net.host_planes("gpu0")[failed][3], 1024 + HEADERS),
-                                            kernel_frames=w.kernel_frames)
-        else:
-            fidelity = fabric_fidelity(net.engine.stats(), frame_bytes=1024 + HEADERS, endpoints=[client, server])
+        fidelity = net.verdict(rate_bps=net.host_planes("gpu0")[failed][3], frame_bytes=1024 + HEADERS,
+                               kernel_frames=w.kernel_frames, endpoints=[client, server])
         p = client["planes"][failed]
         return {
             "planes": self.planes,
@@ -92,6 +88,5 @@ class RocePlaneDown(Scenario):
         ax.axvline((result["failed_at_fabric_s"] - origin) * 1e6, color="k", linestyle="--", linewidth=0.8)
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("sent on plane (Gb/s)")
-        clock = "fabric clock" if result.get("clock") == "fabric" else f"D={result['dilation']:g}"
-        ax.set_title(f"MetaRoCE steers around failed plane {failed} ({clock})")
+        ax.set_title(f"MetaRoCE steers around failed plane {failed} ({clock_label(result)})")
         ax.legend(fontsize=8)

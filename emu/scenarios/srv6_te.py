@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
+from emu.net.flows import Flow
 from emu.net.switch import RunSettings
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import Flow, ScenarioError, Traffic
+from emu.scenarios.common import ScenarioError
 from emu.topo.rbb import RBBTopo, dt6_sid, end_sid
 
 PORT = 9300
@@ -61,7 +61,7 @@ class Srv6Te(Scenario):
         def phase(name: str) -> None:
             before = _forwarded(net.engine.stats(), ROUTERS)
             flow = Flow("c0h0", "c1h0", DST, PORT, self.packets * 1000, 10e9, size=1000)
-            sent, got = Traffic(net, [flow], dilation=settings.dilation).wait()
+            sent, got = net.traffic([flow]).wait()
             rtts, _ = net.round_trips("c0h0", DST, count=5)
             after = _forwarded(net.engine.stats(), ROUTERS)
             phases.append({
@@ -82,7 +82,7 @@ class Srv6Te(Scenario):
         crossed = {ph["phase"]: sorted(r for r, n in ph["forwarded_by_router"].items() if n >= self.packets)
                    for ph in phases}
         return {"segments": long_way, "phases": phases, "routers_crossed": crossed,
-                "fidelity": fabric_fidelity(net.engine.stats(), rate_bps=400e9)}
+                "fidelity": net.verdict(rate_bps=400e9)}
 
     def missing(self, result: dict[str, Any]) -> list[str]:
         """What a phase did not measure (no ping reply came back within the fabric's slowest round trip

@@ -28,11 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from emu.fidelity import combine, fabric_clock_verdict, packet_time_s
+from emu.fidelity import combine
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
 from emu.net.switch import RunSettings
-from emu.roce.run import EngineWrites, PerfRun, mininet_popen
+from emu.net.timebase import clock_label
+from emu.roce.run import EngineWrites
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
 from emu.scenarios.common import ScenarioError, totals
@@ -112,16 +112,16 @@ class Trimming(Scenario):
         nbytes, n = self.as_size("bytes"), self.per_leaf
         trim_dscp = settings.trim[1] if settings.trim else None
         hot = [(f"gpu{n + i}", "gpu0") for i in range(self.senders)]
-        if settings.clock != "fabric":  # the incast's writers alone: PerfRun's clients write to one server
+        if not net.timebase.exact:
+            # As the hosts' own processes, a host's port 4791 holds one endpoint: many pairs at once (a
+            # host both writing and written to) are the engine's. The incast's writers write to one server.
             before = net.engine.stats()
-            clients, server = PerfRun([mininet_popen(net.get(a)) for a, _ in hot], mininet_popen(net.get("gpu0")),
-                                      nbytes=nbytes, dilation=settings.dilation, cc=self.cc, lat_iters=0,
-                                      trim_dscp=trim_dscp).wait()
+            run = net.roce.perf([a for a, _ in hot], "gpu0", nbytes=nbytes, cc=self.cc)
             after = net.engine.stats()
-            return {"data_ok": server["data_ok"],
-                    "incast": {"fct_fabric_s": _fct([c["fabric_s"] for c in clients]),
-                               **_counters(before, after), **_senders(clients)},
-                    "fidelity": fabric_fidelity(after, frame_bytes=1024 + HEADERS, endpoints=[*clients, server])}
+            return {"data_ok": run.server["data_ok"],
+                    "incast": {"fct_fabric_s": _fct([c["fabric_s"] for c in run.clients]),
+                               **_counters(before, after), **_senders(run.clients)},
+                    "fidelity": net.verdict(frame_bytes=1024 + HEADERS, endpoints=run.endpoints)}
         victims = [(f"gpu{n + self.senders + j}", f"gpu{1 + j}") for j in range(self.victims)]
         permutation = [(f"gpu{i}", f"gpu{(i + n) % (2 * n)}") for i in range(2 * n)]
         planes = {h.name: net.host_planes(h.name) for h in net.hosts}
@@ -141,7 +141,7 @@ class Trimming(Scenario):
             if pattern == "incast":
                 out[pattern]["victim_rates_fabric_bps"] = [p["client"]["bw_fabric_bps"] for p in done
                                                            if (p["src"], p["dst"]) in victims]
-        out["fidelity"] = fabric_clock_verdict(packet_s=packet_time_s(100e9, 1024 + HEADERS), kernel_frames=kernel)
+        out["fidelity"] = net.verdict(rate_bps=100e9, frame_bytes=1024 + HEADERS, kernel_frames=kernel)
         return out
 
     def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:
@@ -185,7 +185,6 @@ class Trimming(Scenario):
         ax.set_ylim(0, top * 1.5)
         ax.set_xticks(list(xs), ["PFC (lossless)", "lossy", "trimming"])
         ax.set_ylabel("incast flow completion (fabric us)")
-        clock = "fabric clock" if result.get("clock") == "fabric" else f"D={result['dilation']:g}"
         ax.set_title(f"{result['senders']}:1 MetaRoCE incast, {result['cc']}: {result['incast_first']} first by "
-                     f"{result['incast_margin_fabric_s'] * 1e6:.0f} us ({clock})", fontsize=9)
+                     f"{result['incast_margin_fabric_s'] * 1e6:.0f} us ({clock_label(result)})", fontsize=9)
         ax.legend(fontsize=7, loc="lower right", framealpha=0.9)

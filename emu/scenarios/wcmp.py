@@ -16,17 +16,15 @@ it the flap is folded into one. Route updates are counted by the controller.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from emu.control.runtime import ControlTiming
-from emu.fidelity import fabric_clock_verdict, packet_time_s
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
+from emu.net.flows import Flow
 from emu.net.switch import RunSettings
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import HEADERS, Flow, ScenarioError, start_traffic, totals
+from emu.scenarios.common import HEADERS, ScenarioError, totals
 from emu.topo.bag import BAGTopo
 
 PORT = 9500
@@ -70,7 +68,7 @@ def _shares(net: FabricNet, flow: Flow, settings: RunSettings) -> dict[str, Any]
     what the flow was to send (a split that loses is no split)."""
     ports = _long_haul_ports(net)
     before = net.engine.stats()
-    traffic = start_traffic(net, [flow])
+    traffic = net.traffic([flow])
     _, got = traffic.wait()
     after = net.engine.stats()
     was, now = totals(before)["drops_by_reason"], totals(after)["drops_by_reason"]
@@ -88,13 +86,13 @@ def _shares(net: FabricNet, flow: Flow, settings: RunSettings) -> dict[str, Any]
             "kernel_frames": traffic.kernel_frames}
 
 
-def _flap(net: FabricNet, timing: ControlTiming, dilation: float) -> dict[str, int]:
+def _flap(net: FabricNet, timing: ControlTiming) -> dict[str, int]:
     control = net.control
     control.timing = timing
     u0, r0 = control.updates, control.recomputes
     for up in (False, True, False):
         net.fail(link=("bag0x0", "bag1x0")) if not up else net.restore(link=("bag0x0", "bag1x0"))
-        time.sleep(3 * DETECTION_S * dilation)
+        net.timebase.sleep(3 * DETECTION_S)  # the control plane's fabric time
     control.settle()
     out = {"route_updates": control.updates - u0, "recomputes": control.recomputes - r0}
     control.timing = ControlTiming(detection_s=0.0)
@@ -136,8 +134,8 @@ class Wcmp(Scenario):
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         flow = Flow("h000x0", "h100x0", net.get("h100x0").IP(), PORT, self.as_size("bytes"), 300e9, flows=self.flows)
         shares = _shares(net, flow, settings)
-        plain = _flap(net, ControlTiming(detection_s=DETECTION_S), settings.dilation)
-        damped = _flap(net, ControlTiming(detection_s=DETECTION_S, hold_down_s=HOLD_DOWN_S), settings.dilation)
+        plain = _flap(net, ControlTiming(detection_s=DETECTION_S))
+        damped = _flap(net, ControlTiming(detection_s=DETECTION_S, hold_down_s=HOLD_DOWN_S))
         net.fail(link=("bag0x0", "bag1x0"))
         net.control.settle()
         shares_failed = _shares(net, flow, settings)
@@ -152,9 +150,8 @@ class Wcmp(Scenario):
             "flap_without_damping": plain,
             "flap_with_damping": {**damped, "hold_down_fabric_s": HOLD_DOWN_S},
             "detection_fabric_s": DETECTION_S,
-            "fidelity": (fabric_clock_verdict(packet_s=packet_time_s(400e9, 1400 + HEADERS),
-                                              kernel_frames=shares["kernel_frames"] + shares_failed["kernel_frames"])
-                         if settings.clock == "fabric" else fabric_fidelity(net.engine.stats(), rate_bps=400e9)),
+            "fidelity": net.verdict(rate_bps=400e9, frame_bytes=1400 + HEADERS,
+                                    kernel_frames=shares["kernel_frames"] + shares_failed["kernel_frames"]),
         }
 
     def verdict(self, result: dict[str, Any]) -> bool:

@@ -25,7 +25,7 @@ class UdpJob(Job):
     """params: flows, each {src: [switch, port, IPv4], dst: [switch, port, IPv4], dst_host, port, nbytes,
     size, rate_bps, tos, flows, sport}; bin_s (fabric s); budget_s. Result: per flow what it sent, per receiver
     (dst_host, UDP port: one socket, whichever of the host's ports its datagrams arrive at) what arrived, in
-    emu.traffic.udp's result layout, times in fabric s.
+    emu.traffic.udp's result layout but with times in fabric s (first_s, duration_s, bin_s).
 
     The count ends once every flow has sent its last datagram and every receiver either has all its
     flows' bytes or has been quiet for IDLE_S since its last arrival (what has not arrived by then was
@@ -52,7 +52,7 @@ class UdpJob(Job):
             if key not in self.receivers:
                 self.undone += 1
                 self.receivers[key] = {"host": key[0], "received_bytes": 0, "by_source": {}, "bins": {},
-                                       "bin_s": self.bin_s, "first_monotonic": None, "last": None,
+                                       "bin_s": self.bin_s, "first_s": None, "last": None,
                                        "socket_overflow_packets": 0} if here else None
             at = (f["dst"][0], f["dst"][1], key[1])
             if here and at not in self.ports:
@@ -99,13 +99,13 @@ class UdpJob(Job):
         assert r is not None  # attached for this part's receivers only
         n = (frame[38] << 8 | frame[39]) - 8
         src = frame[26] << 24 | frame[27] << 16 | frame[28] << 8 | frame[29]  # dotted in result(): no string a packet
-        if r["first_monotonic"] is None:
-            r["first_monotonic"] = t
+        if r["first_s"] is None:
+            r["first_s"] = t
         r["last"] = t
         r["received_bytes"] += n
         r["by_source"][src] = r["by_source"].get(src, 0) + n
         bins = r["bins"].setdefault(src, {})
-        k = int((t - r["first_monotonic"]) / self.bin_s)
+        k = int((t - r["first_s"]) / self.bin_s)
         bins[k] = bins.get(k, 0) + n
         self.last_arrival = t
         if self.unsent == 0 and self._complete():
@@ -159,12 +159,12 @@ class UdpJob(Job):
             if r is None:
                 got.append(None)
                 continue
-            first, last = r["first_monotonic"], r["last"]
+            first, last = r["first_s"], r["last"]
             got.append({"udp_port": udp_port,
                         **{k: v for k, v in r.items() if k not in ("last", "by_source", "bins")},
                         "by_source": {str(ip(a)): n for a, n in r["by_source"].items()},
                         "bins": {str(ip(a)): b for a, b in r["bins"].items()},
-                        "wall_s": (last - first) if first is not None and last is not None else 0.0})
+                        "duration_s": (last - first) if first is not None and last is not None else 0.0})
         return {"sent": sent, "received": got, "fabric_s": self.loop.now - self.t0, "t0_fabric_s": self.t0}
 
     @staticmethod

@@ -9,7 +9,8 @@ from emu import BAGTopo, FabricNet
 from emu.control.runtime import PROBE_FRAME, WIRE_OVERHEAD_BYTES
 from emu.dataplane.buffer import pfc_headroom
 from emu.labs import StepFailed
-from emu.scenarios.common import DSCP_LOSSLESS, ECT0, Flow, start_traffic, totals
+from emu.net.flows import Flow
+from emu.scenarios.common import DSCP_LOSSLESS, ECT0, totals
 from emu.units import FIBRE_S_PER_M
 
 MODULE = "headroom.py"
@@ -32,7 +33,7 @@ def _incast(net: FabricNet) -> tuple[object, object, int, int]:
     flows = [Flow(src, "h100x0", dst, 9400, 2 << 20, 400e9, tos=DSCP_LOSSLESS << 2 | ECT0)
              for src in ("h000x0", "h000x1")]
     before = net.stats()
-    sent, got = start_traffic(net, flows).wait()
+    sent, got = net.traffic(flows).wait()
     after = net.stats()
     return before, after, sum(s["sent_bytes"] for s in sent), got[("h100x0", 9400, False)]["received_bytes"]
 

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 from emu import FabricNet, FabricStats, RBBTopo
 from emu.labs import StepFailed
-from emu.scenarios.common import Flow, Traffic
+from emu.net.flows import Flow
 from emu.topo import rbb
 
 MODULE = "srv6.py"
@@ -30,7 +30,7 @@ def _flow(net: FabricNet) -> tuple[FabricStats, FabricStats, bool, float]:
     """PACKETS datagrams from c0h0 to c1h0, counted around; whether all arrived; a ping's RTT (wall ms)."""
     before = net.stats()
     flow = Flow("c0h0", "c1h0", DST, 9300, PACKETS * 1000, 10e9, size=1000)
-    sent, got = Traffic(net, [flow], dilation=1000).wait()
+    sent, got = net.traffic([flow]).wait()
     after = net.stats()
     rtts = sorted(x * 1e3 * net.settings.dilation for x in net.round_trips("c0h0", DST, count=3)[0])
     delivered = got[("c1h0", 9300, True)]["received_bytes"] == sent[0]["sent_bytes"] > 0

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from emu import BAGTopo, FabricNet, FabricStats
 from emu.control.runtime import ControlTiming
 from emu.labs import StepFailed
-from emu.scenarios.common import Flow, start_traffic
+from emu.net.flows import Flow
 
 MODULE = "wcmp.py"
 # The measured flows are the project's own: exact on the fabric clock. The flaps come between them, the
@@ -43,7 +42,7 @@ def _paths(net: FabricNet) -> dict[str, tuple[str, str, float]]:
 def _measure(net: FabricNet) -> tuple[FabricStats, FabricStats]:
     flow = Flow("h000x0", "h100x0", net.get("h100x0").IP(), 9500, 2 << 20, 300e9, flows=512)
     before = net.stats()
-    start_traffic(net, [flow]).wait()
+    net.traffic([flow]).wait()
     return before, net.stats()
 
 
@@ -105,7 +104,7 @@ def _flap(net: FabricNet, timing: ControlTiming) -> int:
     start = control.updates
     for up in (False, True, False):
         (net.restore if up else net.fail)(link=("bag0x0", "bag1x0"))
-        time.sleep(150e-6 * net.settings.dilation)
+        net.timebase.sleep(150e-6)
     control.settle()
     updates = control.updates - start
     control.timing = ControlTiming(detection_s=0.0)

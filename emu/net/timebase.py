@@ -1,0 +1,288 @@
+"""The run's clock, chosen once: what keeps fabric time and how a figure is judged.
+
+ns-3's models call Schedule and Now and never ask whether the simulator
+underneath is real-time; ours ask the fabric for traffic, writes and
+collectives (`net.traffic(...)`, `net.roce.write(...)`, `net.collective(...)`)
+and never ask which clock they are on. A `Timebase` is that choice, made from
+`RunSettings.clock` when a FabricNet is built, and it owns what differs:
+
+- who runs the project's endpoints: the engine itself on the fabric clock
+  (exact, as fast as the CPU allows), processes in the hosts whose frames
+  cross the kernels at 1/D of the fabric's speed on the wall clock;
+- converting between fabric and wall units: D is applied here (and in the
+  endpoints' own processes, which are given it), so every figure handed up
+  is in fabric units;
+- the fidelity verdict: on the fabric clock nothing can be late and the
+  verdict says what crossed the run from the kernels; on the wall clock every
+  part that kept fabric time is judged by its lateness;
+- how D is picked (`run_at`): on the wall clock `auto` searches for the
+  smallest D this machine keeps on time; on the fabric clock D only paces the
+  kernels' own frames between jobs, and nothing is searched.
+
+The engine's event loop itself (emu.dataplane.loop) is chosen from the same
+setting inside the engine's workers: that is the scheduler underneath.
+Adding a clock is a subclass here and its loop there (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from emu.fidelity import add_speeds, fabric_clock_verdict, packet_time_s
+from emu.net.fidelity import fabric_fidelity
+from emu.net.flows import EngineFlows, Flow, KernelFlows
+
+if TYPE_CHECKING:
+    from emu.net.fabric import FabricNet
+    from emu.net.switch import RunSettings
+
+R = TypeVar("R")
+KERNEL_PACE_D = 1000.0  # fabric clock: the D the kernels' own frames cross at between jobs, unless given
+
+
+class Timebase:
+    """One run's clock. `name`: "fabric" or "wall" (the result's `clock`); `exact`: nothing that keeps
+    fabric time can be late, so the figures are the same on any machine, idle or loaded."""
+
+    name: ClassVar[str] = ""
+    exact: ClassVar[bool] = False
+    loop: ClassVar[str] = "wall"  # the engine workers' event loop (EngineSpec.clock): "wall" or "fabric"
+
+    def __init__(self, net: FabricNet) -> None:
+        self.net = net
+
+    @staticmethod
+    def of(settings: RunSettings) -> type[Timebase]:
+        return TIMEBASES[settings.clock]
+
+    # -- before a fabric exists --------------------------------------------------------------
+
+    @classmethod
+    def run_at(cls, dilation: float | str | None, at: Callable[[float], R], auto: Callable[[], R],
+               default: float) -> R:
+        """Run `at(D)`: at the D given, or (None / "auto") at what this clock picks: `auto()` on the wall
+        clock, `default` where nothing needs picking."""
+        raise NotImplementedError
+
+    @classmethod
+    def admit(cls, name: str, *, engine: bool, kernel: bool) -> None:
+        """ValueError unless a run can measure on this clock: `engine`, its measured traffic can all run
+        inside the engine; `kernel`, it can run as the hosts' own (their kernels', or BMv2's)."""
+        raise NotImplementedError
+
+    @classmethod
+    def result_fields(cls, settings: RunSettings) -> dict[str, Any]:
+        """What a result says of the clock it was measured on."""
+        return {"clock": cls.name, "dilation": settings.dilation}
+
+    @classmethod
+    def with_speed(cls, fidelity: dict[str, Any], costs: list[dict[str, Any]]) -> None:
+        """Put what the run cost the machine (packet-hops, their rate, CPU per hop) beside the verdict,
+        where the CPU was the only limit."""
+
+    # -- on a running fabric -----------------------------------------------------------------
+
+    @property
+    def dilation(self) -> float:
+        """Wall seconds a fabric second of the kernels' own traffic takes (on either clock)."""
+        return self.net.settings.dilation
+
+    def kernel_wall_s(self, fabric_s: float) -> float:
+        """Wall seconds `fabric_s` of fabric time takes for the hosts' kernels and the control plane."""
+        return fabric_s * self.dilation
+
+    def sleep(self, fabric_s: float) -> None:
+        """Let `fabric_s` of the control plane's and the kernels' fabric time pass."""
+        time.sleep(self.kernel_wall_s(fabric_s))
+
+    def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None
+                ) -> EngineFlows | KernelFlows:
+        raise NotImplementedError
+
+    def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
+             fail_plane: tuple[int, int] | None = None, timeout: float | None = None,
+             trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
+        raise NotImplementedError
+
+    def collective(self, op: str, sizes: list[int], *, cc: str = "none", seed: int = 0, spray: str = "weighted"
+                   ) -> dict[str, Any]:
+        """Collective `op` with one rank per host over every plane it has (`sizes`: whole int32 chunks per
+        rank), summarised as nccl-tests does with the engine's counters and this clock's verdict."""
+        from emu.collectives.run import MTU, summarise
+        from emu.roce.transport import HEADERS
+
+        net = self.net
+        hosts = net.rank_hosts()
+        trim = net.settings.trim[1] if net.settings.trim else None
+        net.engine.reset_fidelity()  # the collective is measured, the fabric's bring-up is not
+        results, kernel = self.collective_results(hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim, spray=spray)
+        stats = net.engine.stats()
+        rate = min(rate for h in hosts for _, rate in h.ports)  # the slowest plane's: one packet's time
+        fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=results,
+                                stats=stats)
+        return summarise(op, hosts, sizes, results, stats, fidelity, clock=self.name,
+                         dilation=self.result_fields(net.settings)["dilation"], seed=seed)
+
+    def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
+                           trim_dscp: int | None, spray: str) -> tuple[list[dict[str, Any]], int]:
+        raise NotImplementedError
+
+    def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,
+                senders: list[dict[str, Any]] | None = None, endpoints: list[dict[str, Any]] | None = None,
+                stats: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The run's fidelity verdict; packet times are one `frame_bytes` frame at `rate_bps`, the fastest
+        link its traffic used. `kernel_frames`: what the engine took from the kernels meanwhile;
+        `senders`, `endpoints`: the paced UDP senders' and MetaRoCE endpoints' results (their lateness)."""
+        raise NotImplementedError
+
+
+class Perf:
+    """MetaRoCE writers and their server, done: `clients` (one result each), `server`, `kernel_frames` (the
+    kernels' frames the engine took meanwhile) and `failed_at_s` (with fail_plane: when, in fabric seconds
+    on the clients' traces' clock)."""
+
+    def __init__(self, clients: list[dict[str, Any]], server: dict[str, Any], kernel_frames: int = 0,
+                 failed_at_s: float | None = None) -> None:
+        self.clients, self.server = clients, server
+        self.kernel_frames, self.failed_at_s = kernel_frames, failed_at_s
+
+    @property
+    def endpoints(self) -> list[dict[str, Any]]:
+        return [*self.clients, self.server]
+
+
+class FabricTime(Timebase):
+    """Fabric time is a clock of its own, advanced by the engine from event to event while the project's
+    endpoints run inside it."""
+
+    name = "fabric"
+    exact = True
+    loop = "fabric"
+
+    @classmethod
+    def run_at(cls, dilation: float | str | None, at: Callable[[float], R], auto: Callable[[], R],
+               default: float) -> R:
+        return at(default if dilation in (None, "auto") else float(dilation))  # type: ignore[arg-type]
+
+    @classmethod
+    def admit(cls, name: str, *, engine: bool, kernel: bool) -> None:
+        if not engine:
+            raise ValueError(f"{name} runs on the wall clock: its traffic is the kernel's or BMv2 carries it "
+                             "(--clock wall)")
+
+    @classmethod
+    def result_fields(cls, settings: RunSettings) -> dict[str, Any]:
+        out: dict[str, Any] = {"clock": cls.name, "dilation": 1.0}  # fabric time is the engine's own
+        if settings.workers > 1:
+            out["workers"] = settings.workers  # the fabric split over that many, in windows
+        return out
+
+    @classmethod
+    def with_speed(cls, fidelity: dict[str, Any], costs: list[dict[str, Any]]) -> None:
+        if costs:
+            fidelity["speed"] = add_speeds(costs)
+
+    def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None) -> EngineFlows:
+        return EngineFlows(self.net, flows, fail_plane=fail_plane)
+
+    def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
+             fail_plane: tuple[int, int] | None = None, timeout: float | None = None,
+             trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
+        """`timeout` is the wall clock's: here only a fabric time that stops advancing ends the wait."""
+        from emu.roce.run import EnginePerf
+
+        net = self.net
+        planes = [net.host_planes(s) for s in srcs]
+        events: list[tuple[float, bool, list[tuple[str, str]]]] = []
+        ports: list[tuple[str, str]] = []
+        if fail_plane is not None:  # nothing outside the engine can act while the write runs: it does
+            plane, after_bytes = fail_plane
+            ports = net.plane_ports(plane)
+            events = [(after_bytes * 8 / planes[0][plane][3], False, ports)]
+        run = EnginePerf(net.engine, planes, net.host_planes(dst), nbytes=nbytes, cc=cc, message=message,
+                         lat_iters=0, port_events=events, trim_dscp=trim_dscp, spray=spray)
+        try:
+            clients, server = run.wait()
+        finally:
+            for sw, port in ports:
+                net.engine.set_port(sw, port, True)
+        return Perf(clients, server, run.kernel_frames, run.t0_fabric_s + events[0][0] if events else None)
+
+    def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
+                           trim_dscp: int | None, spray: str) -> tuple[list[dict[str, Any]], int]:
+        from emu.collectives.run import run_in_engine
+
+        return run_in_engine(self.net.engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray)
+
+    def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,
+                senders: list[dict[str, Any]] | None = None, endpoints: list[dict[str, Any]] | None = None,
+                stats: dict[str, Any] | None = None) -> dict[str, Any]:
+        return fabric_clock_verdict(packet_s=packet_time_s(rate_bps, frame_bytes), kernel_frames=kernel_frames)
+
+
+class WallTime(Timebase):
+    """Fabric time is wall time / D: the project's endpoints run as processes in the hosts, their frames
+    the kernels' (and BMv2's, where it forwards)."""
+
+    name = "wall"
+
+    @classmethod
+    def run_at(cls, dilation: float | str | None, at: Callable[[float], R], auto: Callable[[], R],
+               default: float) -> R:
+        return auto() if dilation in (None, "auto") else at(float(dilation))  # type: ignore[arg-type]
+
+    @classmethod
+    def admit(cls, name: str, *, engine: bool, kernel: bool) -> None:
+        if not kernel:
+            raise ValueError(f"{name} runs its endpoints inside the engine: --clock fabric")
+
+    def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None) -> KernelFlows:
+        return KernelFlows(self.net, flows, fail_plane=fail_plane)
+
+    def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
+             fail_plane: tuple[int, int] | None = None, timeout: float | None = None,
+             trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
+        """`timeout` (wall s): by default PerfRun's, which follows the bytes and D."""
+        from emu.roce.run import PerfRun, mininet_popen
+
+        net, failed_at = self.net, None
+        run = PerfRun([mininet_popen(net.get(s)) for s in srcs], mininet_popen(net.get(dst)), nbytes=nbytes,
+                      dilation=self.dilation, cc=cc, message=message, timeout=timeout, lat_iters=0,
+                      trim_dscp=trim_dscp, spray=spray)
+        if fail_plane is not None:
+            net.wait_forwarded(net.host_planes(srcs[0])[fail_plane[0]][0], fail_plane[1])
+            net.fail(plane=fail_plane[0])
+            failed_at = time.monotonic() / self.dilation  # the endpoints' traces' clock
+        try:
+            clients, server = run.wait()
+        finally:
+            if fail_plane is not None:
+                net.restore(plane=fail_plane[0])
+        return Perf(clients, server, 0, failed_at)
+
+    def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
+                           trim_dscp: int | None, spray: str) -> tuple[list[dict[str, Any]], int]:
+        from emu.collectives.run import run_ranks
+
+        if trim_dscp is not None:
+            raise ValueError("a collective on a trimming fabric runs on the fabric clock for now (--clock fabric)")
+        return run_ranks(hosts, op, sizes, dilation=self.dilation, cc=cc, spray=spray), 0
+
+    def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,
+                senders: list[dict[str, Any]] | None = None, endpoints: list[dict[str, Any]] | None = None,
+                stats: dict[str, Any] | None = None) -> dict[str, Any]:
+        return fabric_fidelity(stats if stats is not None else self.net.engine.stats(), rate_bps=rate_bps,
+                               frame_bytes=frame_bytes, senders=senders, endpoints=endpoints)
+
+
+TIMEBASES: dict[str, type[Timebase]] = {"fabric": FabricTime, "wall": WallTime}
+
+
+def clock_label(result: dict[str, Any], *, long: bool = False) -> str:
+    """How a plot's title (or, `long`, a table's heading) names the clock a result was measured on, from
+    the result alone."""
+    if result.get("clock") != FabricTime.name:
+        return f"D={result['dilation']:g}"
+    return f"the fabric clock (exact; seed {result.get('seed', 0)})" if long else "fabric clock"

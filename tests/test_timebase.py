@@ -1,0 +1,127 @@
+"""One clock, chosen once (issue 38): the timebase owns the choice, and nothing above it asks."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from emu.net.switch import RunSettings
+from emu.net.timebase import FabricTime, Timebase, WallTime, clock_label
+
+ROOT = Path(__file__).resolve().parent.parent
+CLOCK_NAMES = {"fabric", "wall"}
+# Where a module above the timebase may still ask, each with its reason (docs/architecture.md).
+ALLOWED = {
+    # on the wall clock a host's port 4791 holds one endpoint: many pairs at once are the engine's
+    ("emu/scenarios/trimming.py", "exact"),
+}
+
+
+def _asks_the_clock(tree: ast.AST) -> list[tuple[int, str]]:
+    """Comparisons with a clock's name, and reads of `.clock` or `.exact`: each a branch on the clock."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                if isinstance(side, ast.Constant) and side.value in CLOCK_NAMES:
+                    found.append((node.lineno, repr(side.value)))
+        elif isinstance(node, ast.Attribute) and node.attr in ("clock", "exact"):
+            found.append((node.lineno, node.attr))
+    return found
+
+
+def _modules() -> list[Path]:
+    return sorted([*ROOT.glob("emu/scenarios/*.py"), *ROOT.glob("emu/bench/*.py"), *ROOT.glob("labs/*/check.py"),
+                   *ROOT.glob("labs/*/solution/*.py")])
+
+
+def test_no_scenario_bench_or_lab_asks_which_clock_it_is_on():
+    asked = {}
+    for path in _modules():
+        rel = str(path.relative_to(ROOT))
+        hits = [h for h in _asks_the_clock(ast.parse(path.read_text())) if (rel, h[1]) not in ALLOWED]
+        if hits:
+            asked[rel] = hits
+    assert len(_modules()) > 20  # the globs found the modules
+    assert not asked, f"branches on the clock above the timebase: {asked}"
+
+
+def test_the_check_finds_a_branch_where_there_is_one():
+    code = 'def f(settings):\n    if settings.clock == "fabric":\n        return 1\n    return net.timebase.exact\n'
+    assert sorted(_asks_the_clock(ast.parse(code))) == [(2, "'fabric'"), (2, "clock"), (4, "exact")]
+
+
+def test_the_settings_choose_the_timebase_once_and_it_names_the_engines_loop():
+    assert Timebase.of(RunSettings(clock="fabric")) is FabricTime
+    assert Timebase.of(RunSettings(clock="wall")) is WallTime
+    assert (FabricTime.loop, WallTime.loop) == ("fabric", "wall")
+    assert FabricTime.exact and not WallTime.exact
+
+
+def test_what_each_clock_admits():
+    FabricTime.admit("x", engine=True, kernel=False)
+    WallTime.admit("x", engine=False, kernel=True)
+    with pytest.raises(ValueError, match="x runs on the wall clock"):
+        FabricTime.admit("x", engine=False, kernel=True)
+    with pytest.raises(ValueError, match="x runs its endpoints inside the engine: --clock fabric"):
+        WallTime.admit("x", engine=True, kernel=False)
+
+
+def test_auto_dilation_searches_on_the_wall_clock_only():
+    calls: list[object] = []
+
+    def at(d: float) -> str:
+        calls.append(d)
+        return "at"
+
+    def auto() -> str:
+        calls.append("auto")
+        return "auto"
+
+    assert FabricTime.run_at("auto", at, auto, default=1000.0) == "at" and calls == [1000.0]
+    assert FabricTime.run_at(None, at, auto, default=7.0) == "at" and calls[-1] == 7.0
+    assert WallTime.run_at("auto", at, auto, default=1000.0) == "auto" and calls[-1] == "auto"
+    assert WallTime.run_at(20000, at, auto, default=1000.0) == "at" and calls[-1] == 20000.0
+
+
+def test_a_result_says_its_clock_and_a_plot_names_it():
+    fabric = FabricTime.result_fields(RunSettings(clock="fabric", dilation=5000.0, workers=2))
+    assert fabric == {"clock": "fabric", "dilation": 1.0, "workers": 2}
+    wall = WallTime.result_fields(RunSettings(clock="wall", dilation=5000.0))
+    assert wall == {"clock": "wall", "dilation": 5000.0}
+    assert clock_label(fabric) == "fabric clock" and clock_label(wall) == "D=5000"
+    assert clock_label({**fabric, "seed": 3}, long=True) == "the fabric clock (exact; seed 3)"
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_the_same_flows_on_either_clock_come_back_in_fabric_units(no_leftovers):
+    """`net.traffic` on both clocks: a receiver's times are fabric seconds on the wall clock too (D applied
+    once, in emu.net.flows), so the same 512 KiB at 100 Gb/s takes about 43 us on both, and a plane failed
+    half-way through is failed at about half that, on the receiver's clock, on both."""
+    from emu import FabricNet, Flow, FPFTopo
+
+    out = {}
+    for clock in ("fabric", "wall"):
+        with FabricNet(FPFTopo(gpus=2, planes=2, leaves=1), clock=clock, dilation=20_000) as net:
+            flows = [Flow("gpu0", "gpu1", f"10.{p}.0.3", 9300, 512 << 10, 100e9) for p in range(2)]
+            traffic = net.traffic(flows, fail_plane=(1, 0.5))
+            sent, got = traffic.wait()
+            rx = got[("gpu1", 9300, False)]
+            assert traffic.failed_at_s is not None and rx["first_s"] is not None
+            out[clock] = {"duration_s": rx["duration_s"], "failed_after_s": traffic.failed_at_s - rx["first_s"],
+                          "plane0": rx["by_source"].get("10.0.0.2", 0), "plane1": rx["by_source"].get("10.1.0.2", 0)}
+            fid = net.verdict(rate_bps=100e9, frame_bytes=1442, kernel_frames=traffic.kernel_frames, senders=sent)
+            out[clock]["judged"] = sorted(p["name"] for p in fid["parts"])
+    fabric, wall = out["fabric"], out["wall"]
+    assert 40e-6 < fabric["duration_s"] < 50e-6, fabric
+    assert 15e-6 < fabric["failed_after_s"] < 25e-6, fabric
+    # The wall clock's within a factor of the fabric's (late or early by scheduling, never by D's 20 000).
+    assert fabric["duration_s"] / 3 < wall["duration_s"] < fabric["duration_s"] * 3, (fabric, wall)
+    assert 0 < wall["failed_after_s"] < fabric["duration_s"] * 3, (fabric, wall)
+    # The fabric clock's verdict judges nothing (nothing can be late); the wall clock's judges the senders.
+    assert fabric["judged"] == [] and {"traffic sender 0", "traffic sender 1"} <= set(wall["judged"]), wall
+    for r in (fabric, wall):
+        assert r["plane0"] == flows[0].wire_bytes and 0 < r["plane1"] < flows[1].wire_bytes, r
