@@ -241,6 +241,25 @@ def speed_line(speed: dict[str, Any] | None) -> str:
             "its own, the rest the kernel's mapping its memory)")
 
 
+def fabric_fidelity(stats: dict[str, Any], *, rate_bps: float = 100e9, frame_bytes: int = 1500,
+                    parts: list[Part] | None = None, senders: list[dict[str, Any]] | None = None,
+                    endpoints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """`stats` from the fabric (its workers' lateness), plus paced UDP senders' results (`senders`)
+    and MetaRoCE endpoints' results (`endpoints`, each with its `fidelity` parts). The packet time is
+    one `frame_bytes` frame at `rate_bps`, the fastest link the run's traffic uses."""
+    all_parts = engine_parts(stats) + list(parts or [])
+    all_parts += [Part.from_summary(f"traffic sender {i}", "traffic", s["lateness"], paced=True)
+                  for i, s in enumerate(senders or []) if "lateness" in s]
+    all_parts += [Part(**f) for e in endpoints or [] for f in e.get("fidelity", [])]
+    # BMv2's simple_switch keeps no schedule it could report against: its runs are never judged ok.
+    missing = ["BMv2 simple_switch"] if stats.get("backend") == "bmv2" else []
+    fid = verdict(all_parts, dilation=stats["dilation"], packet_s=packet_time_s(rate_bps, frame_bytes),
+                  missing=missing, drops=emulator_drops(stats))
+    log_for_study(fid)
+    return fid
+
+
+
 def fabric_clock_verdict(*, packet_s: float, kernel_frames: int = 0) -> dict[str, Any]:
     """The `fidelity` object of a run on the fabric clock: every part that keeps fabric time ran on the
     engine's own schedule, so none could be late and `ok` is true on any machine, idle or loaded.
@@ -328,6 +347,6 @@ def line(fid: dict[str, Any] | None) -> str:
 
 
 __all__ = ["EMULATOR_IO", "Lateness", "Part", "THRESHOLD_PACKET_TIMES", "combine", "emulator_drops", "engine_parts",
-           "RUN_FIELDS", "add_speeds", "fabric_clock_verdict", "line", "log_for_study", "speed_line",
+           "RUN_FIELDS", "add_speeds", "fabric_clock_verdict", "fabric_fidelity", "line", "log_for_study", "speed_line",
            "packet_time_s",
            "tight_timers", "verdict"]

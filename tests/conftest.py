@@ -142,7 +142,7 @@ def _cores() -> list[str]:
 def both_cores(request, monkeypatch):
     """The test runs on each core (the Python reference, and the compiled one where it was built): what it
     asserts of the reference must hold of its twin."""
-    from emu.dataplane.fabric import VirtualFabric
+    from emu.dataplane.wiring import VirtualFabric
 
     monkeypatch.setattr(VirtualFabric, "CORE", request.param)
     return request.param

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from emu.backends.bmv2.switch import Bmv2Error, Bmv2Process, netem_available
-from emu.net.fidelity import EMULATOR_IO
+from emu.fidelity import EMULATOR_IO
 
 HAVE_BMV2 = shutil.which("simple_switch") is not None and shutil.which("simple_switch_CLI") is not None
 HAVE_P4C = shutil.which("p4c-bm2-ss") is not None
@@ -177,7 +177,7 @@ def test_netem_refused_by_the_kernel_is_one_error_naming_the_interface(no_leftov
 @pytest.mark.root
 @needs_bmv2
 def test_bench_engine_measures_bmv2_beside_the_engine_and_the_bridge(compiled, no_leftovers):
-    from emu.bench.engine import run
+    from emu.bench.forwarding import run
 
     r = run({"seconds": "1", "repetitions": "1"}, backend="bmv2")
     assert r["bmv2_pps"] > 1000 and r["engine_pps"] > 0 and r["bridge_pps"] > 0

@@ -12,10 +12,10 @@ from emu.backends.bmv2.cli import (
     red_params,
     table_commands,
 )
-from emu.backends.bmv2.runtime import Bmv2RuntimeError, InstalledTables, counter_values
+from emu.backends.bmv2.plane import Bmv2RuntimeError, InstalledTables, counter_values
 from emu.control.model import EncapPolicy, MySid, SwitchTables
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
-from emu.dataplane.buffer import pfc_headroom
+from emu.units import pfc_headroom
 
 MACS = ["02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03"]
 

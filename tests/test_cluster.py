@@ -410,3 +410,27 @@ def test_a_controller_killed_mid_run_leaves_nothing_once_emu_clean_machines_has_
     out = _emu(cluster, "clean", "--machines", "m1,m2")
     assert out.returncode == 0 and "m1: emu clean:" in out.stdout and "m2: emu clean:" in out.stdout, out
     assert not _procs_mentioning("mininet:") and not _procs_mentioning("emu.dataplane.worker")
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_bench_cut_counts_what_a_split_ring_carries_between_machines(no_leftovers):
+    """`emu bench cut`: a ring allreduce of S over n ranks, split over two machines by length, crosses the
+    cut twice (once each way), each crossing carrying 2(n-1)/n x S of payload: what the cut links count is
+    that, plus headers and acknowledgements (under a quarter more), never less."""
+    import json
+    import subprocess
+
+    from tests.helpers import EMU
+
+    out = subprocess.run([*EMU, "bench", "cut", "--topo", "bag", "--parts", "2", "--size", "1MiB", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.splitlines()[0])
+    n, size = r["nranks"], r["allreduce_bytes"]
+    payload = 2 * 2 * (n - 1) / n * size
+    assert r["wrong"] == 0 and r["cut_links"] > 0 and r["split_by"] == "length", r
+    assert payload <= r["crossing_bytes"] < 1.25 * payload, (r["crossing_bytes"], payload)
+    assert r["crossing_frames_per_fabric_ms"] == pytest.approx(r["crossing_frames"] / (r["allreduce_fabric_s"] * 1e3))
+    bad = subprocess.run([*EMU, "bench", "cut", "--parts", "1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "at least 2 machines" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -54,7 +54,7 @@ def test_the_fabric_clock_and_a_faithful_wall_clock_run_agree(no_leftovers):
 
 def test_auto_dilation_gives_a_result_with_fidelity_ok(no_leftovers, tmp_path, monkeypatch):
     """From no calibration (the default cost), whatever D it takes; what worked is remembered."""
-    from emu.bench import dilation
+    from emu.net import dilation
 
     monkeypatch.setenv("EMU_CACHE_DIR", str(tmp_path))
     r = run("allreduce", dict(FABRIC, sizes="64KiB"), dilation="auto")  # the search, not the figure, is tested

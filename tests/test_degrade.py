@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emu.dataplane.fabric import VirtualFabric
+from emu.dataplane.wiring import VirtualFabric
 from tests.helpers import star
 from tests.test_switch import udp4
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from emu.bench import dilation
 from emu.fidelity import Part, packet_time_s, verdict
+from emu.net import dilation
 
 LOAD = 1e8  # packets per fabric second
 PKT = packet_time_s(100e9, 1024 + 78)
@@ -90,7 +90,7 @@ def test_a_process_started_with_emu_cache_dir_learns_there_and_not_in_the_machin
     import subprocess
     import sys
 
-    code = "from emu.bench import dilation; dilation.learn('probe', 1e-4); print(dilation.cache_path())"
+    code = "from emu.net import dilation; dilation.learn('probe', 1e-4); print(dilation.cache_path())"
     env = {**os.environ, "EMU_CACHE_DIR": str(tmp_path / "c")}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(tmp_path / "c" / "calibration.json")

@@ -67,7 +67,7 @@ def test_a_worker_that_stops_for_a_while_makes_the_verdict_name_it(no_leftovers)
     microsecond of fabric time (a millisecond of wall time at D = 1000): a frame from a host is
     scheduled from when the worker takes it, so it would not show a stop."""
     from emu import FabricNet, FPFTopo
-    from emu.net.fidelity import fabric_fidelity
+    from emu.fidelity import fabric_fidelity
 
     with FabricNet(FPFTopo(gpus=2, planes=1), dilation=1000) as net:
         net.engine.sample_queues([("p0l0", "p0l0-eth1")], 1e-6)
@@ -91,7 +91,7 @@ def test_a_udp_sender_held_still_makes_the_verdict_name_it(no_leftovers):
     time mid-flow sends what fell due late, so its mean lateness passes the paced senders' limit and
     the verdict names it (whatever else a loaded machine may add to the list)."""
     from emu import FabricNet, FPFTopo
-    from emu.net.fidelity import fabric_fidelity
+    from emu.fidelity import fabric_fidelity
     from emu.net.flows import Flow, KernelFlows
 
     # D = 100 000: a packet time is 11.5 ms of wall time, so the sender keeps its pace with room to

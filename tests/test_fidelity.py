@@ -83,7 +83,7 @@ def test_packets_the_emulators_own_io_lost_are_named_in_every_verdict_and_line(t
     """A loss in a port's receive ring or on simple_switch's way in is the emulator's, not the fabric's:
     the result says so, and (issue 27, item 10) the run is not ok, as if a part had fallen behind: in
     a whole suite's and the benches' on-time runs these losses were zero (docs/testing.md)."""
-    from emu.net.fidelity import emulator_drops, fabric_fidelity
+    from emu.fidelity import emulator_drops, fabric_fidelity
 
     port = {"drops": {"rx_socket_overflow": 3, "queue_overflow": 40}}
     bmv2_port = {"drops": {"p4_input": 2, "link_down": 1}}
@@ -100,7 +100,7 @@ def test_packets_the_emulators_own_io_lost_are_named_in_every_verdict_and_line(t
     clean = fabric_fidelity({**stats, "switches": {}})
     assert clean["ok"] is True and clean["emulator_drops"] == {} and "I/O" not in line(clean)
     # The retry of auto D says why it raised D.
-    from emu.bench import dilation
+    from emu.net import dilation
 
     monkeypatch.setenv("EMU_CACHE_DIR", str(tmp_path))  # not this machine's
     tries = iter([v, clean])

@@ -9,9 +9,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from emu.control.model import SwitchTables
-from emu.dataplane.fabric import VirtualFabric
 from emu.dataplane.partition import LookaheadError, PartitionedFabric
 from emu.dataplane.spec import EngineSpec, PortSpec, SpecError, SwitchSpec
+from emu.dataplane.wiring import VirtualFabric
 from tests.helpers import add_route, host_mac, host_port, port_mac
 
 LONG_HAUL = 100e-6  # 20 km of fibre between the two switches

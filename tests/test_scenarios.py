@@ -108,7 +108,7 @@ def test_wcmp_shares_follow_capacity_and_damping_cuts_updates(no_leftovers, wcmp
 def test_a_scenario_at_auto_dilation_is_on_time_and_says_why(tmp_path, no_leftovers, monkeypatch):
     """The default for scenarios: D from the offered load (3 planes of 100G), started from the scenario's
     documented default and scaled by load; the result records each try and has fidelity ok."""
-    from emu.bench import dilation
+    from emu.net import dilation
 
     monkeypatch.setenv("EMU_CACHE_DIR", str(tmp_path))
     said: list[str] = []

@@ -8,8 +8,8 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
 from scapy.layers.l2 import Ether
 
 from emu.control.model import EncapPolicy, Group, MySid, NextHop, Route, SwitchTables
-from emu.dataplane.fabric import VirtualFabric
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
+from emu.dataplane.wiring import VirtualFabric
 
 pytestmark = pytest.mark.usefixtures("both_cores")
 

@@ -8,8 +8,8 @@ from scapy.layers.inet6 import ICMPv6EchoReply, ICMPv6EchoRequest, ICMPv6ND_NA, 
 from scapy.layers.l2 import ARP, Ether
 
 from emu import packet as pk
-from emu.dataplane.fabric import VirtualFabric
 from emu.dataplane.spec import EcnSpec, QosSpec
+from emu.dataplane.wiring import VirtualFabric
 from emu.units import WIRE_OVERHEAD_BYTES
 from tests.helpers import host_mac, port_mac, star
 
@@ -220,8 +220,8 @@ def test_ecn_marks_ect_packets_above_kmax_only():
 
 
 def test_dwrr_shares_by_weight_and_strict_goes_first():
-    from emu.dataplane.link import Transmitter
     from emu.dataplane.loop import Loop
+    from emu.dataplane.pipe import Transmitter
 
     loop = Loop()
     out = []

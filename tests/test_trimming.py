@@ -8,8 +8,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
 from emu import packet as pk
-from emu.dataplane.fabric import VirtualFabric
 from emu.dataplane.spec import QosSpec, SpecError, TrimSpec
+from emu.dataplane.wiring import VirtualFabric
 from tests.helpers import host_mac, port_mac, star
 
 pytestmark = pytest.mark.usefixtures("both_cores")

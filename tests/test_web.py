@@ -7,7 +7,7 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from emu.web.app import make_app
-from emu.web.model import End, Link, Topology, layout
+from emu.web.scene import End, Link, Topology, layout
 
 
 def fabric() -> tuple[Topology, list[dict]]:
@@ -130,7 +130,7 @@ def test_a_recorded_topology_reads_back_the_same_and_an_engine_spec_draws_too():
     """What FabricNet records for `emu web` (to_json) reads back equal (from_json), cable delays included;
     an engine run without Mininet (a bench's pair) is drawn from its spec: a switch, a host per port."""
     from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
-    from emu.web.model import topology_of_spec
+    from emu.web.scene import topology_of_spec
 
     topo, _ = fabric()
     topo.links[1] = Link(1, topo.links[1].a, topo.links[1].b, 100e9, 100e-6)  # 20 km

@@ -6,8 +6,8 @@ import pytest
 
 from emu import packet as pk
 from emu.backends.bmv2.links import LinkModeError, choose_links, wire_name, wire_spec
-from emu.dataplane.fabric import VirtualFabric
 from emu.dataplane.spec import EngineSpec, SpecError, SwitchSpec
+from emu.dataplane.wiring import VirtualFabric
 from emu.units import WIRE_OVERHEAD_BYTES
 from tests.helpers import host_port, star
 from tests.test_switch import udp4

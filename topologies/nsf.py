@@ -14,7 +14,7 @@ import sys
 _root = os.path.dirname(os.path.dirname(os.path.abspath(inspect.currentframe().f_code.co_filename)))
 sys.path[:0] = [_root, *glob.glob(os.path.join(_root, ".venv/lib/python3*/site-packages"))]
 
-from emu.topo.script import mn_custom, run  # noqa: E402
+from emu.cli.script import mn_custom, run  # noqa: E402
 
 topos, switches, links = mn_custom("nsf")
 

@@ -10,11 +10,11 @@ from emu.net.switch import RunSettings
 def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None = None, op: str = "",
               settings: RunSettings | None = None) -> dict[str, Any]:
     if name == "engine":
-        from emu.bench import engine
+        from emu.bench import forwarding as engine
 
         return engine.run(params, backend=settings.backend if settings else "native")
     if name == "link":
-        from emu.bench import link
+        from emu.bench import link_model as link
 
         if dilation == "auto":
             raise ValueError("`emu bench link` measures the link model at a D you choose (default 1000)")
@@ -32,7 +32,7 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
 
         return setup.run(params)
     if name == "calibrate":
-        from emu.bench import dilation
+        from emu.net import dilation
 
         forgot = dilation.reset() if params.get("reset") else False
         return {"bench": "calibrate", "machine": dilation.machine_key(), "cache": dilation.cache_path(), "reset": forgot,
@@ -42,8 +42,12 @@ def run_bench(name: str, params: dict[str, str], *, dilation: float | str | None
         from emu.bench import sync
 
         return sync.run(params)
+    if name == "cut":
+        from emu.bench import cut
+
+        return cut.run(params)
     if name == "soak":
         from emu.bench import soak
 
         return soak.run(params)
-    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce, setup, soak, sync, calibrate")
+    raise ValueError(f"unknown benchmark {name!r}; known: engine, link, collective, roce, setup, soak, sync, cut, calibrate")

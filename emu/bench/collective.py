@@ -13,9 +13,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from emu.bench.dilation import run_auto
 from emu.collectives.run import FACTOR, MTU, whole_chunks
 from emu.fidelity import line
+from emu.net.dilation import run_auto
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.net.timebase import KERNEL_PACE_D, Timebase, clock_label
@@ -30,7 +30,7 @@ __all__ = ["run", "table"]
 def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
         settings: RunSettings | None = None) -> dict[str, Any]:
     """`settings` carries the backend and switch options; its dilation is replaced by `dilation`
-    (a number, or "auto" / None: the smallest D this machine keeps on time, see bench.dilation)."""
+    (a number, or "auto" / None: the smallest D this machine keeps on time, see emu.net.dilation)."""
     if op not in FACTOR:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(FACTOR)}")
     params = dict(params)

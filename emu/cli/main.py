@@ -229,7 +229,7 @@ def cmd_web(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.cli.live import running_view, still_running
     from emu.cli.up import web_address
     from emu.web.app import WebView, make_app
-    from emu.web.model import Topology
+    from emu.web.scene import Topology
 
     _need_root()  # the engine's control sockets are root's
     host, port = web_address(args.address)
@@ -582,8 +582,8 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_roce)
     p = sub.add_parser("bench", help="measure the engine against the kernel")
-    p.add_argument("name", choices=("engine", "link", "collective", "roce", "setup", "soak", "sync", "calibrate"),
-                   help="soak: --cycles N --kills K --fuzz FRAMES --incasts M --seed S (reliability, not speed); "
+    p.add_argument("name", choices=("engine", "link", "collective", "roce", "setup", "soak", "sync", "cut", "calibrate"),
+                   help="cut: --topo bag --parts 2 --size 4MiB (what a split over machines would carry between them); soak: --cycles N --kills K --fuzz FRAMES --incasts M --seed S (reliability, not speed); "
                         "setup: --topo fpf,tahan,tahan-next --repetitions N (bring-up and tear-down against "
                         "plain Mininet)")
     p.add_argument("op", nargs="?", help="for `collective`: allreduce, allgather, reducescatter, sendrecv")

@@ -12,10 +12,9 @@ from mininet.log import setLogLevel
 from rich.console import Console
 
 from emu.cli.mncli import FabricCLI
-from emu.fidelity import line
+from emu.fidelity import fabric_fidelity, line
 from emu.net.cleanup import root_interfaces, worker_pids
 from emu.net.fabric import FabricNet
-from emu.net.fidelity import fabric_fidelity
 from emu.net.link import ChannelIntf, FabricLink
 from emu.net.switch import RunSettings
 from emu.topo import make_topo

@@ -20,8 +20,7 @@ from typing import Any, Protocol
 
 from emu.control.model import EncapPolicy
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
-from emu.dataplane.buffer import pfc_headroom
-from emu.units import FIBRE_S_PER_M, WIRE_OVERHEAD_BYTES
+from emu.units import FIBRE_S_PER_M, WIRE_OVERHEAD_BYTES, pfc_headroom
 
 PROBE_FRAME = 60
 

@@ -462,7 +462,7 @@ cdef void mt_take(MT* s, object rnd) except *:
     s.index = state[MT_N]
 
 
-# -- the link model (emu.dataplane.link.Transmitter) -----------------------------------------------------
+# -- the link model (emu.dataplane.pipe.Transmitter) -----------------------------------------------------
 
 cdef enum:
     NQ = 8
@@ -711,7 +711,7 @@ cdef class FromHost:
 
 
 cdef class Transmitter:
-    """emu.dataplane.link.Transmitter, compiled: the same queues, pauses, DWRR and wire, in the same order."""
+    """emu.dataplane.pipe.Transmitter, compiled: the same queues, pauses, DWRR and wire, in the same order."""
 
     def __init__(self, loop, *, str name, double rate_bps, double delay, deliver, on_dequeue=None,
                  strict=(7, 6), weights=(1,) * NQ, int64_t limit_bytes=0):
@@ -1431,7 +1431,7 @@ cdef class GroupState:
         return self.ref.slots[flow_hash % n]
 
 
-# -- the switch (emu.dataplane.switch.Switch's forwarding path) --------------------------------------
+# -- the switch (emu.dataplane.pipeline.Switch's forwarding path) --------------------------------------
 
 cdef enum:
     CONTROL_TC = 7
@@ -1487,7 +1487,7 @@ cdef inline uint64_t _be64(const uint8_t* b) noexcept nogil:
 
 
 cdef inline int _traffic_class(const uint8_t* dscp_tc, const uint8_t* f, int n) noexcept nogil:
-    """emu.dataplane.switch.traffic_class."""
+    """emu.dataplane.pipeline.traffic_class."""
     if n < 15:
         return 0
     cdef int et = f[12] << 8 | f[13]
@@ -1507,7 +1507,7 @@ cdef inline int _traffic_class(const uint8_t* dscp_tc, const uint8_t* f, int n) 
 
 
 cdef class Port:
-    """emu.dataplane.switch.Port, compiled: its counters in C, seen by Python as the reference's."""
+    """emu.dataplane.pipeline.Port, compiled: its counters in C, seen by Python as the reference's."""
 
     def __init__(self, int index, str name, bytes mac, str peer_kind):
         self.index = index
@@ -1592,7 +1592,7 @@ cdef int _ev_pfc_refresh(object obj, double t, object parg, void* varg, int64_t 
 
 
 cdef class SwitchBase:
-    """The compiled forwarding path of emu.dataplane.switch.Switch (emu.dataplane.native.NativeSwitch
+    """The compiled forwarding path of emu.dataplane.pipeline.Switch (emu.dataplane.native.NativeSwitch
     subclasses both: the reference builds it and runs its slow path). Frames are C buffers here; a
     frame the reference's code must see (ARP, NDP, ICMP, probes, SRv6 segments and policies, TTL
     expiry) goes to it as bytes, where the reference would have taken the same branch."""

@@ -14,16 +14,6 @@ ones with PFC off) are dropped by the egress queue's dynamic threshold.
 from __future__ import annotations
 
 NQ = 8
-MTU_ON_WIRE = 1600
-
-
-def pfc_headroom(rate_bps: float, one_way_delay_s: float) -> int:
-    """What can still arrive after XOFF leaves: the cable's round trip at line rate, a frame
-    the peer had started, a frame this side had started (which delays the XOFF), and the
-    PFC frame itself."""
-    return int(2 * rate_bps * one_way_delay_s / 8 + 2 * MTU_ON_WIRE + 2 * MTU_ON_WIRE + 84)
-
-
 class SharedBuffer:
     __slots__ = (
         "size", "reserve", "headroom", "shift", "egress_alpha", "resume_offset",

@@ -1,6 +1,6 @@
 """The switch of the compiled core: the reference pipeline, built and run by its compiled twin.
 
-`NativeSwitch` is emu.dataplane.switch.Switch with the classes it builds from
+`NativeSwitch` is emu.dataplane.pipeline.Switch with the classes it builds from
 (ports, links, buffer, tables) replaced by emu.dataplane._core's and its
 forwarding path (ingress, IPv4/IPv6 forwarding, the traffic manager, PFC,
 ECN, trimming's queueing) compiled. The reference's __init__ and
@@ -17,8 +17,8 @@ from functools import partial
 from typing import Any
 
 from emu.dataplane import _core
+from emu.dataplane.pipeline import Switch
 from emu.dataplane.spec import SwitchSpec
-from emu.dataplane.switch import Switch
 
 
 class NativeSwitch(_core.SwitchBase, Switch):

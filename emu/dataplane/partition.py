@@ -23,10 +23,10 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from emu.dataplane.fabric import build_switches
 from emu.dataplane.loop import Loop
+from emu.dataplane.pipeline import Switch
 from emu.dataplane.spec import EngineSpec, PortSpec, SpecError
-from emu.dataplane.switch import Switch
+from emu.dataplane.wiring import build_switches
 
 
 class LookaheadError(RuntimeError):

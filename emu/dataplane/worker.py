@@ -30,10 +30,10 @@ from typing import Any
 from emu.control.model import SwitchTables
 from emu.dataplane.channel import FRAME, Channels, port_id
 from emu.dataplane.core import check_native
-from emu.dataplane.fabric import build_switches
 from emu.dataplane.host import HostDelivery
 from emu.dataplane.loop import FabricLoop, WallLoop
 from emu.dataplane.pcap import PcapWriter
+from emu.dataplane.pipeline import HostEnd, Switch
 from emu.dataplane.protocol import (
     Connect,
     Degrade,
@@ -56,7 +56,7 @@ from emu.dataplane.protocol import (
 )
 from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RING_BUDGET, RxRing, ring_sizes
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
-from emu.dataplane.switch import HostEnd, Switch
+from emu.dataplane.wiring import build_switches
 from emu.launch import owner, private_dir, watch_owner
 
 ETH_P_ALL = 0x0003

@@ -325,7 +325,7 @@ class FabricNet(Mininet):
     def _record_view(self) -> None:
         """The fabric's drawing, beside its engine in the run directory: what `emu web` serves when it
         attaches from another process (which has no Mininet objects to read it from)."""
-        from emu.web.model import topology_of
+        from emu.web.scene import topology_of
 
         if getattr(self, "run_dir", ""):
             with open(os.path.join(self.run_dir, VIEW_RECORD), "w") as f:
@@ -551,7 +551,7 @@ class FabricNet(Mininet):
         fails and restores planes, links and switches (through fail and restore, one at a time).
         stop() closes it."""
         from emu.web.app import WebView, make_app
-        from emu.web.model import topology_of
+        from emu.web.scene import topology_of
 
         lock = threading.Lock()  # the page's requests arrive on the server's threads
 

@@ -30,8 +30,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from emu.fidelity import add_speeds, fabric_clock_verdict, packet_time_s
-from emu.net.fidelity import fabric_fidelity
+from emu.fidelity import add_speeds, fabric_clock_verdict, fabric_fidelity, packet_time_s
 from emu.net.flows import EngineFlows, Flow, KernelFlows
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from emu.bench.dilation import cost_of, run_auto
+from emu.net.dilation import cost_of, run_auto
 from emu.net.switch import RunSettings
 from emu.net.timebase import Timebase
 from emu.scenarios.base import Scenario
@@ -51,7 +51,7 @@ def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, ou
                  plot: bool = True) -> dict[str, Any]:
     """Run scenario `name` with parameters from strings. `dilation` replaces the settings' D: a number,
     or "auto", the smallest D this machine keeps the scenario on time at (from its offered load and what
-    runs here have taught, bench.dilation), retried larger while the result's fidelity is not ok."""
+    runs here have taught, emu.net.dilation), retried larger while the result's fidelity is not ok."""
     cls = scenario_class(name)
     if settings.backend == "bmv2" and cls.bmv2_lacks:  # said before anything is built
         raise ScenarioError(f"{name} cannot run on --backend bmv2: {cls.bmv2_lacks}")
@@ -66,8 +66,6 @@ def run_scenario(name: str, params: dict[str, str], settings: RunSettings, *, ou
         return scenario.run(replace(settings, dilation=d), out_dir, plot=plot)
 
     def auto() -> dict[str, Any]:
-        if cls.picks_dilation:  # it picks D for each of its runs itself
-            return scenario.run(settings, out_dir, plot=plot, auto=True)
         # The scenario's documented default D, at its default load, is where an uncalibrated machine starts;
         # BMv2 forwards about a seventh of what the engine does (docs/performance.md, emu bench engine).
         start = cost_of(cls.default_dilation, cls().load_pps()) * (BMV2_COST if settings.backend == "bmv2" else 1)

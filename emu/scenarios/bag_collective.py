@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from emu.bench import collective
 from emu.fidelity import combine
+from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
@@ -32,7 +32,6 @@ class BagCollective(Scenario):
     by BAG switches over `distance` of fibre."""
 
     name = "bag-collective"
-    picks_dilation = True  # on the wall clock, the collective harness chooses D for each of its two runs
     fabric_clock = True  # its ranks run inside the engine: exact, no D to choose
 
     distance: str = "20km"
@@ -44,27 +43,16 @@ class BagCollective(Scenario):
             raise ScenarioError("bag-collective: distance > 0, hosts per building >= 1, size >= 1KiB")
 
     def load_pps(self) -> float:
-        """Every rank sending at its 400G line rate at once (its runs pick their own D from the harness)."""
+        """Every rank sending at its 400G line rate at once."""
         return 2 * self.hosts * 400e9 / ((1024 + HEADERS) * 8)
-
-    def _common(self) -> dict[str, str]:
-        return {"topo": "bag", "sizes": str(self.as_size("size")), "leaves": "1", "spines": "1", "rate": "400G",
-                "fabric_rate": "400G", "bag_rates": "400G"}
 
     def topologies(self) -> dict[str, Any]:
         common = {"leaves": 1, "spines": 1, "rate": "400G", "fabric_rate": "400G", "bag_rates": "400G"}
         return {"within": BAGTopo(regions=1, hosts_per_leaf=2 * self.hosts, **common),
                 "across": BAGTopo(regions=2, hosts_per_leaf=self.hosts, distance=self.distance, **common)}
 
-    def collect(self, settings: RunSettings, auto: bool = False) -> dict[str, dict[str, Any]]:
-        """The collective harness builds each fabric itself (the same as topologies() describes)."""
-        d: float | str = "auto" if auto else settings.dilation
-        within = collective.run("allreduce", {**self._common(), "regions": "1", "hosts_per_leaf": str(2 * self.hosts)},
-                                dilation=d, settings=settings)
-        across = collective.run("allreduce", {**self._common(), "regions": "2", "hosts_per_leaf": str(self.hosts),
-                                              "distance": self.distance}, dilation=d, settings=settings)
-        self.costs += [r["fidelity"]["speed"] for r in (within, across) if r["fidelity"].get("speed")]
-        return {"within": within, "across": across}
+    def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
+        return net.collective("allreduce", sizes=[self.as_size("size")]).report
 
     def summarise(self, parts: dict[str, dict[str, Any]], settings: RunSettings) -> dict[str, Any]:
         def side(r: dict[str, Any]) -> dict[str, Any]:

@@ -37,7 +37,6 @@ class Scenario:
     name: ClassVar[str] = ""
     default_dilation: ClassVar[float] = 10_000.0  # where --dilation auto starts on an uncalibrated machine
     bmv2_lacks: ClassVar[str] = ""  # what BMv2 cannot do that it needs ("": it runs on both backends)
-    picks_dilation: ClassVar[bool] = False  # it chooses D for each of its runs itself
     # All its measured traffic is the project's own and runs inside the engine on the fabric clock:
     # `--clock fabric` (its default) gives exact figures with no D to choose.
     fabric_clock: ClassVar[bool] = False
@@ -118,9 +117,8 @@ class Scenario:
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         raise NotImplementedError
 
-    def collect(self, settings: RunSettings, auto: bool = False) -> dict[str, dict[str, Any]]:
-        """Each fabric built in turn, measured, and torn down: the parts by role. `auto`: for a scenario
-        that picks D per run itself (picks_dilation), whether to."""
+    def collect(self, settings: RunSettings) -> dict[str, dict[str, Any]]:
+        """Each fabric built in turn, measured, and torn down: the parts by role."""
         parts = {}
         for role, topo in self.topologies().items():
             mine = self.role_settings(role, settings)
@@ -149,14 +147,14 @@ class Scenario:
     def file_name(self, settings: RunSettings) -> str:
         return self.name
 
-    def run(self, settings: RunSettings, out_dir: str = "", *, plot: bool = True, auto: bool = False) -> dict[str, Any]:
+    def run(self, settings: RunSettings, out_dir: str = "", *, plot: bool = True) -> dict[str, Any]:
         """The steps in turn; the result (JSON-ready) is written to out_dir/NAME.json, with its plot
         NAME.png unless `plot` is False."""
         clock = Timebase.of(settings)
         clock.admit(self.name, engine=self.fabric_clock, kernel=self.wall_clock)
         settings = self.settings(settings)
         self.costs: list[dict[str, Any]] = []  # what each fabric's jobs cost the machine (collect)
-        figures = self.summarise(self.collect(settings, auto), settings)
+        figures = self.summarise(self.collect(settings), settings)
         if isinstance(figures.get("fidelity"), dict):
             clock.with_speed(figures["fidelity"], self.costs)  # the machine's share, beside the verdict
         result = {"scenario": self.name, **clock.result_fields(settings), "parameters": self.parameters(), **figures}

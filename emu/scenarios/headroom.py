@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from emu.dataplane.buffer import pfc_headroom
 from emu.net.fabric import FabricNet
 from emu.net.flows import Flow
 from emu.net.switch import RunSettings
@@ -29,7 +28,7 @@ from emu.scenarios.common import (
     totals,
 )
 from emu.topo.bag import BAGTopo
-from emu.units import FIBRE_S_PER_M, parse_rate
+from emu.units import FIBRE_S_PER_M, parse_rate, pfc_headroom
 
 PORT = 9400
 SHORT_M = 100.0

@@ -29,8 +29,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from emu.web.model import FabricCollector, Snapshots, Topology
 from emu.web.replay import counters_of, series_of
+from emu.web.scene import FabricCollector, Snapshots, Topology
 
 PERIOD_S = 0.25  # wall seconds between snapshots: the page updates four times a second
 VERBS = ("fail", "restore")

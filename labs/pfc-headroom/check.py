@@ -7,11 +7,10 @@ from contextlib import contextmanager
 
 from emu import BAGTopo, FabricNet
 from emu.control.runtime import PROBE_FRAME, WIRE_OVERHEAD_BYTES
-from emu.dataplane.buffer import pfc_headroom
 from emu.labs import StepFailed
 from emu.net.flows import Flow
 from emu.scenarios.common import DSCP_LOSSLESS, ECT0, totals
-from emu.units import FIBRE_S_PER_M
+from emu.units import FIBRE_S_PER_M, pfc_headroom
 
 MODULE = "headroom.py"
 CLOCKS = ("fabric", "wall")  # the incast is the project's own flows: exact on the fabric clock; D for the wall's

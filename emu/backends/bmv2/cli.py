@@ -12,9 +12,9 @@ import ipaddress
 import random
 
 from emu.control.model import Group, SwitchTables
-from emu.dataplane.buffer import pfc_headroom
-from emu.dataplane.switch import WireBox
+from emu.dataplane.pipeline import WireBox
 from emu.dataplane.tables import smooth_wrr
+from emu.units import pfc_headroom
 
 SLOTS = 64
 MAX_SEGMENTS = 3  # h_encaps_1 .. h_encaps_3 in fabric.p4

@@ -38,7 +38,7 @@ from emu.backends.bmv2.cli import (
     red_params,
 )
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
-from emu.backends.bmv2.runtime import Bmv2DataPlane
+from emu.backends.bmv2.plane import Bmv2DataPlane
 from emu.dataplane.engine import RUN_ROOT
 from emu.launch import Supervisor, die_with_parent, private_dir
 from emu.net.cleanup import BMV2_LOG_DIR, switch_namespace

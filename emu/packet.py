@@ -1,7 +1,7 @@
 """Header layouts and fast builders for the frames the fabric carries.
 
 The switch pipeline parses with precompiled struct.Struct objects on bytes /
-memoryviews (see emu.dataplane.switch); this module holds the layouts, the
+memoryviews (see emu.dataplane.pipeline); this module holds the layouts, the
 checksums and the builders for frames a switch originates (ARP and NDP
 replies, ICMP errors and echo replies, PFC). Scapy is for tests only.
 """

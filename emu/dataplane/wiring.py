@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from emu.dataplane.loop import Loop
+from emu.dataplane.pipeline import Switch, WireBox
 from emu.dataplane.spec import EngineSpec, PortSpec
-from emu.dataplane.switch import Switch, WireBox
 
 ExternalDeliver = Callable[[Switch, PortSpec], Callable[[float, Any], None]]
 

@@ -23,10 +23,11 @@ from typing import Any
 
 from emu import packet as pk
 from emu.control.model import SwitchTables
-from emu.dataplane.buffer import SharedBuffer, pfc_headroom
-from emu.dataplane.link import NQ, Transmitter
+from emu.dataplane.buffer import SharedBuffer
+from emu.dataplane.pipe import NQ, Transmitter
 from emu.dataplane.spec import PortSpec, SwitchSpec
 from emu.dataplane.tables import GroupState, Lpm
+from emu.units import pfc_headroom
 
 CONTROL_TC = 7
 PFC_XOFF_QUANTA = 0xFFFF

@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from emu.bench.lab import engine_pair, wired_pair
+from emu.fidelity import fabric_fidelity
 from emu.launch import child_env, python_module
-from emu.net.fidelity import fabric_fidelity
 from emu.units import WIRE_OVERHEAD_BYTES, parse_distance, parse_rate, parse_size, propagation_delay
 
 PORT = 9100

@@ -57,7 +57,7 @@ def _watched_sweep(lab: Lab, engine: Any, seconds: float, size: int, ceiling: fl
     """The sweep with the live view's page open in headless Chromium; and the snapshots it got a second."""
     from emu.web.app import WebView, make_app
     from emu.web.chromium import HeadlessPage
-    from emu.web.model import topology_of_spec
+    from emu.web.scene import topology_of_spec
 
     topo = topology_of_spec(engine.spec)
     view = WebView(lambda token: make_app(topo, engine.stats, token))

@@ -145,3 +145,14 @@ class Dilation:
 def propagation_delay(distance_m: float) -> float:
     """One-way fibre delay in fabric seconds."""
     return distance_m * FIBRE_S_PER_M
+
+
+MTU_ON_WIRE = 1600  # bytes: the largest frame with its preamble and gap, rounded up
+
+
+def pfc_headroom(rate_bps: float, one_way_delay_s: float) -> int:
+    """PFC headroom in bytes, for a cable of `one_way_delay_s` (seconds) at `rate_bps` (bits per second):
+    what can still arrive after XOFF leaves: the cable's round trip at line rate, a frame the peer had
+    started, a frame this side had started (which delays the XOFF), and the PFC frame itself. Here, not
+    in the buffer, because the control plane sizes headroom from measured cables too."""
+    return int(2 * rate_bps * one_way_delay_s / 8 + 2 * MTU_ON_WIRE + 2 * MTU_ON_WIRE + 84)
