@@ -11,29 +11,38 @@ from tests.test_switch import udp4
 pytestmark = pytest.mark.usefixtures("both_cores")
 
 
-def run(loss: float = 0.0, rate: float = 0.0, delay: float = 0.0, n: int = 2000) -> tuple[list[float], int]:
+def run(loss: float = 0.0, rate: float = 0.0, delay: float = 0.0, n: int = 2000, seed: int = 0
+        ) -> tuple[list[float], int, set[int]]:
+    """n frames through a degraded port: the arrival times, the port's lost count, and which frames (by
+    their source port) never arrived."""
     tb = VirtualFabric(star(2))
     sw = tb.switches["s0"]
-    sw.degrade_port(1, loss=loss, rate_bps=rate, delay_s=delay)
+    sw.degrade_port(1, loss=loss, rate_bps=rate, delay_s=delay, seed=seed)
     for i in range(n):
-        tb.send("s0", "s0-eth0", udp4(0, 1, size=1000, sport=i), t=0.0)
+        tb.send("s0", "s0-eth0", udp4(0, 1, size=1000, sport=1000 + i), t=0.0)
     tb.run()
-    return [t for t, _ in tb.received[("s0", "s0-eth1")]], sw.ports[1].tx.lost
+    got = tb.received[("s0", "s0-eth1")]
+    arrived = {int.from_bytes(bytes(frame[34:36]), "big") for _, frame in got}
+    return [t for t, _ in got], sw.ports[1].tx.lost, {1000 + i for i in range(n)} - arrived
 
 
 def test_loss_is_random_per_frame_seeded_and_counted():
-    got, lost = run(loss=0.05)
-    assert len(got) + lost == 2000 and 60 < lost < 140  # 5 % of 2000, give or take sampling
-    assert run(loss=0.05)[1] == lost  # the same seed loses the same frames
+    """5 % of 2000 frames: the count within 4 standard deviations (a rate twice or half as large fails);
+    the same seed loses the very same frames, another seed others, as many give or take sampling."""
+    got, lost, which = run(loss=0.05)
+    assert len(got) + lost == 2000 and len(which) == lost and 61 < lost < 139
+    assert run(loss=0.05)[2] == which  # the same seed: the same frames
+    other = run(loss=0.05, seed=1)[2]
+    assert other != which and 61 < len(other) < 139 and len(other & which) < len(which) / 2
     assert run()[1] == 0
 
 
 def test_rate_caps_the_wire_and_delay_adds_to_the_cable():
-    plain, _ = run(n=200)
-    slow, _ = run(rate=25e9, n=200)
+    plain, _, _ = run(n=200)
+    slow, _, _ = run(rate=25e9, n=200)
     gaps = (plain[-1] - plain[0]) / 199, (slow[-1] - slow[0]) / 199
     assert gaps[1] == pytest.approx(4 * gaps[0])  # a quarter of the rate: four times the spacing
-    late, _ = run(delay=5e-6, n=1)
+    late, _, _ = run(delay=5e-6, n=1)
     assert late[0] - plain[0] == pytest.approx(5e-6)
 
 
@@ -51,7 +60,11 @@ def test_a_degraded_plane_loses_what_it_is_told_and_restore_brings_it_back(no_le
         ports = net.stats().raw["switches"]["p1l0"]["ports"]
         lost = sum(p["drops"].get("degraded_loss", 0) + p.get("host_nic", {}).get("degraded_loss", 0)
                    for p in ports.values())
-        assert w.data_ok and lost > 0 and w.retransmits > 0  # (some of the lost were ACKs: no resend for those)
+        frames = sum(p["tx_packets"] + p.get("host_nic", {}).get("tx_packets", 0) for p in ports.values())
+        # Each frame on the plane's wires is lost with probability 0.02: the rate, not merely a loss (a
+        # rate ten times off failed only `lost > 0` before). Bounds: about 3.5 standard deviations.
+        assert 0.012 < lost / frames < 0.03, (lost, frames)
+        assert w.data_ok and w.retransmits > 0  # (some of the lost were ACKs: no resend for those)
         assert all(p["degraded"]["loss"] == 0.02 for p in ports.values())
         assert not any("degraded" in p for p in net.stats().raw["switches"]["p0l0"]["ports"].values())
         net.restore(plane=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
@@ -174,3 +176,90 @@ def test_bad_trim_options_are_one_clear_error_before_anything_is_built():
         out = subprocess.run([sys.executable, "-m", "emu.cli.main", "scenario", "trimming", "--trim", bad],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode != 0 and "trim" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+# -- the endpoints' half: what a NACK makes the sender do (issue 41, item 5) -------------------------
+
+TRIM_DSCP = 11
+
+
+def _trimmed_write(cc: str, trims: int, nbytes: int = 64 << 10) -> tuple[list[tuple], Any, bool]:
+    """Two MetaRoCE devices on two planes, joined by a wire of 1 us each way in virtual time; the first
+    `trims` data packets host a sends on plane 0 arrive marked with the trim DSCP, as a trimming switch
+    delivers them. What crossed each wire (time, from, plane, PSN, opcode, trimmed), a's queue pair, and
+    whether b's memory holds the write."""
+    from emu.dataplane.loop import Loop
+    from emu.roce import wire
+    from emu.roce.endpoint import Endpoint
+
+    loop = Loop()
+    log: list[tuple] = []
+    hosts: dict[str, Any] = {}
+    data_ops = {0x06, 0x07, 0x08, 0x0A, 0x0B}  # RDMA write first, middle, last, only, only with immediate
+
+    def carry(src: str, plane: int, frame: Any) -> None:
+        f = bytearray(frame)
+        op, _, psn, _ = wire.parse_bth(f[62:])
+        cut = src == "a" and plane == 0 and op in data_ops and sum(x[5] for x in log) < trims
+        if cut:  # the traffic class's DSCP, as the switch sets it on a trimmed packet
+            tclass = TRIM_DSCP << 2
+            f[14], f[15] = (f[14] & 0xF0) | tclass >> 4, (f[15] & 0x0F) | (tclass & 0x0F) << 4
+        log.append((loop.now, src, plane, psn, op, cut))
+        peer = hosts["b" if src == "a" else "a"]
+        loop.at(loop.now + 1e-6, lambda t, fr: peer.deliver[plane](t, fr), bytes(f))
+
+    class Host:
+        core = "python"
+
+        def __init__(self, name: str) -> None:
+            self.name, self.loop, self.deliver = name, loop, {}
+            hosts[name] = self
+
+        def attach(self, switch: str, port: str, deliver: Any) -> tuple[Any, bytes, bytes]:
+            self.deliver[int(port)] = deliver
+            return (lambda frame, p=int(port): carry(self.name, p, frame)), b"\x02" * 6, b"\x04" * 6
+
+    def planes(h: int) -> list[list[Any]]:
+        return [[f"s{p}", str(p), f"fd00:0:{p}:{h}::2", 100e9] for p in range(2)]
+
+    fails: list[str] = []
+    a = Endpoint.attached(Host("a"), planes(1), fails.append, "a", trim_dscp=TRIM_DSCP, cc=cc, seed=1)
+    b = Endpoint.attached(Host("b"), planes(2), fails.append, "b", trim_dscp=TRIM_DSCP, cc=cc, seed=2)
+    src, dst = a.dev.reg_mr(nbytes), b.dev.reg_mr(nbytes)
+    src.buf[:] = bytes(i % 251 for i in range(nbytes))
+    qa, qb = a.dev.create_qp(), b.dev.create_qp()
+    qa.connect(qb.qpn, [p[2] for p in planes(2)])
+    qb.connect(qa.qpn, [p[2] for p in planes(1)])
+
+    def write() -> Any:
+        qa.post_write(1, src, 0, nbytes, dst.va, dst.rkey)
+        yield qa.idle
+
+    done: list[float] = []
+    a.start(write(), 0.0, lambda _, t: done.append(t))
+    loop.run(until=0.01)
+    assert done and not fails, (done, fails)
+    return log, qa, bytes(dst.buf) == bytes(src.buf)
+
+
+def test_a_nacked_packet_is_resent_at_once_on_the_other_plane():
+    """Packet in, packet out: a data packet that arrives trimmed is NACKed by the receiver, and the sender
+    sends that PSN again on the other plane (the trimming plane's queue was full a moment ago), long
+    before any retransmission timer; the write is whole."""
+    log, qa, whole = _trimmed_write("none", trims=1)
+    (t_cut, _, _, psn, _, _), = [x for x in log if x[5]]
+    again = [x for x in log if x[1] == "a" and x[3] == psn and x[4] != 0x11 and x[0] > t_cut]
+    assert whole and qa.trim_nacks == 1 and qa.timeouts == 0
+    assert again and again[0][2] == 1, again  # resent on plane 1, not the plane that trimmed it
+    assert again[0][0] - t_cut < 10e-6, again  # a round trip and the NACK's turn, not an RTO (200 us)
+
+
+def test_a_trim_counts_as_a_cnp_at_most_once_a_cnp_interval():
+    """With DCQCN a trim cuts the rate as a CNP does (DCQCN's only way down), but two trims within one CNP
+    interval cut it once, as the receiver paces its CNPs; without congestion control nothing is cut."""
+    _, one, _ = _trimmed_write("dcqcn", trims=1)
+    _, two, _ = _trimmed_write("dcqcn", trims=2)
+    _, none, _ = _trimmed_write("none", trims=2)
+    assert one.cc.cnps == 1 and one.trim_nacks == 1 and min(r for _, r in one.rate_trace) < 100e9 * 2
+    assert two.trim_nacks == 2 and two.cc.cnps == 1
+    assert none.trim_nacks == 2 and none.cc.cnps == 0

@@ -191,7 +191,7 @@ class Transmitter:
             loop.at(arrive, self.deliver, frame)
         return -1.0
 
-    def degrade(self, *, loss: float, rate_bps: float, extra_delay: float, seed: int) -> None:
+    def degrade(self, *, loss: float, rate_bps: float, extra_delay: float, seed: int | str) -> None:
         """A degraded wire, not a dead one: each frame lost with probability `loss` (seeded), the wire at
         `rate_bps` (0: as built), `extra_delay` more propagation (this loop's units). All zero: as built."""
         rate = rate_bps or self.base[0]

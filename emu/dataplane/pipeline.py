@@ -266,7 +266,11 @@ class Switch:
         p = self.ports[port]
         for i, tx in enumerate((p.tx, p.nic)):
             if tx is not None:
-                _degrade(tx, self.dilation, (self.spec.seed * 1_000_003 + 2 * port + i) ^ seed << 32,
+                base = self.spec.seed * 1_000_003 + 2 * port + i
+                # A user's seed goes in as text, which Python's random hashes (SHA-512): mixed into the
+                # integer as high bits, as it was, seed 1 on port 1 drew what seed 0 drew (Mersenne
+                # Twister seeds [2] and [2, 1] start alike). Seed 0 keeps the integer: the same frames.
+                _degrade(tx, self.dilation, f"{base}/{seed}" if seed else base,
                          loss=loss, rate_bps=rate_bps, delay_s=delay_s)
 
     def from_host(self, port: int, t: float, frame: bytes) -> None:
@@ -715,7 +719,7 @@ class Switch:
         return {"ports": ports, "buffer_used": self.mmu.used, "buffer_size": self.mmu.size}
 
 
-def _degrade(tx: Transmitter, dilation: float, seed: int, *, loss: float, rate_bps: float, delay_s: float) -> None:
+def _degrade(tx: Transmitter, dilation: float, seed: int | str, *, loss: float, rate_bps: float, delay_s: float) -> None:
     """A wire degraded in fabric units (all zero: as built), its losses seeded by `seed`."""
     tx.degrade(loss=loss, rate_bps=rate_bps / dilation if rate_bps else 0.0, extra_delay=delay_s * dilation, seed=seed)
 
