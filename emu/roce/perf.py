@@ -74,7 +74,8 @@ def writes(dev: Device, qp: QueuePair, mr: MemoryRegion, remote: dict[str, int],
     comps = dev.poll_cq()
     lats.sort()
     return {
-        "role": "client", "qpn": qp.qpn, "bytes": mr.size, "message": message, "wall_s": elapsed,
+        "role": "client", "qpn": qp.qpn, "bytes": mr.size, "message": message,
+        "elapsed_s": elapsed,  # in the clock's own seconds: wall on the wall clock (was wall_s, fabric s on the fabric clock)
         "fabric_s": elapsed / d, "bw_fabric_bps": mr.size * 8 / (elapsed / d) if elapsed else 0.0,
         "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),
         "retransmits": qp.retransmits, "timeouts": qp.timeouts, "trim_nacks": qp.trim_nacks,
