@@ -88,12 +88,26 @@ def step_curve(work: Path, net: None) -> str:
     high, n_high = fraction(42, 62)
     if below > 0:
         raise StepFailed(f"{below:.1%} of the packets that found 20 or fewer queued were marked: never below kmin")
+    hint = (f"marked {low:.2f} of the packets at 24-38 and {high:.2f} at 42-62; RED gives about 0.18 "
+            "and 0.53: mark when random(0..65535) < (depth - kmin) x step (TODO 2)")
+    # Decisively wrong needs few packets: a step at kmin marks all 48 of 48 (a congestion that backs off
+    # hard leaves the queue little time in the bands). Wrong by less must be shown with enough of them.
+    if _clearly_outside(low, n_low, 0.05, 0.35) or _clearly_outside(high, n_high, 0.35, 0.8):
+        raise StepFailed(hint)
     if n_low < 50 or n_high < 20:
         raise RuntimeError(f"too few packets found the queue in the bands ({n_low}, {n_high}) to tell")
     if not 0.05 < low < 0.35 < high < 0.8:
-        raise StepFailed(f"marked {low:.2f} of the packets at 24-38 and {high:.2f} at 42-62; RED gives about 0.18 "
-                         "and 0.53: mark when random(0..65535) < (depth - kmin) x step (TODO 2)")
+        raise StepFailed(hint)
     return f"marked {below:.2f} below Kmin, {low:.2f} at 24-38 packets, {high:.2f} at 42-62"
+
+
+def _clearly_outside(fraction: float, n: int, lo: float, hi: float) -> bool:
+    """`fraction` of `n` packets lies outside [lo, hi] by more than three standard deviations of a
+    fraction at the nearer bound: wrong whatever more packets would add."""
+    if n < 10 or lo <= fraction <= hi:
+        return False
+    bound = lo if fraction < lo else hi
+    return abs(fraction - bound) > 3 * (bound * (1 - bound) / n) ** 0.5
 
 
 STEPS = [step_compiles, step_marks, step_curve]
