@@ -316,81 +316,16 @@ FABRIC_CTL_PORT = 49168
 FABRIC_CNP_PORT = 49169
 
 
-class FabricIO:
-    """A device's ports on the fabric clock: each plane's frames go straight to its switch port's NIC
-    model (`send[plane](frame)`), built whole here (Ethernet, IPv6 with its traffic class, UDP with
-    its checksum, RoCEv2 with its ICRC), and arrive through `Device.on_frame`. No kernel socket."""
+class KernelIO:
+    """A device's ports as the kernel's UDP sockets in this namespace (the wall clock): one receive socket
+    on UDP 4791 per plane and a few send sockets (ENTROPY data ports, control, CNP), read by
+    `Device.progress`. Packets due within BURST_S go in one go (a sleep that short costs more than it
+    saves), and a plane marked down is probed at most every 10 ms of wall time."""
 
-    def __init__(self, send: list[Any], host_macs: list[bytes], switch_macs: list[bytes]) -> None:
-        self.send = send
-        self.head = [switch_macs[i] + host_macs[i] + b"\x86\xdd" for i in range(len(send))]
+    burst = BURST_S
+    min_probe_s = 0.01
 
-
-class Device:
-    def __init__(self, addrs: list[str], *, dilation: float, plane_rate_bps: float = 100e9, mtu: int = 1024,
-                 cc: str = "none", window: int = 512, rto_fabric_s: float = 200e-6, seed: int | None = None,
-                 clock: Clock = WALL, io: FabricIO | None = None, trim_dscp: int | None = None,
-                 spray: str = "weighted", retry_limit: int | None = None) -> None:
-        """`clock` and `io`: WALL and None (kernel sockets bound to `addrs`, in this namespace), or the
-        engine's fabric clock and the FabricIO of the host's switch ports (dilation 1). `trim_dscp`:
-        trimming mode (the fabric's switches cut instead of dropping): data goes out trimmable, and a
-        packet that arrives with this DSCP is a trimmed one, NACKed at once. `spray`: "weighted" (each
-        plane's share follows its measured health, `_reweigh`) or "equal" (every live plane alike).
-        `retry_limit`: timer retransmissions of one packet after which its queue pair fails with
-        "retry exceeded" (RoCE's retry_cnt: a peer that never answers is dead); None: never."""
-        if not addrs:
-            raise RoceError("a device needs at least one port (plane address)")
-        if spray not in SPRAYS:
-            raise RoceError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
-        self.spray = spray
-        self.retry_limit = retry_limit
-        self.alarm_at = float("inf")  # the user's own wake-up (Device.alarm)
-        self.trim_dscp = trim_dscp
-        self.tc_data = TC_DATA if trim_dscp is None else TC_DATA_TRIMMABLE
-        self.clock = clock
-        self.io = io
-        # Packets due within BURST_S go in one go on the wall clock (a sleep that short costs more than it
-        # saves); on the fabric clock every send is woken exactly when it is due.
-        self.burst = BURST_S if io is None else 0.0
-        self.min_probe_s = 0.01 if io is None else 0.0
-        self.dilation = dilation
-        self.mtu = mtu
-        self.window = window
-        self.cc_name = cc
-        self.plane_rate = plane_rate_bps
-        self.wall_s_per_byte = 8 * dilation / plane_rate_bps
-        self.rto = rto_fabric_s * dilation
-        self.ack_delay = ACK_DELAY_S * dilation
-        self.slack = TIMER_SLACK_S * dilation
-        # How far apart in time the planes may deliver: a packet on a plane slower than the rest holds
-        # the cumulative ACK, and what arrives more than SACK_BITS packets past it is reported late and
-        # counts against the window, so the whole connection stalls. At the device's full rate that
-        # is SACK_BITS packets' time (2.9 us at 8 x 100G, 1 KiB MTU).
-        self.reorder_budget = wire.SACK_BITS * (mtu + HEADERS) * self.wall_s_per_byte / len(addrs)
-        self.rng = random.Random(seed)
-        self.planes = [self._open_plane(i, a) if io is None else self._fabric_plane(i, a) for i, a in enumerate(addrs)]
-        self.qps: dict[int, QueuePair] = {}
-        self.mrs: dict[int, MemoryRegion] = {}
-        self.cq: deque[Completion] = deque()
-        self.recv_cq: deque[Completion] = deque()  # writes with immediate, whole and in order
-        self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0,
-                         "duplicates": 0, "trimmed": 0}
-        self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
-        self.next_sample = 0.0
-        self.plane_trace: list[tuple[float, list[int]]] = []  # (wall s, bytes sent per plane), sampled
-        if io is None:
-            tight_timers()
-        self.rx_fds = [p.rx.fileno() for p in self.planes if p.rx is not None]
-        self.rx_buf = bytearray(65536)  # every packet is received into this one buffer
-        self.rx_view = memoryview(self.rx_buf)
-        self.src_cache: dict[str, bytes] = {}  # sender address text -> its 16 bytes
-        # Fidelity: sends against their paced slot, receives against the kernel's arrival stamp.
-        self.send_late = Lateness()
-        self.recv_late = Lateness()
-
-    # -- resources --------------------------------------------------------------
-
-    def _open_plane(self, i: int, addr: str) -> Plane:
+    def open_plane(self, i: int, addr: str, tc_data: int) -> Plane:
         def sock(port: int, tclass: int) -> socket.socket:
             s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tclass)
@@ -409,15 +344,118 @@ class Device:
         rx.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE
         rx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
         rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        tx = [sock(0, self.tc_data) for _ in range(ENTROPY)]
+        tx = [sock(0, tc_data) for _ in range(ENTROPY)]
         ctl, cnp = sock(0, TC_ACK), sock(0, TC_CNP)
         return Plane(i, addr, wire.ip6(addr), rx, tx, [s.getsockname()[1] for s in tx], ctl, ctl.getsockname()[1],
                      cnp, cnp.getsockname()[1])
 
     @staticmethod
-    def _fabric_plane(i: int, addr: str) -> Plane:
+    def start() -> None:
+        tight_timers()  # this process's timers woken within a microsecond, not the kernel's default 50
+
+    @staticmethod
+    def send_packet(plane: Plane, k: int, sport: int, tclass: int, dst: bytes, dst_text: str, payload: Any) -> bool:
+        """Through the socket whose source port is `sport` (k: which data socket; -1 ctl, -2 cnp); False if
+        the kernel would block (nothing changed: try again later)."""
+        try:
+            if k >= 0:
+                plane.tx[k].sendmsg(payload, (), 0, (dst_text, wire.ROCE_PORT))  # in pieces, nothing copied
+            else:
+                (plane.ctl if k == -1 else plane.cnp).sendto(payload, (dst_text, wire.ROCE_PORT))
+        except BlockingIOError:
+            return False
+        return True
+
+
+class FabricIO:
+    """A device's ports on the fabric clock: each plane's frames go straight to its switch port's NIC
+    model (`send[plane](frame)`), built whole here (Ethernet, IPv6 with its traffic class, UDP with
+    its checksum, RoCEv2 with its ICRC), and arrive through `Device.on_frame`. No kernel socket, fixed
+    UDP source ports (the same run hashes the same way), and every send woken exactly when it is due."""
+
+    burst = 0.0
+    min_probe_s = 0.0
+
+    def __init__(self, send: list[Any], host_macs: list[bytes], switch_macs: list[bytes]) -> None:
+        self.send = send
+        self.head = [switch_macs[i] + host_macs[i] + b"\x86\xdd" for i in range(len(send))]
+
+    @staticmethod
+    def open_plane(i: int, addr: str, tc_data: int) -> Plane:
         return Plane(i, addr, wire.ip6(addr), None, [None] * ENTROPY, list(FABRIC_TX_PORTS), None, FABRIC_CTL_PORT,
                      None, FABRIC_CNP_PORT)
+
+    @staticmethod
+    def start() -> None:
+        pass
+
+    def send_packet(self, plane: Plane, k: int, sport: int, tclass: int, dst: bytes, dst_text: str,
+                    payload: Any) -> bool:
+        self.send[plane.index](pk.udp6_frame(self.head[plane.index], tclass, plane.addr_b, dst, sport,
+                                             wire.ROCE_PORT, payload))
+        return True
+
+
+class Device:
+    def __init__(self, addrs: list[str], *, dilation: float, plane_rate_bps: float = 100e9, mtu: int = 1024,
+                 cc: str = "none", window: int = 512, rto_fabric_s: float = 200e-6, seed: int | None = None,
+                 clock: Clock = WALL, io: KernelIO | FabricIO | None = None, trim_dscp: int | None = None,
+                 spray: str = "weighted", retry_limit: int | None = None) -> None:
+        """`clock` and `io`: WALL and KernelIO (the default: kernel sockets bound to `addrs`, in this
+        namespace), or the engine's fabric clock and the FabricIO of the host's switch ports (dilation 1). `trim_dscp`:
+        trimming mode (the fabric's switches cut instead of dropping): data goes out trimmable, and a
+        packet that arrives with this DSCP is a trimmed one, NACKed at once. `spray`: "weighted" (each
+        plane's share follows its measured health, `_reweigh`) or "equal" (every live plane alike).
+        `retry_limit`: timer retransmissions of one packet after which its queue pair fails with
+        "retry exceeded" (RoCE's retry_cnt: a peer that never answers is dead); None: never."""
+        if not addrs:
+            raise RoceError("a device needs at least one port (plane address)")
+        if spray not in SPRAYS:
+            raise RoceError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
+        self.spray = spray
+        self.retry_limit = retry_limit
+        self.alarm_at = float("inf")  # the user's own wake-up (Device.alarm)
+        self.trim_dscp = trim_dscp
+        self.tc_data = TC_DATA if trim_dscp is None else TC_DATA_TRIMMABLE
+        self.clock = clock
+        self.io = io = io if io is not None else KernelIO()
+        self.burst = io.burst  # sends due within this go in one go
+        self.min_probe_s = io.min_probe_s
+        self.dilation = dilation
+        self.mtu = mtu
+        self.window = window
+        self.cc_name = cc
+        self.plane_rate = plane_rate_bps
+        self.wall_s_per_byte = 8 * dilation / plane_rate_bps
+        self.rto = rto_fabric_s * dilation
+        self.ack_delay = ACK_DELAY_S * dilation
+        self.slack = TIMER_SLACK_S * dilation
+        # How far apart in time the planes may deliver: a packet on a plane slower than the rest holds
+        # the cumulative ACK, and what arrives more than SACK_BITS packets past it is reported late and
+        # counts against the window, so the whole connection stalls. At the device's full rate that
+        # is SACK_BITS packets' time (2.9 us at 8 x 100G, 1 KiB MTU).
+        self.reorder_budget = wire.SACK_BITS * (mtu + HEADERS) * self.wall_s_per_byte / len(addrs)
+        self.rng = random.Random(seed)
+        self.planes = [io.open_plane(i, a, self.tc_data) for i, a in enumerate(addrs)]
+        self.qps: dict[int, QueuePair] = {}
+        self.mrs: dict[int, MemoryRegion] = {}
+        self.cq: deque[Completion] = deque()
+        self.recv_cq: deque[Completion] = deque()  # writes with immediate, whole and in order
+        self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0,
+                         "duplicates": 0, "trimmed": 0}
+        self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
+        self.next_sample = 0.0
+        self.plane_trace: list[tuple[float, list[int]]] = []  # (wall s, bytes sent per plane), sampled
+        io.start()
+        self.rx_fds = [p.rx.fileno() for p in self.planes if p.rx is not None]
+        self.rx_buf = bytearray(65536)  # every packet is received into this one buffer
+        self.rx_view = memoryview(self.rx_buf)
+        self.src_cache: dict[str, bytes] = {}  # sender address text -> its 16 bytes
+        # Fidelity: sends against their paced slot, receives against the kernel's arrival stamp.
+        self.send_late = Lateness()
+        self.recv_late = Lateness()
+
+    # -- resources --------------------------------------------------------------
 
     def reg_mr(self, size: int) -> MemoryRegion:
         mr = MemoryRegion(va=self.rng.randrange(1 << 20, 1 << 40) << 12, rkey=self.rng.randrange(1, 1 << 32),
@@ -736,19 +774,7 @@ class Device:
         """One RoCEv2 packet (BTH onward) out of `plane`: through the kernel socket that has source port
         `sport` (k: which data socket; -1 ctl, -2 cnp), or built whole and handed to the switch port.
         False if the kernel would block (nothing changed: try again later)."""
-        io = self.io
-        if io is None:
-            try:
-                if k >= 0:
-                    plane.tx[k].sendmsg(payload, (), 0, (dst_text, wire.ROCE_PORT))  # in pieces, nothing copied
-                else:
-                    (plane.ctl if k == -1 else plane.cnp).sendto(payload, (dst_text, wire.ROCE_PORT))
-            except BlockingIOError:
-                return False
-            return True
-        io.send[plane.index](pk.udp6_frame(io.head[plane.index], tclass, plane.addr_b, dst, sport, wire.ROCE_PORT,
-                                           payload))
-        return True
+        return self.io.send_packet(plane, k, sport, tclass, dst, dst_text, payload)
 
     # -- receiving ----------------------------------------------------------------------
 
