@@ -18,11 +18,14 @@ import os
 import select
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emu.dataplane.core import make_schedule
 from emu.dataplane.schedule import Callback
 from emu.fidelity import Lateness, tight_timers
+
+if TYPE_CHECKING:
+    from emu.dataplane.channel import Channels
 
 
 class Loop:
@@ -115,6 +118,12 @@ class WallLoop(Loop):
         self.handlers: dict[int, Callable[[], None]] = {}
         self.lateness = Lateness()
         self.running = True
+        self.sync: Channels | None = None  # the channels to the other workers of a split fabric
+
+    def split_over(self, channels: Channels) -> None:
+        """This worker runs one part of a fabric split over several: on the fabric clock its jobs advance
+        in the channels' windows."""
+        self.sync = channels
 
     def add_reader(self, fd: int, handler: Callable[[], None]) -> None:
         self.handlers[fd] = handler
@@ -197,7 +206,6 @@ class FabricLoop(WallLoop):
         self.events = 0  # callbacks run while a job ran
         self.pace = 0.0
         self._pace_f, self._pace_w = 0.0, self.sched.anchor_w  # where the paced job's fabric time meets the wall
-        self.sync: Any = None  # emu.dataplane.channel.Channels when the fabric is split over workers
 
     @property
     def busy(self) -> int:
@@ -262,43 +270,56 @@ class FabricLoop(WallLoop):
         return self._pace_w + (self.sched.next_time() - self._pace_f) * self.pace - time.monotonic()
 
     def run_forever(self) -> None:
-        sched = self.sched
-        timer = self.timer
-        epoll = self.epoll
-        batch = self.BATCH
+        """Until stopped, in one of three ways, chosen afresh each turn: a split fabric's job in windows
+        (`_window`), a job or what one left on this schedule alone (`_job`), or between jobs, fabric time
+        following the wall (`_idle`). Each serves the sockets when it is done."""
         while self.running:
             sync = self.sync
             if sync is not None and sync.active:
-                if sync.waiting:  # for the peers' barriers
-                    self._dispatch(epoll.poll(1.0))
-                    continue
-                limit = sync.horizon
-                if self.pace and sched.next_time() < limit:
-                    ahead = self._paced_wait()
-                    if ahead > 0:
-                        self._dispatch(epoll.poll(min(ahead, 0.05)))
-                        continue
-                self.events += sched.run_window(limit, batch)
-                nxt = sched.next_time()
-                if nxt >= limit:
-                    sync.end_window(nxt, sched.busy > 0 or nxt < sched.drain_until)
-                self._dispatch(epoll.poll(0))
-            elif sched.busy or self._draining():
-                if sched.busy and self.pace and len(sched):
-                    ahead = self._paced_wait()
-                    if ahead > 0:  # paced: serve the sockets while the wall catches up
-                        self._dispatch(epoll.poll(min(ahead, 0.05)))
-                        continue
-                self.events += sched.run_job(batch)
-                if not sched.busy and not self._draining() and sched.drain_until > -math.inf:
-                    sched.drain_until = -math.inf  # drained: fabric time follows the wall from here
-                    self._anchor()
-                events = epoll.poll(0 if len(sched) else 1.0)
+                self._window(sync)
+            elif self.sched.busy or self._draining():
+                self._job()
             else:
-                sched.run_due(self.clock())
-                if sched.busy:
-                    continue
-                if len(sched):
-                    timer.arm(sched.anchor_w + (sched.next_time() - sched.anchor_f) * self.idle_dilation)
-                events = epoll.poll(1.0)
-            self._dispatch(events)
+                self._idle()
+
+    def _window(self, sync: Channels) -> None:
+        """Everything before the window's horizon, then this worker's barrier (paced if asked)."""
+        sched, epoll = self.sched, self.epoll
+        if sync.waiting:  # for the peers' barriers
+            self._dispatch(epoll.poll(1.0))
+            return
+        limit = sync.horizon
+        if self.pace and sched.next_time() < limit:
+            ahead = self._paced_wait()
+            if ahead > 0:
+                self._dispatch(epoll.poll(min(ahead, 0.05)))
+                return
+        self.events += sched.run_window(limit, self.BATCH)
+        nxt = sched.next_time()
+        if nxt >= limit:
+            sync.end_window(nxt, sched.busy > 0 or nxt < sched.drain_until)
+        self._dispatch(epoll.poll(0))
+
+    def _job(self) -> None:
+        """A batch of the job's events (or the drain's), as fast as the CPU allows unless paced."""
+        sched, epoll = self.sched, self.epoll
+        if sched.busy and self.pace and len(sched):
+            ahead = self._paced_wait()
+            if ahead > 0:  # paced: serve the sockets while the wall catches up
+                self._dispatch(epoll.poll(min(ahead, 0.05)))
+                return
+        self.events += sched.run_job(self.BATCH)
+        if not sched.busy and not self._draining() and sched.drain_until > -math.inf:
+            sched.drain_until = -math.inf  # drained: fabric time follows the wall from here
+            self._anchor()
+        self._dispatch(epoll.poll(0 if len(sched) else 1.0))
+
+    def _idle(self) -> None:
+        """No job: what is due by the wall (at the idle D), then sleep until the next event or a socket."""
+        sched = self.sched
+        sched.run_due(self.clock())
+        if sched.busy:
+            return
+        if len(sched):
+            self.timer.arm(sched.anchor_w + (sched.next_time() - sched.anchor_f) * self.idle_dilation)
+        self._dispatch(self.epoll.poll(1.0))
