@@ -205,3 +205,32 @@ def test_a_jobs_endpoints_fall_silent_when_it_ends_and_a_restored_plane_carries_
         after = [b - a for a, b in zip(before, sent(), strict=True)]
         assert again.data_ok and again.retransmits == 0
         assert after == plain, (plain, after)  # the same write, the same bytes on every plane, nothing else
+
+
+def _write_after(pause_s: float, pace: float = 0.0) -> tuple[float, float, int, list[int]]:
+    """A fresh FPF 2 x 2 on the fabric clock: a 1 MiB MetaRoCE write, `pause_s` wall seconds of nothing
+    (fabric time follows the wall between jobs), then, at `pace`, the same write again: its figures."""
+    import time
+
+    from emu import FabricNet, FPFTopo
+
+    with FabricNet(FPFTopo(gpus=2, planes=2, leaves=1), clock="fabric", kernel=False) as net:
+        net.roce.write("gpu0", "gpu1", nbytes=1 << 20)
+        time.sleep(pause_s)
+        net.pace(pace)
+        w = net.roce.write("gpu0", "gpu1", nbytes=1 << 20)
+        assert w.data_ok and w.kernel_frames == 0
+        return w.fabric_s, w.bw_fabric_bps, w.retransmits, [p["tx_bytes"] for p in w.planes]
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_the_same_fabric_after_any_pause_and_at_any_pace(no_leftovers):
+    """Issue 41: a job left frames, queues and timers behind; they drain on the schedule (FabricLoop's
+    DRAIN_S), so the next job finds the same fabric whether it starts at once or after a wall-clock pause
+    long enough for the idle clock to run the drain's fabric time many times over. And `--pace` (a fabric
+    second taking 2000 wall seconds here, for the live view) changes the wall time only, on a real job,
+    not ten bare events."""
+    at_once = _write_after(0.0)
+    assert _write_after(0.7) == at_once
+    assert _write_after(0.0, pace=2000.0) == at_once

@@ -184,6 +184,30 @@ def test_bench_engine_measures_the_engine_against_a_bridge_in_one_run(no_leftove
     assert out["web_cost"] == pytest.approx(1 - out["engine_web_pps"] / out["engine_pps"], abs=1.5e-3)
 
 
+def test_bench_roce_and_sync_measure_what_the_readme_says(no_leftovers):
+    """README: `emu bench roce` (packets per second one MetaRoCE endpoint process moves: a real write, the
+    data checked, its rate from the client's own packets and wall time) and `emu bench sync` (what one
+    synchronisation round between two processes costs, and what that means per fabric millisecond)."""
+    r = emu("bench", "roce", "--bytes", "4MiB", "--repetitions", "1", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.splitlines()[0])
+    (run,) = out["runs"]
+    assert out["bench"] == "roce" and out["mtu"] == 1024 and run["packets"] >= (4 << 20) // 1024, out
+    assert out["client_kpps"] == run["client_kpps"] > 0 and 0 < out["goodput_gbps_wall"] < 100, out
+    # The packet rate and the goodput are the same run's: goodput ~ packets x MTU, a few % of resends aside.
+    implied = out["client_kpps"] * 1e3 * 1024 * 8 / 1e9
+    assert 0.9 < out["goodput_gbps_wall"] / implied <= 1.0 + 1e-9, (implied, out)
+    assert "median of 1" in out["how"] and "cores" in out["machine"]
+    r = emu("bench", "sync", "--rounds", "2000", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    sync = json.loads(r.stdout.splitlines()[0])
+    assert sync["rounds"] == 2000 and 0 < sync["promise_only_round_us"] <= sync["with_frame_round_us"] * 1.5, sync
+    assert sync["rounds_per_s"] == pytest.approx(1e6 / sync["promise_only_round_us"])
+    assert sync["wall_s_per_fabric_ms_at_10ns_lookahead"] == pytest.approx(
+        25_000 * sync["wall_s_per_fabric_ms_at_250us_lookahead"])  # 250 us / 10 ns windows more
+    assert "--rounds" in emu("bench", "sync", "--rounds", "5").stderr
+
+
 def test_make_demo_runs(no_leftovers):
     # At a fixed D: on a machine with no calibration yet, auto D searches up to 5e5 (5 min of incast).
     r = subprocess.run(["make", "demo"], cwd=REPO, capture_output=True, text=True, timeout=900,
