@@ -165,23 +165,31 @@ def test_emu_scenario_as_a_command_json_no_pfc_and_exit_status(tmp_path, no_left
 
 
 def test_results_read_in_human_units_and_raw_only_in_json():
-    """Issue 13: what a person reads has units (Gb/s, MiB, us, %); the numbers stay raw in --json."""
+    """Issue 13: what a person reads has units (Gb/s, MiB, us, %); the numbers stay raw in --json. Issue 40:
+    the verdict first, the figures in a table, and series, traces and long lists only in --json (the
+    incast's per-sender series printed 375 entries each in the middle of the terminal)."""
     import io
+    import re
 
     from rich.console import Console
 
     from emu.cli.render import print_result
 
     out = io.StringIO()
-    print_result({"goodput_fabric_bps": 95.5e9, "planned_bytes": 2 << 20, "paused_fabric_s": 50.3e-6,
-                  "delivered_bytes_by_plane": {0: 1 << 20, 1: 512}, "loss_pct": 0.0, "busbw_of_bound": 0.724,
-                  "retransmits": 3, "fidelity": {"ok": True}, "rows": list(range(20))},
+    print_result({"scenario": "incast", "goodput_fabric_bps": 95.5e9, "planned_bytes": 2 << 20,
+                  "paused_fabric_s": 50.3e-6, "delivered_bytes_by_plane": {0: 1 << 20, 1: 512}, "loss_pct": 0.0,
+                  "busbw_of_bound": 0.724, "retransmits": 3, "fidelity": {"ok": True}, "rows": list(range(20)),
+                  "received_series": {"10.0.0.3": [[0.1, 0.2], [100.0, 99.0]]}, "passed": False,
+                  "missing": ["no ping reply in phase policy"]},
                  Console(file=out, width=200))
     text = out.getvalue()
-    for shown in ("goodput_fabric_bps: 95.5Gb/s", "planned_bytes: 2MiB", "paused_fabric_s: 50.3us",
-                  "delivered_bytes_by_plane: {0: 1MiB, 1: 512B}", "loss_pct: 0.0 %", "busbw_of_bound: 72.4 %",
-                  "retransmits: 3", "rows: [20 entries]"):
-        assert shown in text, text
+    assert text.splitlines()[0] == "incast: FAILED; missing: no ping reply in phase policy", text
+    rows = {m.group(1): m.group(2).strip() for m in re.finditer(r"^(\w+) +(.+)$", text, re.M)}
+    assert rows["goodput_fabric_bps"] == "95.5Gb/s" and rows["planned_bytes"] == "2MiB", rows
+    assert rows["paused_fabric_s"] == "50.3us" and rows["delivered_bytes_by_plane"] == "{0: 1MiB, 1: 512B}", rows
+    assert rows["loss_pct"] == "0.0 %" and rows["busbw_of_bound"] == "72.4 %" and rows["retransmits"] == "3", rows
+    assert "rows" not in rows and "received_series" not in rows and "10.0.0.3" not in text
+    assert "in --json only (series, traces, long lists): rows, received_series" in text
     assert "95500000000" not in text and "fidelity" not in text  # the verdict is its own line, on stderr
 
 

@@ -89,12 +89,41 @@ def human(value: Any, unit: Callable[[float], str] | None = None, depth: int = 0
     return str(value)
 
 
+SERIES_WORDS = ("series", "trace", "samples")  # a figure over time: for a plot or --json, not a terminal
+
+
+def _is_series(key: str, value: Any) -> bool:
+    """Whether a figure is a series, a trace or a long list: what a person cannot read in a terminal."""
+    if any(w in key.lower() for w in SERIES_WORDS):
+        return True
+    if isinstance(value, (list, tuple)):
+        return len(value) > 8 or any(isinstance(v, (list, tuple, dict)) for v in value)
+    if isinstance(value, dict):
+        return len(value) > 8 or any(_is_series(str(k), v) for k, v in value.items())
+    return False
+
+
 def print_result(result: dict[str, Any], console: Console | None = None) -> None:
-    """A scenario's or bench's result for a person: each figure in its unit (the whole of it, raw, is in
-    --json). The fidelity verdict is left to its one line on stderr, which every result gets."""
+    """A scenario's or bench's result for a person: its verdict, then a table of its figures, each in its
+    unit; series, traces and long lists are left to --json (named under the table), as is every raw
+    number. The fidelity verdict is left to its one line on stderr, which every result gets."""
     c = console or Console()
+    name = result.get("scenario") or result.get("bench") or ""
+    if "passed" in result:
+        verdict = "[bold green]PASSED[/bold green]" if result["passed"] else "[bold red]FAILED[/bold red]"
+        missing = "; missing: " + "; ".join(result["missing"]) if result.get("missing") else ""
+        c.print(f"{escape(str(name))}: {verdict}{escape(missing)}", highlight=False)
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("figure")
+    table.add_column("value", overflow="fold")
+    left: list[str] = []
     for k, v in result.items():
-        if k == "fidelity":
+        if k in ("fidelity", "passed", "missing", "scenario", "bench"):
             continue
-        text = human(v, _unit(k))
-        c.print(f"[bold]{escape(str(k))}[/bold]: {escape(text)}", highlight=False)
+        if _is_series(str(k), v):
+            left.append(str(k))
+            continue
+        table.add_row(escape(str(k)), escape(human(v, _unit(k))))
+    c.print(table)
+    if left:
+        c.print(f"in --json only (series, traces, long lists): {escape(', '.join(left))}", highlight=False)
