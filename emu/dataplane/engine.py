@@ -71,6 +71,11 @@ def failed_logs() -> str:
 WORKER_MODULE = "emu.dataplane.worker"
 
 
+# Who is told how a running job advances: watch(job, its fabric time now, or None once it is done), at each
+# poll of wait_job. The command line's progress display (emu.cli.progress) is one; the engine knows no more.
+JOB_WATCHERS: list[Callable[[int, float | None], None]] = []
+
+
 class EngineError(RuntimeError):
     """The engine could not start or a worker died; the message says which and why."""
 
@@ -473,8 +478,11 @@ class Engine:
         or if its fabric time stood still for JOB_STALL_S of wall time (a stuck worker, never a slow one).
         Split over workers, `merge` (the job kind's, Job.merge) joins the parts into `result`."""
         fabric_s, moved = -1.0, time.monotonic()
+        watch = JOB_WATCHERS[-1] if JOB_WATCHERS else None
         while True:
             state = self.job_state(job)
+            if watch is not None:
+                watch(job, None if state["done"] else state["fabric_s"])
             if state["done"]:
                 if "parts" in state and merge is not None:
                     state["result"] = merge(state["parts"])

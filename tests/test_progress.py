@@ -1,0 +1,51 @@
+"""Progress on long work (issue 40, item 3): on a terminal, on stderr; never with --json, never into a
+pipe, a file or a CI log."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import termios
+
+import pytest
+
+from tests.helpers import EMU
+
+# A fabric-clock collective on the reference core, long enough (seconds) to be shown.
+LONG = ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "8", "--planes", "8", "--sizes", "4MiB",
+        "--core", "python"]
+
+
+def _run(args: list[str], *, stdout_tty: bool) -> str:
+    """Run emu with stderr (and stdout, if asked) on a pseudo-terminal of 120 x 40: what the terminal got."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
+    p = subprocess.Popen([*EMU, *args], stdin=slave, stdout=slave if stdout_tty else subprocess.DEVNULL,
+                         stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every end of the terminal is closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(timeout=600) == 0, out.decode(errors="replace")[-2000:]
+    return out.decode(errors="replace")
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_progress_is_drawn_on_a_terminal_and_nowhere_else(no_leftovers):
+    shown = _run(LONG, stdout_tty=True)
+    assert "job 1:" in shown and "of fabric time" in shown and "a wall second" in shown, shown[-2000:]
+    assert "# Avg bus bandwidth" in shown  # the result itself, as without progress
+    assert "of fabric time" not in _run([*LONG, "--json"], stdout_tty=True)
+    assert "of fabric time" not in _run(LONG, stdout_tty=False)  # stdout to a file or a pipe: nothing drawn
