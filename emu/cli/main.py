@@ -11,6 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
+from emu.clock import CLOCKS
+
 err = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the width
 
 
@@ -395,7 +397,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dilation", type=dilation_arg, default=None,
                    help="wall time = fabric time x D, or auto (default: EMU_DILATION, else 1000 for `up`, a 100G "
                         "link at 100 Mb/s; auto for scenarios: the smallest D this machine keeps on time)")
-    p.add_argument("--clock", choices=("fabric", "wall"), default=None,
+    p.add_argument("--clock", choices=CLOCKS, default=None,
                    help="fabric: fabric time is the engine's own (the switches in one worker, or --workers split at "
                         "the longest links; the project's endpoints inside them: exact on any machine; the default of scenarios whose traffic is all "
                         "the project's); wall: fabric time = wall time / D (kernel traffic, BMv2; the default of "
@@ -605,7 +607,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                    help="for `collective`: run the fabric over these machines (see `emu up --help`)")
     p.add_argument("--reset", action="store_true",
                    help="for `calibrate`: forget what --dilation auto has learnt on this machine")
-    p.add_argument("--clock", choices=("fabric", "wall"), default=None,
+    p.add_argument("--clock", choices=CLOCKS, default=None,
                    help="for `collective`: fabric (the default with the native engine: fabric time is the "
                         "engine's own, exact on any machine) or wall (fabric time = wall time / D)")
     p.add_argument("--links", choices=("auto", "netem", "engine"), default="auto",
@@ -626,7 +628,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--solution", action="store_true", help="check the lab's own solution instead")
     p.add_argument("--seed", type=int, help="what the checker draws at random (e.g. which plane fails) from this "
                    "seed: a failed check run again the same way (default: a fresh one, printed on failure)")
-    p.add_argument("--clock", choices=("fabric", "wall"), help="the clock the checker's fabric keeps (default: the lab's "
+    p.add_argument("--clock", choices=CLOCKS, help="the clock the checker's fabric keeps (default: the lab's "
                    "first, `emu lab list` says which it has): fabric is exact and as fast as the CPU allows")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_lab)
