@@ -70,6 +70,26 @@ def test_snapshots_carry_fabric_time_utilisation_queues_and_failures():
     assert "fabric clock: exact" in third["fidelity"]
 
 
+def test_the_page_gets_four_snapshots_a_second():
+    """README: the live view updates four times a second (PERIOD_S): the websocket's snapshots arrive a
+    quarter of a second apart, by the median gap of five (a slow moment shifts one gap, not the median)."""
+    import statistics
+    import time
+
+    from emu.web.app import PERIOD_S
+
+    topo, series = fabric()
+    c = TestClient(make_app(topo, lambda: series[-1], "t0k", clock="fabric"))
+    with c.websocket_connect("/ws?token=t0k") as ws:
+        ws.receive_json()
+        times = []
+        for _ in range(5):
+            ws.receive_json()
+            times.append(time.monotonic())
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert PERIOD_S == 0.25 and 0.2 < statistics.median(gaps) < 0.4, gaps
+
+
 def test_a_fabric_that_stops_ends_the_snapshots_with_its_reason():
     topo, series = fabric()
     calls = iter([series[0]])
@@ -300,6 +320,10 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
                         if any(getattr(x.node, "shard", None) == 1 for x in (lk.intf1, lk.intf2)))
         greyed = page.js("[...new Set([...document.querySelectorAll('line.link.down')].map(e => e.dataset.link))]")
         assert len(plane1) == 4 and sorted(greyed) == plane1, (greyed, plane1)
+        # README: "failed links dashed grey", as the page draws them, not only as classed.
+        style = page.js("(() => { const s = getComputedStyle(document.querySelector('line.link.down'));"
+                        " return [s.stroke, s.strokeDasharray]; })()")
+        assert style[0] == "rgb(187, 187, 187)" and style[1] not in ("", "none"), style
         page.screenshot("results/web-fpf-4x2-plane1-down.png")
         page.js("document.querySelector('button[data-plane=\"1\"]').click()")
         page.wait_for("document.querySelector('button[data-verb=\"restore\"]') !== null", 5)
