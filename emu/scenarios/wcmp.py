@@ -63,7 +63,7 @@ def _expected_shares(net: FabricNet, up: set[str]) -> dict[str, float]:
             for k, (sw, _, rate) in long_haul.items()}
 
 
-def _shares(net: FabricNet, flow: Flow, settings: RunSettings) -> dict[str, Any]:
+def _shares(net: FabricNet, flow: Flow) -> dict[str, Any]:
     """Each long-haul link's share of the bytes against the share it should carry, and what arrived of
     what the flow was to send (a split that loses is no split)."""
     ports = _long_haul_ports(net)
@@ -133,12 +133,12 @@ class Wcmp(Scenario):
 
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         flow = Flow("h000x0", "h100x0", net.get("h100x0").IP(), PORT, self.as_size("bytes"), 300e9, flows=self.flows)
-        shares = _shares(net, flow, settings)
+        shares = _shares(net, flow)
         plain = _flap(net, ControlTiming(detection_s=DETECTION_S))
         damped = _flap(net, ControlTiming(detection_s=DETECTION_S, hold_down_s=HOLD_DOWN_S))
         net.fail(link=("bag0x0", "bag1x0"))
         net.control.settle()
-        shares_failed = _shares(net, flow, settings)
+        shares_failed = _shares(net, flow)
         return {
             "flows": self.flows,
             "paths": shares["paths"],
