@@ -336,30 +336,51 @@ def test_machines_keep_the_fabric_clock_unless_the_scenario_is_the_wall_clocks()
     assert clock("scenario", "srv6-te") == clock("up", given="wall") == "wall"  # SRv6 policy on the kernel's traffic
 
 
+OFFSET_S = 0.003  # m2's clock reads this far ahead: as a machine whose PTP failed would
+
+
+@pytest.fixture
+def skewed_cluster(no_leftovers, monkeypatch):
+    """m1 and m2 as `cluster`, but what runs on m2 reads the common clock OFFSET_S ahead (the machines share
+    this kernel's one clock, so only an injected offset exercises the path a real one would take)."""
+    from emu.cluster.testbed import NamespaceCluster
+
+    with NamespaceCluster(["m1", "m2"], clock_offset_s={"m2": OFFSET_S}) as c:
+        monkeypatch.setenv("EMU_SSH_CONFIG", c.config)
+        yield c
+
+
 @pytest.mark.root
-def test_the_wall_clock_over_two_machines_counts_their_clocks_agreement(cluster):
+def test_the_wall_clock_over_two_machines_counts_their_clocks_agreement(skewed_cluster):
     """On the wall clock the machines' workers cross frames at once, stamped on the machines' common
     clock (CLOCK_REALTIME, which PTP keeps in agreement); each worker measures its peers' clocks at
     connect, and the bound (|offset| + round trip / 2) is one more part of the fidelity verdict: a
-    frame between machines lands as late, or as early, as their clocks disagree."""
+    frame between machines lands as late, or as early, as their clocks disagree. m2's clock is made to
+    read 3 ms ahead: each side measures it (within the round trip), the bound carries it, and at D = 1000
+    (3 us of fabric time, thousands of packet times) the verdict is not ok and names the clocks."""
     from emu import FabricNet
     from emu.fidelity import engine_parts
     from emu.topo.bag import BAGTopo
 
     with FabricNet(BAGTopo(**BAG), clock="wall", dilation=1000, machines=["m1", "m2"]) as net:
         assert net.engine.spec.channelled and net.engine.spec.machines == ("m1", "m2")
-        assert net.pingAll() == 0.0
+        assert net.pingAll() == 0.0  # late by 3 ms of wall time one way, but delivered
+        net.engine.reset_fidelity()
+        net.pingAll()
         stats = net.engine.stats()
-        clocks = [w["channel"]["clocks"] for w in stats["workers"]]
-        # One machine's clock here: the offset is within the round trip, measured on a veth LAN.
-        for mine in clocks:
-            (c,) = mine.values()
-            assert c["samples"] == 16 and c["rounds"] >= 1 and 0 < c["rtt_s"] < 0.05 and abs(c["offset_s"]) <= c["rtt_s"]
-            assert c["bound_s"] == pytest.approx(abs(c["offset_s"]) + c["rtt_s"] / 2)
-        parts = {p.name: p for p in engine_parts(stats)}
-        assert parts["clocks of engine workers 0 and 1"].p99_s == clocks[0]["1"]["bound_s"]
-        # Pings between regions crossed the long haul, both ways, with no windows.
-        assert all(w["channel"]["received"] > 0 and w["channel"]["windows"] == 0 for w in stats["workers"])
+        verdict = net.verdict()
+    clocks = [w["channel"]["clocks"] for w in stats["workers"]]
+    for mine, sign in zip(clocks, (1, -1), strict=True):  # worker 0 on m1 sees m2 ahead; m2 sees m1 behind
+        (c,) = mine.values()
+        assert c["samples"] == 16 and c["rounds"] >= 1 and 0 < c["rtt_s"] < 0.05
+        assert abs(c["offset_s"] - sign * OFFSET_S) <= c["rtt_s"], c
+        assert c["bound_s"] == pytest.approx(abs(c["offset_s"]) + c["rtt_s"] / 2) and c["bound_s"] >= OFFSET_S - c["rtt_s"]
+    parts = {p.name: p for p in engine_parts(stats)}
+    assert parts["clocks of engine workers 0 and 1"].p99_s == clocks[0]["1"]["bound_s"]
+    assert verdict["ok"] is False and any(b.startswith("clocks of engine workers 0 and 1") for b in verdict["behind"]), \
+        verdict["behind"]
+    # Pings between regions crossed the long haul, both ways, with no windows.
+    assert all(w["channel"]["received"] > 0 and w["channel"]["windows"] == 0 for w in stats["workers"])
 
 
 def _emu(cluster, *args: str, timeout: float = 600):

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ from emu import labs
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
 LABS = labs.lab_names()
+CHECKER_S = 60  # README: "Each checker takes a minute or less here."
 
 
 def emu(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -51,9 +53,13 @@ def test_a_clock_the_lab_does_not_have_is_one_clear_error():
 
 @pytest.mark.parametrize("name", LABS)
 def test_solution_passes_and_the_starter_fails_with_a_hint(name, tmp_path, no_leftovers):
+    t0 = time.monotonic()
     out = emu("lab", "check", name, "--solution", "--json")
+    took = time.monotonic() - t0
     result = json.loads(out.stdout)
     assert out.returncode == 0 and result["passed"], json.dumps(result, indent=1)
+    # The README's promise to a student ("each checker takes a minute or less"), the whole command as typed.
+    assert took <= CHECKER_S, f"emu lab check {name} took {took:.0f} s, the README says {CHECKER_S} s or less"
     assert result["lab"] == name and len(result["steps"]) >= 2 and result["clock"] == labs.clocks(name)[0]
 
     start = emu("lab", "start", name, "--dir", str(tmp_path / "work"))

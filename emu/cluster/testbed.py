@@ -19,6 +19,7 @@ import signal
 import subprocess
 import time
 
+from emu.dataplane.channel import CLOCK_OFFSET_ENV as OFFSET_ENV
 from emu.launch import scratch_dir, stop_on_signals
 from emu.net.cleanup import SCRATCH_IFS, SCRATCH_NETNS, SCRATCH_SPARE, named_netns_id, netns_trees
 from emu.net.netlink import Netlink
@@ -37,7 +38,10 @@ class NamespaceCluster:
 
     __test__ = False  # a pytest collector must not take the name for a test class
 
-    def __init__(self, names: list[str], *, lan: str = LAN, timeout_s: float = 20.0) -> None:
+    def __init__(self, names: list[str], *, lan: str = LAN, timeout_s: float = 20.0,
+                 clock_offset_s: dict[str, float] | None = None) -> None:
+        """`clock_offset_s`: machine -> seconds its clock reads ahead, for what runs there over ssh (the
+        machines share this kernel's one clock, so a test that needs disagreeing clocks says so here)."""
         if not names or len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
             raise TestbedError(f"machine names must be distinct identifiers, got {names}")
         for tool in (SSHD, "ssh", "ssh-keygen"):
@@ -50,6 +54,9 @@ class NamespaceCluster:
         self.lab = Lab(f"c{os.getpid() % 100000}")
         self.dir = scratch_dir("cluster")
         self.config = os.path.join(self.dir, "ssh_config")
+        self.clock_offset_s = dict(clock_offset_s or {})
+        if set(self.clock_offset_s) - set(names):
+            raise TestbedError(f"clock offsets for unknown machines: {sorted(set(self.clock_offset_s) - set(names))}")
         self.sshds: list[subprocess.Popen] = []
         self.spaces: set[str] = set()
         # SIGTERM and SIGHUP unwind as Ctrl-C does, so that `with` removes the machines (as FabricNet does),
@@ -94,11 +101,13 @@ class NamespaceCluster:
                 cfg.write(f"Host {name} {addr}\n  HostName {addr}\n  User root\n  IdentityFile {d}/id\n  IdentitiesOnly yes\n"
                           f"  UserKnownHostsFile {d}/known_hosts\n  StrictHostKeyChecking yes\n  BatchMode yes\n"
                           f"  ConnectTimeout 5\n  LogLevel ERROR\n")
+                if name in self.clock_offset_s:
+                    cfg.write(f"  SetEnv {OFFSET_ENV}={self.clock_offset_s[name]!r}\n")
                 sshd_config = f"{d}/sshd_{name}"
                 with open(sshd_config, "w") as f:
                     f.write(f"ListenAddress {addr}\nPort 22\nHostKey {d}/host\nAuthorizedKeysFile {d}/authorized_keys\n"
                             f"PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-                            f"UsePAM no\nUseDNS no\nStrictModes no\nPidFile {d}/sshd_{name}.pid\nAcceptEnv LANG\n")
+                            f"UsePAM no\nUseDNS no\nStrictModes no\nPidFile {d}/sshd_{name}.pid\nAcceptEnv LANG {OFFSET_ENV}\n")
                 self.sshds.append(self.lab.popen(i, [SSHD, "-D", "-e", "-f", sshd_config],
                                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
 
