@@ -426,11 +426,27 @@ def test_a_controller_killed_mid_run_leaves_nothing_once_emu_clean_machines_has_
                            env=dict(os.environ, EMU_SSH_CONFIG=cluster.config))
     assert run.stdout.readline().strip() == "up"  # type: ignore[union-attr]
     assert _procs_mentioning("mininet:h100x0")
+    # Each machine's /run/emu is its own (as on machines of their own): its worker's run directory is
+    # there, out of this machine's reach. Killed with the controller (a power cut, the OOM killer), the
+    # workers leave it; this machine's `emu clean` cannot see it, `--machines` removes it.
+    assert _run_dirs(cluster, "m1") and _run_dirs(cluster, "m2")
     run.send_signal(signal.SIGKILL)
+    for pid in _procs_mentioning("emu.dataplane.worker"):
+        os.kill(pid, signal.SIGKILL)
     run.wait()
+    local = _emu(cluster, "clean")
+    assert local.returncode == 0, local
+    left = {m: _run_dirs(cluster, m) for m in ("m1", "m2")}
+    assert left["m1"] and left["m2"], left
     out = _emu(cluster, "clean", "--machines", "m1,m2")
     assert out.returncode == 0 and "m1: emu clean:" in out.stdout and "m2: emu clean:" in out.stdout, out
+    assert _run_dirs(cluster, "m1") == _run_dirs(cluster, "m2") == [], out.stdout
     assert not _procs_mentioning("mininet:") and not _procs_mentioning("emu.dataplane.worker")
+
+
+def _run_dirs(cluster, machine: str) -> list[str]:
+    """The run directories in machine's own /run/emu."""
+    return [d for d in cluster.ssh(machine, "ls /run/emu").stdout.split() if d.startswith("run-")]
 
 
 @pytest.mark.root

@@ -6,7 +6,8 @@ namespace, which has an address on the LAN too: this process is the controller, 
 machine as `ssh -F CONFIG NAME`. The keys, the sshd and ssh configurations and the known hosts are
 made fresh in a scratch folder of this process: nothing of the user's ~/.ssh or /etc/ssh is read or
 changed. The machines share this one's file system (one venv, one checkout), as two VMs with the
-same image would. `close()` removes everything; `emu clean` does if this process is killed.
+same image would, but for /run/emu: each has its own, so what a run leaves on a machine only that
+machine's `emu clean` sees (`emu clean --machines`), as on machines of their own. `close()` removes everything; `emu clean` does if this process is killed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import time
 
 from emu.dataplane.channel import CLOCK_OFFSET_ENV as OFFSET_ENV
-from emu.launch import scratch_dir, stop_on_signals
+from emu.launch import RUN_ROOT, SCRATCH, scratch_dir, stop_on_signals
 from emu.net.cleanup import SCRATCH_IFS, SCRATCH_NETNS, SCRATCH_SPARE, named_netns_id, netns_trees
 from emu.net.netlink import Netlink
 from emu.net.netns import Lab, run
@@ -108,7 +109,16 @@ class NamespaceCluster:
                     f.write(f"ListenAddress {addr}\nPort 22\nHostKey {d}/host\nAuthorizedKeysFile {d}/authorized_keys\n"
                             f"PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                             f"UsePAM no\nUseDNS no\nStrictModes no\nPidFile {d}/sshd_{name}.pid\nAcceptEnv LANG {OFFSET_ENV}\n")
-                self.sshds.append(self.lab.popen(i, [SSHD, "-D", "-e", "-f", sshd_config],
+                # Each machine's own /run/emu (its run directories, which only its own `emu clean` can see,
+                # as on a machine of its own), with the shared scratch folder (this testbed's keys and
+                # records) inside: made aside, the scratch bound in while it is still in view, moved over.
+                aside = f"{d}/root-{name}"
+                os.mkdir(aside)
+                own = (f"mount -t tmpfs -o mode=0755 emu-{name} {aside} && mkdir {aside}/scratch && "
+                       f"mount --bind {SCRATCH} {aside}/scratch && mount --move {aside} {RUN_ROOT} && "
+                       f"exec {SSHD} -D -e -f {sshd_config}")
+                self.sshds.append(self.lab.popen(i, ["unshare", "--mount", "--propagation", "private", "--",
+                                                     "sh", "-c", own],
                                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
 
     def _wait(self, timeout_s: float) -> None:

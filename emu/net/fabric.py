@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -65,6 +64,22 @@ class RoceWrite:
     server: dict[str, Any]
     kernel_frames: int = 0  # fabric clock: kernel frames the engine took while the write ran
     failed_at_fabric_s: float | None = None  # with fail_plane: when, on the client's traces' clock
+
+
+PING_LINE_BYTES = 3000  # targets on one shell command line (the pty's line is 4 KiB)
+
+
+def _chunks(words: list[str], limit: int) -> list[list[str]]:
+    """`words` in order, in runs whose joined length stays under `limit`."""
+    out: list[list[str]] = []
+    size = limit
+    for w in words:
+        if size + len(w) + 1 > limit:
+            out.append([])
+            size = 0
+        out[-1].append(w)
+        size += len(w) + 1
+    return out
 
 
 class RoceOps:
@@ -489,28 +504,26 @@ class FabricNet(Mininet):
             timeout = max(2, math.ceil(self.kernel_wait_s(2 * self.rtt_bound_s())))
         addrs = self.host_addresses(family)
         flag = "-6" if family == 6 else "-4"
-        jobs = {}
-        # Targets go through a file: a command line longer than the shell's pty line (4 KiB) would hang.
-        with tempfile.TemporaryDirectory(prefix="ping-", dir=self.run_dir) as tmp:  # gone with the run
-            for h in self.hosts:
-                targets = [a for other, lst in addrs.items() if other != h.name for a in lst]
-                path = os.path.join(tmp, h.name)
-                with open(path, "w") as f:
-                    f.write("\n".join(targets) + "\n")
-                # Hosts ping in parallel, each host its targets one after another: a storm of
-                # thousands of ping processes on a few cores would starve the engine. One retry,
-                # as a first packet can wait on neighbour discovery; retries are reported.
-                once = f"ping {flag} -c1 -W{timeout} $a >/dev/null 2>&1"
-                h.sendCmd(f"for a in $(cat {path}); do {once} && echo OK $a || {{ echo RETRY $a; {once} "
+        # Hosts ping in parallel, each host its targets one after another: a storm of thousands of
+        # ping processes on a few cores would starve the engine. One retry, as a first packet can wait on
+        # neighbour discovery; retries are reported. The targets go on the command line, a few at a time:
+        # a line longer than the shell's pty line (4 KiB) would hang, and a file would have to be on the
+        # host's own machine (with --machines, not this one).
+        once = f"ping {flag} -c1 -W{timeout} $a >/dev/null 2>&1"
+        rounds = {h: _chunks([a for other, lst in addrs.items() if other != h.name for a in lst], PING_LINE_BYTES)
+                  for h in self.hosts}
+        sent = received = retried = 0
+        failed = []
+        for k in range(max((len(c) for c in rounds.values()), default=0)):
+            busy = [h for h in self.hosts if k < len(rounds[h])]
+            for h in busy:
+                h.sendCmd(f"for a in {' '.join(rounds[h][k])}; do {once} && echo OK $a || {{ echo RETRY $a; {once} "
                           f"&& echo OK $a || echo FAIL $a; }}; done")
-                jobs[h] = len(targets)
-            sent = received = retried = 0
-            failed = []
-            for h, n in jobs.items():
+            for h in busy:
                 text = h.waitOutput()
                 ok = re.findall(r"^OK (\S+)", text, re.M)
                 bad = re.findall(r"^FAIL (\S+)", text, re.M)
-                sent += n
+                sent += len(rounds[h][k])
                 received += len(ok)
                 retried += len(re.findall(r"^RETRY ", text, re.M))
                 failed += [(h.name, a) for a in bad]
