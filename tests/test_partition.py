@@ -9,8 +9,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from emu.control.model import SwitchTables
-from emu.dataplane.partition import LookaheadError, PartitionedFabric
+from emu.dataplane.partition import PartitionedFabric
 from emu.dataplane.spec import EngineSpec, PortSpec, SpecError, SwitchSpec
+from emu.dataplane.windows import LookaheadError
 from emu.dataplane.wiring import VirtualFabric
 from tests.helpers import add_route, host_mac, host_port, port_mac
 
@@ -65,10 +66,9 @@ def test_two_partitions_deliver_the_same_frames_at_the_same_times_as_one_schedul
 def test_a_window_longer_than_the_shortest_cut_link_is_caught_not_run():
     """Causality is checked, not assumed: with windows of twice the cable's delay, a frame would arrive
     inside its receiver's past window; the run stops saying so."""
-    split = PartitionedFabric(two_sites(), {"s0": 0, "s1": 1})
-    split.lookahead = 2 * LONG_HAUL
+    split = PartitionedFabric(two_sites(), {"s0": 0, "s1": 1}, lookahead=2 * LONG_HAUL)
     incast(split, frames=10)
-    with pytest.raises(LookaheadError, match="lookahead broken"):
+    with pytest.raises(LookaheadError, match="lookahead was broken"):
         split.run()
 
 

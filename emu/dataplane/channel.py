@@ -6,14 +6,9 @@ worker serialises each frame onto the link as on any other (its queue, rate, ECN
 when the frame's last bit leaves it sends the frame to the peer with the fabric time it arrives,
 one propagation delay later (`Switch.cut`). PFC pauses travel the same way.
 
-While a job runs, the workers advance in windows (emu.dataplane.partition.PartitionedFabric is the
-same algorithm in one process, tested against one schedule): each runs every event before the
-window's end W, then sends every peer a barrier with the earliest time at which anything of its
-own can happen next. A window's end is that earliest time over all workers plus the lookahead L,
-the least delay of any cut link. A frame sent in a window therefore arrives at W or later: no worker
-ever receives a frame in its past. What a window brought is scheduled once every barrier of it is
-in, in the order (time, sender, sequence), so the same inputs give the same run. The windows stop,
-at the same fabric time everywhere, once no worker has a job left.
+While a job runs, the workers advance in windows (emu.dataplane.windows, the one algorithm, which
+emu.dataplane.partition runs in one process against one schedule): these channels are its transport,
+each window's frames sent in one batch before its barrier.
 
 Between jobs, fabric time follows each worker's wall clock (FabricLoop's idle mode); frames cross
 at once and land at their time, or now if that has passed (as the kernel's frames do).
@@ -29,14 +24,12 @@ trip / 2, of the rounds since the measurement began; the fidelity verdict counts
 part's lateness (emu.fidelity.engine_parts).
 
 The stream between two workers is TCP: ordered and lossless, so a frame is never lost by the
-emulator (a loss must be a modelled one), and each window's frames are sent in one batch before
-its barrier. The messages are fixed binary headers (`HEADER`), defined here once for both ends.
+emulator (a loss must be a modelled one). The messages are fixed binary headers (`HEADER`), defined here once for both ends.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import select
 import socket
@@ -45,6 +38,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from emu.dataplane.windows import Windows
 
 # kind, window, time (fabric s), a (port id, job id, busy or worker index), payload length
 HEADER = struct.Struct("<BxxxIdII")
@@ -85,14 +80,12 @@ class _Peer:
     sock: socket.socket
     rx: bytearray
     tx: bytearray
-    seq: int = 0  # messages received, for the order of equal times
 
 
 class Channels:
-    """This worker's channels to its peers, and the windows. `deliver(kind, t, a, payload)` takes what a
-    peer sent, at the time it is due: FRAME (a: port id, payload: the frame) and NOTE (a: job id,
-    payload: JSON). The worker's loop calls `end_window` when it has run everything before `horizon`,
-    and waits (serving its sockets) while `waiting`."""
+    """This worker's channels to its peers. `deliver(kind, t, a, payload)` takes what a peer sent, at the
+    time it is due: FRAME (a: port id, payload: the frame) and NOTE (a: job id, payload: JSON). On the
+    fabric clock `sync` (Windows) holds what arrives during a job until its window's barriers are in."""
 
     def __init__(self, index: int, workers: int, lookahead: float, loop: Any,
                  deliver: Callable[[int, float, int, bytes], None], machine: Callable[[int], str],
@@ -109,16 +102,19 @@ class Channels:
         self.peers: dict[int, _Peer] = {}
         self.by_fd: dict[int, _Peer] = {}
         self.listener: socket.socket | None = None
-        self.active = False
-        self.waiting = False
-        self.window = 0
-        self.horizon = math.inf
-        self.sent_min = math.inf  # the earliest arrival of what this window sent
-        self.mine: tuple[float, bool] = (math.inf, False)
-        self.barriers: dict[int, dict[int, tuple[float, bool]]] = {}
-        self.inbox: dict[int, list[tuple[float, int, int, int, int, bytes]]] = {}
-        self.windows = 0
-        self.handed = 0  # messages received in windows (on the wall clock: all)
+        # The fabric clock's windows (emu.dataplane.windows), over these channels.
+        self.sync = Windows(lookahead, lambda: len(self.peers), self._send_barrier, deliver,
+                            lambda t: loop.windows_over(t), lambda j: f"engine worker {machine(j)}")
+        self.wall_handed = 0  # messages received on the wall clock (no windows)
+
+    @property
+    def windows(self) -> int:
+        return self.sync.windows
+
+    @property
+    def handed(self) -> int:
+        """Messages received in windows (on the wall clock: all)."""
+        return self.sync.handed + self.wall_handed
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -234,13 +230,18 @@ class Channels:
         peer = self.peers.get(j)
         if peer is None:
             raise ChannelError(f"no channel to engine worker {self.machine(j)}")
-        peer.tx += HEADER.pack(kind, self.window if self.active else IDLE, t, a, len(data))
+        sync = self.sync
+        peer.tx += HEADER.pack(kind, sync.window if sync.active else IDLE, t, a, len(data))
         peer.tx += data
-        if self.active:
-            if t < self.sent_min:
-                self.sent_min = t
+        if sync.active:
+            sync.sent(t)
         else:
             self.flush()
+
+    def _send_barrier(self, window: int, t: float, busy: bool) -> None:
+        for p in self.peers.values():
+            p.tx += HEADER.pack(BARRIER, window, t, int(busy), 0)
+        self.flush()
 
     def flush(self) -> None:
         """Send everything queued, reading what peers send meanwhile (two workers flushing to each other
@@ -292,8 +293,7 @@ class Channels:
 
     def _message(self, p: _Peer, kind: int, window: int, t: float, a: int, payload: bytes) -> None:
         if kind == BARRIER:
-            self.barriers.setdefault(window, {})[p.index] = (t, bool(a))
-            self._complete()
+            self.sync.barrier(p.index, window, t, bool(a))
         elif kind == CLOCK:
             self._put(p.index, CLOCK_REPLY, realtime(), a, b"")
         elif kind == CLOCK_REPLY:
@@ -305,51 +305,10 @@ class Channels:
                 if best is None or rtt < best[1]:
                     self.clocks[p.index] = (t - (sent + back) / 2, rtt)
         elif self.wall:  # at its time on this machine's clock; if that has passed, at once and late
-            self.handed += 1
+            self.wall_handed += 1
             self.deliver(kind, t - (realtime() - time.monotonic()), a, payload)
         elif window == IDLE:  # between jobs: due now if its time has passed
             now = self.loop.clock()
             self.deliver(kind, t if t > now else now, a, payload)
         else:
-            p.seq += 1
-            self.inbox.setdefault(window, []).append((t, p.index, p.seq, kind, a, payload))
-
-    # -- windows ----------------------------------------------------------------------
-
-    def start(self, t0: float) -> None:
-        """A job begins at t0 on every worker: the first window ends one lookahead later."""
-        self.active, self.waiting = True, False
-        self.horizon = t0 + self.lookahead
-        self.sent_min = math.inf
-
-    def end_window(self, next_event: float, busy: bool) -> None:
-        """Everything before `horizon` has run: send the window's frames, then the barrier."""
-        self.mine = (min(next_event, self.sent_min), busy)
-        for p in self.peers.values():
-            p.tx += HEADER.pack(BARRIER, self.window, self.mine[0], int(busy), 0)
-        self.waiting = True
-        self.flush()
-        self._complete()
-
-    def _complete(self) -> None:
-        """Once every peer's barrier of this window is in: schedule what came, and set the next window."""
-        if not self.waiting or len(self.barriers.get(self.window, ())) < len(self.peers):
-            return
-        theirs = self.barriers.pop(self.window)
-        got = sorted(self.inbox.pop(self.window, []))
-        for t, peer, _, kind, a, payload in got:
-            if t < self.horizon:
-                raise ChannelError(f"a message from engine worker {self.machine(peer)} is due at {t!r}, inside "
-                                   f"the window that ended at {self.horizon!r}: the lookahead was broken")
-            self.deliver(kind, t, a, payload)
-        self.handed += len(got)
-        self.windows += 1
-        self.window += 1
-        self.waiting = False
-        self.sent_min = math.inf
-        nxt = min([self.mine[0], *(v[0] for v in theirs.values())])
-        if not self.mine[1] and not any(v[1] for v in theirs.values()):
-            self.active = False  # no job anywhere: fabric time follows the wall again, from the same instant
-            self.loop.windows_over(self.horizon)
-            return
-        self.horizon = (nxt if nxt < math.inf else self.horizon) + self.lookahead
+            self.sync.arrive(p.index, window, t, kind, a, payload)

@@ -25,7 +25,7 @@ from emu.dataplane.schedule import Callback
 from emu.fidelity import Lateness, tight_timers
 
 if TYPE_CHECKING:
-    from emu.dataplane.channel import Channels
+    from emu.dataplane.windows import Windows
 
 
 class Loop:
@@ -118,12 +118,12 @@ class WallLoop(Loop):
         self.handlers: dict[int, Callable[[], None]] = {}
         self.lateness = Lateness()
         self.running = True
-        self.sync: Channels | None = None  # the channels to the other workers of a split fabric
+        self.sync: Windows | None = None  # the windows of a split fabric (over its channels to the other workers)
 
-    def split_over(self, channels: Channels) -> None:
+    def split_over(self, windows: Windows) -> None:
         """This worker runs one part of a fabric split over several: on the fabric clock its jobs advance
-        in the channels' windows."""
-        self.sync = channels
+        in these windows (over the worker's channels)."""
+        self.sync = windows
 
     def add_reader(self, fd: int, handler: Callable[[], None]) -> None:
         self.handlers[fd] = handler
@@ -176,7 +176,7 @@ class FabricLoop(WallLoop):
 
     Ties (equal times) run in the order they were scheduled, so the same inputs give the same run.
 
-    Split over several workers (`sync`: emu.dataplane.channel.Channels), a job's events run in windows
+    Split over several workers (`sync`: emu.dataplane.windows.Windows), a job's events run in windows
     all workers agree on: only those before the window's end, then the loop waits, serving its
     sockets, until every peer's barrier is in. The windows last until no worker has a job left.
 
@@ -282,7 +282,7 @@ class FabricLoop(WallLoop):
             else:
                 self._idle()
 
-    def _window(self, sync: Channels) -> None:
+    def _window(self, sync: Windows) -> None:
         """Everything before the window's horizon, then this worker's barrier (paced if asked)."""
         sched, epoll = self.sched, self.epoll
         if sync.waiting:  # for the peers' barriers

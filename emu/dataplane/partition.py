@@ -1,14 +1,11 @@
 """A fabric's switches in partitions, each on a schedule of its own, as machines would run them
-(issue 24): the core of the fabric clock across machines, in virtual time.
+(issue 24): the fabric clock across machines, in virtual time.
 
 A link between two partitions is a channel: the sender hands each frame over when its last bit
 leaves (its queue, rate, ECN and PFC are the sender's, as on any link), stamped with the time it
-arrives at the other end, one propagation delay later. The partitions run in windows: each runs
-every event before W = (the earliest next event of any partition) + L, where L, the lookahead, is
-the least delay of any cut link. A frame handed over in a window arrives at W or later, so it is
-with its receiver before the receiver's next window starts: no partition ever receives a frame in
-its past. Between windows the channels are emptied, in order of arrival time: what the machines'
-barrier messages will carry.
+arrives at the other end, one propagation delay later. The partitions run in windows: the workers'
+algorithm (emu.dataplane.windows), here with each partition's barrier and frames handed to its peers'
+Windows by a call, so a test of this one process is a test of what the workers run.
 
 Ties: a frame that arrives at the same instant as a local event runs after it (the local one was
 scheduled first); one schedule for all would order them by when each was scheduled. Figures may
@@ -26,18 +23,16 @@ from typing import Any
 from emu.dataplane.loop import Loop
 from emu.dataplane.pipeline import Switch
 from emu.dataplane.spec import EngineSpec, PortSpec, SpecError
+from emu.dataplane.windows import Windows
 from emu.dataplane.wiring import build_switches
-
-
-class LookaheadError(RuntimeError):
-    """A frame would arrive in its receiver's past: the windows were longer than a cut link's delay."""
 
 
 class PartitionedFabric:
     """`part`: switch name -> partition (0, 1, ...); every switch placed, two partitions at least, and a
-    cut link of a delay > 0 (the lookahead)."""
+    cut link of a delay > 0. `lookahead`: the windows' length, by default the shortest cut link's delay
+    (a longer one breaks causality, which Windows checks: LookaheadError)."""
 
-    def __init__(self, spec: EngineSpec, part: dict[str, int]) -> None:
+    def __init__(self, spec: EngineSpec, part: dict[str, int], lookahead: float | None = None) -> None:
         names = {s.name for s in spec.switches}
         if set(part) != names:
             raise SpecError(f"partition: place every switch, only those: missing {sorted(names - set(part))[:5]}, "
@@ -49,13 +44,12 @@ class PartitionedFabric:
                if p.peer_kind == "switch" and part[p.peer_switch] != part[s.name]]
         if not cut or min(p.delay_s for _, p in cut) <= 0:
             raise SpecError("partition: the partitions must be joined by links with a propagation delay > 0")
-        self.lookahead = min(p.delay_s for _, p in cut) * spec.dilation
+        self.lookahead = min(p.delay_s for _, p in cut) * spec.dilation if lookahead is None else lookahead
         self.part = part
         self.loops = [Loop() for _ in range(n)]
-        self.outbox: list[tuple[float, int, int, Callable[[float, Any], None], bytes]] = []
+        self.sync = [Windows(self.lookahead, lambda: n - 1, partial(self._barrier, i), partial(self._deliver, i),
+                             lambda t: None, lambda j: f"partition {j}") for i in range(n)]
         self.received: dict[tuple[str, str], list[tuple[float, bytes]]] = {}
-        self.windows = 0
-        self.handed = 0  # frames that crossed a channel
         placed = replace(spec, switches=tuple(replace(s, worker=part[s.name]) for s in spec.switches), workers=n)
         self.switches: dict[str, Switch] = {}
         for i, loop in enumerate(self.loops):
@@ -63,8 +57,17 @@ class PartitionedFabric:
         for name, ps in cut:  # the channel, not the sender's link, adds the cable's delay
             delay = self.switches[name].cut(ps.index)
             dst = self.switches[ps.peer_switch]
-            self.switches[name].ports[ps.index].tx.deliver = partial(self._hand_over, part[ps.peer_switch], delay,
-                                                                     partial(dst.ingress, ps.peer_port))
+            self.switches[name].ports[ps.index].tx.deliver = partial(
+                self._hand_over, part[name], part[ps.peer_switch], delay, partial(dst.ingress, ps.peer_port))
+
+    @property
+    def windows(self) -> int:
+        return self.sync[0].windows
+
+    @property
+    def handed(self) -> int:
+        """Frames that crossed a channel."""
+        return sum(w.handed for w in self.sync)
 
     def _external(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
         if ps.peer_kind == "switch":
@@ -72,8 +75,21 @@ class PartitionedFabric:
         box = self.received.setdefault((sw.name, ps.ifname), [])
         return lambda t, frame: box.append((t, bytes(frame)))
 
-    def _hand_over(self, dst: int, delay: float, ingress: Callable[[float, Any], None], t: float, frame: Any) -> None:
-        self.outbox.append((t + delay, len(self.outbox), dst, ingress, bytes(frame)))
+    def _hand_over(self, src: int, dst: int, delay: float, ingress: Callable[[float, Any], None], t: float,
+                   frame: Any) -> None:
+        mine = self.sync[src]
+        mine.sent(t + delay)
+        self.sync[dst].arrive(src, mine.window, t + delay, 0, 0, (ingress, bytes(frame)))
+
+    def _barrier(self, src: int, window: int, t: float, busy: bool) -> None:
+        for j, w in enumerate(self.sync):
+            if j != src:
+                w.barrier(src, window, t, busy)
+
+    def _deliver(self, i: int, kind: int, t: float, a: int, payload: tuple[Callable[[float, Any], None], bytes]
+                 ) -> None:
+        ingress, frame = payload
+        self.loops[i].at(t, ingress, frame)
 
     def send(self, switch: str, ifname: str, frame: bytes, t: float) -> None:
         """A host sends `frame` at `t` into the given switch port (through its NIC model)."""
@@ -81,22 +97,21 @@ class PartitionedFabric:
         idx = next(p.index for p in sw.ports if p.name == ifname)
         self.loops[self.part[switch]].at(t, lambda tt, f: sw.from_host(idx, tt, f), frame)
 
-    def run(self, until: float = float("inf")) -> None:
-        """Windows until nothing is left to do (or `until`)."""
-        while True:
-            nxt = min(loop.next_time() for loop in self.loops)
-            if nxt == math.inf or nxt > until:
-                return
-            end = min(nxt + self.lookahead, until + self.lookahead)
-            for loop in self.loops:
-                _run_before(loop, end)
-            self.windows += 1
-            for arrive, _, dst, ingress, frame in sorted(self.outbox, key=lambda m: (m[0], m[1])):
-                if arrive < end:
-                    raise LookaheadError(f"a frame arrives at {arrive} inside the window ending {end}: lookahead broken")
-                self.loops[dst].at(arrive, ingress, frame)
-            self.handed += len(self.outbox)
-            self.outbox.clear()
+    def run(self, until: float = math.inf) -> None:
+        """Windows until nothing is left to do (or `until`): each partition runs what is before its
+        horizon, then ends its window; a partition is busy while it has anything left at or before `until`."""
+        start = min(loop.next_time() for loop in self.loops)
+        if start == math.inf or start > until:
+            return
+        for w in self.sync:
+            w.start(start)
+        while self.sync[0].active:
+            for loop, w in zip(self.loops, self.sync, strict=True):
+                _run_before(loop, w.horizon)
+            for loop, w in zip(self.loops, self.sync, strict=True):
+                nxt = loop.next_time()
+                left = min(nxt, w.sent_min)
+                w.end_window(nxt, left < math.inf and left <= until)
 
 
 def components(nodes: Iterable[str], links: Iterable[tuple[str, str, float]]) -> list[list[str]]:

@@ -123,7 +123,7 @@ class Worker:
         if self.split:
             self.channels = Channels(index, spec.workers, spec.lookahead_s(), self.loop, self._from_peer,
                                      spec.worker_name, wall=not self.fabric)
-            self.loop.split_over(self.channels)
+            self.loop.split_over(self.channels.sync)
             self.channel_addr = self.channels.listen(spec.channel_host(index))
         self.opened = self._open_ports()
         self.switches = build_switches(spec, self.loop, index, self._external)
