@@ -91,15 +91,16 @@ class RoceOps:
         self.net = net
 
     def write(self, src: str, dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
-              timeout: float | None = None, fail_plane: tuple[int, int] | None = None,
+              timeout: float | None = None, fail_plane: tuple[int, float] | None = None,
               spray: str = "weighted") -> RoceWrite:
         """Write `nbytes` (bytes) from host `src` to host `dst` in `message`-byte RDMA writes; `cc`:
         "none" or "dcqcn"; on the wall clock, `timeout` in wall seconds (default: room for the write at
         1 Gb/s of fabric rate, stretched by D; on the fabric clock the endpoints run inside the engine
-        and only a fabric time that stops advancing ends the wait). `fail_plane=(plane, nbytes)`: that
-        plane fails under the write once the source's switch on it has forwarded `nbytes` (bytes) of it
-        (on the fabric clock the engine fails it at the fabric time they take at the plane's line rate,
-        as nothing outside the engine can act while the write runs), and is restored after. `spray`:
+        and only a fabric time that stops advancing ends the wait). `fail_plane=(plane, fraction)`, as
+        for `net.traffic`: that plane fails under the write once the source's switch on it has forwarded
+        `fraction` of the plane's even share of the write (nbytes / planes; on the fabric clock the engine
+        fails it at the fabric time those bytes take at the plane's line rate, as nothing outside the
+        engine can act while the write runs), and is restored after. `spray`:
         "weighted" (each plane's share follows its measured health) or "equal". Raises RuntimeError if
         an endpoint fails."""
         from emu.roce.transport import SPRAYS
@@ -108,9 +109,16 @@ class RoceOps:
             raise ValueError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
         net = self.net
         src_planes = net.host_planes(src)
-        if fail_plane is not None and not 0 <= fail_plane[0] < len(src_planes):
-            raise ValueError(f"fail_plane: {src} has planes 0..{len(src_planes) - 1}, not {fail_plane[0]}")
-        run = net.timebase.perf([src], dst, nbytes=nbytes, cc=cc, message=message, fail_plane=fail_plane,
+        fail_after = None
+        if fail_plane is not None:
+            plane, fraction = fail_plane
+            if not 0 <= plane < len(src_planes):
+                raise ValueError(f"fail_plane: {src} has planes 0..{len(src_planes) - 1}, not {plane}")
+            if not 0.0 <= fraction <= 1.0:
+                raise ValueError(f"fail_plane: the fraction of the plane's share sent before it fails is in [0, 1], "
+                                 f"not {fraction}")
+            fail_after = (plane, int(fraction * nbytes / len(src_planes)))
+        run = net.timebase.perf([src], dst, nbytes=nbytes, cc=cc, message=message, fail_after=fail_after,
                                 timeout=timeout, trim_dscp=net.settings.trim[1] if net.settings.trim else None,
                                 spray=spray)
         (client,), server, kernel_frames, failed_at = run.clients, run.server, run.kernel_frames, run.failed_at_s

@@ -27,6 +27,7 @@ Adding a clock is a subclass here and its loop there (docs/architecture.md).
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -41,9 +42,10 @@ R = TypeVar("R")
 KERNEL_PACE_D = 1000.0  # fabric clock: the D the kernels' own frames cross at between jobs, unless given
 
 
-class Timebase:
+class Timebase(ABC):
     """One run's clock. `name`: "fabric" or "wall" (the result's `clock`); `exact`: nothing that keeps
-    fabric time can be late, so the figures are the same on any machine, idle or loaded."""
+    fabric time can be late, so the figures are the same on any machine, idle or loaded. A clock is a
+    subclass that says, for each abstract method, how it runs and judges that."""
 
     name: ClassVar[str] = ""
     exact: ClassVar[bool] = False
@@ -59,27 +61,27 @@ class Timebase:
     # -- before a fabric exists --------------------------------------------------------------
 
     @classmethod
+    @abstractmethod
     def run_at(cls, dilation: float | str | None, at: Callable[[float], R], auto: Callable[[], R],
                default: float) -> R:
         """Run `at(D)`: at the D given, or (None / "auto") at what this clock picks: `auto()` on the wall
         clock, `default` where nothing needs picking."""
-        raise NotImplementedError
 
     @classmethod
+    @abstractmethod
     def admit(cls, name: str, *, engine: bool, kernel: bool) -> None:
         """ValueError unless a run can measure on this clock: `engine`, its measured traffic can all run
         inside the engine; `kernel`, it can run as the hosts' own (their kernels', or BMv2's)."""
-        raise NotImplementedError
 
     @classmethod
     def result_fields(cls, settings: RunSettings) -> dict[str, Any]:
         """What a result says of the clock it was measured on."""
         return {"clock": cls.name, "dilation": settings.dilation}
 
-    @classmethod
+    @classmethod  # noqa: B027 (a clock where the CPU is not the limit adds nothing)
     def with_speed(cls, fidelity: dict[str, Any], costs: list[dict[str, Any]]) -> None:
         """Put what the run cost the machine (packet-hops, their rate, CPU per hop) beside the verdict,
-        where the CPU was the only limit."""
+        where the CPU was the only limit (nothing, where it was not)."""
 
     # -- on a running fabric -----------------------------------------------------------------
 
@@ -96,14 +98,18 @@ class Timebase:
         """Let `fabric_s` of the control plane's and the kernels' fabric time pass."""
         time.sleep(self.kernel_wall_s(fabric_s))
 
+    @abstractmethod
     def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None
                 ) -> EngineFlows | KernelFlows:
-        raise NotImplementedError
+        """Paced UDP `flows`, started now; `fail_plane=(plane, fraction)`: that plane fails once the
+        flow leaving by it has sent `fraction` of its bytes."""
 
+    @abstractmethod
     def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
-             fail_plane: tuple[int, int] | None = None, timeout: float | None = None,
+             fail_after: tuple[int, int] | None = None, timeout: float | None = None,
              trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
-        raise NotImplementedError
+        """MetaRoCE writers `srcs` each writing `nbytes` to `dst`; `fail_after=(plane, nbytes)`: that plane
+        fails once the first writer's switch on it has forwarded `nbytes` (bytes), and is restored after."""
 
     def collective(self, op: str, sizes: list[int], *, cc: str = "none", seed: int = 0, spray: str = "weighted"
                    ) -> dict[str, Any]:
@@ -124,17 +130,18 @@ class Timebase:
         return summarise(op, hosts, sizes, results, stats, fidelity, clock=self.name,
                          dilation=self.result_fields(net.settings)["dilation"], seed=seed)
 
+    @abstractmethod
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
                            trim_dscp: int | None, spray: str) -> tuple[list[dict[str, Any]], int]:
-        raise NotImplementedError
+        """Every rank's result and the kernels' frames the engine took meanwhile."""
 
+    @abstractmethod
     def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,
                 senders: list[dict[str, Any]] | None = None, endpoints: list[dict[str, Any]] | None = None,
                 stats: dict[str, Any] | None = None) -> dict[str, Any]:
         """The run's fidelity verdict; packet times are one `frame_bytes` frame at `rate_bps`, the fastest
         link its traffic used. `kernel_frames`: what the engine took from the kernels meanwhile;
         `senders`, `endpoints`: the paced UDP senders' and MetaRoCE endpoints' results (their lateness)."""
-        raise NotImplementedError
 
 
 class Perf:
@@ -187,7 +194,7 @@ class FabricTime(Timebase):
         return EngineFlows(self.net, flows, fail_plane=fail_plane)
 
     def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
-             fail_plane: tuple[int, int] | None = None, timeout: float | None = None,
+             fail_after: tuple[int, int] | None = None, timeout: float | None = None,
              trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
         """`timeout` is the wall clock's: here only a fabric time that stops advancing ends the wait."""
         from emu.roce.run import EnginePerf
@@ -196,8 +203,8 @@ class FabricTime(Timebase):
         planes = [net.host_planes(s) for s in srcs]
         events: list[tuple[float, bool, list[tuple[str, str]]]] = []
         ports: list[tuple[str, str]] = []
-        if fail_plane is not None:  # nothing outside the engine can act while the write runs: it does
-            plane, after_bytes = fail_plane
+        if fail_after is not None:  # nothing outside the engine can act while the write runs: it does
+            plane, after_bytes = fail_after
             ports = net.plane_ports(plane)
             events = [(after_bytes * 8 / planes[0][plane][3], False, ports)]
         run = EnginePerf(net.engine, planes, net.host_planes(dst), nbytes=nbytes, cc=cc, message=message,
@@ -241,7 +248,7 @@ class WallTime(Timebase):
         return KernelFlows(self.net, flows, fail_plane=fail_plane)
 
     def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
-             fail_plane: tuple[int, int] | None = None, timeout: float | None = None,
+             fail_after: tuple[int, int] | None = None, timeout: float | None = None,
              trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
         """`timeout` (wall s): by default PerfRun's, which follows the bytes and D."""
         from emu.roce.run import PerfRun, mininet_popen
@@ -250,15 +257,15 @@ class WallTime(Timebase):
         run = PerfRun([mininet_popen(net.get(s)) for s in srcs], mininet_popen(net.get(dst)), nbytes=nbytes,
                       dilation=self.dilation, cc=cc, message=message, timeout=timeout, lat_iters=0,
                       trim_dscp=trim_dscp, spray=spray)
-        if fail_plane is not None:
-            net.wait_forwarded(net.host_planes(srcs[0])[fail_plane[0]][0], fail_plane[1])
-            net.fail(plane=fail_plane[0])
+        if fail_after is not None:
+            net.wait_forwarded(net.host_planes(srcs[0])[fail_after[0]][0], fail_after[1])
+            net.fail(plane=fail_after[0])
             failed_at = time.monotonic() / self.dilation  # the endpoints' traces' clock
         try:
             clients, server = run.wait()
         finally:
-            if fail_plane is not None:
-                net.restore(plane=fail_plane[0])
+            if fail_after is not None:
+                net.restore(plane=fail_after[0])
         return Perf(clients, server, 0, failed_at)
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,

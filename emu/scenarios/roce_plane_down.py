@@ -48,7 +48,7 @@ class RocePlaneDown(Scenario):
         nbytes, failed = self.as_size("bytes"), self.fail
         # The plane fails 40 % into its share: on the fabric clock the engine does it at the fabric time
         # that takes at line rate (nothing outside it can act while the write runs).
-        w = net.roce.write("gpu0", "gpu1", nbytes=nbytes, fail_plane=(failed, int(0.4 * nbytes / self.planes)))
+        w = net.roce.write("gpu0", "gpu1", nbytes=nbytes, fail_plane=(failed, 0.4))
         client, server, failed_at = w.client, w.server, w.failed_at_fabric_s
         fidelity = net.verdict(rate_bps=net.host_planes("gpu0")[failed][3], frame_bytes=1024 + HEADERS,
                                kernel_frames=w.kernel_frames, endpoints=[client, server])

@@ -25,7 +25,7 @@ def fabric(clock: str) -> Iterator[FabricNet]:
 def _transfer(net: FabricNet) -> tuple[dict[str, Any], dict[str, Any]]:
     if not _run:
         # Under way: plane 2 fails once it has carried 1 MiB, and is restored after.
-        w = net.roce.write("gpu0", "gpu1", nbytes=16 << 20, fail_plane=(FAILED, 1 << 20))
+        w = net.roce.write("gpu0", "gpu1", nbytes=16 << 20, fail_plane=(FAILED, 0.25))  # at 1 MiB of its 4 MiB
         _run["client"], _run["server"] = w.client, w.server
     return _run["client"], _run["server"]
 
