@@ -221,6 +221,7 @@ def add_speeds(speeds: list[dict[str, Any]], *, parallel: bool = False) -> dict[
     summed, one after another, or a split job's parts (`parallel`: its wall time is the longest part's),
     with the rates a reader compares against other simulators."""
     hops = sum(int(s["packet_hops"]) for s in speeds)
+    events = sum(int(s.get("events", 0)) for s in speeds)  # the schedule's, counted where it runs them
     cpu = sum(float(s["cpu_s"]) for s in speeds)
     user = sum(float(s.get("user_s", 0.0)) for s in speeds)
     walls = [float(s["wall_s"]) for s in speeds]
@@ -229,7 +230,8 @@ def add_speeds(speeds: list[dict[str, Any]], *, parallel: bool = False) -> dict[
     return {"core": ",".join(cores) or None, "jobs": sum(int(s.get("jobs", 1)) for s in speeds),
             "packet_hops": hops, "wall_s": wall, "cpu_s": cpu, "user_s": user, "system_s": cpu - user,
             "hops_per_wall_s": hops / wall if wall else 0.0, "cpu_ns_per_hop": cpu / hops * 1e9 if hops else 0.0,
-            "user_ns_per_hop": user / hops * 1e9 if hops else 0.0}
+            "user_ns_per_hop": user / hops * 1e9 if hops else 0.0,
+            "events": events, "events_per_hop": events / hops if hops else 0.0}
 
 
 def speed_line(speed: dict[str, Any] | None) -> str:

@@ -27,6 +27,13 @@ def test_incast_pfc_is_what_makes_it_lossless(tmp_path, no_leftovers):
     assert off["delivered_bytes"] < off["offered_bytes"]
     assert on["ecn_marked"] > 0  # the congested queue passed Kmin
     assert (tmp_path / "incast-pfc.png").stat().st_size > 0
+    # The plot's story, sampled every fabric microsecond: the hot port's queue rose (never above the
+    # highest any queue reached), and PFC held senders only where it was on.
+    for r in (on, off):
+        queue = [q for _, q in r["queue_series"]]
+        assert len(queue) > 100 and 0 < max(queue) <= r["queue_hwm_bytes"], r["hot_port"]
+    assert max(share for _, share in on["held_series"]) > 0.5
+    assert all(share == 0 for _, share in off["held_series"]) and len(off["held_series"]) > 100
 
 
 def test_plane_down_other_planes_carry_on(tmp_path, no_leftovers):

@@ -398,11 +398,19 @@ class Engine:
     def queue_samples(self) -> dict[str, list[tuple[float, int]]]:
         """Per port: (fabric seconds, bytes queued): on the fabric clock its own time, on the wall clock since the
         worker started."""
-        out: dict[str, list[tuple[float, int]]] = {}
+        return {name: [(t, q) for t, q, _ in samples] for name, samples in self.port_samples().items()}
+
+    def port_samples(self) -> dict[str, list[tuple[float, int, float]]]:
+        """Per port: (fabric seconds, bytes queued, fabric seconds paused so far): what sends through the port
+        (its transmitter, and a host port's NIC) held by PFC, summed over priorities, cumulative. The times
+        are on the clock the engine's flows report theirs (`first_s`): the fabric clock's own, or the wall's
+        monotonic seconds / D."""
+        out: dict[str, list[tuple[float, int, float]]] = {}
         for w in range(self.spec.workers):
             r = self.request(w, QueueSamples(), timeout=30)
+            at = r.get("origin_s", 0.0)
             for i, name in enumerate(r.get("ports", [])):
-                out[name] = [(t, q[i]) for t, q in r["samples"]]
+                out[name] = [(at + t, q[i], p[i]) for (t, q), (_, p) in zip(r["samples"], r["paused"], strict=True)]
         return out
 
     def reset_fidelity(self) -> None:

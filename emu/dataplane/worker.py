@@ -553,7 +553,9 @@ class Worker:
             case QueueSamples():
                 d = self.spec.dilation
                 return {"ok": True, "ports": self.sample_names,
-                        "samples": [((t - self.t0) / d, q) for t, q in self.samples]}
+                        "samples": [((t - self.t0) / d, q) for t, q, _ in self.samples],
+                        "paused": [((t - self.t0) / d, [x / d for x in p]) for t, _, p in self.samples],
+                        "origin_s": self.t0 / d}
             case RunJob(kind, params, at):
                 return self._run_job(kind, params, at)
             case Connect(peers):
@@ -587,7 +589,8 @@ class Worker:
         if self.fabric and not self.loop.busy:  # type: ignore[attr-defined]
             self.sampler_idle = True  # nothing of ours runs: sample again when a job starts
             return
-        self.samples.append((t, [sw.ports[i].tx.queued() for sw, i in self.sampled]))
+        self.samples.append((t, [sw.ports[i].tx.queued() for sw, i in self.sampled],
+                             [_paused(sw.ports[i], t) for sw, i in self.sampled]))
         self.loop.at(t + self.sample_every, self._sample, None)
 
     def _switch(self, name: str) -> Switch:
@@ -635,6 +638,13 @@ class Worker:
             pass
 
 
+def _paused(port: Any, t: float) -> float:
+    """Engine seconds up to t that anything sending through this switch port was held by PFC: its
+    transmitter's pauses, and a host port's NIC model's (the host held by the switch's own XOFF)."""
+    held = sum(port.tx.paused_seconds(t))
+    return held + sum(port.nic.paused_seconds(t)) if port.nic is not None else held
+
+
 class _Meter:
     """What a job cost this worker, from its start to its end: wall and CPU seconds and packet-hops."""
 
@@ -642,20 +652,24 @@ class _Meter:
         self.worker = worker
         t = os.times()
         self.wall, self.user, self.system, self.hops = time.monotonic(), t.user, t.system, worker.packet_hops()
-        self.done: tuple[float, float, float, int] | None = None
+        self.events = self._events()
+        self.done: tuple[float, float, float, int, int] | None = None
+
+    def _events(self) -> int:
+        return int(getattr(self.worker.loop, "events", 0))
 
     def stop(self) -> None:
         if self.done is None:
             t = os.times()
             self.done = (time.monotonic() - self.wall, t.user - self.user, t.system - self.system,
-                         self.worker.packet_hops() - self.hops)
+                         self.worker.packet_hops() - self.hops, self._events() - self.events)
 
     def figures(self) -> dict[str, Any]:
         """CPU split as the kernel counts it: the process's own work, and the kernel's on its behalf (most
         of it mapping the memory the job touches first: the endpoints' regions)."""
-        wall, user, system, hops = self.done or (0.0, 0.0, 0.0, 0)
+        wall, user, system, hops, events = self.done or (0.0, 0.0, 0.0, 0, 0)
         return {"core": self.worker.core, "wall_s": wall, "cpu_s": user + system, "user_s": user, "system_s": system,
-                "packet_hops": hops}
+                "packet_hops": hops, "events": events}
 
 
 class _Stopped(Exception):

@@ -27,6 +27,8 @@ from emu.scenarios.common import (
 from emu.topo.fpf import FPFTopo
 
 PORT = 9000
+SAMPLE_S = 1e-6  # fabric seconds between samples of the hot port's queue and the senders' pauses
+PLOT_BIN_US = 10.0  # the receive-rate panel's bins: a sender's share over a few of its datagrams
 
 
 @dataclass
@@ -71,10 +73,15 @@ class Incast(Scenario):
         dst = net.get("gpu0").IP()
         flows = [Flow(f"gpu{i}", "gpu0", dst, PORT, self.as_size("bytes"), rate, size=self.size,
                       tos=DSCP_LOSSLESS << 2 | ECT0) for i in range(1, self.senders + 1)]
+        # For the plot: the hot port's queue, and how long PFC held each sender (at its first hop), over time.
+        hot = tuple(net.host_planes("gpu0")[0][:2])
+        access = [tuple(net.host_planes(f.src)[0][:2]) for f in flows]
+        net.engine.sample_queues([hot, *access], SAMPLE_S)
         traffic = net.traffic(flows)
         sent, got = traffic.wait()
         stats = net.engine.stats()
         rx = got[("gpu0", PORT, False)]
+        samples = net.engine.port_samples()
         delivered = rx["received_bytes"]
         planned = sum(f.wire_bytes for f in flows)  # from the parameters: a send that failed still counts
         t = totals(stats)
@@ -93,6 +100,9 @@ class Incast(Scenario):
             "receive_fabric_s": rx["duration_s"],
             "goodput_fabric_bps": delivered * 8 / rx["duration_s"] if rx["duration_s"] else 0.0,
             "received_series": rate_series(rx),  # per sender: fabric us, Gb/s
+            "bin_us": rx["bin_s"] * 1e6,
+            "hot_port": "/".join(hot),
+            **_story(samples, "/".join(hot), ["/".join(a) for a in access], rx["first_s"] or 0.0, rx["duration_s"]),
             "fidelity": net.verdict(rate_bps=rate, frame_bytes=self.size + 42, kernel_frames=traffic.kernel_frames,
                                     senders=sent),
         }
@@ -105,12 +115,73 @@ class Incast(Scenario):
             result["delivered_bytes"] == result["planned_bytes"]
 
     def plot(self, result: dict[str, Any], ax: Any) -> None:
-        for src, (xs, ys) in sorted(result["received_series"].items()):
-            ax.plot(xs, ys, label=src, linewidth=1)
-        ax.set_xlabel("fabric time (us)")
-        ax.set_ylabel("received from sender (Gb/s)")
-        ax.set_title(f"Incast {self.senders}:1, PFC {'on' if result['pfc'] else 'off'} ({clock_label(result)})")
-        ax.legend(fontsize=7, ncol=2)
+        """The story in two panels over one fabric-time axis: above, what the receiver got, each sender's
+        share stacked under the line rate; below, the hot port's queue, on bands where PFC held senders."""
+        plot_incast(result, ax, f"Incast {result['senders']}:1, PFC {'on' if result['pfc'] else 'off'} "
+                                f"({clock_label(result)})")
 
     def file_name(self, settings: RunSettings) -> str:
         return f"incast-{'pfc' if settings.pfc else 'nopfc'}"
+
+
+def _story(samples: dict[str, list[tuple[float, int, float]]], hot: str, access: list[str], first_s: float,
+           duration_s: float) -> dict[str, Any]:
+    """From the port samples: the hot port's queue (fabric us since the first byte arrived, bytes) and the
+    share of senders PFC held in each sample interval (the same us, 0..1), over the receive's span."""
+    def since(t: float) -> float:
+        return (t - first_s) * 1e6
+
+    end = first_s + duration_s
+    queue = [(since(t), q) for t, q, _ in samples[hot] if first_s <= t <= end]
+    held: list[tuple[float, float]] = []
+    series = [samples[a] for a in access]
+    for k in range(1, min(len(s) for s in series)):
+        t0, t1 = series[0][k - 1][0], series[0][k][0]
+        if t1 < first_s or t0 > end or t1 <= t0:
+            continue
+        share = sum(s[k][2] - s[k - 1][2] for s in series) / (len(series) * (t1 - t0))
+        held.append((since(t1), min(1.0, max(0.0, share))))
+    return {"queue_series": queue, "held_series": held}
+
+
+def plot_incast(result: dict[str, Any], ax: Any, title: str) -> None:
+    """Draws on `ax` and on a panel made below it (the figure is the scenario's own)."""
+    from mpl_toolkits.axes_grid1 import make_axes_locatable
+
+    ax.figure.set_size_inches(8, 6.5)
+    below = make_axes_locatable(ax).append_axes("bottom", size="80%", pad=0.15, sharex=ax)
+    line = result["link_rate_bps"] / 1e9
+    width = result["bin_us"]
+    group = max(1, round(PLOT_BIN_US / width))
+    series = sorted(result["received_series"].items())
+    last = max((xs[-1] for _, (xs, _) in series if xs), default=0.0)
+    nbins = int(last / (width * group)) + 1
+    edges = [i * width * group for i in range(nbins)]
+    shares = []
+    for _, (xs, ys) in series:  # each sender's Gb/s averaged over PLOT_BIN_US (a bin it sent nothing in is 0)
+        acc = [0.0] * nbins
+        for x, y in zip(xs, ys, strict=True):
+            acc[min(nbins - 1, int(x / (width * group)))] += y / group
+        shares.append(acc)
+    ax.stackplot(edges, shares, step="post", labels=[src for src, _ in series], alpha=0.85, linewidth=0)
+    ax.axhline(line, color="black", linestyle="--", linewidth=1)
+    ax.text(0, line * 1.02, f"line rate {line:g} Gb/s", fontsize=7, va="bottom")
+    ax.set_ylim(0, line * 1.45)  # the legend goes in the room above the line rate, not over the data
+    ax.set_ylabel("received (Gb/s)")
+    ax.set_title(title)
+    ax.legend(fontsize=6, ncol=len(series), loc="upper right", title="each sender's share (stacked)",
+              title_fontsize=6, columnspacing=0.8, handlelength=1.2)
+    ax.tick_params(labelbottom=False)
+    qs = result["queue_series"]
+    below.plot([t for t, _ in qs], [q / 1024 for _, q in qs], color="tab:red", linewidth=1,
+               label=f"queue at {result['hot_port']}")
+    held = result["held_series"]
+    top = max((q / 1024 for _, q in qs), default=1.0) or 1.0
+    for (t0, _), (t1, share) in zip(held, held[1:], strict=False):
+        if share > 0:
+            below.axvspan(t0, t1, ymin=0, ymax=1, color="tab:blue", alpha=0.08 + 0.3 * share, linewidth=0)
+    below.plot([], [], color="tab:blue", alpha=0.3, linewidth=6, label="PFC holding senders (darker: more of them)")
+    below.set_ylim(0, top * 1.3)
+    below.set_ylabel("queue (KiB)")
+    below.set_xlabel("fabric time since the first byte arrived (us)")
+    below.legend(fontsize=6, loc="upper right")
