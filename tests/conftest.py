@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -130,6 +131,20 @@ def wcmp_native(tmp_path_factory):
 
     return run_scenario("wcmp", {"flows": "1024", "bytes": "2MiB"}, RunSettings(clock="fabric"),
                         out_dir=str(tmp_path_factory.mktemp("wcmp")))
+
+
+@pytest.fixture(scope="session")
+def incast_native(tmp_path_factory):
+    """The 5:1 incast with PFC and without, on the native engine and the wall clock at D = 20 000 (256 KiB
+    buffers), run once for the suite: test_scenarios judges it, test_bmv2 compares BMv2's with it."""
+    from emu.net.switch import RunSettings
+    from emu.scenarios import run_scenario
+
+    out = tmp_path_factory.mktemp("incast")
+    base = RunSettings(backend="native", links="auto", buffer_per_port=256 << 10)
+    params = {"senders": "5", "bytes": "512KiB"}
+    return {pfc: run_scenario("incast", params, replace(base, pfc=pfc), dilation=20000, out_dir=str(out))
+            for pfc in (True, False)}, out
 
 
 def _cores() -> list[str]:

@@ -15,9 +15,9 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet]
 PARAMS = {"senders": "5", "bytes": "512KiB"}
 
 
-def test_incast_pfc_is_what_makes_it_lossless(tmp_path, no_leftovers):
-    on = run_scenario("incast", PARAMS, RunSettings(pfc=True, buffer_per_port=256 << 10), dilation=10000, out_dir=str(tmp_path))
-    off = run_scenario("incast", PARAMS, RunSettings(pfc=False, buffer_per_port=256 << 10), dilation=10000, out_dir=str(tmp_path))
+def test_incast_pfc_is_what_makes_it_lossless(incast_native, no_leftovers):
+    runs, tmp_path = incast_native
+    on, off = runs[True], runs[False]
     assert on["drops_lossless"] == 0 and on["pfc_frames"] > 0
     # Everything the parameters ask for arrived: 5 senders x 512 KiB in whole 1400-byte datagrams.
     assert on["planned_bytes"] == 5 * -(-(512 << 10) // 1400) * 1400

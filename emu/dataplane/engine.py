@@ -385,6 +385,8 @@ class Engine:
             time.sleep(0.01)
         raise EngineError(f"{switch}/{port}: probes did not come back within {timeout:.0f}s (is the peer a switch?)")
 
+    samples_ports = True  # sample_queues and port_samples (a BMv2 plane has neither)
+
     def sample_queues(self, ports: list[tuple[str, str]], interval_fabric_s: float) -> None:
         """Start sampling the total bytes queued on these (switch, port) egress ports."""
         by_worker: dict[int, list[tuple[str, str]]] = {}

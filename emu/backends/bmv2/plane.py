@@ -251,6 +251,8 @@ class Bmv2DataPlane:
     def set_headroom(self, *a: Any, **k: Any) -> None:
         self._native_only("PFC headroom")
 
+    samples_ports = False  # simple_switch's queues are not sampled in fabric time (Engine.sample_queues)
+
     def sample_queues(self, *a: Any, **k: Any) -> None:
         self._native_only("queue sampling")
 
