@@ -59,6 +59,17 @@ def save(out_dir: str, name: str, result: dict[str, Any], draw: Callable[[Any], 
     return result
 
 
+def legend_below(ax: Any, *others: Any, ncol: int = 4) -> None:
+    """One legend for `ax` (and twin axes `others`), under the plot: never over the data."""
+    handles, labels = [], []
+    for a in (ax, *others):
+        h, lab = a.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13 if ax.get_xlabel() else -0.06),
+              ncol=min(ncol, len(labels)) or 1, fontsize=7, frameon=False)
+
+
 def rate_series(got: dict[str, Any]) -> dict[str, tuple[list[float], list[float]]]:
     """Per source: (fabric time in us, received Gb/s) from a receiver's bins (emu.net.flows: fabric units)."""
     bin_s = got["bin_s"]

@@ -20,6 +20,7 @@ from emu.net.switch import RunSettings
 from emu.net.timebase import clock_label
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
+from emu.scenarios.common import legend_below
 from emu.topo.fpf import FPFTopo
 
 # RED as DCQCN's paper runs it (Pmax 1 %), at this engine's 100G thresholds: marks stay rare enough
@@ -124,7 +125,6 @@ class Dcqcn(Scenario):
                      label=f"queue, {cc}")
         qax.axhline(result["kmax_bytes"] / 1e3, color="red", linewidth=0.6)
         qax.set_ylabel("queue to the receiver (KB); red: Kmax")
-        qax.legend(fontsize=7, loc="upper right")
         for i, trace in enumerate(traces):
             xs, ys = _rates(trace, origin)
             ax.plot(xs, ys, linewidth=1, label=f"flow {i} received")
@@ -135,4 +135,4 @@ class Dcqcn(Scenario):
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("Gb/s")
         ax.set_title(f"DCQCN, two flows into one 100G port ({clock_label(result)})")
-        ax.legend(fontsize=7, loc="upper left")
+        legend_below(ax, qax, ncol=3)

@@ -28,7 +28,7 @@ from emu.net.switch import RunSettings
 from emu.roce.run import EnginePerf
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import ScenarioError
+from emu.scenarios.common import ScenarioError, legend_below
 from emu.topo.fpf import FPFTopo
 
 WAYS = ("equal", "weighted", "down")
@@ -182,7 +182,7 @@ class DegradedPlane(Scenario):
         heal = ", ".join(f"{f} {fmt_us(result[f]['heal']['back_to_share_after_fabric_s'])}" for f in FAULTS)
         ax.set_title(f"plane {result['degraded_plane']} of {result['planes']} degraded: MetaRoCE spraying\n"
                      f"healed plane back to its share after: {heal}", fontsize=8)
-        ax.legend(fontsize=7)
+        legend_below(ax)
 
 
 def fmt_us(s: float | None) -> str:

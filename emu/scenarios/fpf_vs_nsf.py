@@ -19,7 +19,7 @@ from emu.net.fabric import FabricNet
 from emu.net.link import FabricLink
 from emu.net.switch import RunSettings
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import ScenarioError
+from emu.scenarios.common import ScenarioError, legend_below
 from emu.topo.fpf import FPFTopo
 from emu.topo.nsf import NSFTopo
 
@@ -101,4 +101,4 @@ class FpfVsNsf(Scenario):
             ax.bar([i + 0.2], [nsf[k] * scale], 0.4, color="tab:orange", label="NSF" if i == 0 else None)
         ax.set_xticks(range(len(keys)), [label for _, label in keys])
         ax.set_title(f"{self.gpus} GPUs: FPF ({self.planes} planes) vs NSF, {' to '.join(result['between'])}")
-        ax.legend()
+        legend_below(ax)

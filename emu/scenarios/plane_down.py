@@ -18,7 +18,7 @@ from emu.net.flows import Flow
 from emu.net.switch import RunSettings
 from emu.net.timebase import clock_label
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import HEADERS, ScenarioError
+from emu.scenarios.common import HEADERS, ScenarioError, legend_below
 from emu.topo.fpf import FPFTopo
 
 PORT = 9200
@@ -98,11 +98,24 @@ class PlaneDown(Scenario):
             after[p] > 0 for p in after if p != result["failed_plane"])
 
     def plot(self, result: dict[str, Any], ax: Any) -> None:
+        """Each plane's delivered share of what it was to carry, over fabric time: the failed plane stops
+        where it failed, the others go on to the whole of theirs."""
         failed = result["failed_plane"]
-        for p, (xs, ys) in result["received_series"].items():
-            ax.plot(xs, ys, label=f"plane {p}" + (" (failed)" if int(p) == failed else ""), linewidth=1)
-        ax.axvline(result["failed_at_fabric_s"] * 1e6, color="k", linestyle="--", linewidth=0.8)
+        for p, (xs, ys) in sorted(result["received_series"].items(), key=lambda kv: int(kv[0])):
+            planned = {str(k): v for k, v in result["planned_bytes_by_plane"].items()}[str(p)]
+            done, got = [0.0], 0.0
+            width = min((b - a for a, b in zip(xs, xs[1:], strict=False)), default=1.0)  # us a bin
+            for y in ys:
+                got += y * 1e9 / 8 * width * 1e-6
+                done.append(100 * got / planned)
+            lost = int(p) == failed
+            ax.step([0.0, *xs], done, where="post", linewidth=2.2 if lost else 1.2, color="black" if lost else None,
+                    linestyle="-" if lost else "--", label=f"plane {p}" + (" (fails)" if lost else ""))
+        at = result["failed_at_fabric_s"] * 1e6
+        ax.axvline(at, color="tab:red", linestyle=":", linewidth=1)
+        ax.text(at, 102, f" plane {failed} fails", color="tab:red", fontsize=7, va="bottom")
+        ax.set_ylim(0, 112)
         ax.set_xlabel("fabric time (us)")
-        ax.set_ylabel("received (Gb/s)")
+        ax.set_ylabel("delivered, % of the plane's bytes")
         ax.set_title(f"FPF plane {failed} fails under load ({clock_label(result)})")
-        ax.legend(fontsize=8)
+        legend_below(ax)

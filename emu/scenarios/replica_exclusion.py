@@ -24,7 +24,7 @@ from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import ScenarioError
+from emu.scenarios.common import ScenarioError, legend_below
 from emu.topo.bag import BAGTopo
 from emu.units import FIBRE_S_PER_M
 
@@ -176,7 +176,7 @@ class ReplicaExclusion(Scenario):
                      f"green: after exclusion)\n"
                      f"detected after {detect * 1e3 if detect is not None else float('nan'):.2f} ms, "
                      f"#wrong {result['wrong']}", fontsize=8)
-        ax.legend(fontsize=7)
+        legend_below(ax)
 
 
 def mean(xs: list[float]) -> float:

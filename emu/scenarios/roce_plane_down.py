@@ -17,7 +17,7 @@ from emu.net.switch import RunSettings
 from emu.net.timebase import clock_label
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import ScenarioError
+from emu.scenarios.common import ScenarioError, legend_below
 from emu.topo.fpf import FPFTopo
 
 
@@ -89,4 +89,4 @@ class RocePlaneDown(Scenario):
         ax.set_xlabel("fabric time (us)")
         ax.set_ylabel("sent on plane (Gb/s)")
         ax.set_title(f"MetaRoCE steers around failed plane {failed} ({clock_label(result)})")
-        ax.legend(fontsize=8)
+        legend_below(ax)

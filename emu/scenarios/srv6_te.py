@@ -18,7 +18,7 @@ from emu.net.fabric import FabricNet
 from emu.net.flows import Flow
 from emu.net.switch import RunSettings
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import ScenarioError
+from emu.scenarios.common import ScenarioError, legend_below
 from emu.topo.rbb import RBBTopo, dt6_sid, end_sid
 
 PORT = 9300
@@ -110,4 +110,4 @@ class Srv6Te(Scenario):
         ax.set_xticks(range(len(ROUTERS)), ROUTERS)
         ax.set_ylabel("packets forwarded in the phase")
         ax.set_title("SRv6 policy on pe0: the flow's path, from router counters")
-        ax.legend()
+        legend_below(ax)

@@ -35,7 +35,7 @@ from emu.net.timebase import clock_label
 from emu.roce.run import EngineWrites
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import ScenarioError, totals
+from emu.scenarios.common import ScenarioError, legend_below, totals
 from emu.topo.fpf import FPFTopo
 
 WAYS = ("pfc", "lossy", "trim")
@@ -187,4 +187,4 @@ class Trimming(Scenario):
         ax.set_ylabel("incast flow completion (fabric us)")
         ax.set_title(f"{result['senders']}:1 MetaRoCE incast, {result['cc']}: {result['incast_first']} first by "
                      f"{result['incast_margin_fabric_s'] * 1e6:.0f} us ({clock_label(result)})", fontsize=9)
-        ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
+        legend_below(ax, ncol=3)

@@ -24,7 +24,7 @@ from emu.net.fabric import FabricNet
 from emu.net.flows import Flow
 from emu.net.switch import RunSettings
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import HEADERS, ScenarioError, totals
+from emu.scenarios.common import HEADERS, ScenarioError, legend_below, totals
 from emu.topo.bag import BAGTopo
 
 PORT = 9500
@@ -173,4 +173,4 @@ class Wcmp(Scenario):
         ax.set_ylabel("share")
         ax.set_title(f"WCMP over unequal BAG links; flap: {result['flap_without_damping']['route_updates']} route "
                      f"updates, {result['flap_with_damping']['route_updates']} damped", fontsize=9)
-        ax.legend()
+        legend_below(ax)
