@@ -134,6 +134,30 @@ def wcmp_native(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def lab_solution():
+    """`lab_solution(name)`: `emu lab check NAME --solution --json` as a student runs it (the lab's own
+    clock, the default core), with one random seed for the session, run once a lab for the suite:
+    (the completed process, its wall seconds). test_labs judges it; test_cores compares the Python
+    core's run of the same seed with it."""
+    import random
+    import sys
+
+    seed = random.randrange(1 << 31)
+    done: dict[str, tuple[subprocess.CompletedProcess, float]] = {}
+
+    def run(name: str) -> tuple[subprocess.CompletedProcess, float]:
+        if name not in done:
+            t0 = time.monotonic()
+            r = subprocess.run([sys.executable, "-m", "emu.cli.main", "lab", "check", name, "--solution", "--json",
+                                "--seed", str(seed)], capture_output=True, text=True, timeout=600)
+            done[name] = (r, time.monotonic() - t0)
+        return done[name]
+
+    run.seed = seed  # type: ignore[attr-defined]
+    return run
+
+
+@pytest.fixture(scope="session")
 def incast_native(tmp_path_factory):
     """The 5:1 incast with PFC and without, on the native engine and the wall clock at D = 20 000 (256 KiB
     buffers), run once for the suite: test_scenarios judges it, test_bmv2 compares BMv2's with it."""
