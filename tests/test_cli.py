@@ -193,6 +193,15 @@ def test_results_read_in_human_units_and_raw_only_in_json():
     assert "95500000000" not in text and "fidelity" not in text  # the verdict is its own line, on stderr
 
 
+def test_bench_help_names_every_collective_it_runs():
+    """Issue 39: `emu bench collective --help` did not list alltoall though it ran: the ops are named once."""
+    from emu.collectives import OPS
+
+    out = emu("bench", "collective", "--help")
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 0 and all(op in text for op in OPS) and "alltoall" in OPS, text
+
+
 def test_up_help_lists_the_topologys_own_parameters_and_defaults():
     r = emu("up", "fpf", "--help")
     assert r.returncode == 0, r.stderr

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from emu.clock import CLOCKS
+from emu.collectives import OPS
 
 err = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the width
 
@@ -588,7 +589,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                    help="cut: --topo bag --parts 2 --size 4MiB (what a split over machines would carry between them); soak: --cycles N --kills K --fuzz FRAMES --incasts M --seed S (reliability, not speed); "
                         "setup: --topo fpf,tahan,tahan-next --repetitions N (bring-up and tear-down against "
                         "plain Mininet)")
-    p.add_argument("op", nargs="?", help="for `collective`: allreduce, allgather, reducescatter, sendrecv")
+    p.add_argument("op", nargs="?", help=f"for `collective`: {', '.join(OPS)}")
     p.add_argument("--dilation", type=dilation_arg, default=None,
                    help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "
                         "time, retried larger if the run falls behind); `link` defaults to 1000")

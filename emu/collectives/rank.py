@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from emu.collectives import OPS
 from emu.fidelity import Lateness, Part
 from emu.roce.endpoint import Wait, drive_wall
 from emu.roce.perf import publish, wait_for
@@ -39,7 +40,6 @@ from emu.roce.transport import (
     release,
 )
 
-OPS = ("allreduce", "allgather", "reducescatter", "alltoall", "sendrecv")
 SLICE = 256 << 10  # bytes a ring step sends per message (the pipeline's grain)
 START_MARGIN_S = 0.05  # wall time between the last rank's arrival and the common start
 
