@@ -202,6 +202,31 @@ def test_bench_help_names_every_collective_it_runs():
     assert out.returncode == 0 and all(op in text for op in OPS) and "alltoall" in OPS, text
 
 
+@pytest.mark.parametrize("name", sorted(p.stem for p in __import__("pathlib").Path(__file__).parent.glob(
+    "data/figures/*.json") if p.stem in __import__("emu.scenarios", fromlist=["SCENARIOS"]).SCENARIOS))
+def test_a_scenarios_terminal_table_is_the_figures_its_verdict_is_made_of(name):
+    """Issue 40, item 4: each scenario names the figures its verdict reads (`headline`); on a terminal its
+    result is those, in their units, and the names of the rest (in --json). Read from the recorded results."""
+    import io
+
+    from rich.console import Console
+
+    from emu.cli.render import NOT_THERE, figure_at, print_result
+    from emu.scenarios import scenario_class
+
+    result = json.loads(open(os.path.join(os.path.dirname(__file__), "data", "figures", f"{name}.json")).read())
+    headline = scenario_class(name).headline
+    assert headline and all(figure_at(result, path) is not NOT_THERE for path in headline), name
+    out = io.StringIO()
+    print_result({**result, "passed": True}, Console(file=out, width=200), headline=headline)
+    text = out.getvalue()
+    table = text.split("in --json only")[0].splitlines()[2:]  # after the verdict and the header
+    rows = [line.split()[0] for line in table if line.strip()]
+    assert rows == list(headline), text
+    other = [k for k in result if k not in headline and k not in ("fidelity", "passed", "missing", "scenario")]
+    assert f"in --json only (the other figures): {', '.join(other)}" in " ".join(text.split()), text
+
+
 def test_up_help_lists_the_topologys_own_parameters_and_defaults():
     r = emu("up", "fpf", "--help")
     assert r.returncode == 0, r.stderr

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from emu.cli.render import NOT_THERE, figure_at
 from emu.net.switch import RunSettings
-from emu.scenarios import run_scenario
+from emu.scenarios import run_scenario, scenario_class
 from emu.scenarios.common import ScenarioError
 
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
@@ -60,6 +61,7 @@ def test_srv6_policy_steers_the_flow_and_removing_it_brings_it_back(tmp_path, no
     assert r["routers_crossed"]["policy"] == ["r0", "r2", "r3", "r4"]
     assert r["routers_crossed"]["restored"] == ["r0", "r1", "r2"]
     assert r["passed"]
+    assert all(figure_at(r, path) is not NOT_THERE for path in scenario_class("srv6-te").headline)
 
 
 def test_fpf_has_fewer_hops_and_lower_rtt_than_nsf(tmp_path, no_leftovers):
@@ -71,6 +73,7 @@ def test_fpf_has_fewer_hops_and_lower_rtt_than_nsf(tmp_path, no_leftovers):
     # Both non-blocking for these 4 GPUs: half of them (2 x 200G) cross at full rate, FPF over two
     # planes' 200G uplinks, NSF over its pod's two 200G fabric-to-spine links.
     assert r["fpf"]["bisection_bps"] == r["nsf"]["bisection_bps"] == 400e9
+    assert all(figure_at(r, path) is not NOT_THERE for path in scenario_class("fpf-vs-nsf").headline)
 
 
 def test_measured_headroom_stops_the_drops_a_short_one_causes(tmp_path, no_leftovers):

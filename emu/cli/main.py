@@ -282,7 +282,9 @@ def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
     d = _dilation(args, auto=True)
     result = run_scenario(args.name, _topo_params(extra), _settings(args), out_dir=args.out,
                           dilation="auto" if d is None else d, plot=not args.no_plot)
-    _emit(result, args.json)
+    from emu.scenarios import scenario_class
+
+    _emit(result, args.json, scenario_class(args.name).headline)
     return _fidelity_exit(result, args.strict, 0 if result.get("passed", True) else 1)
 
 
@@ -385,13 +387,13 @@ def _fidelity_exit(result: dict[str, Any], strict: bool, code: int, printed: boo
     return code
 
 
-def _emit(result: dict[str, Any], as_json: bool) -> None:
+def _emit(result: dict[str, Any], as_json: bool, headline: tuple[str, ...] = ()) -> None:
     if as_json:
         print(json.dumps(result))
         return
     from emu.cli.render import print_result
 
-    print_result(result)
+    print_result(result, headline=headline)
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:

@@ -103,10 +103,27 @@ def _is_series(key: str, value: Any) -> bool:
     return False
 
 
-def print_result(result: dict[str, Any], console: Console | None = None) -> None:
+NOT_THERE = object()
+
+
+def figure_at(result: Any, path: str) -> Any:
+    """The figure at `path` ("a.b.0": keys and list indices) in a result, or NOT_THERE."""
+    here = result
+    for part in path.split("."):
+        if isinstance(here, dict) and part in here:
+            here = here[part]
+        elif isinstance(here, (list, tuple)) and part.isdigit() and int(part) < len(here):
+            here = here[int(part)]
+        else:
+            return NOT_THERE
+    return here
+
+
+def print_result(result: dict[str, Any], console: Console | None = None, *, headline: tuple[str, ...] = ()) -> None:
     """A scenario's or bench's result for a person: its verdict, then a table of its figures, each in its
-    unit; series, traces and long lists are left to --json (named under the table), as is every raw
-    number. The fidelity verdict is left to its one line on stderr, which every result gets."""
+    unit. With a `headline` (the figures the verdict is made of: Scenario.headline), only those, and the
+    names of the others; without one, every figure but series, traces and long lists. What is not shown
+    is in --json, as is every raw number. The fidelity verdict is left to its one line on stderr."""
     c = console or Console()
     name = result.get("scenario") or result.get("bench") or ""
     if "passed" in result:
@@ -114,16 +131,24 @@ def print_result(result: dict[str, Any], console: Console | None = None) -> None
         missing = "; missing: " + "; ".join(result["missing"]) if result.get("missing") else ""
         c.print(f"{escape(str(name))}: {verdict}{escape(missing)}", highlight=False)
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("figure")
+    table.add_column("what the verdict is made of" if headline else "figure")
     table.add_column("value", overflow="fold")
     left: list[str] = []
-    for k, v in result.items():
-        if k in ("fidelity", "passed", "missing", "scenario", "bench"):
+    shown = set()
+    for path in headline:
+        v = figure_at(result, path)
+        if v is NOT_THERE:
             continue
-        if _is_series(str(k), v):
+        shown.add(path)  # a whole top-level figure; one shown in part is still named below
+        table.add_row(escape(path), escape(human(v, _unit(path.rsplit(".", 1)[-1]))))
+    for k, v in result.items():
+        if k in ("fidelity", "passed", "missing", "scenario", "bench") or (headline and k in shown):
+            continue
+        if headline or _is_series(str(k), v):
             left.append(str(k))
             continue
         table.add_row(escape(str(k)), escape(human(v, _unit(k))))
     c.print(table)
     if left:
-        c.print(f"in --json only (series, traces, long lists): {escape(', '.join(left))}", highlight=False)
+        what = "the other figures" if headline else "series, traces, long lists"
+        c.print(f"in --json only ({what}): {escape(', '.join(left))}", highlight=False)

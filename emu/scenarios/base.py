@@ -42,6 +42,8 @@ class Scenario:
     fabric_clock: ClassVar[bool] = False
     # It can run as the hosts' own traffic, their kernels' or BMv2's, on the wall clock at a D.
     wall_clock: ClassVar[bool] = True
+    # The figures its verdict is made of (paths into the result, "a.b.0"): what a terminal shows first.
+    headline: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         self.check()

@@ -51,6 +51,9 @@ class Dcqcn(Scenario):
     """Two GPUs write `bytes` each to a third on one plane, with DCQCN and then without."""
 
     name = "dcqcn"
+    headline = (
+        "dcqcn.data_ok", "none.data_ok", "dcqcn.flow_rate_while_both_fabric_bps", "dcqcn.over_kmax_fraction",
+        "none.over_kmax_fraction")
     default_dilation = 10000.0  # at 5000 the endpoints fell behind and the flows' share moved with D
     bmv2_lacks = "it samples queue depth over time, which only the native engine does"
 

@@ -45,6 +45,11 @@ class DegradedPlane(Scenario):
     equal spraying, health-weighted spraying, the plane failed; then it heals under a weighted write."""
 
     name = "degraded-plane"
+    headline = (
+        "loss.equal.write.goodput_fabric_bps", "loss.weighted.write.goodput_fabric_bps",
+        "rate.equal.write.goodput_fabric_bps", "rate.weighted.write.goodput_fabric_bps",
+        "delay.equal.write.goodput_fabric_bps", "delay.weighted.write.goodput_fabric_bps",
+        "rate.heal.back_to_share_after_fabric_s", "delay.heal.back_to_share_after_fabric_s")
     fabric_clock = True  # all its traffic is MetaRoCE's: the engine runs it, exactly
     wall_clock = False  # its endpoints (many pairs at once, replicas) run inside the engine only
 

@@ -47,6 +47,7 @@ class FpfVsNsf(Scenario):
     measured between gpu0 and the last GPU."""
 
     name = "fpf-vs-nsf"
+    headline = ("fpf.switch_hops", "nsf.switch_hops", "fpf.base_rtt_fabric_s", "nsf.base_rtt_fabric_s")
     default_dilation = 1000.0
 
     gpus: int = 8

@@ -40,6 +40,9 @@ class Headroom(Scenario):
     `distance`: with a 100 m cable's headroom, then with headroom sized from probes."""
 
     name = "headroom"
+    headline = (
+        "drops_short_headroom", "drops_measured_headroom", "delivered_all_with_measured_headroom", "measured_km",
+        "true_km")
     fabric_clock = True  # the engine runs its UDP flows (exact); the cable is probed between them
     bmv2_lacks = "it needs PFC and per-port headroom, which only the native engine's shared buffer has"
 

@@ -37,6 +37,9 @@ class Incast(Scenario):
     class, over an FPF plane of `leaves` leaves and `spines` spines."""
 
     name = "incast"
+    headline = (
+        "delivered_bytes", "planned_bytes", "drops_lossless", "pfc_frames", "paused_fabric_s", "queue_hwm_bytes",
+        "goodput_fabric_bps")
     fabric_clock = True  # the engine can run its UDP flows itself (emu.traffic.job), exactly
     default_dilation = 10000.0  # keeps 7 line-rate senders within one Python worker's budget
 

@@ -30,6 +30,9 @@ class PlaneDown(Scenario):
     its flow is `at` (a fraction) of the way through."""
 
     name = "plane-down"
+    headline = (
+        "failed_plane", "others_complete", "failed_plane_lost_bytes", "delivered_bytes_by_plane",
+        "delivered_after_failure_by_plane")
     fabric_clock = True  # the engine runs its UDP flows and fails the plane at a fabric time, exactly
 
     planes: int = 4

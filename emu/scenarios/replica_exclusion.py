@@ -40,6 +40,9 @@ class ReplicaExclusion(Scenario):
     is what saves the run); `heartbeat` between members."""
 
     name = "replica-exclusion"
+    headline = (
+        "survivors", "survivors_agree", "steps_completed", "wrong", "time_to_detect_fabric_s",
+        "time_to_resume_fabric_s")
     fabric_clock = True  # all its traffic is MetaRoCE's: the engine runs it, exactly
     wall_clock = False  # its endpoints (many pairs at once, replicas) run inside the engine only
 

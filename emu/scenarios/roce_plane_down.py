@@ -26,6 +26,7 @@ class RocePlaneDown(Scenario):
     """GPU 0 writes `bytes` to GPU 1 over `planes` planes; plane `fail` fails 40 % into its share."""
 
     name = "roce-plane-down"
+    headline = ("data_ok", "failed_plane_marked_down", "data_packets_on_failed_plane_after_detection", "retransmits")
     fabric_clock = True  # all the measured traffic is the project's own: the engine runs it, exactly
 
     planes: int = 4

@@ -36,6 +36,9 @@ class Srv6Te(Scenario):
     path, an SRv6 policy steering it the long way round the ring, the policy removed."""
 
     name = "srv6-te"
+    headline = (
+        "routers_crossed.shortest", "routers_crossed.policy", "routers_crossed.restored", "phases.0.rtt_fabric_s",
+        "phases.1.rtt_fabric_s")
     default_dilation = 1000.0
 
     packets: int = 200

@@ -74,6 +74,9 @@ class Trimming(Scenario):
     leaves: with PFC, lossy, and with packet trimming."""
 
     name = "trimming"
+    headline = (
+        "pfc.data_ok", "lossy.data_ok", "trim.data_ok", "trim.incast.trims", "trim.incast.trim_nacks",
+        "trim.incast.pfc_frames", "trim.incast.timeouts")
     fabric_clock = True  # all its traffic is MetaRoCE's: the engine runs it, exactly
 
     senders: int = 8

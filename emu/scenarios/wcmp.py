@@ -107,6 +107,9 @@ class Wcmp(Scenario):
     400G and two 100G long-haul links; a 400G link then flaps, without and with damping, and fails."""
 
     name = "wcmp"
+    headline = (
+        "max_share_error", "after_failure_of_bag0x0-bag1x0.max_share_error", "delivered_bytes", "planned_bytes",
+        "flap_with_damping.route_updates", "flap_without_damping.route_updates")
     # The shares are measured by the engine's own UDP flows (exact); the flaps happen between them, with
     # the controller's timers on fabric time that follows the wall at 1/D while no job runs.
     fabric_clock = True
