@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import struct
 import subprocess
 import termios
@@ -17,13 +18,14 @@ from tests.helpers import EMU
 # A fabric-clock collective on the reference core, long enough (seconds) to be shown.
 LONG = ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "8", "--planes", "8", "--sizes", "4MiB",
         "--core", "python"]
+SHORT = ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "8", "--planes", "8", "--sizes", "64KiB"]
 
 
-def _run(args: list[str], *, stdout_tty: bool) -> str:
+def _run(args: list[str], *, stdout_tty: bool, env: dict[str, str] | None = None) -> str:
     """Run emu with stderr (and stdout, if asked) on a pseudo-terminal of 120 x 40: what the terminal got."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", **(env or {})}
     p = subprocess.Popen([*EMU, *args], stdin=slave, stdout=slave if stdout_tty else subprocess.DEVNULL,
                          stderr=slave, env=env)
     os.close(slave)
@@ -49,3 +51,9 @@ def test_progress_is_drawn_on_a_terminal_and_nowhere_else(no_leftovers):
     assert "# Avg bus bandwidth" in shown  # the result itself, as without progress
     assert "of fabric time" not in _run([*LONG, "--json"], stdout_tty=True)
     assert "of fabric time" not in _run(LONG, stdout_tty=False)  # stdout to a file or a pipe: nothing drawn
+    # The bring-up's bars (hosts, links, the engine), drawn from the start here (EMU_PROGRESS_AFTER_S=0;
+    # by default after a second, which this small fabric does not take).
+    bars = _run(SHORT, stdout_tty=True, env={"EMU_PROGRESS_AFTER_S": "0"})
+    assert "bring-up: links" in bars and "bring-up: the engine's switches and routes" in bars, bars[-3000:]
+    assert re.search(r"bring-up: links\S*\s.*\b(\d+)/\1\b", bars), bars[-3000:]  # all of them, n of n
+    assert "bring-up" not in _run([*SHORT, "--json"], stdout_tty=True, env={"EMU_PROGRESS_AFTER_S": "0"})

@@ -645,12 +645,12 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser(named if argv[0] == "up" else "", named if argv[0] == "scenario" else "").parse_known_args(argv)
     if extra and args.command not in ("up", "scenario", "bench"):
         parser().error(f"unrecognised arguments: {' '.join(extra)}")
-    from emu.cli.progress import job_progress
+    from emu.cli.progress import work_progress
     from emu.launch import Stopped, stop_on_signals
 
     restore = stop_on_signals()  # SIGTERM and SIGHUP tear down as Ctrl-C and a normal exit do
     try:
-        with job_progress(bool(getattr(args, "json", False))):
+        with work_progress(bool(getattr(args, "json", False))):
             return args.fn(args, extra)
     except Stopped as stop:
         err.print(f"emu {args.command}: stopped by {stop}; everything it made is removed")

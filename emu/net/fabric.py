@@ -66,6 +66,17 @@ class RoceWrite:
     failed_at_fabric_s: float | None = None  # with fail_plane: when, on the client's traces' clock
 
 
+# Who is told how a bring-up goes (emu.cli.progress draws it on a terminal): watch(stage, done, total), and
+# watch("", 0, 0) once the fabric is up. Stages: "hosts", "links", then "engine" (its switches, tables
+# and routes, one step).
+BRINGUP_WATCHERS: list[Callable[[str, int, int], None]] = []
+
+
+def _bringup(stage: str, done: int, total: int) -> None:
+    for watch in list(BRINGUP_WATCHERS):
+        watch(stage, done, total)
+
+
 PING_LINE_BYTES = 3000  # targets on one shell command line (the pty's line is 4 KiB)
 
 
@@ -192,6 +203,7 @@ class FabricNet(Mininet):
         (the first one is brought up by Mininet before the fabric configures the rest). A host placed on
         another machine is Mininet's cluster-edition RemoteHost there."""
         machine = self.machine_of.get(name, "localhost")
+        self._made_one("hosts")
         if machine not in LOCAL_MACHINES:
             host = super().addHost(name, RemoteFabricHost, server=machine, **params)
             host.cmd(" ".join(f"sysctl -qw net.{k.replace('/', '.')}={v};" for k, v in QUIET_HOST.items()))
@@ -256,6 +268,7 @@ class FabricNet(Mininet):
             anchor = self._anchor(node1, node2)
             if anchor is not None:
                 params["anchor"] = anchor
+        self._made_one("links")
         return super().addLink(node1, node2, port1, port2, cls, **params)
 
     def _anchor(self, node1: Any, node2: Any) -> Any:
@@ -310,6 +323,9 @@ class FabricNet(Mininet):
             print(f"emu: {said}", file=sys.stderr, flush=True)
         self.run_dir = new_run_dir()
         record(self.run_dir, interfaces=planned, groups=[self.link_group])
+        self._made = {"hosts": 0, "links": 0}
+        self._to_make = {"hosts": len(self.topo.hosts()) if self.topo is not None else 0,
+                         "links": len(self.topo.links()) if self.topo is not None else 0}
         try:
             super().build()
         except BaseException:  # a signal or an error mid-build: what was made goes (Mininet's constructor
@@ -323,10 +339,19 @@ class FabricNet(Mininet):
             self.build()
         for sw in self.switches:
             sw.settings = self.settings
+        _bringup("engine", 0, 1)
         self._start_switches()
+        _bringup("engine", 1, 1)
         if self.settings.pace:
             self.engine.set_pace(self.settings.pace)
         self._record_view()
+        _bringup("", 0, 0)
+
+    def _made_one(self, what: str) -> None:
+        made = getattr(self, "_made", None)
+        if made is not None:
+            made[what] += 1
+            _bringup(what, made[what], self._to_make[what])
 
     def _start_switches(self) -> None:
         """Mininet's start, with every fabric switch in one batch, here or on another machine (Mininet
