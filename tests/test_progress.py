@@ -57,3 +57,5 @@ def test_progress_is_drawn_on_a_terminal_and_nowhere_else(no_leftovers):
     assert "bring-up: links" in bars and "bring-up: the engine's switches and routes" in bars, bars[-3000:]
     assert re.search(r"bring-up: links\S*\s.*\b(\d+)/\1\b", bars), bars[-3000:]  # all of them, n of n
     assert "bring-up" not in _run([*SHORT, "--json"], stdout_tty=True, env={"EMU_PROGRESS_AFTER_S": "0"})
+    # A job done before its progress was due to be drawn ends quietly (it once raised KeyError here).
+    assert "# Avg bus bandwidth" in _run(SHORT, stdout_tty=True, env={"EMU_PROGRESS_AFTER_S": "30"})

@@ -79,8 +79,9 @@ def work_progress(as_json: bool) -> Iterator[None]:
     def watch(job: int, fabric_s: float | None) -> None:
         now = time.monotonic()
         if fabric_s is None:  # done
-            if job in tasks:
-                progress.remove_task(tasks.pop(job)[0])
+            task = tasks.pop(job, (-1, 0.0, 0.0))[0]
+            if task >= 0:  # it was drawn (a job done within SHOW_AFTER_S never was)
+                progress.remove_task(task)
             return
         if job not in tasks:
             tasks[job] = (-1, fabric_s, now)
