@@ -76,7 +76,8 @@ def test_the_plot_is_drawn_from_the_saved_result_alone(tmp_path, no_leftovers):
 
     fig, ax = plt.subplots()
     Incast(senders=2, bytes="64KiB").plot(saved, ax)  # no fabric, no run: the JSON is enough
-    assert len(ax.lines) == 2 and "Incast 2:1, PFC on" in ax.get_title()
+    assert len(ax.collections) == 2 and "Incast 2:1, PFC on" in ax.get_title()  # each sender's share, stacked
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == sorted(saved["received_series"])
     plt.close(fig)
     r = subprocess.run([*EMU, "scenario", "incast", "--senders", "2", "--bytes", "64KiB", "--dilation", "10000",
                         "--no-plot", "--out", str(tmp_path / "cli"), "--json"], capture_output=True, text=True)

@@ -286,7 +286,8 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
     from tests.browser import Browser
 
     os.makedirs("results", exist_ok=True)
-    with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), clock="fabric") as net, Browser(net.web(control=True).url) as page:
+    with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), clock="fabric") as net, \
+            Browser(net.web(control=True).url, width=1280, height=720) as page:
         page.wait_for("Number(document.body.dataset.snapshots || 0) >= 2", 30)
         assert page.js("new Set([...document.querySelectorAll('line[data-link]')].map(e => e.dataset.link)).size") == 8
         assert page.js("document.getElementById('clock').textContent").startswith("fabric time ")
@@ -298,16 +299,39 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
         net.pace(8000.0)
         traffic = EngineFlows(net, [Flow(f"gpu{i}", "gpu0", dst, 9000, 1 << 20, 100e9, tos=DSCP_LOSSLESS << 2 | ECT0)
                                       for i in (1, 2, 3)])
-        seen = []
+        seen, arrows = [], []
+        held = "[...document.querySelectorAll('line.pauses-a, line.pauses-b')].map(e => e.dataset.link)"
         while not net.engine.job_state(traffic.job)["done"]:
             seen.append(page.js(drawn))
+            arrows.append(page.js(held))
             if sum(b > 0 for b, _ in seen) == 8:  # mid-incast: the links' colours have had two snapshots
                 page.screenshot("results/web-fpf-4x2-incast.png")
             time.sleep(0.05)
         traffic.wait()
         net.pace(0.0)
         assert max(b for b, _ in seen) > 100_000 and max(h for _, h in seen) > 0, seen  # PFC holds it near its threshold
+        # The panels (issue 40, item 2), a point a snapshot over fabric time: plane 0 delivered the incast to
+        # gpu0 at up to its 100G line rate and plane 1 nothing; the deepest queue drawn is the hot port's,
+        # never above the high-water mark the engine counted; ports sent PFC pauses meanwhile.
+        series = page.js("window.series")
+        hwm_kb = max(net.stats().port(*hot.split(":")).queue_hwm) / 1e3
+        assert len(series["t"]) >= 4 and series["t"] == sorted(series["t"]), series["t"]
+        assert series["t"][-1] - series["t"][0] < 1.0, series["t"]  # this job's, not the second before it
+        assert 50 < max(series["planes"]["0"]) <= 105 and max(series["planes"]["1"]) == 0, series["planes"]
+        assert 100 < max(series["queue"]) <= hwm_kb and max(series["pfc"]) >= 1, (series["queue"], hwm_kb)
+        assert page.js("document.querySelectorAll('#panels polyline').length") >= 4  # 2 planes, queue, pauses
+        assert "line rate" in page.js("document.getElementById('legend').textContent")
+        # It fits 1280 x 720: nothing to scroll sideways.
+        assert page.js("document.documentElement.scrollWidth <= window.innerWidth"), \
+            page.js("[document.documentElement.scrollWidth, window.innerWidth]")
         page.wait_for(f"Number({queue}.dataset.bytes) === 0", 10)  # drained once the incast ended
+        # The pause tree as it formed: the leaf held the three senders' NICs (arrows on their host links,
+        # none on gpu0's), and once drained no arrow is left.
+        senders = {str(i) for i, lk in enumerate(net.links)
+                   if {lk.intf1.node.name, lk.intf2.node.name} & {"gpu1", "gpu2", "gpu3"}}
+        drawn_held = {x for a in arrows for x in a}
+        assert drawn_held and drawn_held <= senders, (drawn_held, senders)
+        page.wait_for(f"{held}.length === 0", 10)
         t0 = time.monotonic()
         net.fail(plane=1)
         page.wait_for("new Set([...document.querySelectorAll('line.link.down')].map(e => e.dataset.link)).size === 4", 10)

@@ -193,12 +193,20 @@ class Snapshots:
             links.append(row)
         return {"fabric_s": fabric_s, "links": links, "ports": ports, "fidelity": fidelity_line(stats, self.clock)}
 
-    def _port(self, key: str, p: dict[str, Any]) -> dict[str, Any]:
-        paused = list(p.get("paused_s", []))
+    def _held(self, key: str, paused: list[float]) -> list[bool]:
+        """Per priority, whether this transmitter was held by a PFC pause since the last snapshot."""
         before = self.last_paused.get(key, paused)
         self.last_paused[key] = paused
+        return [a > b for a, b in zip(paused, before, strict=False)]
+
+    def _port(self, key: str, p: dict[str, Any]) -> dict[str, Any]:
+        paused = list(p.get("paused_s", []))
+        nic = p.get("host_nic") or {}
+        # `pausing`: the port's transmitter was held by its peer's pause; `host_pausing`: the host's NIC
+        # was held by this port's (its switch's) pause.
         return {"queue_bytes": p.get("queue_bytes", []), "queue_hwm": p.get("queue_hwm", []),
-                "pausing": [a > b for a, b in zip(paused, before, strict=False)], "paused_s": paused,
+                "pausing": self._held(key, paused), "paused_s": paused,
+                "host_pausing": self._held(key + ":host", list(nic.get("paused_s", []))),
                 "pfc_tx": p.get("pfc_tx", 0), "pfc_rx": p.get("pfc_rx", 0), "ecn_marked": p.get("ecn_marked", 0),
                 "drops": p.get("drops", {}), "trimmed": sum(p.get("trimmed", [])), "up": p.get("up", True),
                 "degraded": p.get("degraded")}

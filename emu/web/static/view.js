@@ -9,6 +9,11 @@ const nodes = new Map();   // node name -> {x, y, el}
 const queues = new Map();  // "switch:port" -> rect
 let ports = {};
 let control = false;  // the server was started with --web-control: the page may fail and restore
+let planeOf = {};     // switch -> plane (the topology's groups)
+const KEEP = 120;     // snapshots the panels keep: 30 s at four a second
+const JUMP_MS = 100;  // fabric ms between two snapshots that is a jump, not a run
+// The panels' data, one point a snapshot (fabric ms): what the page draws, readable by a test.
+window.series = { t: [], planes: {}, queue: [], pfc: [] };
 
 function el(kind, attrs, parent = svg) {
   const e = document.createElementNS(NS, kind);
@@ -70,7 +75,12 @@ async function draw() {
       header.append(b, " ");
     }
   }
+  planeOf = topo.planes || {};
   for (const n of topo.nodes) nodes.set(n.name, { ...n, x: n.x * W, y: n.y * H });
+  const defs = el("defs", {});
+  const arrow = el("marker", { id: "pause-arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 5,
+                               markerHeight: 5, orient: "auto-start-reverse" }, defs);
+  el("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#f90" }, arrow);
   const g = el("g", { id: "links" });
   const bent = new Map();  // parallel links in one row, each bent further
   for (const l of topo.links) {
@@ -138,6 +148,15 @@ function update(s) {
     drawn.ba.setAttribute("stroke", colour(l.ba));
     drawn.ab.classList.toggle("down", !l.up);
     drawn.ba.classList.toggle("down", !l.up);
+    // The pause tree as it forms (congestion-spreading's plot draws it after the fact): an arrow from the
+    // pausing end of a link to the end it holds. A switch end is held when its port's transmitter was; a
+    // host end when its NIC model (at the switch's port) was.
+    const m = drawn.meta;
+    const held = (node, port, other, otherPort) => port
+      ? Boolean(s.ports[`${node}:${port}`]?.pausing.some(Boolean))
+      : Boolean(s.ports[`${other}:${otherPort}`]?.host_pausing?.some(Boolean));
+    drawn.ab.classList.toggle("pauses-a", held(m.a, m.a_port, m.b, m.b_port));
+    drawn.ba.classList.toggle("pauses-b", held(m.b, m.b_port, m.a, m.a_port));
   }
   for (const [key, p] of Object.entries(s.ports)) {
     const rect = queues.get(key);
@@ -147,7 +166,78 @@ function update(s) {
     rect.setAttribute("data-bytes", bytes);
     rect.classList.toggle("pausing", p.pausing.some(Boolean));
   }
+  record(s);
   document.body.dataset.snapshots = String(Number(document.body.dataset.snapshots || 0) + 1);
+}
+
+function record(s) {
+  // Per plane, what its switches sent to hosts (the switch-to-host direction of each host link), in Gb/s.
+  const sent = {};
+  for (const l of s.links) {
+    const drawn = links.get(l.id);
+    if (!drawn) continue;
+    const m = drawn.meta, aHost = !m.a_port, bHost = !m.b_port;
+    if (aHost === bHost) continue;  // switch to switch
+    const sw = aHost ? m.b : m.a, util = aHost ? l.ba : l.ab;  // the direction towards the host
+    const plane = planeOf[sw] ?? 0;
+    sent[plane] = (sent[plane] || 0) + (util || 0) * m.rate_bps / 1e9;
+  }
+  let deepest = 0, pausing = 0;
+  for (const p of Object.values(s.ports)) {
+    deepest = Math.max(deepest, p.queue_bytes.reduce((a, b) => a + b, 0));
+    if (p.pausing.some(Boolean)) pausing += 1;  // a switch port held by its peer
+    if ((p.host_pausing || []).some(Boolean)) pausing += 1;  // a host's NIC held by its switch
+  }
+  const S = window.series;
+  if (S.t.length && s.fabric_s * 1e3 - S.t[S.t.length - 1] > JUMP_MS) {
+    // A job began at the next whole fabric second (the fabric clock's way): start the panels afresh
+    // rather than draw a second of nothing.
+    S.t = []; S.queue = []; S.pfc = []; S.planes = {};
+  }
+  S.t.push(s.fabric_s * 1e3);
+  for (const plane of new Set([...Object.keys(S.planes), ...Object.keys(sent)])) {
+    S.planes[plane] = S.planes[plane] || S.t.slice(0, -1).map(() => 0);
+    S.planes[plane].push(sent[plane] || 0);
+  }
+  S.queue.push(deepest / 1e3);
+  S.pfc.push(pausing);
+  if (S.t.length > KEEP) {
+    S.t.shift(); S.queue.shift(); S.pfc.shift();
+    for (const v of Object.values(S.planes)) v.shift();
+  }
+  plot("panel-planes", Object.entries(S.planes).map(([p, v], i) => ({ name: `plane ${p}`, v, colour: PALETTE[i % PALETTE.length] })));
+  plot("panel-queue", [{ name: "deepest", v: S.queue, colour: "#d33" }]);
+  plot("panel-pfc", [{ name: "pausing", v: S.pfc, colour: "#f90" }]);
+}
+
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"];
+
+function plot(id, lines) {
+  // One panel: its title, a y scale from 0 to the largest value, the fabric-time axis, a line per series
+  // with its name at its end (the legend is the line's own label, never over the data).
+  const box = document.getElementById(id);
+  const w = box.clientWidth || 300, h = box.clientHeight || 120, left = 34, bottom = 16, top = 14, right = 46;
+  const t = window.series.t;
+  const ymax = Math.max(1e-9, ...lines.flatMap((l) => l.v));
+  const x = (i) => left + (t.length > 1 ? (t[i] - t[0]) / Math.max(1e-12, t[t.length - 1] - t[0]) : 0) * (w - left - right);
+  const y = (v) => top + (1 - v / ymax) * (h - top - bottom);
+  box.replaceChildren();
+  const g = (kind, attrs, text) => { const e = el(kind, attrs, box); if (text !== undefined) e.textContent = text; return e; };
+  g("text", { x: 4, y: 10 }, box.dataset.title);
+  g("line", { x1: left, y1: top, x2: left, y2: h - bottom, class: "axis" });
+  g("line", { x1: left, y1: h - bottom, x2: w - right, y2: h - bottom, class: "axis" });
+  g("text", { x: left - 3, y: top + 8, "text-anchor": "end" }, ymax >= 100 ? ymax.toFixed(0) : ymax.toPrecision(2));
+  g("text", { x: left - 3, y: h - bottom, "text-anchor": "end" }, "0");
+  if (t.length) {
+    g("text", { x: left, y: h - 4 }, `${t[0].toFixed(3)} ms`);
+    g("text", { x: w - right, y: h - 4, "text-anchor": "end" }, `${t[t.length - 1].toFixed(3)} ms fabric`);
+  }
+  for (const l of lines) {
+    if (!l.v.length) continue;
+    g("polyline", { points: l.v.map((v, i) => `${x(i)},${y(v)}`).join(" "), fill: "none", stroke: l.colour,
+                    "stroke-width": 1.5, "data-series": l.name });
+    g("text", { x: w - right + 3, y: y(l.v[l.v.length - 1]) + 3, fill: l.colour }, l.name);
+  }
 }
 
 await draw();
