@@ -49,13 +49,15 @@ def test_progress_is_drawn_on_a_terminal_and_nowhere_else(no_leftovers):
     shown = _run(LONG, stdout_tty=True)
     assert "job 1:" in shown and "of fabric time" in shown and "a wall second" in shown, shown[-2000:]
     assert "# Avg bus bandwidth" in shown  # the result itself, as without progress
-    assert "of fabric time" not in _run([*LONG, "--json"], stdout_tty=True)
-    assert "of fabric time" not in _run(LONG, stdout_tty=False)  # stdout to a file or a pipe: nothing drawn
-    # The bring-up's bars (hosts, links, the engine), drawn from the start here (EMU_PROGRESS_AFTER_S=0;
-    # by default after a second, which this small fabric does not take).
-    bars = _run(SHORT, stdout_tty=True, env={"EMU_PROGRESS_AFTER_S": "0"})
+    # The bring-up's bars (hosts, links, the engine) and the job's line, drawn from the start here
+    # (EMU_PROGRESS_AFTER_S=0; by default after a second, which this small fabric does not take) ...
+    now = {"EMU_PROGRESS_AFTER_S": "0"}
+    bars = _run(SHORT, stdout_tty=True, env=now)
     assert "bring-up: links" in bars and "bring-up: the engine's switches and routes" in bars, bars[-3000:]
     assert re.search(r"bring-up: links\S*\s.*\b(\d+)/\1\b", bars), bars[-3000:]  # all of them, n of n
-    assert "bring-up" not in _run([*SHORT, "--json"], stdout_tty=True, env={"EMU_PROGRESS_AFTER_S": "0"})
+    # ... and none of it with --json, or with stdout to a file or a pipe, though it would be drawn at once.
+    for args, tty in (([*SHORT, "--json"], True), (SHORT, False)):
+        quiet = _run(args, stdout_tty=tty, env=now)
+        assert "bring-up" not in quiet and "of fabric time" not in quiet, quiet[-2000:]
     # A job done before its progress was due to be drawn ends quietly (it once raised KeyError here).
     assert "# Avg bus bandwidth" in _run(SHORT, stdout_tty=True, env={"EMU_PROGRESS_AFTER_S": "30"})
