@@ -77,3 +77,55 @@ def test_a_partition_must_place_every_switch_and_be_joined_by_a_delay():
         PartitionedFabric(two_sites(), {"s0": 0})
     with pytest.raises(SpecError, match="N >= 2"):
         PartitionedFabric(two_sites(), {"s0": 0, "s1": 0})
+
+
+def _pair(lookahead: float = 1.0):
+    """Two parts' Windows joined by calls (the partitions' transport): what each delivered, and when the
+    windows ended."""
+    from emu.dataplane.windows import Windows
+
+    got: list[list[tuple[float, int, object]]] = [[], []]
+    over: list[list[float]] = [[], []]
+    parts: list[Windows] = []
+
+    def barrier(i: int):
+        return lambda window, t, busy: parts[1 - i].barrier(i, window, t, busy)
+
+    for i in (0, 1):
+        parts.append(Windows(lookahead, lambda: 1, barrier(i), lambda kind, t, a, p, i=i: got[i].append((t, a, p)),
+                             lambda t, i=i: over[i].append(t)))
+    return parts, got, over
+
+
+def test_windows_deliver_in_time_sender_sequence_order_and_end_together():
+    """The window algorithm alone, in virtual time: what a peer sent in a window is delivered once both
+    barriers are in, in (time, sender, sequence) order whatever order it came in; the next horizon is
+    the least next time plus the lookahead; once neither part is busy both end at the same instant."""
+    (a, b), got, over = _pair(lookahead=1.0)
+    for w in (a, b):
+        w.start(10.0)
+    assert a.horizon == b.horizon == 11.0
+    a.sent(11.5)
+    b.arrive(0, a.window, 11.5, 1, 7, "second")
+    a.sent(11.2)
+    b.arrive(0, a.window, 11.2, 1, 8, "first")
+    a.end_window(12.0, True)
+    assert a.waiting and not got[1]  # nothing is delivered before the peer's barrier
+    b.end_window(11.8, True)
+    assert got[1] == [(11.2, 8, "first"), (11.5, 7, "second")] and not a.waiting and not b.waiting
+    assert a.horizon == b.horizon == 11.2 + 1.0  # the least of: a sent at 11.2, b's next at 11.8, a's at 12
+    a.end_window(12.5, False)
+    b.end_window(13.0, False)
+    assert not a.active and not b.active and over == [[12.2], [12.2]] and a.windows == b.windows == 2
+
+
+def test_windows_refuse_a_message_inside_the_window_that_closed():
+    from emu.dataplane.windows import LookaheadError
+
+    (a, b), _, _ = _pair(lookahead=1.0)
+    for w in (a, b):
+        w.start(0.0)
+    b.arrive(0, a.window, 0.5, 1, 0, "too early")  # due inside the window [0, 1): a broken lookahead
+    a.end_window(2.0, True)
+    with pytest.raises(LookaheadError, match="lookahead was broken"):
+        b.end_window(2.0, True)
