@@ -359,6 +359,40 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
     assert os.path.getsize("results/web-fpf-4x2-incast.png") > 10_000
 
 
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_large_fabric_is_drawn_a_node_per_plane_and_a_click_opens_one(no_leftovers):
+    """Issue 40, item 2: FPF 64 x 8 (over sixty nodes) at 1280 x 720 is drawn as one node per plane and one
+    for the hosts, each plane's host links summed into one; nothing to scroll sideways; a click on plane 3
+    opens it (its switches across the width, the 64 hosts, its links, each a link of the fabric) and the
+    header's button closes it again."""
+    from emu import FabricNet, FPFTopo
+    from tests.browser import Browser
+
+    with FabricNet(FPFTopo(gpus=64, planes=8), clock="fabric", kernel=False) as net, \
+            Browser(net.web().url, width=1280, height=720) as page:
+        page.wait_for("Number(document.body.dataset.snapshots || 0) >= 1", 30)
+        groups = page.js("[...document.querySelectorAll('[data-group]')].map(e => e.dataset.group)")
+        assert sorted(groups) == sorted([*map(str, range(8)), "hosts"]), groups
+        summed = page.js("[...new Set([...document.querySelectorAll('line[data-group-link]')]"
+                         ".map(e => e.dataset.groupLink + '=' + e.dataset.members))]")
+        plane3 = [lk for lk in net.links if any(getattr(x.node, "shard", None) == 3 for x in (lk.intf1, lk.intf2))]
+        hosts3 = [lk for lk in plane3 if any(x.node.name.startswith("gpu") for x in (lk.intf1, lk.intf2))]
+        assert len(summed) == 8 and f"group 3|hosts={len(hosts3)}" in summed, summed  # FPF's planes never meet
+        assert page.js("document.documentElement.scrollWidth <= window.innerWidth")
+        page.js("document.querySelector('[data-group=\"3\"]').dispatchEvent(new MouseEvent('click'))")
+        page.wait_for("document.querySelectorAll('line[data-link]').length > 0", 5)
+        drawn = page.js("[...new Set([...document.querySelectorAll('line[data-link]')].map(e => e.dataset.link))]")
+        assert sorted(drawn, key=int) == sorted((str(net.links.index(lk)) for lk in plane3), key=int)
+        switches = {n.name for lk in plane3 for n in (lk.intf1.node, lk.intf2.node) if not n.name.startswith("gpu")}
+        assert page.js("document.querySelectorAll('rect.node.switch[data-node]').length") == len(switches)
+        assert page.js("document.querySelectorAll('circle.node.host').length") == 64
+        assert page.js("document.documentElement.scrollWidth <= window.innerWidth")
+        page.screenshot("results/web-fpf-64x8-plane3.png")
+        page.js("document.getElementById('back').click()")
+        page.wait_for("document.querySelectorAll('[data-group]').length === 9", 5)
+
+
 RESULT = {"scenario": "incast", "passed": True, "pfc_frames": 995, "fidelity": {"ok": True, "clock": "fabric"},
           "queue_series": [[1.0, 0], [1.5, 4096], [2.0, 8192], [3.0, 0]],  # pairs
           "received_series": {"10.0.0.3": [[10.0, 11.0, 12.0], [5.0, 6.0, 7.0]]},  # times, then values

@@ -61,8 +61,13 @@ function offer(target, label) {
   }
 }
 
+let topo = null;          // the whole topology, as served
+let topoLinks = new Map(); // link id -> its meta (every link, drawn or not)
+let expanded = null;       // a large fabric: the group (plane, region) opened, or null (all collapsed)
+const GROUP_OVER = 60;     // nodes above which the fabric is drawn a node per group (FPF 64 x 8, Tahan next)
+
 async function draw() {
-  const topo = await (await fetch(`topology.json?token=${encodeURIComponent(token)}`)).json();
+  topo = await (await fetch(`topology.json?token=${encodeURIComponent(token)}`)).json();
   control = Boolean(topo.control);
   if (control) {
     const planes = [...new Set(Object.values(topo.planes))].sort((a, b) => a - b);
@@ -76,37 +81,94 @@ async function draw() {
     }
   }
   planeOf = topo.planes || {};
-  for (const n of topo.nodes) nodes.set(n.name, { ...n, x: n.x * W, y: n.y * H });
+  for (const l of topo.links) topoLinks.set(l.id, l);
+  render();
+}
+
+function groupOf(name) {
+  // A switch's group, or "h" for a host.
+  return name in planeOf ? planeOf[name] : "h";
+}
+
+function render() {
+  // The drawing for the current view: every node and link of a small fabric; of a large one, a node per
+  // group and one for the hosts, links between them summed (click a group to open it), or one group
+  // opened: its switches across the whole width, the hosts, and their links.
+  svg.replaceChildren();
+  nodes.clear(); links.clear(); queues.clear();
   const defs = el("defs", {});
   const arrow = el("marker", { id: "pause-arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 5,
                                markerHeight: 5, orient: "auto-start-reverse" }, defs);
   el("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#f90" }, arrow);
+  const grouped = topo.nodes.length > GROUP_OVER;
+  const groups = [...new Set(topo.nodes.filter((n) => n.kind === "switch").map((n) => n.group))].sort((a, b) => a - b);
+  const band = 1 / Math.max(1, groups.length);
+  // Where each node of the topology is drawn: itself, or the group node standing for it (null: not drawn).
+  const shownAs = new Map();
+  for (const n of topo.nodes) {
+    if (!grouped) {
+      nodes.set(n.name, { ...n, x: n.x * W, y: n.y * H });
+      shownAs.set(n.name, n.name);
+    } else if (expanded === null) {
+      const key = n.kind === "host" ? "hosts" : `group ${n.group}`;
+      if (!nodes.has(key)) {
+        nodes.set(key, n.kind === "host"
+          ? { name: "hosts", kind: "hosts", x: W / 2, y: 0.95 * H }
+          : { name: key, kind: "group", group: n.group, x: (groups.indexOf(n.group) + 0.5) * band * W, y: 0.45 * H });
+      }
+      shownAs.set(n.name, key);
+    } else if (n.kind === "host" || n.group === expanded) {
+      const lo = groups.indexOf(expanded) * band;  // the group's band, spread over the whole width
+      nodes.set(n.name, { ...n, x: (n.kind === "host" ? n.x : (n.x - lo) / band) * W, y: n.y * H });
+      shownAs.set(n.name, n.name);
+    } else {
+      shownAs.set(n.name, null);
+    }
+  }
+  // Links: each drawn link is the sum of its members (one, unless grouped), each member's direction
+  // as drawn (flip: its b->a is the drawn a->b).
+  const drawn = new Map();
+  for (const l of topo.links) {
+    const a = shownAs.get(l.a), b = shownAs.get(l.b);
+    if (!a || !b || a === b) continue;
+    const key = grouped && expanded === null ? [a, b].sort().join("|") : String(l.id);
+    if (!drawn.has(key)) drawn.set(key, { key, a, b, members: [], meta: grouped && expanded === null ? null : l });
+    drawn.get(key).members.push({ id: l.id, flip: a !== drawn.get(key).a, rate: l.rate_bps });
+  }
   const g = el("g", { id: "links" });
   const bent = new Map();  // parallel links in one row, each bent further
-  for (const l of topo.links) {
-    const a = nodes.get(l.a), b = nodes.get(l.b);
+  for (const d of drawn.values()) {
+    const a = nodes.get(d.a), b = nodes.get(d.b), l = d.meta;
     const mx = (a.x + b.x) / 2;
     let my = (a.y + b.y) / 2;
     if (Math.abs(a.y - b.y) < 1) {  // a link within one row (BAG's long haul, a ring): bent, so that it
-      const bend = Math.abs(b.x - a.x) * 0.1 * (1 + 0.3 * (bent.get(`${l.a}|${l.b}`) || 0));  // passes no node
-      bent.set(`${l.a}|${l.b}`, (bent.get(`${l.a}|${l.b}`) || 0) + 1);
+      const bend = Math.abs(b.x - a.x) * 0.1 * (1 + 0.3 * (bent.get(`${d.a}|${d.b}`) || 0));  // passes no node
+      bent.set(`${d.a}|${d.b}`, (bent.get(`${d.a}|${d.b}`) || 0) + 1);
       my += a.y < H / 2 ? bend : -bend;
     }
     // Two halves: a to the middle is a->b, the middle to b is b->a (each direction its own colour).
-    const ab = el("line", { x1: a.x, y1: a.y, x2: mx, y2: my, class: "link", "data-link": l.id }, g);
-    const ba = el("line", { x1: mx, y1: my, x2: b.x, y2: b.y, class: "link", "data-link": l.id }, g);
+    const attrs = l ? { "data-link": l.id } : { "data-group-link": d.key, "data-members": d.members.length };
+    const ab = el("line", { x1: a.x, y1: a.y, x2: mx, y2: my, class: "link", ...attrs }, g);
+    const ba = el("line", { x1: mx, y1: my, x2: b.x, y2: b.y, class: "link", ...attrs }, g);
     for (const half of [ab, ba]) {
-      half.addEventListener("click", () => offer({ link: [l.a, l.b] }, `link ${l.a} - ${l.b}`));
-      half.addEventListener("mouseenter", () => {
-        document.getElementById("port").textContent =
-          [l.a_port && `${l.a}:${l.a_port}`, l.b_port && `${l.b}:${l.b_port}`].filter(Boolean).map(describe).join("\n");
-      });
+      if (l) {
+        half.addEventListener("click", () => offer({ link: [l.a, l.b] }, `link ${l.a} - ${l.b}`));
+        half.addEventListener("mouseenter", () => {
+          document.getElementById("port").textContent =
+            [l.a_port && `${l.a}:${l.a_port}`, l.b_port && `${l.b}:${l.b_port}`].filter(Boolean).map(describe).join("\n");
+        });
+      } else {
+        half.addEventListener("mouseenter", () => {
+          document.getElementById("port").textContent = `${d.a} - ${d.b}: ${d.members.length} links, summed`;
+        });
+      }
     }
-    links.set(l.id, { ab, ba, meta: l });
-    if (l.delay_s >= 10e-6) {  // a long-haul link (2 km of fibre or more): its length, at 5 us a km
+    links.set(d.key, { ab, ba, meta: l, members: d.members });
+    if (l && l.delay_s >= 10e-6) {  // a long-haul link (2 km of fibre or more): its length, at 5 us a km
       el("text", { x: mx, y: my - 4, "text-anchor": "middle", class: "length" }, g).textContent =
         `${(l.delay_s / 5e-6).toFixed(0)} km`;
     }
+    if (!l) continue;
     for (const [end, port] of [[a, l.a_port], [b, l.b_port]]) {
       if (!port) continue;
       const other = end === a ? b : a;
@@ -117,10 +179,20 @@ async function draw() {
       queues.set(key, rect);
     }
   }
+  const many = [...nodes.values()].filter((n) => n.kind === "host").length > 32;  // names too close to read
   for (const n of nodes.values()) {
+    if (n.kind === "group" || n.kind === "hosts") {
+      n.el = el("rect", { x: n.x - 30, y: n.y - 10, width: 60, height: 20, class: `node ${n.kind === "group" ? "switch" : "host"}`,
+                          "data-group": n.kind === "group" ? n.group : "hosts" });
+      const count = topo.nodes.filter((m) => (n.kind === "group" ? m.kind === "switch" && m.group === n.group : m.kind === "host")).length;
+      el("text", { x: n.x, y: n.y - 13, "text-anchor": "middle" }).textContent =
+        n.kind === "group" ? `${n.name} (${count} switches): click to open` : `${count} hosts`;
+      if (n.kind === "group") n.el.addEventListener("click", () => { expanded = n.group; render(); });
+      continue;
+    }
     n.el = el(n.kind === "switch" ? "rect" : "circle", n.kind === "switch"
       ? { x: n.x - 9, y: n.y - 6, width: 18, height: 12, class: "node switch", "data-node": n.name }
-      : { cx: n.x, cy: n.y, r: 5, class: "node host", "data-node": n.name });
+      : { cx: n.x, cy: n.y, r: many ? 3 : 5, class: "node host", "data-node": n.name });
     if (n.kind === "switch") {
       n.el.addEventListener("click", () => offer({ switch: n.name }, `switch ${n.name}`));
       n.el.addEventListener("mouseenter", () => {
@@ -128,9 +200,18 @@ async function draw() {
           Object.keys(ports).filter((k) => k.startsWith(`${n.name}:`)).sort().map(describe).join("\n");
       });
     }
-    el("text", { x: n.x, y: n.y + (n.kind === "switch" ? -9 : 14), "text-anchor": "middle" }).textContent = n.name;
+    if (n.kind === "switch" || !many) {
+      el("text", { x: n.x, y: n.y + (n.kind === "switch" ? -9 : 14), "text-anchor": "middle" }).textContent = n.name;
+    }
   }
+  const back = document.getElementById("back");
+  back.hidden = !(grouped && expanded !== null);
+  back.textContent = `group ${expanded}: back to all groups`;
+  back.onclick = () => { expanded = null; render(); };
+  if (last) paint(last);
 }
+
+let last = null;  // the latest snapshot: a new drawing is coloured at once
 
 function update(s) {
   if (s.ended) {
@@ -139,15 +220,33 @@ function update(s) {
     return;
   }
   ports = s.ports;
+  last = s;
   document.getElementById("clock").textContent = `fabric time ${(s.fabric_s * 1e3).toFixed(3)} ms`;
   document.getElementById("fidelity").textContent = s.fidelity;
-  for (const l of s.links) {
-    const drawn = links.get(l.id);
-    if (!drawn) continue;
-    drawn.ab.setAttribute("stroke", colour(l.ab));
-    drawn.ba.setAttribute("stroke", colour(l.ba));
-    drawn.ab.classList.toggle("down", !l.up);
-    drawn.ba.classList.toggle("down", !l.up);
+  paint(s);
+  record(s);
+  document.body.dataset.snapshots = String(Number(document.body.dataset.snapshots || 0) + 1);
+}
+
+function paint(s) {
+  // The drawing's colours, arrows and queue bars from a snapshot.
+  const byId = new Map(s.links.map((l) => [l.id, l]));
+  for (const drawn of links.values()) {
+    // A drawn link's load is its members', weighted by their rates; it is down when every member is.
+    let ab = 0, ba = 0, rate = 0, counted = false, up = false;
+    for (const m of drawn.members) {
+      const l = byId.get(m.id);
+      if (!l) continue;
+      up = up || l.up;
+      const [x, y] = m.flip ? [l.ba, l.ab] : [l.ab, l.ba];
+      if (x === null || x === undefined || y === null || y === undefined) continue;
+      ab += x * m.rate; ba += y * m.rate; rate += m.rate; counted = true;
+    }
+    drawn.ab.setAttribute("stroke", colour(counted ? ab / rate : null));
+    drawn.ba.setAttribute("stroke", colour(counted ? ba / rate : null));
+    drawn.ab.classList.toggle("down", !up);
+    drawn.ba.classList.toggle("down", !up);
+    if (!drawn.meta) continue;
     // The pause tree as it forms (congestion-spreading's plot draws it after the fact): an arrow from the
     // pausing end of a link to the end it holds. A switch end is held when its port's transmitter was; a
     // host end when its NIC model (at the switch's port) was.
@@ -166,17 +265,15 @@ function update(s) {
     rect.setAttribute("data-bytes", bytes);
     rect.classList.toggle("pausing", p.pausing.some(Boolean));
   }
-  record(s);
-  document.body.dataset.snapshots = String(Number(document.body.dataset.snapshots || 0) + 1);
 }
 
 function record(s) {
   // Per plane, what its switches sent to hosts (the switch-to-host direction of each host link), in Gb/s.
   const sent = {};
   for (const l of s.links) {
-    const drawn = links.get(l.id);
-    if (!drawn) continue;
-    const m = drawn.meta, aHost = !m.a_port, bHost = !m.b_port;
+    const m = topoLinks.get(l.id);
+    if (!m) continue;
+    const aHost = !m.a_port, bHost = !m.b_port;
     if (aHost === bHost) continue;  // switch to switch
     const sw = aHost ? m.b : m.a, util = aHost ? l.ba : l.ab;  // the direction towards the host
     const plane = planeOf[sw] ?? 0;
@@ -226,7 +323,8 @@ function plot(id, lines) {
   g("text", { x: 4, y: 10 }, box.dataset.title);
   g("line", { x1: left, y1: top, x2: left, y2: h - bottom, class: "axis" });
   g("line", { x1: left, y1: h - bottom, x2: w - right, y2: h - bottom, class: "axis" });
-  g("text", { x: left - 3, y: top + 8, "text-anchor": "end" }, ymax >= 100 ? ymax.toFixed(0) : ymax.toPrecision(2));
+  g("text", { x: left - 3, y: top + 8, "text-anchor": "end" },
+    ymax < 1e-6 ? "" : ymax >= 100 ? ymax.toFixed(0) : ymax.toPrecision(2));
   g("text", { x: left - 3, y: h - bottom, "text-anchor": "end" }, "0");
   if (t.length) {
     g("text", { x: left, y: h - 4 }, `${t[0].toFixed(3)} ms`);
