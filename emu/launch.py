@@ -54,8 +54,20 @@ def peak_rss(pid: int) -> int:
 
 
 def process_start(pid: int) -> int:
-    """When process `pid` started (clock ticks since boot): with the pid, which process it is."""
-    return proc_stat(pid, 19)
+    """When process `pid` started (clock ticks since boot): with the pid, which process it is; -1 if it is
+    gone, or dead and not yet reaped (a zombie: a worker killed on another machine stays one until its
+    ssh session's sshd reaps it, and its run is over all the same)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return -1
+    if not fields or fields[0] in ("Z", "X"):
+        return -1
+    try:
+        return int(fields[19])
+    except (ValueError, IndexError):
+        return -1
 
 
 def owner() -> dict[str, int]:

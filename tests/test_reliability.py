@@ -249,3 +249,20 @@ def test_rings_shrink_alike_when_a_workers_ports_would_pass_its_budget():
     assert abs(fabric / FABRIC_PORT_RING - host / HOST_PORT_RING) < BLOCK / HOST_PORT_RING  # scaled alike
     assert 1000 * host + 500 * fabric <= RING_BUDGET
     assert ring_sizes(10**6, 0)[0] == MIN_RING  # never below a few blocks
+
+
+def test_a_process_dead_but_not_yet_reaped_owns_nothing():
+    """A zombie (dead, its parent not yet told) owns no run: a worker killed on another machine stays one
+    until its ssh session reaps it, and `emu clean --machines` once left its run directory as a live
+    fabric's (CI, 2026-12-05)."""
+    import subprocess
+    import time
+
+    from emu.launch import process_start
+
+    child = subprocess.Popen(["sleep", "0.05"])
+    assert process_start(child.pid) > 0
+    deadline = time.monotonic() + 5
+    while process_start(child.pid) > 0 and time.monotonic() < deadline:  # exited, not yet waited for
+        time.sleep(0.01)
+    assert process_start(child.pid) == -1 and child.poll() == 0  # a zombie until this wait: dead all the same
