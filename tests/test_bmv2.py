@@ -175,16 +175,6 @@ def test_netem_refused_by_the_kernel_is_one_error_naming_the_interface(no_leftov
 
 
 @pytest.mark.root
-@needs_bmv2
-def test_bench_engine_measures_bmv2_beside_the_engine_and_the_bridge(compiled, no_leftovers):
-    from emu.bench.forwarding import run
-
-    r = run({"seconds": "1", "repetitions": "1"}, backend="bmv2")
-    assert r["bmv2_pps"] > 1000 and r["engine_pps"] > 0 and r["bridge_pps"] > 0
-    assert r["engine_over_bmv2"] == pytest.approx(r["engine_pps"] / r["bmv2_pps"], rel=0.01)
-
-
-@pytest.mark.root
 @pytest.mark.mininet
 @needs_bmv2
 @pytest.mark.parametrize("backend", ["native", "bmv2"])

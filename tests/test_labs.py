@@ -131,7 +131,7 @@ WRONG = {
     ], {"Step 1": "needs about", "Step 2": "lossless_drops said 0", "Step 4": "length_from_rtt said"}),
     "p4-ecn": ("ecn_decide.p4", [
         ("if (r < (depth - kmin) * step) { mark = 1; }", "mark = 1;"),  # a step at kmin, not RED's slope
-    ], {"Step 3": "RED gives about 0.18"}),
+    ], {"Step 3": "mark when random(0..65535) < (depth - kmin) x step"}),
 }
 
 

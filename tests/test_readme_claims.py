@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -167,11 +168,17 @@ def test_bench_collective_other_ops_print_the_table(op, no_leftovers):
 def test_bench_engine_measures_the_engine_against_a_bridge_in_one_run(no_leftovers):
     """README: `emu bench engine --json`: both figures from this run, the ratio of the two, and how; with
     `--web 1` (docs/web.md) the engine's sweep again with the live view's page open in headless
-    Chromium, the page really open (snapshots reached it), no browser left behind."""
+    Chromium, the page really open (snapshots reached it), no browser left behind. Where BMv2 is
+    installed (CI), `--backend bmv2` measures simple_switch in the same run, beside the other two."""
     assert "whole number of seconds" in emu("bench", "engine", "--seconds", "0.5").stderr  # iperf3's -t
-    r = emu("bench", "engine", "--json", "--seconds", "1", "--repetitions", "1", "--web", "1")
+    bmv2 = all(shutil.which(tool) for tool in ("simple_switch", "simple_switch_CLI", "p4c-bm2-ss"))
+    r = emu("bench", "engine", "--json", "--seconds", "1", "--repetitions", "1", "--web", "1",
+            *(("--backend", "bmv2") if bmv2 else ()))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
+    if bmv2:
+        assert out["bmv2_pps"] > 1000, out
+        assert out["engine_over_bmv2"] == pytest.approx(out["engine_pps"] / out["bmv2_pps"], rel=0.01)
     assert out["bench"] == "engine" and out["engine_pps"] > 0 and out["bridge_pps"] > 0, out
     assert out["ratio"] == pytest.approx(out["engine_pps"] / out["bridge_pps"], abs=1e-3)
     assert out["engine_runs_pps"] == [out["engine_pps"]] and len(out["sweeps"]) == 1

@@ -6,8 +6,10 @@ import atexit
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 from emu import FabricNet, FPFTopo
+from emu.backends.bmv2.cli import red_params
 from emu.labs import LABS_DIR, StepFailed
 from emu.launch import scratch_dir
 from emu.roce.run import PerfRun, mininet_popen
@@ -76,38 +78,53 @@ def step_curve(work: Path, net: None) -> str:
     if "curve" not in _run:
         raise StepFailed("no congestion run to read (step 2)")
     curve = _run["curve"]
-
-    def fraction(lo: int, hi: int) -> tuple[float, int]:
-        seen = sum(curve[d][0] for d in range(lo, hi + 1))
-        return sum(curve[d][1] for d in range(lo, hi + 1)) / max(1, seen), seen
-
     if not any(marked for _, marked in curve):
         raise StepFailed("nothing was marked at any depth: write TODO 1 and TODO 2")
-    below, n_below = fraction(0, 20)
-    low, n_low = fraction(24, 38)
-    high, n_high = fraction(42, 62)
-    if below > 0:
-        raise StepFailed(f"{below:.1%} of the packets that found 20 or fewer queued were marked: never below kmin")
-    hint = (f"marked {low:.2f} of the packets at 24-38 and {high:.2f} at 42-62; RED gives about 0.18 "
-            "and 0.53: mark when random(0..65535) < (depth - kmin) x step (TODO 2)")
-    # Decisively wrong needs few packets: a step at kmin marks all 48 of 48 (a congestion that backs off
-    # hard leaves the queue little time in the bands). Wrong by less must be shown with enough of them.
-    if _clearly_outside(low, n_low, 0.05, 0.35) or _clearly_outside(high, n_high, 0.35, 0.8):
+    seen_below = sum(curve[d][0] for d in range(KMIN + 1))
+    marked_below = sum(curve[d][1] for d in range(KMIN + 1))
+    if marked_below:
+        raise StepFailed(f"{marked_below} of the {seen_below} packets that found {KMIN} or fewer queued were "
+                         "marked: never at kmin or below")
+    bands = [_band(curve, lo, hi) for lo, hi in BANDS]
+    told = ", ".join(f"{b.fraction:.2f} at {lo}-{hi} (RED: {b.expected:.2f})" for b, (lo, hi) in zip(bands, BANDS, strict=True))
+    hint = f"marked {told}: mark when random(0..65535) < (depth - kmin) x step (TODO 2)"
+    # The depths the queue visited are the fabric's, not the student's: RED's prediction is computed for
+    # exactly those, so a queue that sat low in a band does not read as a wrong slope. Every depth
+    # between kmin and the counters' last (63: or more) is tested as one sum too: the queue crosses the
+    # upper band quickly, and only the whole range holds enough packets to see a slope off by half.
+    whole = _band(curve, KMIN + 1, 62)
+    if any(abs(b.z) > Z_WRONG for b in (*bands, whole)):
         raise StepFailed(hint)
-    if n_low < 50 or n_high < 20:
-        raise RuntimeError(f"too few packets found the queue in the bands ({n_low}, {n_high}) to tell")
-    if not 0.05 < low < 0.35 < high < 0.8:
-        raise StepFailed(hint)
-    return f"marked {below:.2f} below Kmin, {low:.2f} at 24-38 packets, {high:.2f} at 42-62"
+    if whole.seen < MIN_SEEN:
+        raise RuntimeError(f"too few packets found the queue between {KMIN + 1} and 62 ({whole.seen}; {MIN_SEEN} "
+                           "are needed) to tell")
+    return f"marked none at {KMIN} packets or fewer, " + told
 
 
-def _clearly_outside(fraction: float, n: int, lo: float, hi: float) -> bool:
-    """`fraction` of `n` packets lies outside [lo, hi] by more than three standard deviations of a
-    fraction at the nearer bound: wrong whatever more packets would add."""
-    if n < 10 or lo <= fraction <= hi:
-        return False
-    bound = lo if fraction < lo else hi
-    return abs(fraction - bound) > 3 * (bound * (1 - bound) / n) ** 0.5
+KMIN, KMAX, STEP = red_params(30_000, 120_000, 1.0)  # what _congest's ecn=(bytes, bytes, Pmax) sets
+BANDS = ((KMIN + 4, KMIN + 18), (KMIN + 22, KMIN + 42))  # packets; two bands inside (kmin, kmax), told
+Z_WRONG = 4.5  # standard deviations: a right answer falls outside once in about 150 000 tests
+MIN_SEEN = 300  # packets between kmin and 62: fewer, and a slope off by half could pass unseen
+
+
+class _Band(NamedTuple):
+    seen: int
+    fraction: float  # marked / seen
+    expected: float  # RED's fraction for the same depths
+    z: float  # (marked - expected marks) in standard deviations of a binomial sum
+
+
+def _band(curve: list[tuple[int, int]], lo: int, hi: int) -> _Band:
+    """The marks in depths lo..hi against RED's probability at each depth, weighted by the packets
+    that found each one (a sum of binomials: its mean and variance)."""
+    seen = marked = 0
+    mean = var = 0.0
+    for d in range(lo, hi + 1):
+        n, m = curve[d]
+        p = min(1.0, max(0.0, (d - KMIN) * STEP / 65536))
+        seen, marked, mean, var = seen + n, marked + m, mean + n * p, var + n * p * (1 - p)
+    z = (marked - mean) / var ** 0.5 if var > 0 else (0.0 if marked == mean else float("inf"))
+    return _Band(seen, marked / max(1, seen), mean / max(1, seen), z)
 
 
 STEPS = [step_compiles, step_marks, step_curve]
