@@ -27,7 +27,7 @@ COMMANDS = {
     # On the fabric clock the ranks run inside the engine's worker: a job of 64 MiB lasts a few seconds.
     "fabric-collective": ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "4", "--planes", "2",
                           "--sizes", "64MiB"],
-    "bmv2": [*FPF, "--backend", "bmv2"],
+    "bmv2": ["up", "fpf", "--gpus", "4", "--planes", "2", "--test", "pingall", "--backend", "bmv2"],
 }
 
 

@@ -29,7 +29,7 @@ from emu.topo.bag import BAGTopo
 
 PORT = 9500
 DETECTION_S = 50e-6
-HOLD_DOWN_S = 2e-3
+HOLD_DOWN_S = 1e-3  # longer than the flap (three changes, 3 x DETECTION_S apart), as in the wcmp lab
 
 
 def _long_haul_ports(net: FabricNet) -> dict[str, tuple[str, str, float]]:
