@@ -139,3 +139,31 @@ def test_spraying_reorder_is_not_taken_for_loss_for_long(no_leftovers):
     assert r["wrong"] == 0 and a["drops"] == 0
     assert a["retransmits"] == a["spurious_retransmits"] <= 40, a
     assert r["rows"][0]["busbw_of_bound"] > 0.9, r["rows"]
+
+
+def test_each_algorithm_is_right_on_a_fabric_and_few_steps_win_at_small_sizes(no_leftovers):
+    """Issue 39: on 32 GPUs, halving-doubling and the double binary tree take 2 log2(32) = 10 steps where
+    the ring takes 62, so at small sizes, where a step's fixed cost is the time, they finish first; at
+    1 MiB the ring, whose every link is busy, is at least as fast as either. Every result is checked
+    element by element (#wrong 0), every op each algorithm runs."""
+    from emu import FabricNet, FPFTopo
+
+    sizes = [4 * 32, 4 << 10, 64 << 10, 1 << 20]
+    with FabricNet(FPFTopo(gpus=32, planes=1, leaves=4, spines=2), clock="fabric", kernel=False) as net:
+        t = {algo: [row.time_us for row in net.collective("allreduce", sizes=sizes, algo=algo).rows]
+             for algo in ("ring", "rhd", "tree")}
+        others = [net.collective(op, sizes=["64KiB"], algo=algo) for op, algo in
+                  (("reducescatter", "rhd"), ("allgather", "rhd"), ("alltoall", "pairwise"), ("alltoall", "direct"))]
+    for k in range(3):  # 128 B to 64 KiB: the step count rules
+        assert t["rhd"][k] < t["ring"][k] and t["tree"][k] < t["ring"][k], (sizes[k], t)
+    assert t["ring"][3] <= min(t["rhd"][3], t["tree"][3]) * 1.05, t  # 1 MiB: bandwidth rules
+    assert all(r.wrong == 0 for r in others) and [r.report["algo"] for r in others] == [
+        "rhd", "rhd", "pairwise", "direct"]
+
+
+def test_an_algorithm_that_cannot_run_is_refused_before_anything_is_built(no_leftovers):
+    with pytest.raises(ValueError, match="power-of-two number of ranks, not 6"):
+        run("allreduce", {"topo": "fpf", "gpus": "6", "planes": "1", "algo": "rhd"})
+    r = subprocess.run([sys.executable, "-m", "emu.cli.main", "bench", "collective", "alltoall", "--algo", "tree", "--topo", "fpf", "--gpus", "4"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "alltoall runs direct, pairwise, not tree" in r.stderr and "Traceback" not in r.stderr

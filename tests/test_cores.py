@@ -94,6 +94,10 @@ COLLECTIVES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "fpf-8x8-allreduce": ("fpf", {"gpus": 8, "planes": 8}, ["64KiB", "1MiB"]),
     "bag-allreduce": ("bag", {}, ["1MiB"]),
     "tahan-alltoall": ("tahan", {}, ["256KiB"]),
+    # The other algorithms (emu.collectives.algorithms), on the plan executor either core runs.
+    "fpf-rhd-allreduce": ("fpf", {"gpus": 8, "planes": 2, "algo": "rhd"}, ["256KiB"]),
+    "fpf-tree-allreduce": ("fpf", {"gpus": 6, "planes": 2, "algo": "tree"}, ["256KiB"]),
+    "tahan-pairwise-alltoall": ("tahan", {"algo": "pairwise"}, ["256KiB"]),
 }
 
 

@@ -1,6 +1,7 @@
 """`emu bench collective OP --topo T`: nccl-tests-style tables over MetaRoCE, in fabric units.
 
-One rank per host of the topology, in its namespace; ring algorithm (direct for alltoall). The
+One rank per host of the topology, in its namespace; `--algo` picks the algorithm (ring by default,
+direct for alltoall; emu.collectives.algorithms lists them). The
 fabric is built for the run, at a D chosen for it (auto: the smallest this machine keeps on time);
 the ranks and the figures are emu.collectives.run's, which `net.collective(...)` uses on yours.
 """
@@ -13,6 +14,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from emu.collectives import algorithms
+from emu.collectives.algorithms import DESCRIBED
 from emu.collectives.run import FACTOR, MTU, whole_chunks
 from emu.fidelity import line
 from emu.net.dilation import run_auto
@@ -38,15 +41,17 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
     sizes = [parse_size(s) for s in params.pop("sizes", "64KiB,256KiB,1MiB").split(",")]
     cc = params.pop("cc", "none")
     seed = int(params.pop("seed", "0"))
+    algo = params.pop("algo", None)
     topo = make_topo(topo_name, params)
     n = len(topo.hosts())
     if n < 2:
         raise ValueError("a collective needs at least 2 hosts")
+    algorithms.check(algo or algorithms.default(op), op, n)  # before anything is built
     sizes = whole_chunks(sizes, n)
     ports = {h: host_ports(topo, h) for h in topo.hosts()}
 
     def at(d: float) -> dict[str, Any]:
-        return _measure(op, topo, topo_name, params, sizes, cc, d, settings, seed)
+        return _measure(op, topo, topo_name, params, sizes, cc, d, settings, seed, algo)
 
     def auto() -> dict[str, Any]:
         # Every host sends at line rate through the whole collective (ring and direct alike).
@@ -59,13 +64,13 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
 
 
 def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: list[int], cc: str, d: float,
-             settings: RunSettings | None, seed: int) -> dict[str, Any]:
+             settings: RunSettings | None, seed: int, algo: str | None) -> dict[str, Any]:
     settings = replace(settings or RunSettings(), dilation=d)
     t0 = time.monotonic()
     with FabricNet(topo, settings=settings) as net:
         bringup = time.monotonic() - t0
         cpu0, t1, jobs = net.engine.cpu_seconds(), time.monotonic(), len(net.engine.speeds)
-        report = net.timebase.collective(op, sizes, cc=cc, seed=seed)
+        report = net.timebase.collective(op, sizes, cc=cc, seed=seed, algo=algo)
         # The measurement alone (not bring-up): the engine's CPU, which on the fabric clock is all of it.
         run_s, cpu_s = time.monotonic() - t1, net.engine.cpu_seconds() - cpu0
         net.timebase.with_speed(report["fidelity"], [net.engine.speed(jobs)])
@@ -93,7 +98,7 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: 
 
 
 def table(result: dict[str, Any]) -> str:
-    algo = "direct (one QP per peer)" if result["op"] == "alltoall" else "ring"
+    algo = DESCRIBED[result["algo"]].split(":")[0]
     clock = clock_label(result, long=True)
     if result.get("lookahead_s"):
         clock += f", over {result['workers']} workers in windows of {result['lookahead_s'] * 1e6:g} us"
@@ -101,10 +106,10 @@ def table(result: dict[str, Any]) -> str:
         clock += f" on {', '.join(result['machines'])}"
     lines = [f"# {result['op']} on {result['topo']}, {result['nranks']} ranks, MetaRoCE, {algo}; "
              f"fabric units on {clock}; {result.get('wall_s', 0):.1f} s of wall time",
-             f"#{'size':>12} {'count':>10} {'type':>6} {'redop':>6} {'root':>5} {'time(us)':>10} "
+             f"#{'size':>12} {'count':>10} {'type':>6} {'redop':>6} {'root':>5} {'algo':>8} {'time(us)':>10} "
              f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12} {'of bound':>9} {'#wrong':>7}"]
     for r in result["rows"]:
-        lines.append(f" {r['size']:>12} {r['count']:>10} {r['type']:>6} {r['redop']:>6} {r['root']:>5} "
+        lines.append(f" {r['size']:>12} {r['count']:>10} {r['type']:>6} {r['redop']:>6} {r['root']:>5} {r['algo']:>8} "
                      f"{r['time_us']:>10.2f} {r['algbw_GBps']:>12.2f} {r['busbw_GBps']:>12.2f} "
                      f"{r['busbw_of_bound']:>8.0%} {r['wrong']:>7}")
     lines.append(f"# Avg bus bandwidth    : {result['avg_busbw_GBps']:.3f}")

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from emu.clock import CLOCKS
 from emu.collectives import OPS
+from emu.collectives.algorithms import ALGOS, DESCRIBED
 
 err = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the width
 
@@ -322,6 +323,10 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         params["reset"] = "1"
     if (args.workers or args.machines) and args.name != "collective":
         raise ValueError(f"--workers and --machines are for `emu bench collective`, not `emu bench {args.name}`")
+    if args.algo and args.name != "collective":
+        raise ValueError(f"--algo is for `emu bench collective`, not `emu bench {args.name}`")
+    if args.algo:
+        params["algo"] = args.algo
     if args.core and args.name != "collective":
         raise ValueError(f"--core is for `emu bench collective`, not `emu bench {args.name}`")
     if args.clock and args.name != "collective":
@@ -592,6 +597,9 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                         "setup: --topo fpf,tahan,tahan-next --repetitions N (bring-up and tear-down against "
                         "plain Mininet)")
     p.add_argument("op", nargs="?", help=f"for `collective`: {', '.join(OPS)}")
+    p.add_argument("--algo", choices=ALGOS, default=None,
+                   help="for `collective`: " + "; ".join(f"{a}: {d}" for a, d in DESCRIBED.items())
+                        + " (default: ring, direct for alltoall)")
     p.add_argument("--dilation", type=dilation_arg, default=None,
                    help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "
                         "time, retried larger if the run falls behind); `link` defaults to 1000")

@@ -22,7 +22,7 @@ from emu.roce.endpoint import Endpoint
 
 
 class CollectiveJob(Job):
-    """params: op, sizes, cc, mtu, slice, seed, ranks (each: name, planes as [switch, port, address,
+    """params: op, algo, sizes, cc, mtu, slice, seed, ranks (each: name, planes as [switch, port, address,
     rate b/s]), budget_s (fabric seconds after which the job is said not to complete)."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
@@ -41,7 +41,8 @@ class CollectiveJob(Job):
                                             spray=params.get("spray", "weighted"))
                           for r, rank in enumerate(params["ranks"])]
         self.participants = [ep for ep, mine in zip(self.endpoints, self.local, strict=True) if mine]
-        self.rings = [Ring(ep.dev, r, n, self.op, max(self.sizes), params["slice"], timed=False)
+        self.rings = [Ring(ep.dev, r, n, self.op, max(self.sizes), params["slice"], timed=False,
+                           algo=params.get("algo"))
                       for r, ep in enumerate(self.endpoints)]
         everyone = {r: ring.info() for r, ring in enumerate(self.rings)}
         for ring in self.rings:

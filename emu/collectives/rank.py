@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from emu.collectives import OPS
+from emu.collectives import OPS, algorithms
 from emu.fidelity import Lateness, Part
 from emu.roce.endpoint import Wait, drive_wall
 from emu.roce.perf import publish, wait_for
@@ -84,21 +84,26 @@ class Ring:
     each holds, the engine's fabric-clock job resumes them when their device has done something."""
 
     def __init__(self, dev: Device, rank: int, nranks: int, op: str, biggest: int, slice_bytes: int = SLICE,
-                 *, timed: bool = True) -> None:
+                 *, timed: bool = True, algo: str | None = None) -> None:
         """`biggest`: the largest size it will run; `timed`: measure the reduction's own wall time as
-        harness lateness (the wall clock; on the fabric clock it costs no fabric time)."""
+        harness lateness (the wall clock; on the fabric clock it costs no fabric time); `algo`: one of
+        emu.collectives.algorithms.ALGOS for `op` (its default: the ring, direct for alltoall)."""
         self.dev = dev
         self.r, self.n, self.op = rank, nranks, op
+        self.algo = algo or algorithms.default(op)
+        algorithms.check(self.algo, op, nranks)
         self.slice = slice_bytes
         self.timed = timed
         biggest *= nranks if op == "allgather" else 1
+        nominal = None if self.algo == "ring" else algorithms.plan(self.algo, op, nranks, 4 * nranks, slice_bytes)
         self.data = self.dev.reg_mr(biggest)
-        self.stage = self.dev.reg_mr(biggest)  # reduce-scatter chunks land here
+        # Reduced chunks land here (the tree's children each have their own area: twice the size).
+        self.stage = self.dev.reg_mr(biggest * (2 if self.algo == "tree" else 1))
         self.right: QueuePair = self.dev.create_qp()
         self.left: QueuePair = self.dev.create_qp()
-        # Alltoall talks to everyone directly: one more QP per peer.
+        # Every peer a plan writes to or hears from has a QP of its own (alltoall: every rank).
         self.mesh: dict[int, QueuePair] = (
-            {p: self.dev.create_qp() for p in range(self.n) if p != self.r} if op == "alltoall" else {})
+            {p: self.dev.create_qp() for p in sorted(nominal.peers(rank))} if nominal is not None else {})
         self.msg = 0  # messages posted so far, counted alike on every rank: the immediates
         self.got: set[int] = set()  # immediates received and not yet waited for
         # Wall time this rank spends on itself while it should be moving data (the reduction,
@@ -113,7 +118,7 @@ class Ring:
                 "mesh": {str(p): qp.qpn for p, qp in self.mesh.items()}}
 
     def connect(self, everyone: dict[int, dict[str, Any]]) -> None:
-        """Connect to the neighbours (and, for alltoall, to every rank) from their info()."""
+        """Connect to the neighbours (and to every peer of the algorithm's plan) from their info()."""
         rn, ln = everyone[(self.r + 1) % self.n], everyone[(self.r - 1) % self.n]
         self.right.connect(rn["left"], rn["addrs"])
         self.left.connect(ln["right"], ln["addrs"])
@@ -193,20 +198,44 @@ class Ring:
         """Circulate chunk `first + r` (already final on rank r) until every rank has all n."""
         return [((self.r + first - s) % self.n, "data", False) for s in range(self.n - 1)]
 
-    def alltoall(self, size: int) -> Generator[Wait, None, None]:
-        """Chunk p of my buffer to rank p's stage at my slot, each a write with immediate."""
-        n, r = self.n, self.r
-        chunk = size // n
-        for s in range(1, n):
-            p = (r + s) % n
-            self.mesh[p].post_write(s, self.data, p * chunk, chunk, self.peers[p]["stage"]["va"] + r * chunk,
-                                    self.peers[p]["stage"]["rkey"], imm=self.msg + r)
-        self.stage.buf[r * chunk:(r + 1) * chunk] = self.data.buf[r * chunk:(r + 1) * chunk]
-        yield None
-        for p in range(n):
-            if p != r:
-                yield from self.wait_imm(self.msg + p)  # each peer's immediate is its own rank
-        self.msg += n
+    def run_plan(self, size: int) -> Generator[Wait, None, None]:
+        """Run this rank's lanes of the algorithm's plan (emu.collectives.algorithms) side by side: a
+        lane's next step runs once its messages are whole here (it adds what they staged, then posts its
+        writes); the immediates are the plan's message ids after the ones already used."""
+        p = algorithms.plan(self.algo, self.op, self.n, size, self.slice)
+        regions = {"data": self.data, "stage": self.stage}
+        base = self.msg
+        if self.op == "alltoall":  # my own chunk is already where it belongs
+            chunk = size // self.n
+            self.stage.buf[self.r * chunk:(self.r + 1) * chunk] = self.data.buf[self.r * chunk:(self.r + 1) * chunk]
+        lanes = p.lanes[self.r]
+        at = [0] * len(lanes)
+        while any(at[i] < len(lane) for i, lane in enumerate(lanes)):
+            self.got.update(c.wr_id for c in self.dev.poll_recv())
+            moved = posted = False
+            for i, lane in enumerate(lanes):
+                while at[i] < len(lane) and all(base + m in self.got for m in lane[at[i]].waits):
+                    step = lane[at[i]]
+                    self.got.difference_update(base + m for m in step.waits)
+                    for red in step.reduces:
+                        t = time.monotonic()
+                        self.ints(self.data, red.data_off, red.nbytes)[:] += self.ints(self.stage, red.stage_off,
+                                                                                      red.nbytes)
+                        release(self.stage.buf, red.stage_off, red.nbytes)
+                        if self.timed:
+                            self.harness.add(time.monotonic() - t)
+                    for w in step.sends:
+                        region = self.peers[w.peer][w.dst]
+                        self.mesh[w.peer].post_write(base + w.msg, regions[w.src], w.src_off, w.nbytes,
+                                                     region["va"] + w.dst_off, region["rkey"], imm=base + w.msg)
+                    posted = posted or bool(step.sends)
+                    at[i] += 1
+                    moved = True
+            if posted:
+                yield None  # start the writes now, not after the next wait
+            elif not moved:
+                yield self.dev.has_recv
+        self.msg = base + p.messages
         yield from self.finish()
 
     def run_op(self, size: int) -> Generator[Wait, None, int]:
@@ -214,6 +243,12 @@ class Ring:
         op, n, r = self.op, self.n, self.r
         total = n * (n + 1) // 2  # the sum of the rank factors 1..n
         chunk = size // n
+        if self.algo != "ring":
+            if op == "allgather":
+                self.ints(self.data, 0, size * n)[:] = 0
+                put_pattern(self.ints(self.data, r * size, size), r)
+            yield from self.run_plan(size)
+            return self.check(size)
         if op == "allreduce":
             yield from self.ring(self.reduce_scatter_steps() + self.all_gather_steps(1), chunk)
             return wrong(self.ints(self.data, 0, size), total - 1)
@@ -228,14 +263,27 @@ class Ring:
             put_pattern(self.ints(self.data, r * size, size), r)
             yield from self.ring(self.all_gather_steps(0), size)
             return sum(wrong(self.ints(self.data, k * size, size), k) for k in range(n))
-        if op == "alltoall":
-            yield from self.alltoall(size)
-            chunk = size // n // 4
-            return sum(wrong(self.ints(self.stage, p * chunk * 4, chunk * 4), p, r * chunk) for p in range(n))
         if op == "sendrecv":
             yield from self.ring([(0, "stage", False)], size)
             return wrong(self.ints(self.stage, 0, size), (r - 1) % n)
         raise ValueError(f"unknown op {op!r}")
+
+    def check(self, size: int) -> int:
+        """#wrong after a plan: elements of this rank's result that differ from what they must be."""
+        op, n, r = self.op, self.n, self.r
+        total = n * (n + 1) // 2
+        chunk = size // n
+        if op == "allreduce":
+            return wrong(self.ints(self.data, 0, size), total - 1)
+        if op == "reducescatter":
+            c = algorithms.plan(self.algo, op, n, size, self.slice).owner[r]
+            return wrong(self.ints(self.data, c * chunk, chunk), total - 1, c * chunk // 4)
+        if op == "allgather":
+            return sum(wrong(self.ints(self.data, k * size, size), k) for k in range(n))
+        if op == "alltoall":
+            c = chunk // 4
+            return sum(wrong(self.ints(self.stage, p * c * 4, c * 4), p, r * c) for p in range(n))
+        raise ValueError(f"{op} has no plan to check")
 
 
 class WallRank:
@@ -246,13 +294,13 @@ class WallRank:
         addrs = args.addrs.split(",") if args.addrs else host_plane_addresses()
         dev = Device(addrs, dilation=args.dilation, cc=args.cc, plane_rate_bps=args.plane_rate, mtu=args.mtu,
                      spray=args.spray)
-        self.ring = Ring(dev, args.rank, args.nranks, args.op, max(args.sizes), args.slice)
+        self.ring = Ring(dev, args.rank, args.nranks, args.op, max(args.sizes), args.slice, algo=args.algo)
         self.dev = dev
 
     def connect(self) -> None:
         r, n = self.a.rank, self.a.nranks
         publish(self.a.dir, f"rank{r}", self.ring.info())
-        wanted = range(n) if self.a.op == "alltoall" else {(r + 1) % n, (r - 1) % n}
+        wanted = {(r + 1) % n, (r - 1) % n} | set(self.ring.mesh)
         self.ring.connect({p: wait_for(self.a.dir, f"rank{p}", self.a.timeout) for p in wanted})
 
     def barrier(self, tag: str) -> None:
@@ -279,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--nranks", type=int, required=True)
     ap.add_argument("--op", choices=OPS, default="allreduce")
+    ap.add_argument("--algo", choices=algorithms.ALGOS, default=None, help="the op's default: ring (direct for alltoall)")
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1 << 20])
     ap.add_argument("--dilation", type=float, default=1000.0)
     ap.add_argument("--cc", default="none")

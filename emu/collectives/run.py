@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from emu.collectives import algorithms
 from emu.collectives.rank import SLICE
 from emu.launch import python_module, scratch_dir
 from emu.roce.transport import HEADERS
@@ -84,23 +85,25 @@ def _ideal_fabric_s(hosts: list[RankHost], op: str, sizes: list[int]) -> float:
     return sum(FACTOR[op](n) * s * (n if op == "allgather" else 1) * 8 / gpu_bps + 2 * n * 20e-6 for s in sizes)
 
 
-def _check(hosts: list[RankHost], op: str) -> None:
+def _check(hosts: list[RankHost], op: str, algo: str | None) -> None:
     if op not in FACTOR:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(FACTOR)}")
     if len(hosts) < 2:
         raise ValueError("a collective needs at least 2 hosts")
+    algorithms.check(algo or algorithms.default(op), op, len(hosts))
 
 
 def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "none",
-                  seed: int = 0, trim_dscp: int | None = None, spray: str = "weighted") -> tuple[list[dict], int]:
+                  seed: int = 0, trim_dscp: int | None = None, spray: str = "weighted",
+                  algo: str | None = None) -> tuple[list[dict], int]:
     """Fabric clock: every rank inside the engine (emu.collectives.job), all starting each size at one
     fabric instant. Every rank's report, as run_ranks gives them, and how many frames the kernel sent
     into the fabric while the job ran. EngineError with the job's reason if it fails."""
-    _check(hosts, op)
+    _check(hosts, op, algo)
     missing = [h.name for h in hosts if len(h.switch_ports) != len(h.ports)]
     if missing:
         raise ValueError(f"hosts {', '.join(missing)} have no switch port known for every plane")
-    params = {"op": op, "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed, "trim_dscp": trim_dscp,
+    params = {"op": op, "algo": algo, "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed, "trim_dscp": trim_dscp,
               "spray": spray,
               # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
               "budget_s": 100 * _ideal_fabric_s(hosts, op, sizes) + 0.01,
@@ -114,10 +117,10 @@ def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int],
 
 
 def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: float, cc: str = "none",
-              spray: str = "weighted") -> list[dict]:
+              spray: str = "weighted", algo: str | None = None) -> list[dict]:
     """Wall clock: every rank's own report (rows of fabric times, #wrong, fidelity parts), each rank a
     process in its host; RuntimeError naming the rank if one fails."""
-    _check(hosts, op)
+    _check(hosts, op, algo)
     n = len(hosts)
     # Wall time the ranks may take: the collective's bytes at line rate, stretched by D, with room
     # (5x) for a slow run, plus start-up; a fixed limit cut a 16 MiB run at D = 3e6 (17 min) short.
@@ -127,7 +130,8 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
     try:
         cmd = python_module("emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
                             "--sizes", ",".join(map(str, sizes)), "--dilation", str(dilation), "--cc", cc,
-                            "--mtu", str(MTU), "--timeout", f"{timeout:.0f}", "--spray", spray)
+                            "--mtu", str(MTU), "--timeout", f"{timeout:.0f}", "--spray", spray,
+                            *(("--algo", algo) if algo else ()))
         procs = [h.popen(cmd + ["--rank", str(r), "--name", h.name, "--addrs", ",".join(a for a, _ in h.ports),
                                 "--plane-rate", str(min(rate for _, rate in h.ports))])
                  for r, h in enumerate(hosts)]
@@ -147,7 +151,8 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
 
 
 def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[dict], stats: dict[str, Any],
-              fidelity: dict[str, Any], *, clock: str, dilation: float, seed: int = 0) -> dict[str, Any]:
+              fidelity: dict[str, Any], *, clock: str, dilation: float, seed: int = 0,
+              algo: str | None = None) -> dict[str, Any]:
     """nccl-tests rows, the bandwidth bound and the gap per step, where a shortfall comes from, and the
     run's `fidelity` verdict (the timebase's: emu.net.timebase), from the ranks' `results` and the
     engine's counters."""
@@ -155,7 +160,8 @@ def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[di
     gpu_rate = min(sum(rate for _, rate in h.ports) for h in hosts)
     # The bandwidth bound: every GPU's ports busy all the time, less RoCE/UDP/IPv6/Ethernet headers.
     bound = gpu_rate / 8 * MTU / (MTU + HEADERS) / 1e9
-    steps = STEPS[op](n)
+    algo = algo or algorithms.default(op)
+    steps = STEPS[op](n) if algo in ("ring", "direct") else algorithms.plan(algo, op, n, 4 * n).depth
     rows = []
     for k, size in enumerate(sizes):
         t = max(res["rows"][k]["time_fabric_s"] for res in results)
@@ -165,7 +171,7 @@ def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[di
         # What the bound leaves out: each step's fixed cost (a write's completion, then its signal,
         # one round trip and a half at least), which small sizes are made of.
         wire_us = busbw / bound * t * 1e6
-        rows.append({"size": total, "count": size // 4, "type": "int32", "redop": "sum", "root": -1,
+        rows.append({"size": total, "count": size // 4, "type": "int32", "redop": "sum", "root": -1, "algo": algo,
                      "time_us": t * 1e6, "algbw_GBps": algbw, "busbw_GBps": busbw,
                      "wrong": sum(res["rows"][k]["wrong"] for res in results), "busbw_of_bound": busbw / bound,
                      "gap_per_step_us": (t * 1e6 - wire_us) / steps})
@@ -175,7 +181,7 @@ def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[di
     # Every frame a wire carried: each switch port's, and each host NIC model's (the first hop).
     hops = sum(p.get("tx_packets", 0) + p.get("host_nic", {}).get("tx_packets", 0)
                for s in stats["switches"].values() for p in s["ports"].values())
-    return {"op": op, "nranks": n, "clock": clock, "dilation": dilation, "seed": seed, "mtu": MTU, "rows": rows,
+    return {"op": op, "algo": algo, "nranks": n, "clock": clock, "dilation": dilation, "seed": seed, "mtu": MTU, "rows": rows,
             "avg_busbw_GBps": sum(r["busbw_GBps"] for r in rows) / len(rows),
             "wrong": sum(r["wrong"] for r in rows), "bound_busbw_GBps": bound, "steps": steps,
             "retransmits": retransmits, "packet_hops": hops,

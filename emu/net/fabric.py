@@ -410,18 +410,22 @@ class FabricNet(Mininet):
         raise RuntimeError("the fabric is not started")
 
     def collective(self, op: str = "allreduce", *, sizes: Sequence[int | str] = ("1MiB",),
-                   cc: str = "none", seed: int = 0, spray: str = "weighted") -> CollectiveResult:
+                   cc: str = "none", seed: int = 0, spray: str = "weighted", algo: str | None = None
+                   ) -> CollectiveResult:
         """Run collective `op` (allreduce, allgather, reducescatter, alltoall, sendrecv) with one rank per
         host over every plane it has, on the fabric's clock (inside the engine on the fabric clock, a
         process per host at the fabric's D on the wall clock); `sizes` in bytes or with units ("64KiB"),
         rounded down to whole int32 chunks per rank; `cc`: "none" or "dcqcn"; `seed`: the endpoints'
-        (a fabric-clock run is the same for the same seed); `spray`: the ranks' ("weighted" or "equal"). Rows as nccl-tests prints them, and the
-        fidelity verdict of the run."""
+        (a fabric-clock run is the same for the same seed); `spray`: the ranks' ("weighted" or "equal");
+        `algo`: ring, rhd or tree for allreduce, ring or rhd for reducescatter and allgather, direct or
+        pairwise for alltoall (emu.collectives.algorithms; None: the op's first). Rows as nccl-tests
+        prints them, and the fidelity verdict of the run."""
         from emu.collectives.run import CollectiveResult, whole_chunks
         from emu.units import parse_size
 
         chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], len(self.hosts))
-        return CollectiveResult.from_report(self.timebase.collective(op, chunks, cc=cc, seed=seed, spray=spray))
+        return CollectiveResult.from_report(self.timebase.collective(op, chunks, cc=cc, seed=seed, spray=spray,
+                                                                     algo=algo))
 
     def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None) -> EngineFlows | KernelFlows:
         """Start paced UDP `flows` (emu.net.flows) on the fabric's clock; `.wait()` gives per flow what it

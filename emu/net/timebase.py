@@ -111,10 +111,11 @@ class Timebase(ABC):
         """MetaRoCE writers `srcs` each writing `nbytes` to `dst`; `fail_after=(plane, nbytes)`: that plane
         fails once the first writer's switch on it has forwarded `nbytes` (bytes), and is restored after."""
 
-    def collective(self, op: str, sizes: list[int], *, cc: str = "none", seed: int = 0, spray: str = "weighted"
-                   ) -> dict[str, Any]:
+    def collective(self, op: str, sizes: list[int], *, cc: str = "none", seed: int = 0, spray: str = "weighted",
+                   algo: str | None = None) -> dict[str, Any]:
         """Collective `op` with one rank per host over every plane it has (`sizes`: whole int32 chunks per
-        rank), summarised as nccl-tests does with the engine's counters and this clock's verdict."""
+        rank; `algo`: emu.collectives.algorithms', the op's default if None), summarised as nccl-tests
+        does with the engine's counters and this clock's verdict."""
         from emu.collectives.run import MTU, summarise
         from emu.roce.transport import HEADERS
 
@@ -122,17 +123,18 @@ class Timebase(ABC):
         hosts = net.rank_hosts()
         trim = net.settings.trim[1] if net.settings.trim else None
         net.engine.reset_fidelity()  # the collective is measured, the fabric's bring-up is not
-        results, kernel = self.collective_results(hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim, spray=spray)
+        results, kernel = self.collective_results(hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim, spray=spray,
+                                                  algo=algo)
         stats = net.engine.stats()
         rate = min(rate for h in hosts for _, rate in h.ports)  # the slowest plane's: one packet's time
         fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=results,
                                 stats=stats)
         return summarise(op, hosts, sizes, results, stats, fidelity, clock=self.name,
-                         dilation=self.result_fields(net.settings)["dilation"], seed=seed)
+                         dilation=self.result_fields(net.settings)["dilation"], seed=seed, algo=algo)
 
     @abstractmethod
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
-                           trim_dscp: int | None, spray: str) -> tuple[list[dict[str, Any]], int]:
+                           trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
         """Every rank's result and the kernels' frames the engine took meanwhile."""
 
     @abstractmethod
@@ -217,10 +219,11 @@ class FabricTime(Timebase):
         return Perf(clients, server, run.kernel_frames, run.t0_fabric_s + events[0][0] if events else None)
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
-                           trim_dscp: int | None, spray: str) -> tuple[list[dict[str, Any]], int]:
+                           trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
         from emu.collectives.run import run_in_engine
 
-        return run_in_engine(self.net.engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray)
+        return run_in_engine(self.net.engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray,
+                             algo=algo)
 
     def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,
                 senders: list[dict[str, Any]] | None = None, endpoints: list[dict[str, Any]] | None = None,
@@ -269,12 +272,12 @@ class WallTime(Timebase):
         return Perf(clients, server, 0, failed_at)
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
-                           trim_dscp: int | None, spray: str) -> tuple[list[dict[str, Any]], int]:
+                           trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
         from emu.collectives.run import run_ranks
 
         if trim_dscp is not None:
             raise ValueError("a collective on a trimming fabric runs on the fabric clock for now (--clock fabric)")
-        return run_ranks(hosts, op, sizes, dilation=self.dilation, cc=cc, spray=spray), 0
+        return run_ranks(hosts, op, sizes, dilation=self.dilation, cc=cc, spray=spray, algo=algo), 0
 
     def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,
                 senders: list[dict[str, Any]] | None = None, endpoints: list[dict[str, Any]] | None = None,

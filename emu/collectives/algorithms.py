@@ -1,0 +1,329 @@
+"""Collective algorithms as plans: which rank writes what where, and what it waits for first.
+
+A plan is a program per rank: one or more lanes, each a list of steps run in order, the lanes side by
+side (a tree's sums go up one lane while the results come down another); a step waits for messages
+(by id) to be whole in this rank's memory, adds staged data into its own (`Reduce`), then posts RDMA
+writes with immediate (`Send`). Every rank builds the same plan from (algorithm, op, ranks, size), so a message's id is
+known to its sender and its receiver without asking; ids are numbered in the order the plan makes
+them, and a run adds them to the rank's running message count (the immediates).
+
+The ring is not here: it runs as its own pipeline (emu.collectives.rank.Ring.ring, compiled on the
+native device). These are the algorithms that trade bandwidth for fewer steps (halving-doubling,
+the double binary tree) and the all-to-all schedules; `execute` runs a plan on plain arrays, which is
+how the tests prove a plan right for many rank counts before any packet moves.
+
+Regions: "data" holds the rank's buffer (the result ends there; allgather's is n x size, each rank's
+contribution at offset rank x size); "stage" is where data to be reduced lands (alltoall's result too).
+Sizes are bytes, whole int32 elements.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ALGOS = ("ring", "rhd", "tree", "direct", "pairwise")
+# What each algorithm runs; the first listed for an op is its default.
+FOR_OP = {"allreduce": ("ring", "rhd", "tree"), "reducescatter": ("ring", "rhd"), "allgather": ("ring", "rhd"),
+          "alltoall": ("direct", "pairwise"), "sendrecv": ("ring",)}
+DESCRIBED = {
+    "ring": "a pipelined ring: 2(n-1) steps for allreduce, every link busy, the best at large sizes",
+    "rhd": "recursive halving then doubling: 2 log2(n) steps, each moving half the data of the one before "
+           "(a power-of-two number of ranks)",
+    "tree": "NCCL's double binary tree: half the data up and down each of two trees in slices, 2 log2(n) "
+            "steps deep, each rank a leaf in one tree",
+    "direct": "every chunk to its rank at once: one step, n-1 writes in flight from each rank",
+    "pairwise": "n-1 rounds, in round s rank r writes to r+s and waits for r-s: one peer at a time",
+}
+
+
+@dataclass(frozen=True)
+class Send:
+    """Write `nbytes` of this rank's `src` region at `src_off` into rank `peer`'s `dst` at `dst_off`;
+    its immediate is the message's id."""
+
+    peer: int
+    src: str
+    src_off: int
+    nbytes: int
+    dst: str
+    dst_off: int
+    msg: int
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """data[data_off:+nbytes] += stage[stage_off:+nbytes], as int32."""
+
+    stage_off: int
+    data_off: int
+    nbytes: int
+
+
+@dataclass
+class Step:
+    waits: list[int] = field(default_factory=list)
+    reduces: list[Reduce] = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    """Every rank's lanes of steps; `messages`: how many ids it uses; `depth`: the algorithm's steps in
+    sequence (what a small size pays per step); `stage_bytes`: how much staging a rank needs;
+    `owner`: for reducescatter, which chunk each rank ends with."""
+
+    lanes: list[list[list[Step]]]
+    messages: int = 0
+    depth: int = 0
+    stage_bytes: int = 0
+    owner: list[int] = field(default_factory=list)
+
+    def steps(self, rank: int) -> list[Step]:
+        return [step for lane in self.lanes[rank] for step in lane]
+
+    def peers(self, rank: int) -> set[int]:
+        """The ranks this one writes to or hears from: the queue pairs it needs."""
+        out = {s.peer for step in self.steps(rank) for s in step.sends}
+        out |= {r for r in range(len(self.lanes)) for step in self.steps(r) for s in step.sends if s.peer == rank}
+        return out
+
+
+class _Builder:
+    def __init__(self, n: int) -> None:
+        self.programs: list[list[Step]] = [[] for _ in range(n)]  # one lane a rank
+        self.next = 0
+
+    def send(self, step: Step, peer: int, src: str, src_off: int, nbytes: int, dst: str, dst_off: int) -> int:
+        msg = self.next
+        self.next += 1
+        step.sends.append(Send(peer, src, src_off, nbytes, dst, dst_off, msg))
+        return msg
+
+    def step(self, rank: int) -> Step:
+        s = Step()
+        self.programs[rank].append(s)
+        return s
+
+
+class AlgorithmError(ValueError):
+    """An algorithm that cannot run this op or this number of ranks: one line that says why."""
+
+
+def check(algo: str, op: str, n: int) -> None:
+    if algo not in ALGOS:
+        raise AlgorithmError(f"unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
+    if algo not in FOR_OP.get(op, ()):
+        raise AlgorithmError(f"{op} runs {', '.join(FOR_OP[op])}, not {algo}")
+    if algo == "rhd" and n & (n - 1):
+        raise AlgorithmError(f"rhd (recursive halving-doubling) needs a power-of-two number of ranks, not {n}: "
+                             "use ring or tree")
+
+
+def default(op: str) -> str:
+    return FOR_OP[op][0]
+
+
+@functools.lru_cache(maxsize=16)
+def plan(algo: str, op: str, n: int, size: int, slice_bytes: int = 256 << 10) -> Plan:
+    """The plan of `algo` for `op` on `n` ranks, `size` bytes a rank (allgather: each rank's part). Made
+    once a process for every rank of it (the fabric clock runs them all in one): never change one."""
+    check(algo, op, n)
+    if algo == "ring":
+        raise AlgorithmError("the ring runs as its own pipeline (Ring.ring), not from a plan")
+    return _BUILDERS[(algo, op)](n, size, slice_bytes)
+
+
+def _chunks(size: int, n: int) -> int:
+    return size // n // 4 * 4
+
+
+def _rhd_reduce_scatter(b: _Builder, n: int, chunk: int, last: list[Step]) -> None:
+    """Recursive halving: in round i rank r and r ^ (n >> i+1) each keep a half of what they hold and
+    send the other; the half received lands in a stage area of its own (a round's partner may write
+    before the round before is whole), then is added in. Rank r ends with chunk r."""
+    lo = [0] * n
+    span = n
+    base = 0
+    d = n // 2
+    while d >= 1:
+        half = span // 2
+        sent: dict[int, list[int]] = {}
+        steps = []
+        for r in range(n):
+            p = r ^ d
+            keep_lo = lo[r] + (half if r & d else 0)
+            give_lo = lo[r] + (0 if r & d else half)
+            step = last[r] if last[r] is not None and not last[r].sends else b.step(r)
+            # The partner's copy of my kept half goes to my stage area of this round.
+            sent[p] = [b.send(step, p, "data", give_lo * chunk, half * chunk, "stage", base)]
+            steps.append((step, keep_lo))
+        for r in range(n):
+            wait = b.step(r)
+            wait.waits.extend(sent[r])
+            wait.reduces.append(Reduce(base, steps[r][1] * chunk, half * chunk))
+            last[r] = wait
+            lo[r] = steps[r][1]
+        base += half * chunk
+        span = half
+        d //= 2
+
+
+def _rhd_all_gather(b: _Builder, n: int, chunk: int, last: list[Step]) -> None:
+    """Recursive doubling: rank r holds chunk r; in round d (1, 2, 4, ...) it and r ^ d swap the d chunks
+    each holds, which land in place in each other's data."""
+    d = 1
+    while d < n:
+        sent: dict[int, list[int]] = {}
+        for r in range(n):
+            p = r ^ d
+            lo = r - r % d  # the d chunks rank r holds
+            step = last[r] if last[r] is not None and not last[r].sends else b.step(r)
+            sent[p] = [b.send(step, p, "data", lo * chunk, d * chunk, "data", lo * chunk)]
+        for r in range(n):
+            wait = b.step(r)
+            wait.waits.extend(sent[r])
+            last[r] = wait
+        d *= 2
+
+
+def _rhd(op: str) -> Callable[[int, int, int], Plan]:
+    def build(n: int, size: int, slice_bytes: int) -> Plan:
+        b = _Builder(n)
+        last: list[Step] = [None] * n  # type: ignore[list-item]
+        k = n.bit_length() - 1
+        if op == "allgather":
+            _rhd_all_gather(b, n, size, last)
+            return Plan([[p] for p in b.programs], b.next, k, 0)
+        chunk = _chunks(size, n)
+        _rhd_reduce_scatter(b, n, chunk, last)
+        if op == "reducescatter":
+            return Plan([[p] for p in b.programs], b.next, k, chunk * n, owner=list(range(n)))
+        _rhd_all_gather(b, n, chunk, last)
+        return Plan([[p] for p in b.programs], b.next, 2 * k, chunk * n)
+    return build
+
+
+def binary_tree(n: int, mirror: bool) -> tuple[list[int], list[list[int]]]:
+    """(parent, children) by rank of a binary tree in heap order (root 0; parent -1); `mirror` numbers
+    it from the other end, so that the ranks inside one tree are leaves of the other."""
+    at = (lambda pos: n - 1 - pos) if mirror else (lambda pos: pos)
+    parent = [-1] * n
+    children: list[list[int]] = [[] for _ in range(n)]
+    for pos in range(1, n):
+        parent[at(pos)] = at((pos - 1) // 2)
+        children[at((pos - 1) // 2)].append(at(pos))
+    return parent, children
+
+
+def _tree_allreduce(n: int, size: int, slice_bytes: int) -> Plan:
+    """Half the data reduced up tree 0 and broadcast down it, the other half on the mirrored tree 1, in
+    slices: a rank adds its children's slice j (each child's lands in a stage area of its own) and sends
+    the sum up; the root sends the final slice j down at once, and every other rank forwards it down
+    once its parent has. A rank's ups and downs of each tree are four lanes side by side, so both
+    directions of every link are busy together and a slice's trip to the root never holds the next."""
+    b = _Builder(n)
+    elems = size // 4
+    halves = [(0, elems // 2 * 4), (elems // 2 * 4, size - elems // 2 * 4)]
+    trees = [binary_tree(n, False), binary_tree(n, True)]
+    depth = max(1, (n - 1).bit_length())
+    # Slices small enough that a half is many of them (a tree only pipelines over more slices than it
+    # is deep), never below a packet's payload nor above the runner's slice.
+    grain = max(1024, min(slice_bytes, max(1, size // 2) // (4 * depth))) // 4 * 4
+    cuts = [[(o + a, min(length - a, grain)) for a in range(0, length, grain)] for o, length in halves]
+    half_max = max(length for _, length in halves)
+
+    def stage_off(t: int, k: int, off: int) -> int:
+        """Child k of a rank in tree t puts its sums at stage[(2t + k) x half + offset in the half]."""
+        return (2 * t + k) * half_max + (off - halves[t][0])
+
+    lanes: list[list[list[Step]]] = [[[], [], [], []] for _ in range(n)]  # up 0, up 1, down 0, down 1
+    for t in (0, 1):
+        parent, children = trees[t]
+        by_depth = sorted(range(n), key=lambda r: -_depth_of(parent, r))  # children's ids before their parent's
+        up: dict[tuple[int, int], int] = {}
+        down: dict[tuple[int, int], int] = {}
+        for j, (off, length) in enumerate(cuts[t]):
+            for r in by_depth:
+                step = Step(waits=[up[(c, j)] for c in children[r]],
+                            reduces=[Reduce(stage_off(t, k, off), off, length) for k, _ in enumerate(children[r])])
+                if parent[r] >= 0:
+                    k = children[parent[r]].index(r)
+                    up[(r, j)] = b.send(step, parent[r], "data", off, length, "stage", stage_off(t, k, off))
+                else:  # the root: the sum is final, down it goes
+                    for c in children[r]:
+                        down[(c, j)] = b.send(step, c, "data", off, length, "data", off)
+                lanes[r][t].append(step)
+            for r in by_depth[::-1]:  # from the root down: a parent's id exists before its child waits
+                if parent[r] >= 0:
+                    step = Step(waits=[down[(r, j)]])
+                    for c in children[r]:
+                        down[(c, j)] = b.send(step, c, "data", off, length, "data", off)
+                    lanes[r][2 + t].append(step)
+    return Plan([[lane for lane in rl if lane] for rl in lanes], b.next, 2 * depth, 4 * half_max)
+
+
+def _depth_of(parent: list[int], r: int) -> int:
+    d = 0
+    while parent[r] >= 0:
+        r, d = parent[r], d + 1
+    return d
+
+
+def _alltoall(pairwise: bool) -> Callable[[int, int, int], Plan]:
+    """Chunk p of my data to rank p's stage at my slot (my own is copied in place by the runner). Direct:
+    every write at once, then every wait; pairwise: round s writes to r + s after hearing from r - s + 1."""
+    def build(n: int, size: int, slice_bytes: int) -> Plan:
+        b = _Builder(n)
+        chunk = _chunks(size, n)
+        steps = [[b.step(r)] * (n - 1) if not pairwise else [b.step(r) for _ in range(n - 1)] for r in range(n)]
+        msg = {(r, (r + s) % n): b.send(steps[r][s - 1], (r + s) % n, "data", (r + s) % n * chunk, chunk, "stage",
+                                        r * chunk)
+               for s in range(1, n) for r in range(n)}
+        for r in range(n):
+            if pairwise:  # round s (its send) first waits for round s - 1's write from r - s + 1
+                for s in range(2, n):
+                    steps[r][s - 1].waits.append(msg[((r - s + 1) % n, r)])
+                b.step(r).waits.append(msg[((r - n + 1) % n, r)])
+            else:
+                b.step(r).waits.extend(msg[(p, r)] for p in range(n) if p != r)
+        return Plan([[p] for p in b.programs], b.next, n - 1 if pairwise else 1, chunk * n)
+    return build
+
+
+_BUILDERS: dict[tuple[str, str], Callable[[int, int, int], Plan]] = {
+    ("rhd", "allreduce"): _rhd("allreduce"), ("rhd", "reducescatter"): _rhd("reducescatter"),
+    ("rhd", "allgather"): _rhd("allgather"), ("tree", "allreduce"): _tree_allreduce,
+    ("direct", "alltoall"): _alltoall(False), ("pairwise", "alltoall"): _alltoall(True),
+}
+
+
+def execute(p: Plan, data: list[np.ndarray], stage: list[np.ndarray]) -> None:
+    """Run plan `p` on byte arrays, each write copied at the moment it is posted and whole at once; a
+    lane's next step runs when every message it waits for has arrived. Raises if the plan deadlocks.
+    What proves a plan before it runs on a fabric (where writes take time, and land in any order)."""
+    lanes = [(r, lane) for r, rl in enumerate(p.lanes) for lane in rl]
+    at = [0] * len(lanes)
+    arrived: set[int] = set()
+    regions = {"data": data, "stage": stage}
+    while any(at[i] < len(lane) for i, (_, lane) in enumerate(lanes)):
+        moved = False
+        for i, (r, lane) in enumerate(lanes):
+            while at[i] < len(lane) and set(lane[at[i]].waits) <= arrived:
+                step = lane[at[i]]
+                for red in step.reduces:
+                    dst = data[r][red.data_off:red.data_off + red.nbytes].view(np.int32)
+                    dst += stage[r][red.stage_off:red.stage_off + red.nbytes].view(np.int32)
+                for s in step.sends:
+                    src = regions[s.src][r][s.src_off:s.src_off + s.nbytes]
+                    regions[s.dst][s.peer][s.dst_off:s.dst_off + s.nbytes] = src
+                    arrived.add(s.msg)
+                at[i] += 1
+                moved = True
+        if not moved:
+            raise RuntimeError("the plan deadlocks: " + ", ".join(
+                f"rank {r} waits for {sorted(set(lane[at[i]].waits) - arrived)}"
+                for i, (r, lane) in enumerate(lanes) if at[i] < len(lane)))

@@ -1,0 +1,95 @@
+"""Collective plans proven on plain arrays (emu.collectives.algorithms.execute), for many rank counts,
+before any packet moves: each rank's result element by element, nothing left waiting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from emu.collectives import algorithms as alg
+from emu.collectives.rank import pattern
+
+
+def _run(algo: str, op: str, n: int, size: int, slice_bytes: int = 256 << 10):
+    p = alg.plan(algo, op, n, size, slice_bytes)
+    total = size * n if op == "allgather" else size
+    data = [np.zeros(total, np.uint8) for _ in range(n)]
+    stage = [np.zeros(max(p.stage_bytes, total), np.uint8) for _ in range(n)]
+    for r in range(n):
+        if op == "allgather":
+            data[r][r * size:(r + 1) * size] = pattern(r, size).view(np.uint8)
+        else:
+            data[r][:] = pattern(r, size).view(np.uint8)
+        if op == "alltoall":
+            chunk = size // n
+            stage[r][r * chunk:(r + 1) * chunk] = data[r][r * chunk:(r + 1) * chunk]
+    alg.execute(p, data, stage)
+    return p, data, stage
+
+
+POW2 = [2, 4, 8, 16, 32]
+ANY = [2, 3, 5, 6, 7, 8, 12, 13]
+
+
+@pytest.mark.parametrize("n", POW2)
+@pytest.mark.parametrize("op", ["allreduce", "reducescatter", "allgather"])
+def test_halving_doubling_gives_every_rank_its_result(op, n):
+    size = 4 * n * 37
+    p, data, _ = _run("rhd", op, n, size)
+    summed = sum(pattern(r, size) for r in range(n))
+    for r in range(n):
+        got = data[r].view(np.int32)
+        if op == "allreduce":
+            assert np.array_equal(got, summed)
+        elif op == "reducescatter":
+            c = size // n // 4
+            own = p.owner[r]
+            assert np.array_equal(got[own * c:(own + 1) * c], summed[own * c:(own + 1) * c])
+        else:
+            assert np.array_equal(got, np.concatenate([pattern(k, size) for k in range(n)]))
+    assert p.depth == (2 if op == "allreduce" else 1) * (n.bit_length() - 1)
+
+
+@pytest.mark.parametrize("n", ANY + [31, 64])
+@pytest.mark.parametrize("slice_bytes", [64, 1 << 20])
+def test_the_double_binary_tree_sums_in_slices_for_any_number_of_ranks(n, slice_bytes):
+    size = 4 * n * 53
+    p, data, _ = _run("tree", "allreduce", n, size, slice_bytes)
+    summed = sum(pattern(r, size) for r in range(n))
+    assert all(np.array_equal(data[r].view(np.int32), summed) for r in range(n))
+    # Each rank is inside at most one of the two trees (a leaf of the other), as in NCCL.
+    inner = [{r for r in range(n) if alg.binary_tree(n, m)[1][r]} for m in (False, True)]
+    assert len(inner[0] & inner[1]) <= 1
+
+
+@pytest.mark.parametrize("n", ANY)
+@pytest.mark.parametrize("algo", ["direct", "pairwise"])
+def test_alltoall_plans_put_every_chunk_in_its_slot(algo, n):
+    size = 4 * n * 11
+    p, _, stage = _run(algo, "alltoall", n, size)
+    c = size // n
+    for r in range(n):
+        for q in range(n):  # rank q's chunk r, in rank r's slot q
+            assert np.array_equal(stage[r][q * c:(q + 1) * c], pattern(q, size).view(np.uint8)[r * c:(r + 1) * c])
+    # Pairwise: one peer at a time, so n - 1 steps in sequence; direct: one.
+    assert p.depth == (n - 1 if algo == "pairwise" else 1)
+    if algo == "pairwise":
+        assert all(len(step.sends) <= 1 for r in range(n) for step in p.steps(r))
+
+
+def test_every_message_is_waited_for_once_by_its_receiver():
+    for algo, op, n in [("rhd", "allreduce", 8), ("tree", "allreduce", 7), ("pairwise", "alltoall", 5)]:
+        p = alg.plan(algo, op, n, 4 * n * 64, 64)
+        sent = {s.msg: s.peer for r in range(n) for step in p.steps(r) for s in step.sends}
+        waited = [(w, r) for r in range(n) for step in p.steps(r) for w in step.waits]
+        assert sorted(w for w, _ in waited) == sorted(sent) == list(range(p.messages))
+        assert all(sent[w] == r for w, r in waited)
+
+
+def test_a_plan_that_cannot_run_is_one_clear_error():
+    with pytest.raises(alg.AlgorithmError, match="power-of-two number of ranks, not 6"):
+        alg.plan("rhd", "allreduce", 6, 4096)
+    with pytest.raises(alg.AlgorithmError, match="alltoall runs direct, pairwise, not tree"):
+        alg.plan("tree", "alltoall", 4, 4096)
+    with pytest.raises(alg.AlgorithmError, match="unknown algorithm 'bogus'"):
+        alg.check("bogus", "allreduce", 4)
