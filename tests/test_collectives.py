@@ -52,6 +52,25 @@ def test_the_fabric_clock_and_a_faithful_wall_clock_run_agree(no_leftovers):
     assert abs(tw / tf - 1) < 0.05, (d, tf, tw)
 
 
+def test_a_planned_algorithm_runs_on_the_wall_clock_too_and_agrees(no_leftovers):
+    """The tree's lanes in rank processes in the hosts (the wall clock): data right, and at a D where
+    the verdict is ok, the fabric clock's figure within 5 %."""
+    from emu.net.switch import RunSettings
+
+    args = {"topo": "fpf", "gpus": "4", "planes": "2", "sizes": "64KiB", "algo": "tree"}
+    fabric = run("allreduce", dict(args), settings=RunSettings(clock="fabric"))
+    assert fabric["wrong"] == 0 and fabric["algo"] == "tree"
+    for d in (100_000, 300_000, 1_000_000):
+        wall = run("allreduce", dict(args), dilation=d)
+        assert wall["wrong"] == 0 and wall["algo"] == "tree" and wall["clock"] == "wall"
+        if wall["fidelity"]["ok"]:
+            break
+    else:
+        pytest.fail(f"no wall-clock run was on time up to D = {d:,} (worst: {wall['fidelity']['worst']})")
+    tf, tw = fabric["rows"][0]["time_us"], wall["rows"][0]["time_us"]
+    assert abs(tw / tf - 1) < 0.05, (d, tf, tw)
+
+
 def test_auto_dilation_gives_a_result_with_fidelity_ok(no_leftovers, tmp_path, monkeypatch):
     """From no calibration (the default cost), whatever D it takes; what worked is remembered."""
     from emu.net import dilation
