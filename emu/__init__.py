@@ -25,6 +25,7 @@ _PUBLIC = {
     "PingResult": "emu.net.fabric",
     "RoceWrite": "emu.net.fabric",
     "Flow": "emu.net.flows",
+    "Tenant": "emu.collectives.run",
     "Timebase": "emu.net.timebase",
     "RunSettings": "emu.net.switch",
     "FabricStats": "emu.net.stats",

@@ -186,3 +186,41 @@ def test_an_algorithm_that_cannot_run_is_refused_before_anything_is_built(no_lef
     r = subprocess.run([sys.executable, "-m", "emu.cli.main", "bench", "collective", "alltoall", "--algo", "tree", "--topo", "fpf", "--gpus", "4"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "alltoall runs direct, pairwise, not tree" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_two_tenants_isolated_by_planes_give_their_figures_alone_and_sharing_planes_costs(tmp_path, no_leftovers):
+    """Issue 39, item 4: two allreduces started at one fabric instant. On planes of their own each gives
+    its figures alone, bit for bit (rows equal); on every plane each is slower than alone there."""
+    from emu.net.switch import RunSettings
+    from emu.scenarios import run_scenario
+
+    r = run_scenario("tenants", {"size": "256KiB"}, RunSettings(clock="fabric"), out_dir=str(tmp_path))
+    assert r["passed"] and r["wrong"] == 0, r
+    own, shared = r["own_planes"], r["shared_planes"]
+    assert own["same_as_alone"] and own["alone_us"] == own["together_us"], own
+    assert shared["slowdown"] > 1.05 and all(t > a for a, t in zip(shared["alone_us"], shared["together_us"],
+                                                                     strict=True)), shared
+    assert (tmp_path / "tenants.png").stat().st_size > 0
+    out = subprocess.run([sys.executable, "-m", "emu.cli.main", "scenario", "tenants", "--clock", "wall"],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "--clock fabric" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_job_on_some_hosts_and_planes_and_tenants_that_cannot_run_say_why(no_leftovers):
+    from emu import FabricNet, FPFTopo, Tenant
+
+    with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), clock="fabric", kernel=False) as net:
+        r = net.collective("allgather", sizes=["64KiB"], hosts=["gpu3", "gpu1"], planes=[1])
+        assert r.nranks == 2 and r.wrong == 0
+        # One plane of 100G: the bound is one port's, not the host's two.
+        assert r.bound_busbw_GBps == pytest.approx(100e9 / 8 * 1024 / (1024 + HEADERS) / 1e9)
+        for bad, why in ((dict(hosts=["gpu0", "gpu9"]), "no host gpu9"), (dict(hosts=["gpu0", "gpu0"]), "named twice"),
+                         (dict(planes=[2]), "has planes 0..1")):
+            with pytest.raises(ValueError, match=why):
+                net.collective("allreduce", sizes=["64KiB"], **bad)
+        with pytest.raises(ValueError, match="hosts of their own: gpu1"):
+            net.collectives(Tenant("allreduce", ("gpu0", "gpu1")), Tenant("allreduce", ("gpu1", "gpu2")))
+        after = net.collectives(Tenant("allreduce", ("gpu0", "gpu1"), ("64KiB",)),
+                                Tenant("alltoall", ("gpu2", "gpu3"), ("64KiB",), algo="pairwise"))
+    assert [x.op for x in after] == ["allreduce", "alltoall"] and all(x.wrong == 0 for x in after)
+    assert [x.report["hosts"] for x in after] == [["gpu0", "gpu1"], ["gpu2", "gpu3"]]

@@ -38,6 +38,7 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "congestion-spreading": {"senders": "4", "victims": "1", "bytes": "1MiB"},
     "degraded-plane": {"planes": "4", "plane": "1", "gpus": "2", "bytes": "2MiB", "allreduce": "1MiB"},
     "replica-exclusion": {"size": "256KiB", "steps": "3"},
+    "tenants": {"size": "256KiB"},
 }
 
 

@@ -95,3 +95,57 @@ class CollectiveJob(Job):
 
 def start(host: Attach, params: dict[str, Any]) -> CollectiveJob:
     return CollectiveJob(host, params)
+
+
+class _Part:
+    """What one collective of a Together attaches to: the worker itself, except that what it tells its
+    other parts (on other workers) goes through the Together, which the worker knows by id."""
+
+    def __init__(self, host: Attach, whole: Together, index: int) -> None:
+        self._host, self._whole, self._index = host, whole, index
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._host, name)
+
+    def tell(self, job: Any, payload: Any) -> None:
+        self._host.tell(self._whole, [self._index, payload])
+
+
+class Together(Job):
+    """Several collectives started at one fabric instant, each on its own hosts (and planes), each with
+    its own result: tenants sharing a fabric. params: jobs (each a CollectiveJob's params), budget_s.
+    Alone, a collective starts at that instant too, so one whose links no other job touches gives the
+    figures it gives with the fabric to itself."""
+
+    def __init__(self, host: Attach, params: dict[str, Any]) -> None:
+        super().__init__(host, params)
+        self.begin()
+        self.parts: list[CollectiveJob] = []
+        for i, p in enumerate(params["jobs"]):
+            job = CollectiveJob(_Part(host, self, i), {**p, "joined_at": self.t0})  # type: ignore[arg-type]
+            job.on_finish.append(self._part_done)
+            self.parts.append(job)
+        self.participants = [x for job in self.parts for x in job.participants]
+        self._part_done()
+
+    def _part_done(self) -> None:
+        if self.finished or len(self.parts) < len(self.params["jobs"]) or not all(j.finished for j in self.parts):
+            return
+        errors = [f"job {i}: {j.error}" for i, j in enumerate(self.parts) if j.error]
+        self.fail("; ".join(errors)) if errors else self.finish()
+
+    def heard(self, t: float, payload: Any) -> None:
+        index, inner = payload
+        self.parts[index].heard(t, inner)
+
+    def what(self) -> str:
+        return " and ".join(j.what() for j in self.parts if not j.finished) or "collectives"
+
+    def result(self) -> dict[str, Any]:
+        if self.error:
+            return {"error": self.error}
+        return {"jobs": [j.result() for j in self.parts], "fabric_s": self.loop.now - self.t0}
+
+
+def start_together(host: Attach, params: dict[str, Any]) -> Together:
+    return Together(host, params)

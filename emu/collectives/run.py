@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,44 @@ class CollectiveResult:
         return cls(r["op"], r["nranks"], r["dilation"], rows, r["bound_busbw_GBps"], r["wrong"], r["fidelity"], r)
 
 
+@dataclass(frozen=True)
+class Tenant:
+    """One of several collectives run at once (`net.collectives(...)`): its op, its hosts (names, in rank
+    order), sizes (bytes or with units), the planes its ranks use (indices into each host's planes;
+    None: all), and the rest as for `net.collective`."""
+
+    op: str
+    hosts: tuple[str, ...]
+    sizes: tuple[int | str, ...] = ("1MiB",)
+    planes: tuple[int, ...] | None = None
+    algo: str | None = None
+    cc: str = "none"
+    seed: int = 0
+    spray: str = "weighted"
+
+
+def pick(hosts: list[RankHost], names: Sequence[str] | None, planes: Sequence[int] | None) -> list[RankHost]:
+    """The ranks of a job on some of the fabric's hosts (in the order named) and some of their planes."""
+    if names is None and planes is None:
+        return hosts
+    by_name = {h.name: h for h in hosts}
+    unknown = [n for n in names or () if n not in by_name]
+    if unknown:
+        raise ValueError(f"no host {', '.join(unknown)} in this fabric (hosts: {', '.join(by_name)})")
+    if names is not None and len(set(names)) != len(names):
+        raise ValueError(f"a host named twice in {list(names)}: one rank a host")
+    chosen = [by_name[n] for n in names] if names is not None else hosts
+    if planes is None:
+        return chosen
+    out = []
+    for h in chosen:
+        if not planes or any(not 0 <= p < len(h.ports) for p in planes) or len(set(planes)) != len(planes):
+            raise ValueError(f"planes {list(planes)}: {h.name} has planes 0..{len(h.ports) - 1}, each named once")
+        out.append(RankHost(h.name, h.popen, [h.ports[p] for p in planes],
+                            [h.switch_ports[p] for p in planes] if h.switch_ports else []))
+    return out
+
+
 def whole_chunks(sizes: list[int], n: int) -> list[int]:
     """Sizes rounded down to whole int32 chunks per rank (at least one element each)."""
     return [max(4 * n, s // (4 * n) * 4 * n) for s in sizes]
@@ -99,21 +137,42 @@ def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int],
     """Fabric clock: every rank inside the engine (emu.collectives.job), all starting each size at one
     fabric instant. Every rank's report, as run_ranks gives them, and how many frames the kernel sent
     into the fabric while the job ran. EngineError with the job's reason if it fails."""
-    _check(hosts, op, algo)
-    missing = [h.name for h in hosts if len(h.switch_ports) != len(h.ports)]
-    if missing:
-        raise ValueError(f"hosts {', '.join(missing)} have no switch port known for every plane")
-    params = {"op": op, "algo": algo, "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed, "trim_dscp": trim_dscp,
-              "spray": spray,
-              # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
-              "budget_s": 100 * _ideal_fabric_s(hosts, op, sizes) + 0.01,
-              "ranks": [{"name": h.name, "planes": [[sw, port, addr, rate] for (sw, port), (addr, rate)
-                                                    in zip(h.switch_ports, h.ports, strict=True)]}
-                        for h in hosts]}
+    params = job_params(hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray, algo=algo)
     state = engine.wait_job(engine.start_job("collective", params))
     # A fabric split over workers: each ran the ranks of its own hosts.
     ranks = [r for part in state.get("parts", [state.get("result")]) for r in part["ranks"]]
     return sorted(ranks, key=lambda r: r["rank"]), int(state["kernel_frames"])
+
+
+def job_params(hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "none", seed: int = 0,
+               trim_dscp: int | None = None, spray: str = "weighted", algo: str | None = None) -> dict[str, Any]:
+    """What the engine's collective job (emu.collectives.job) is given."""
+    _check(hosts, op, algo)
+    missing = [h.name for h in hosts if len(h.switch_ports) != len(h.ports)]
+    if missing:
+        raise ValueError(f"hosts {', '.join(missing)} have no switch port known for every plane")
+    return {"op": op, "algo": algo, "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed,
+            "trim_dscp": trim_dscp, "spray": spray,
+            # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
+            "budget_s": 100 * _ideal_fabric_s(hosts, op, sizes) + 0.01,
+            "ranks": [{"name": h.name, "planes": [[sw, port, addr, rate] for (sw, port), (addr, rate)
+                                                  in zip(h.switch_ports, h.ports, strict=True)]}
+                      for h in hosts]}
+
+
+def run_together_in_engine(engine: Any, jobs: list[dict[str, Any]]) -> tuple[list[list[dict]], int]:
+    """Fabric clock: several collectives (job_params each) started at one fabric instant; each one's
+    ranks' reports, and the kernel's frames the engine took meanwhile."""
+    hosts = [r["name"] for job in jobs for r in job["ranks"]]
+    shared = sorted({h for h in hosts if hosts.count(h) > 1})
+    if shared:
+        raise ValueError(f"collectives run together need hosts of their own: {', '.join(shared)} in more than one")
+    state = engine.wait_job(engine.start_job("collectives", {"jobs": jobs,
+                                                             "budget_s": max(j["budget_s"] for j in jobs)}))
+    parts = state.get("parts", [state.get("result")])
+    out = [sorted((r for part in parts for r in part["jobs"][i]["ranks"]), key=lambda r: r["rank"])
+           for i in range(len(jobs))]
+    return out, int(state["kernel_frames"])
 
 
 def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: float, cc: str = "none",

@@ -109,7 +109,10 @@ class Job:
         (`params["port_events"]`: [after (fabric s from the start), up, [[switch, port], ...]] each):
         a failure on the fabric clock must come at a fabric time, as nothing outside the engine can
         act while a job runs."""
-        self.t0 = self.loop.begin(self.params.get("at"))
+        # A part of a job of several (emu.collectives.job.Together) starts at the whole's instant, and the
+        # whole, not the part, hands fabric time back to the wall.
+        joined = self.params.get("joined_at")
+        self.t0 = float(joined) if joined is not None else self.loop.begin(self.params.get("at"))
         self.loop.at(self.t0 + float(self.params["budget_s"]), self._budget, None)
         for after, up, ports in self.params.get("port_events", []):
             self.loop.at(self.t0 + float(after), self._set_ports, (bool(up), ports))
@@ -166,6 +169,7 @@ class Job:
         self.finished = True
         for p in self.participants:
             p.stop()
-        self.loop.end()
+        if self.params.get("joined_at") is None:
+            self.loop.end()
         for f in self.on_finish:
             f()

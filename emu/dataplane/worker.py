@@ -68,7 +68,8 @@ RX_BURST = 256
 # and returning an object with `finished`, `error`, `result()`. Imported by name when first asked
 # for: the engine knows no endpoint code, and imports stay downward.
 JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start",
-        "writes": "emu.roce.perf:start_writes", "replicas": "emu.collectives.elastic:start"}
+        "writes": "emu.roce.perf:start_writes", "replicas": "emu.collectives.elastic:start",
+        "collectives": "emu.collectives.job:start_together"}
 # On a fabric split over workers every job runs a part on each, for its own hosts (Job.here); the
 # parts agree through notes (Job.tell), and each kind's `merge` joins their results.
 

@@ -46,7 +46,7 @@ from emu.net.timebase import Perf, Timebase
 from emu.units import parse_rate, parse_time
 
 if TYPE_CHECKING:
-    from emu.collectives.run import CollectiveResult, RankHost
+    from emu.collectives.run import CollectiveResult, RankHost, Tenant
 
 
 @dataclass(frozen=True)
@@ -410,22 +410,32 @@ class FabricNet(Mininet):
         raise RuntimeError("the fabric is not started")
 
     def collective(self, op: str = "allreduce", *, sizes: Sequence[int | str] = ("1MiB",),
-                   cc: str = "none", seed: int = 0, spray: str = "weighted", algo: str | None = None
-                   ) -> CollectiveResult:
+                   cc: str = "none", seed: int = 0, spray: str = "weighted", algo: str | None = None,
+                   hosts: Sequence[str] | None = None, planes: Sequence[int] | None = None) -> CollectiveResult:
         """Run collective `op` (allreduce, allgather, reducescatter, alltoall, sendrecv) with one rank per
         host over every plane it has, on the fabric's clock (inside the engine on the fabric clock, a
         process per host at the fabric's D on the wall clock); `sizes` in bytes or with units ("64KiB"),
         rounded down to whole int32 chunks per rank; `cc`: "none" or "dcqcn"; `seed`: the endpoints'
         (a fabric-clock run is the same for the same seed); `spray`: the ranks' ("weighted" or "equal");
         `algo`: ring, rhd or tree for allreduce, ring or rhd for reducescatter and allgather, direct or
-        pairwise for alltoall (emu.collectives.algorithms; None: the op's first). Rows as nccl-tests
-        prints them, and the fidelity verdict of the run."""
+        pairwise for alltoall (emu.collectives.algorithms; None: the op's first); `hosts`: only these, in
+        this rank order (default every host); `planes`: only these of each host's planes (indices).
+        Rows as nccl-tests prints them, and the fidelity verdict of the run."""
         from emu.collectives.run import CollectiveResult, whole_chunks
         from emu.units import parse_size
 
-        chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], len(self.hosts))
+        n = len(hosts) if hosts is not None else len(self.hosts)
+        chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], n)
         return CollectiveResult.from_report(self.timebase.collective(op, chunks, cc=cc, seed=seed, spray=spray,
-                                                                     algo=algo))
+                                                                     algo=algo, hosts=hosts, planes=planes))
+
+    def collectives(self, *tenants: Tenant) -> list[CollectiveResult]:
+        """Several collectives started at one fabric instant (the fabric clock), each a `Tenant` with its
+        own hosts and, if given, planes; each its own result. Tenants on links no other uses give the
+        figures they give alone, bit for bit; those that share links show what sharing costs."""
+        from emu.collectives.run import CollectiveResult
+
+        return [CollectiveResult.from_report(r) for r in self.timebase.collectives(list(tenants))]
 
     def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None) -> EngineFlows | KernelFlows:
         """Start paced UDP `flows` (emu.net.flows) on the fabric's clock; `.wait()` gives per flow what it

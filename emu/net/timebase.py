@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from emu.fidelity import add_speeds, fabric_clock_verdict, fabric_fidelity, packet_time_s
 from emu.net.flows import EngineFlows, Flow, KernelFlows
 
 if TYPE_CHECKING:
+    from emu.collectives.run import Tenant
     from emu.net.fabric import FabricNet
     from emu.net.switch import RunSettings
 
@@ -112,25 +113,32 @@ class Timebase(ABC):
         fails once the first writer's switch on it has forwarded `nbytes` (bytes), and is restored after."""
 
     def collective(self, op: str, sizes: list[int], *, cc: str = "none", seed: int = 0, spray: str = "weighted",
-                   algo: str | None = None) -> dict[str, Any]:
+                   algo: str | None = None, hosts: Sequence[str] | None = None,
+                   planes: Sequence[int] | None = None) -> dict[str, Any]:
         """Collective `op` with one rank per host over every plane it has (`sizes`: whole int32 chunks per
-        rank; `algo`: emu.collectives.algorithms', the op's default if None), summarised as nccl-tests
+        rank; `algo`: emu.collectives.algorithms', the op's default if None; `hosts`, `planes`: only
+        these hosts, in this rank order, over only these of their planes), summarised as nccl-tests
         does with the engine's counters and this clock's verdict."""
-        from emu.collectives.run import MTU, summarise
+        from emu.collectives.run import MTU, pick, summarise
         from emu.roce.transport import HEADERS
 
         net = self.net
-        hosts = net.rank_hosts()
+        ranks = pick(net.rank_hosts(), hosts, planes)
         trim = net.settings.trim[1] if net.settings.trim else None
         net.engine.reset_fidelity()  # the collective is measured, the fabric's bring-up is not
-        results, kernel = self.collective_results(hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim, spray=spray,
+        results, kernel = self.collective_results(ranks, op, sizes, cc=cc, seed=seed, trim_dscp=trim, spray=spray,
                                                   algo=algo)
         stats = net.engine.stats()
-        rate = min(rate for h in hosts for _, rate in h.ports)  # the slowest plane's: one packet's time
+        rate = min(rate for h in ranks for _, rate in h.ports)  # the slowest plane's: one packet's time
         fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=results,
                                 stats=stats)
-        return summarise(op, hosts, sizes, results, stats, fidelity, clock=self.name,
+        return summarise(op, ranks, sizes, results, stats, fidelity, clock=self.name,
                          dilation=self.result_fields(net.settings)["dilation"], seed=seed, algo=algo)
+
+    @abstractmethod
+    def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
+        """Several collectives started at one fabric instant, each on its own hosts (and planes), each
+        summarised on its own (the engine's counters and packet-hops are the fabric's, shared)."""
 
     @abstractmethod
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
@@ -218,6 +226,38 @@ class FabricTime(Timebase):
                 net.engine.set_port(sw, port, True)
         return Perf(clients, server, run.kernel_frames, run.t0_fabric_s + events[0][0] if events else None)
 
+    def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
+        from emu.collectives.run import (
+            MTU,
+            job_params,
+            pick,
+            run_together_in_engine,
+            summarise,
+            whole_chunks,
+        )
+        from emu.roce.transport import HEADERS
+        from emu.units import parse_size
+
+        net = self.net
+        everyone = net.rank_hosts()
+        trim = net.settings.trim[1] if net.settings.trim else None
+        ranks = [pick(everyone, t.hosts, t.planes) for t in tenants]
+        sizes = [whole_chunks([s if isinstance(s, int) else parse_size(s) for s in t.sizes], len(r))
+                 for t, r in zip(tenants, ranks, strict=True)]
+        jobs = [job_params(r, t.op, sz, cc=t.cc, seed=t.seed, trim_dscp=trim, spray=t.spray, algo=t.algo)
+                for t, r, sz in zip(tenants, ranks, sizes, strict=True)]
+        net.engine.reset_fidelity()
+        results, kernel = run_together_in_engine(net.engine, jobs)
+        stats = net.engine.stats()
+        out = []
+        for t, r, sz, res in zip(tenants, ranks, sizes, results, strict=True):
+            rate = min(rate for h in r for _, rate in h.ports)
+            fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=res,
+                                    stats=stats)
+            out.append({**summarise(t.op, r, sz, res, stats, fidelity, clock=self.name, dilation=1.0, seed=t.seed,
+                                    algo=t.algo), "hosts": [h.name for h in r], "together": len(tenants)})
+        return out
+
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
                            trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
         from emu.collectives.run import run_in_engine
@@ -270,6 +310,9 @@ class WallTime(Timebase):
             if fail_after is not None:
                 net.restore(plane=fail_after[0])
         return Perf(clients, server, 0, failed_at)
+
+    def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
+        raise ValueError("several collectives at once run on the fabric clock for now (clock=\"fabric\")")
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
                            trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:

@@ -36,6 +36,7 @@ SCENARIOS = {
     "congestion-spreading": "emu.scenarios.congestion_spreading:CongestionSpreading",
     "degraded-plane": "emu.scenarios.degraded_plane:DegradedPlane",
     "replica-exclusion": "emu.scenarios.replica_exclusion:ReplicaExclusion",
+    "tenants": "emu.scenarios.tenants:Tenants",
 }
 
 
