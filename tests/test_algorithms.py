@@ -10,8 +10,8 @@ from emu.collectives import algorithms as alg
 from emu.collectives.rank import pattern
 
 
-def _run(algo: str, op: str, n: int, size: int, slice_bytes: int = 256 << 10):
-    p = alg.plan(algo, op, n, size, slice_bytes)
+def _run(algo: str, op: str, n: int, size: int, slice_bytes: int = 256 << 10, groups=None):
+    p = alg.plan(algo, op, n, size, slice_bytes, groups)
     total = size * n if op == "allgather" else size
     data = [np.zeros(total, np.uint8) for _ in range(n)]
     stage = [np.zeros(max(p.stage_bytes, total), np.uint8) for _ in range(n)]
@@ -93,3 +93,22 @@ def test_a_plan_that_cannot_run_is_one_clear_error():
         alg.plan("tree", "alltoall", 4, 4096)
     with pytest.raises(alg.AlgorithmError, match="unknown algorithm 'bogus'"):
         alg.check("bogus", "allreduce", 4)
+
+
+@pytest.mark.parametrize("groups", [(0, 0, 1, 1), (0, 1, 0, 1, 0, 1), (3, 3, 3, 5, 5, 5, 7, 7, 7), (0,) * 5,
+                                    (0, 1, 2, 3), tuple(r // 4 for r in range(16))])
+def test_the_hierarchical_allreduce_sums_in_groups_and_crosses_between_them_once_each_way(groups):
+    n = len(groups)
+    size = 4 * n * 29  # whole int32 chunks a rank, as the runner rounds every size (whole_chunks)
+    p, data, _ = _run("hier", "allreduce", n, size, groups=groups)
+    summed = sum(pattern(r, size) for r in range(n))
+    assert all(np.array_equal(data[r].view(np.int32), summed) for r in range(n))
+    # What crosses between groups: per rank, its chunk's sub-chunks out and the reduced one back.
+    across = sum(s.nbytes for r in range(n) for step in p.steps(r) for s in step.sends if groups[s.peer] != groups[r])
+    m, g = len(set(groups)), n // len(set(groups))
+    assert across <= 2 * n * (m - 1) * (size // g // m + 4 * m), across
+
+
+def test_hier_needs_groups_of_one_size():
+    with pytest.raises(alg.AlgorithmError, match="groups \\(regions\\) of equal size"):
+        alg.plan("hier", "allreduce", 3, 4096, groups=(0, 0, 1))

@@ -224,3 +224,21 @@ def test_a_job_on_some_hosts_and_planes_and_tenants_that_cannot_run_say_why(no_l
                                 Tenant("alltoall", ("gpu2", "gpu3"), ("64KiB",), algo="pairwise"))
     assert [x.op for x in after] == ["allreduce", "alltoall"] and all(x.wrong == 0 for x in after)
     assert [x.report["hosts"] for x in after] == [["gpu0", "gpu1"], ["gpu2", "gpu3"]]
+
+
+def test_the_distance_cliff_hierarchy_crosses_bag_less_and_keeps_more_of_its_busbw(tmp_path, no_leftovers):
+    """Issue 39, item 3: the ring pays the long link's latency at every step it crosses it, the
+    hierarchical algorithm in two; and it puts fewer bytes on BAG (2 (m-1)/m of a chunk a rank, against
+    the ring's two crossings of every step)."""
+    from emu.net.switch import RunSettings
+    from emu.scenarios import run_scenario
+
+    r = run_scenario("distance-cliff", {"size": "256KiB", "hosts": "2", "distances": "2km,50km,500km"},
+                     RunSettings(clock="fabric"), out_dir=str(tmp_path))
+    assert r["passed"] and r["wrong"] == 0, r
+    near, far = r["rows"][0], r["rows"][-1]
+    assert far["ring"]["time_us"] > 10 * near["ring"]["time_us"]  # the cliff: latency, step after step
+    for row in r["rows"]:
+        assert row["hier"]["time_us"] < row["ring"]["time_us"], row
+        assert row["hier"]["long_haul_bytes"] < row["ring"]["long_haul_bytes"], row
+    assert (tmp_path / "distance-cliff.png").stat().st_size > 0

@@ -573,7 +573,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p = sub.add_parser("scenario", help="run one experiment; JSON result and a PNG plot",
                        epilog="Scenarios: incast, plane-down, srv6-te, fpf-vs-nsf, headroom, wcmp, dcqcn, "
                               "roce-plane-down, bag-collective, trimming, congestion-spreading, degraded-plane, "
-                              "replica-exclusion, tenants. Each one's "
+                              "replica-exclusion, tenants, distance-cliff. Each one's "
                               "parameters: `emu scenario NAME --help`.")
     p.add_argument("name")
     p.add_argument("--out", default="results", help="folder for the JSON and plot (default results/)")

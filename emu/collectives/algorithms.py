@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-ALGOS = ("ring", "rhd", "tree", "direct", "pairwise")
+ALGOS = ("ring", "rhd", "tree", "hier", "direct", "pairwise")
 # What each algorithm runs; the first listed for an op is its default.
-FOR_OP = {"allreduce": ("ring", "rhd", "tree"), "reducescatter": ("ring", "rhd"), "allgather": ("ring", "rhd"),
+FOR_OP = {"allreduce": ("ring", "rhd", "tree", "hier"), "reducescatter": ("ring", "rhd"), "allgather": ("ring", "rhd"),
           "alltoall": ("direct", "pairwise"), "sendrecv": ("ring",)}
 DESCRIBED = {
     "ring": "a pipelined ring: 2(n-1) steps for allreduce, every link busy, the best at large sizes",
@@ -35,6 +35,8 @@ DESCRIBED = {
            "(a power-of-two number of ranks)",
     "tree": "NCCL's double binary tree: half the data up and down each of two trees in slices, 2 log2(n) "
             "steps deep, each rank a leaf in one tree",
+    "hier": "hierarchical: reduce-scatter inside each group (a BAG region), allreduce of each shard across "
+            "the groups, allgather inside: the long links carried twice and crossed in 2 steps",
     "direct": "every chunk to its rank at once: one step, n-1 writes in flight from each rank",
     "pairwise": "n-1 rounds, in round s rank r writes to r+s and waits for r-s: one peer at a time",
 }
@@ -113,7 +115,7 @@ class AlgorithmError(ValueError):
     """An algorithm that cannot run this op or this number of ranks: one line that says why."""
 
 
-def check(algo: str, op: str, n: int) -> None:
+def check(algo: str, op: str, n: int, groups: tuple[int, ...] | None = None) -> None:
     if algo not in ALGOS:
         raise AlgorithmError(f"unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
     if algo not in FOR_OP.get(op, ()):
@@ -121,6 +123,11 @@ def check(algo: str, op: str, n: int) -> None:
     if algo == "rhd" and n & (n - 1):
         raise AlgorithmError(f"rhd (recursive halving-doubling) needs a power-of-two number of ranks, not {n}: "
                              "use ring or tree")
+    if algo == "hier" and groups is not None:
+        sizes = sorted({groups.count(g) for g in set(groups)})
+        if len(groups) != n or len(sizes) != 1:
+            raise AlgorithmError(f"hier needs groups (regions) of equal size, one entry a rank; got sizes {sizes} "
+                                 f"for {n} ranks")
 
 
 def default(op: str) -> str:
@@ -128,12 +135,16 @@ def default(op: str) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def plan(algo: str, op: str, n: int, size: int, slice_bytes: int = 256 << 10) -> Plan:
-    """The plan of `algo` for `op` on `n` ranks, `size` bytes a rank (allgather: each rank's part). Made
-    once a process for every rank of it (the fabric clock runs them all in one): never change one."""
-    check(algo, op, n)
+def plan(algo: str, op: str, n: int, size: int, slice_bytes: int = 256 << 10,
+         groups: tuple[int, ...] | None = None) -> Plan:
+    """The plan of `algo` for `op` on `n` ranks, `size` bytes a rank (allgather: each rank's part);
+    `groups`: each rank's group (hier: a BAG region; None: one group). Made once a process for every
+    rank of it (the fabric clock runs them all in one): never change one."""
+    check(algo, op, n, groups)
     if algo == "ring":
         raise AlgorithmError("the ring runs as its own pipeline (Ring.ring), not from a plan")
+    if algo == "hier":
+        return _hier_allreduce(n, size, groups or (0,) * n)
     return _BUILDERS[(algo, op)](n, size, slice_bytes)
 
 
@@ -264,6 +275,65 @@ def _tree_allreduce(n: int, size: int, slice_bytes: int) -> Plan:
                         down[(c, j)] = b.send(step, c, "data", off, length, "data", off)
                     lanes[r][2 + t].append(step)
     return Plan([[lane for lane in rl if lane] for rl in lanes], b.next, 2 * depth, 4 * half_max)
+
+
+def _hier_allreduce(n: int, size: int, groups: tuple[int, ...]) -> Plan:
+    """Member k of a group of g ends phase 1 with chunk k of the group's sum (each member writes chunk k
+    of its data into member k's stage, at its own slot, at once); in phase 2 the members k of the m
+    groups allreduce that chunk among themselves (each sends sub-chunk j to group j's member k's stage
+    past the first `size` bytes, adds what it gets, and sends its reduced sub-chunk to every peer's
+    data); in phase 3 each member sends its final chunk into every other member's data. Only phase 2
+    crosses between groups: 2 (m-1)/m of a chunk out of each rank, in two steps whatever the distance."""
+    b = _Builder(n)
+    names = sorted(set(groups), key=groups.index)
+    members = [[r for r in range(n) if groups[r] == gname] for gname in names]
+    g, m = len(members[0]), len(members)
+    chunk = _chunks(size, g)
+    sub = chunk // m // 4 * 4
+    slot = chunk - (m - 1) * sub  # the longest sub-chunk (the last takes what is left): a stage slot's size
+    where = {r: (gi, k) for gi, ms in enumerate(members) for k, r in enumerate(ms)}
+    first = [b.step(r) for r in range(n)]
+    p1 = {(r, q): b.send(first[r], q, "data", where[q][1] * chunk, chunk, "stage", where[r][1] * chunk)
+          for ms in members for r in ms for q in ms if q != r}
+    second = [b.step(r) for r in range(n)]
+    for r in range(n):
+        gi, k = where[r]
+        ms = members[gi]
+        second[r].waits.extend(p1[(q, r)] for q in ms if q != r)
+        second[r].reduces.extend(Reduce(where[q][1] * chunk, k * chunk, chunk) for q in ms if q != r)
+    # Phase 2: sub-chunk j of chunk k is reduced by group j's member k; the last takes what is left.
+    def piece(j: int) -> tuple[int, int]:
+        return j * sub, (chunk - j * sub if j == m - 1 else sub)
+
+    p2 = {}
+    for r in range(n):
+        gi, k = where[r]
+        for gj in range(m):
+            if gj != gi:
+                q = members[gj][k]
+                off, length = piece(gj)
+                p2[(r, q)] = b.send(second[r], q, "data", k * chunk + off, length, "stage", size + gi * slot)
+    third = [b.step(r) for r in range(n)]
+    p3 = {}
+    for r in range(n):
+        gi, k = where[r]
+        off, length = piece(gi)
+        peers = [members[gj][k] for gj in range(m) if gj != gi]
+        third[r].waits.extend(p2[(q, r)] for q in peers)
+        third[r].reduces.extend(Reduce(size + where[q][0] * slot, k * chunk + off, length) for q in peers)
+        for q in peers:
+            p3[(r, q)] = b.send(third[r], q, "data", k * chunk + off, length, "data", k * chunk + off)
+    fourth = [b.step(r) for r in range(n)]
+    p4 = {}
+    for r in range(n):
+        gi, k = where[r]
+        fourth[r].waits.extend(p3[(members[gj][k], r)] for gj in range(m) if gj != gi)
+        for q in members[gi]:
+            if q != r:
+                p4[(r, q)] = b.send(fourth[r], q, "data", k * chunk, chunk, "data", k * chunk)
+    for r in range(n):
+        b.step(r).waits.extend(p4[(q, r)] for q in members[where[r][0]] if q != r)
+    return Plan([[p] for p in b.programs], b.next, 4 if m > 1 else 2, size + m * slot)
 
 
 def _depth_of(parent: list[int], r: int) -> int:

@@ -41,8 +41,9 @@ class CollectiveJob(Job):
                                             spray=params.get("spray", "weighted"))
                           for r, rank in enumerate(params["ranks"])]
         self.participants = [ep for ep, mine in zip(self.endpoints, self.local, strict=True) if mine]
+        group = tuple(params["groups"]) if params.get("groups") else None
         self.rings = [Ring(ep.dev, r, n, self.op, max(self.sizes), params["slice"], timed=False,
-                           algo=params.get("algo"))
+                           algo=params.get("algo"), groups=group)
                       for r, ep in enumerate(self.endpoints)]
         everyone = {r: ring.info() for r, ring in enumerate(self.rings)}
         for ring in self.rings:

@@ -84,21 +84,24 @@ class Ring:
     each holds, the engine's fabric-clock job resumes them when their device has done something."""
 
     def __init__(self, dev: Device, rank: int, nranks: int, op: str, biggest: int, slice_bytes: int = SLICE,
-                 *, timed: bool = True, algo: str | None = None) -> None:
+                 *, timed: bool = True, algo: str | None = None, groups: tuple[int, ...] | None = None) -> None:
         """`biggest`: the largest size it will run; `timed`: measure the reduction's own wall time as
         harness lateness (the wall clock; on the fabric clock it costs no fabric time); `algo`: one of
-        emu.collectives.algorithms.ALGOS for `op` (its default: the ring, direct for alltoall)."""
+        emu.collectives.algorithms.ALGOS for `op` (its default: the ring, direct for alltoall); `groups`:
+        each rank's group of near hosts (what "hier" keeps its first and last phases inside)."""
         self.dev = dev
         self.r, self.n, self.op = rank, nranks, op
         self.algo = algo or algorithms.default(op)
-        algorithms.check(self.algo, op, nranks)
+        self.groups = groups
+        algorithms.check(self.algo, op, nranks, groups)
         self.slice = slice_bytes
         self.timed = timed
         biggest *= nranks if op == "allgather" else 1
-        nominal = None if self.algo == "ring" else algorithms.plan(self.algo, op, nranks, 4 * nranks, slice_bytes)
+        nominal = None if self.algo == "ring" else algorithms.plan(self.algo, op, nranks, 4 * nranks, slice_bytes,
+                                                                   groups)
         self.data = self.dev.reg_mr(biggest)
         # Reduced chunks land here (the tree's children each have their own area: twice the size).
-        self.stage = self.dev.reg_mr(biggest * (2 if self.algo == "tree" else 1))
+        self.stage = self.dev.reg_mr(biggest * (2 if self.algo in ("tree", "hier") else 1))
         self.right: QueuePair = self.dev.create_qp()
         self.left: QueuePair = self.dev.create_qp()
         # Every peer a plan writes to or hears from has a QP of its own (alltoall: every rank).
@@ -202,7 +205,7 @@ class Ring:
         """Run this rank's lanes of the algorithm's plan (emu.collectives.algorithms) side by side: a
         lane's next step runs once its messages are whole here (it adds what they staged, then posts its
         writes); the immediates are the plan's message ids after the ones already used."""
-        p = algorithms.plan(self.algo, self.op, self.n, size, self.slice)
+        p = algorithms.plan(self.algo, self.op, self.n, size, self.slice, self.groups)
         regions = {"data": self.data, "stage": self.stage}
         base = self.msg
         if self.op == "alltoall":  # my own chunk is already where it belongs
@@ -276,7 +279,7 @@ class Ring:
         if op == "allreduce":
             return wrong(self.ints(self.data, 0, size), total - 1)
         if op == "reducescatter":
-            c = algorithms.plan(self.algo, op, n, size, self.slice).owner[r]
+            c = algorithms.plan(self.algo, op, n, size, self.slice, self.groups).owner[r]
             return wrong(self.ints(self.data, c * chunk, chunk), total - 1, c * chunk // 4)
         if op == "allgather":
             return sum(wrong(self.ints(self.data, k * size, size), k) for k in range(n))
@@ -294,7 +297,8 @@ class WallRank:
         addrs = args.addrs.split(",") if args.addrs else host_plane_addresses()
         dev = Device(addrs, dilation=args.dilation, cc=args.cc, plane_rate_bps=args.plane_rate, mtu=args.mtu,
                      spray=args.spray)
-        self.ring = Ring(dev, args.rank, args.nranks, args.op, max(args.sizes), args.slice, algo=args.algo)
+        self.ring = Ring(dev, args.rank, args.nranks, args.op, max(args.sizes), args.slice, algo=args.algo,
+                         groups=tuple(args.groups) if args.groups else None)
         self.dev = dev
 
     def connect(self) -> None:
@@ -327,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--nranks", type=int, required=True)
     ap.add_argument("--op", choices=OPS, default="allreduce")
+    ap.add_argument("--groups", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                    help="each rank's group of near hosts, comma-separated (for --algo hier)")
     ap.add_argument("--algo", choices=algorithms.ALGOS, default=None, help="the op's default: ring (direct for alltoall)")
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1 << 20])
     ap.add_argument("--dilation", type=float, default=1000.0)

@@ -39,6 +39,7 @@ class RankHost:
     popen: Callable[[list[str]], subprocess.Popen]
     ports: list[tuple[str, float]]
     switch_ports: list[tuple[str, str]] = field(default_factory=list)  # (switch, its port) facing each plane
+    group: int = 0  # its group of near hosts (the topology's host_group: a BAG region)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def pick(hosts: list[RankHost], names: Sequence[str] | None, planes: Sequence[in
         if not planes or any(not 0 <= p < len(h.ports) for p in planes) or len(set(planes)) != len(planes):
             raise ValueError(f"planes {list(planes)}: {h.name} has planes 0..{len(h.ports) - 1}, each named once")
         out.append(RankHost(h.name, h.popen, [h.ports[p] for p in planes],
-                            [h.switch_ports[p] for p in planes] if h.switch_ports else []))
+                            [h.switch_ports[p] for p in planes] if h.switch_ports else [], h.group))
     return out
 
 
@@ -128,7 +129,11 @@ def _check(hosts: list[RankHost], op: str, algo: str | None) -> None:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(FACTOR)}")
     if len(hosts) < 2:
         raise ValueError("a collective needs at least 2 hosts")
-    algorithms.check(algo or algorithms.default(op), op, len(hosts))
+    algorithms.check(algo or algorithms.default(op), op, len(hosts), groups(hosts))
+
+
+def groups(hosts: list[RankHost]) -> tuple[int, ...]:
+    return tuple(h.group for h in hosts)
 
 
 def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "none",
@@ -151,7 +156,7 @@ def job_params(hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "n
     missing = [h.name for h in hosts if len(h.switch_ports) != len(h.ports)]
     if missing:
         raise ValueError(f"hosts {', '.join(missing)} have no switch port known for every plane")
-    return {"op": op, "algo": algo, "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed,
+    return {"op": op, "algo": algo, "groups": list(groups(hosts)), "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed,
             "trim_dscp": trim_dscp, "spray": spray,
             # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
             "budget_s": 100 * _ideal_fabric_s(hosts, op, sizes) + 0.01,
@@ -190,7 +195,7 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
         cmd = python_module("emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
                             "--sizes", ",".join(map(str, sizes)), "--dilation", str(dilation), "--cc", cc,
                             "--mtu", str(MTU), "--timeout", f"{timeout:.0f}", "--spray", spray,
-                            *(("--algo", algo) if algo else ()))
+                            "--groups", ",".join(str(h.group) for h in hosts), *(("--algo", algo) if algo else ()))
         procs = [h.popen(cmd + ["--rank", str(r), "--name", h.name, "--addrs", ",".join(a for a, _ in h.ports),
                                 "--plane-rate", str(min(rate for _, rate in h.ports))])
                  for r, h in enumerate(hosts)]
@@ -220,7 +225,8 @@ def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[di
     # The bandwidth bound: every GPU's ports busy all the time, less RoCE/UDP/IPv6/Ethernet headers.
     bound = gpu_rate / 8 * MTU / (MTU + HEADERS) / 1e9
     algo = algo or algorithms.default(op)
-    steps = STEPS[op](n) if algo in ("ring", "direct") else algorithms.plan(algo, op, n, 4 * n).depth
+    steps = STEPS[op](n) if algo in ("ring", "direct") else algorithms.plan(algo, op, n, 4 * n, SLICE,
+                                                                             groups(hosts)).depth
     rows = []
     for k, size in enumerate(sizes):
         t = max(res["rows"][k]["time_fabric_s"] for res in results)

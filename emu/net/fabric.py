@@ -460,8 +460,10 @@ class FabricNet(Mininet):
         hosts = []
         for h in sorted(self.hosts, key=lambda h: (len(h.name), h.name)):
             planes = self.host_planes(h.name)
+            grouped = getattr(self.topo, "host_group", None)  # a FabricTopo's (topologies sit above this)
+            group = grouped(h.name) if grouped is not None else 0
             hosts.append(RankHost(h.name, mininet_popen(h), [(a, r) for _, _, a, r in planes],
-                                  [(sw, port) for sw, port, _, _ in planes]))
+                                  [(sw, port) for sw, port, _, _ in planes], group))
         return hosts
 
     def host_planes(self, name: str) -> list[list[Any]]:

@@ -37,6 +37,7 @@ SCENARIOS = {
     "degraded-plane": "emu.scenarios.degraded_plane:DegradedPlane",
     "replica-exclusion": "emu.scenarios.replica_exclusion:ReplicaExclusion",
     "tenants": "emu.scenarios.tenants:Tenants",
+    "distance-cliff": "emu.scenarios.distance_cliff:DistanceCliff",
 }
 
 

@@ -50,6 +50,10 @@ class BAGTopo(FabricTopo):
             if parse_distance(d) <= 0:
                 raise TopologyError(f"bag: long-haul distance must be > 0, got {d!r}")
 
+    def host_group(self, host: str) -> int:
+        """The host's region (h{region}{building}{leaf}x{i}): regions are joined by the long-haul links."""
+        return int(host[1])
+
     def links_needed(self) -> int:
         per_building = self.leaves * (self.hosts_per_leaf + self.spines) + self.spines * self.bags
         return (self.regions * self.buildings * per_building

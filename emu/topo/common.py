@@ -146,6 +146,12 @@ class FabricTopo(Topo):
         """How many links the parameters make, reckoned before building (0: not known until built)."""
         return 0
 
+    def host_group(self, host: str) -> int:
+        """Which group of near hosts `host` is in: a hierarchical collective (algo "hier") keeps its
+        first and last phases inside a group and crosses between groups only in the middle. One group
+        unless a topology has far parts (BAG's regions)."""
+        return 0
+
     def addFabricSwitch(self, name: str, *, shard: int = 0, loopback4: str = "", loopback6: str = "",
                         **opts: Any) -> str:
         """A fabric switch. `shard`: switches with the same shard share an engine worker where they
