@@ -112,3 +112,27 @@ def test_the_hierarchical_allreduce_sums_in_groups_and_crosses_between_them_once
 def test_hier_needs_groups_of_one_size():
     with pytest.raises(alg.AlgorithmError, match="groups \\(regions\\) of equal size"):
         alg.plan("hier", "allreduce", 3, 4096, groups=(0, 0, 1))
+
+
+def _one_way(groups, near=1e-6, far=250e-6):
+    return lambda a, b: near if groups[a] == groups[b] else far
+
+
+@pytest.mark.parametrize("size, groups, want", [
+    (256, (0,) * 64, {"rhd", "tree"}),  # small: the fewest steps
+    (64 << 20, (0,) * 64, {"ring"}),  # large and near: bandwidth, the ring's pipeline
+    (1 << 20, (0,) * 8 + (1,) * 8, {"hier", "rhd"}),  # far: the fewest crossings of the long link
+    (4096, (0,) * 6, {"tree"}),  # not a power of two: no rhd
+])
+def test_auto_picks_by_steps_bandwidth_and_distance_and_says_why(size, groups, want):
+    n = len(groups)
+    algo, why = alg.choose("allreduce", n, [size], bps=800e9, one_way=_one_way(groups), groups=groups)
+    assert algo in want and why.startswith(f"auto: {algo}, predicted") and "us" in why, why
+    assert "rhd" not in why or n & (n - 1) == 0
+
+
+def test_the_cost_model_prices_a_long_link_per_crossing():
+    far = (0,) * 4 + (1,) * 4
+    cost = {a: alg.predict(a, "allreduce", 8, 1 << 20, bps=400e9, one_way=_one_way(far), groups=far)
+            for a in ("ring", "hier")}
+    assert cost["ring"] / cost["hier"] > 3  # 14 crossings of 250 us against 2

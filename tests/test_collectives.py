@@ -171,11 +171,16 @@ def test_each_algorithm_is_right_on_a_fabric_and_few_steps_win_at_small_sizes(no
     with FabricNet(FPFTopo(gpus=32, planes=1, leaves=4, spines=2), clock="fabric", kernel=False) as net:
         t = {algo: [row.time_us for row in net.collective("allreduce", sizes=sizes, algo=algo).rows]
              for algo in ("ring", "rhd", "tree")}
+        auto = net.collective("allreduce", sizes=[sizes[0]], algo="auto").report
         others = [net.collective(op, sizes=["64KiB"], algo=algo) for op, algo in
                   (("reducescatter", "rhd"), ("allgather", "rhd"), ("alltoall", "pairwise"), ("alltoall", "direct"))]
     for k in range(3):  # 128 B to 64 KiB: the step count rules
         assert t["rhd"][k] < t["ring"][k] and t["tree"][k] < t["ring"][k], (sizes[k], t)
     assert t["ring"][3] <= min(t["rhd"][3], t["tree"][3]) * 1.05, t  # 1 MiB: bandwidth rules
+    # auto, told the fabric's paths: one of the two that win at 128 B, and why.
+    assert auto["algo"] in ("rhd", "tree") and auto["algo_why"].startswith(f"auto: {auto['algo']}"), auto
+    # The same run but for its later start instant (float time rounds differently there: picoseconds).
+    assert auto["rows"][0]["time_us"] == pytest.approx(t[auto["algo"]][0], rel=1e-6)
     assert all(r.wrong == 0 for r in others) and [r.report["algo"] for r in others] == [
         "rhd", "rhd", "pairwise", "direct"]
 

@@ -113,6 +113,8 @@ def table(result: dict[str, Any]) -> str:
                      f"{r['time_us']:>10.2f} {r['algbw_GBps']:>12.2f} {r['busbw_GBps']:>12.2f} "
                      f"{r['busbw_of_bound']:>8.0%} {r['wrong']:>7}")
     lines.append(f"# Avg bus bandwidth    : {result['avg_busbw_GBps']:.3f}")
+    if result.get("algo_why"):
+        lines.append(f"# {result['algo_why']}")
     a = result["attribution"]
     queued = ", ".join(f"{q['port']} {format_size(q['queue_hwm_bytes'])}" for q in a["most_queued"]) or "none"
     lines.append(f"# Bound (line rate less headers, MTU {result['mtu']}): {result['bound_busbw_GBps']:.2f} GB/s; "

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from emu.clock import CLOCKS
 from emu.collectives import OPS
-from emu.collectives.algorithms import ALGOS, DESCRIBED
+from emu.collectives.algorithms import ALGOS, AUTO, DESCRIBED
 
 err = Console(stderr=True, soft_wrap=True)  # an error is one line, whatever the width
 
@@ -597,9 +597,10 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                         "setup: --topo fpf,tahan,tahan-next --repetitions N (bring-up and tear-down against "
                         "plain Mininet)")
     p.add_argument("op", nargs="?", help=f"for `collective`: {', '.join(OPS)}")
-    p.add_argument("--algo", choices=ALGOS, default=None,
+    p.add_argument("--algo", choices=(*ALGOS, AUTO), default=None,
                    help="for `collective`: " + "; ".join(f"{a}: {d}" for a, d in DESCRIBED.items())
-                        + " (default: ring, direct for alltoall)")
+                        + "; auto: the one a cost model of this fabric's paths (lengths, rates) predicts fastest, "
+                          "and why (default: ring, direct for alltoall)")
     p.add_argument("--dilation", type=dilation_arg, default=None,
                    help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "
                         "time, retried larger if the run falls behind); `link` defaults to 1000")

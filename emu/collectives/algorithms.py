@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 ALGOS = ("ring", "rhd", "tree", "hier", "direct", "pairwise")
+AUTO = "auto"  # chosen by predict(): what the op runs, by a cost model that knows the fabric
+RING_MARGIN = 0.1  # auto keeps the ring unless another algorithm is predicted this much faster
 # What each algorithm runs; the first listed for an op is its default.
 FOR_OP = {"allreduce": ("ring", "rhd", "tree", "hier"), "reducescatter": ("ring", "rhd"), "allgather": ("ring", "rhd"),
           "alltoall": ("direct", "pairwise"), "sendrecv": ("ring",)}
@@ -116,6 +118,8 @@ class AlgorithmError(ValueError):
 
 
 def check(algo: str, op: str, n: int, groups: tuple[int, ...] | None = None) -> None:
+    if algo == AUTO:
+        return
     if algo not in ALGOS:
         raise AlgorithmError(f"unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
     if algo not in FOR_OP.get(op, ()):
@@ -146,6 +150,92 @@ def plan(algo: str, op: str, n: int, size: int, slice_bytes: int = 256 << 10,
     if algo == "hier":
         return _hier_allreduce(n, size, groups or (0,) * n)
     return _BUILDERS[(algo, op)](n, size, slice_bytes)
+
+
+def runnable(op: str, n: int, groups: tuple[int, ...]) -> list[str]:
+    """The algorithms `op` can run on these ranks (rhd on a power of two; hier with more than one group
+    of one size)."""
+    out = []
+    for algo in FOR_OP[op]:
+        try:
+            check(algo, op, n, groups)
+        except AlgorithmError:
+            continue
+        if algo != "hier" or len(set(groups)) > 1:
+            out.append(algo)
+    return out
+
+
+def predict(algo: str, op: str, n: int, size: int, *, bps: float, one_way: Callable[[int, int], float],
+            groups: tuple[int, ...]) -> float:
+    """Seconds `algo` should take for `op` of `size` bytes a rank: each step in sequence costs the
+    one-way time between the ranks it joins (the slowest pair of that step: `one_way(a, b)`, seconds,
+    propagation and switching of the fabric's path) plus its bytes at `bps` (a rank's line rate, b/s).
+    An alpha-beta model: no queues, no collisions; what it is for is ranking the algorithms, and the
+    long links are what it must not miss."""
+    beta = 8 / bps
+    if algo == "ring" and op in ("allreduce", "reducescatter", "allgather"):
+        hop = max(one_way(r, (r + 1) % n) for r in range(n))
+        steps = 2 * (n - 1) if op == "allreduce" else n - 1
+        chunk = size * (n if op == "allgather" else 1) / n
+        return steps * (hop + chunk * beta)
+    if algo == "ring":  # sendrecv
+        return max(one_way(r, (r + 1) % n) for r in range(n)) + size * beta
+    if algo == "rhd":
+        t, d, part = 0.0, n // 2, size / 2
+        rounds = []
+        while d >= 1:
+            rounds.append((max(one_way(r, r ^ d) for r in range(n)), part))
+            d, part = d // 2, part / 2
+        if op in ("allreduce", "reducescatter"):
+            t += sum(hop + b * beta for hop, b in rounds)
+        if op in ("allreduce", "allgather"):
+            scale = n if op == "allgather" else 1
+            t += sum(hop + b * beta * scale for hop, b in rounds)
+        return t
+    if algo == "tree":
+        t = 0.0
+        for mirror in (False, True):
+            parent, _ = binary_tree(n, mirror)
+            edge = max((one_way(r, parent[r]) for r in range(n) if parent[r] >= 0), default=0.0)
+            depth = max(_depth_of(parent, r) for r in range(n))
+            t = max(t, 2 * depth * edge)
+        return t + 2 * size * beta  # an inner rank sends its half to two children: the whole size out
+    if algo == "hier":
+        members: dict[int, list[int]] = {}
+        for r, g in enumerate(groups):
+            members.setdefault(g, []).append(r)
+        ms = list(members.values())
+        g, m = len(ms[0]), len(ms)
+        inside = max((one_way(a, b) for grp in ms for a in grp for b in grp if a != b), default=0.0)
+        across = max(one_way(ms[i][k], ms[j][k]) for i in range(m) for j in range(m) if i != j for k in range(g))
+        return (2 * (inside + (g - 1) / g * size * beta)
+                + 2 * (across + (m - 1) / m * size / g * beta))
+    if algo in ("direct", "pairwise"):
+        worst = max(one_way(a, b) for a in range(n) for b in range(n) if a != b) if n <= 64 else \
+            max(one_way(r, (r + n // 2) % n) for r in range(n))
+        return ((n - 1) if algo == "pairwise" else 1) * worst + (n - 1) / n * size * beta
+    raise AlgorithmError(f"no cost model for {algo} {op}")
+
+
+def choose(op: str, n: int, sizes: list[int], *, bps: float, one_way: Callable[[int, int], float],
+           groups: tuple[int, ...]) -> tuple[str, str]:
+    """The algorithm with the least predicted time over `sizes`, and why, in one line."""
+    candidates = runnable(op, n, groups)
+    cost = {a: sum(predict(a, op, n, s, bps=bps, one_way=one_way, groups=groups) for s in sizes) for a in candidates}
+    best = min(cost, key=lambda a: cost[a])
+    # The ring pipelines and meets its bound (98 % at 16 MiB on FPF 8 x 8); the others send whole rounds
+    # across the fabric at once, where ECMP collisions and reordering cost what this model leaves out
+    # (rhd: 61 % there). So the ring keeps the bandwidth-bound cases unless another is clearly faster.
+    ring_kept = best != "ring" and "ring" in cost and cost[best] > (1 - RING_MARGIN) * cost["ring"]
+    best = "ring" if ring_kept else best
+    longest = max(one_way(a, b) for a, b in ((0, r) for r in range(1, n)))
+    why = (f"auto: {best}, predicted {cost[best] * 1e6:.1f} us ("
+           + ", ".join(f"{a} {c * 1e6:.1f}" for a, c in sorted(cost.items(), key=lambda x: x[1]) if a != best)
+           + f"; longest one-way path from rank 0 {longest * 1e6:.2f} us, {bps / 1e9:g} Gb/s a rank, "
+           f"{len(set(groups))} group{'s' if len(set(groups)) != 1 else ''}"
+           + (f"; the ring kept: none is predicted {RING_MARGIN:.0%} faster" if ring_kept else "") + ")")
+    return best, why
 
 
 def _chunks(size: int, n: int) -> int:

@@ -192,6 +192,7 @@ class FabricNet(Mininet):
         self.timebase = Timebase.of(settings)(self)  # the run's clock, chosen once (emu.net.timebase)
         self.link_group = new_group()  # every root-side link end: one request deletes them all
         self._restore_signals: Callable[[], None] | None = None
+        self._switch_paths: dict[str, dict[str, float]] = {}  # one_way_s's shortest paths, by first switch
         self._degraded: set[tuple[str, str]] = set()  # (switch, port) that degrade() changed
         self._reported: dict[tuple[str, str], float] = {}  # links whose rate degrade(report=True) told: built rate
         self._views: list[Any] = []  # web views serving this fabric (web()), closed by stop()
@@ -465,6 +466,42 @@ class FabricNet(Mininet):
             hosts.append(RankHost(h.name, mininet_popen(h), [(a, r) for _, _, a, r in planes],
                                   [(sw, port) for sw, port, _, _ in planes], group))
         return hosts
+
+    def one_way_s(self, a: str, b: str, frame_bytes: int = 1100) -> float:
+        """Seconds a `frame_bytes` frame takes from host `a` to host `b` on their first plane's shortest
+        path, idle: each cable's propagation plus the frame's store-and-forward at each link's rate.
+        What a cost model needs to know about distance (emu.collectives.algorithms.predict)."""
+        first = {}
+        for h in (a, b):
+            intf = next(i for i in self.get(h).intfList() if isinstance(getattr(i, "link", None), FabricLink))
+            first[h] = (_peer(intf).node.name, intf.link.fabric.delay_s + frame_bytes * 8 / intf.link.fabric.rate_bps)
+        src, dst = first[a][0], first[b][0]
+        if src not in self._switch_paths:
+            self._switch_paths[src] = self._switch_distances(src, frame_bytes)
+        return first[a][1] + self._switch_paths[src].get(dst, math.inf) + first[b][1]
+
+    def _switch_distances(self, src: str, frame_bytes: int) -> dict[str, float]:
+        """Dijkstra over the switch-to-switch links from `src`: seconds to each switch."""
+        import heapq
+
+        adj: dict[str, list[tuple[str, float]]] = {}
+        for link in self.links:
+            if isinstance(link, FabricLink) and all(isinstance(i.node, FabricSwitch) for i in (link.intf1, link.intf2)):
+                w = link.fabric.delay_s + frame_bytes * 8 / link.fabric.rate_bps
+                x, y = link.intf1.node.name, link.intf2.node.name
+                adj.setdefault(x, []).append((y, w))
+                adj.setdefault(y, []).append((x, w))
+        dist = {src: 0.0}
+        todo = [(0.0, src)]
+        while todo:
+            d, u = heapq.heappop(todo)
+            if d > dist.get(u, math.inf):
+                continue
+            for v, w in adj.get(u, ()):
+                if d + w < dist.get(v, math.inf):
+                    dist[v] = d + w
+                    heapq.heappush(todo, (d + w, v))
+        return dist
 
     def host_planes(self, name: str) -> list[list[Any]]:
         """Host `name`'s planes in port order, each [switch, the switch's port facing it, the host's IPv6

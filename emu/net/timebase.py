@@ -124,6 +124,7 @@ class Timebase(ABC):
 
         net = self.net
         ranks = pick(net.rank_hosts(), hosts, planes)
+        algo, why = self.resolve(op, ranks, sizes, algo)
         trim = net.settings.trim[1] if net.settings.trim else None
         net.engine.reset_fidelity()  # the collective is measured, the fabric's bring-up is not
         results, kernel = self.collective_results(ranks, op, sizes, cc=cc, seed=seed, trim_dscp=trim, spray=spray,
@@ -132,8 +133,22 @@ class Timebase(ABC):
         rate = min(rate for h in ranks for _, rate in h.ports)  # the slowest plane's: one packet's time
         fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=results,
                                 stats=stats)
-        return summarise(op, ranks, sizes, results, stats, fidelity, clock=self.name,
-                         dilation=self.result_fields(net.settings)["dilation"], seed=seed, algo=algo)
+        return {**summarise(op, ranks, sizes, results, stats, fidelity, clock=self.name,
+                            dilation=self.result_fields(net.settings)["dilation"], seed=seed, algo=algo),
+                **({"algo_why": why} if why else {})}
+
+    def resolve(self, op: str, ranks: list[Any], sizes: list[int], algo: str | None) -> tuple[str | None, str]:
+        """`algo` as given, or for "auto" the one emu.collectives.algorithms' cost model predicts fastest
+        on this fabric (its paths' lengths and rates), and why."""
+        from emu.collectives import algorithms
+        from emu.collectives.run import groups
+
+        if algo != algorithms.AUTO:
+            return algo, ""
+        names = [h.name for h in ranks]
+        bps = min(sum(rate for _, rate in h.ports) for h in ranks)
+        return algorithms.choose(op, len(ranks), sizes, bps=bps, groups=groups(ranks),
+                                 one_way=lambda i, j: self.net.one_way_s(names[i], names[j]))
 
     @abstractmethod
     def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
@@ -244,18 +259,19 @@ class FabricTime(Timebase):
         ranks = [pick(everyone, t.hosts, t.planes) for t in tenants]
         sizes = [whole_chunks([s if isinstance(s, int) else parse_size(s) for s in t.sizes], len(r))
                  for t, r in zip(tenants, ranks, strict=True)]
-        jobs = [job_params(r, t.op, sz, cc=t.cc, seed=t.seed, trim_dscp=trim, spray=t.spray, algo=t.algo)
-                for t, r, sz in zip(tenants, ranks, sizes, strict=True)]
+        algos = [self.resolve(t.op, r, sz, t.algo)[0] for t, r, sz in zip(tenants, ranks, sizes, strict=True)]
+        jobs = [job_params(r, t.op, sz, cc=t.cc, seed=t.seed, trim_dscp=trim, spray=t.spray, algo=a)
+                for t, r, sz, a in zip(tenants, ranks, sizes, algos, strict=True)]
         net.engine.reset_fidelity()
         results, kernel = run_together_in_engine(net.engine, jobs)
         stats = net.engine.stats()
         out = []
-        for t, r, sz, res in zip(tenants, ranks, sizes, results, strict=True):
+        for t, r, sz, res, a in zip(tenants, ranks, sizes, results, algos, strict=True):
             rate = min(rate for h in r for _, rate in h.ports)
             fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=res,
                                     stats=stats)
             out.append({**summarise(t.op, r, sz, res, stats, fidelity, clock=self.name, dilation=1.0, seed=t.seed,
-                                    algo=t.algo), "hosts": [h.name for h in r], "together": len(tenants)})
+                                    algo=a), "hosts": [h.name for h in r], "together": len(tenants)})
         return out
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
