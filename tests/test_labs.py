@@ -129,6 +129,9 @@ WRONG = {
         ("p.drops_by_class[3]", "p.drops_by_class[0]"),  # the lossy class
         ("rtt_s / 2 -", "rtt_s -"),  # the round trip taken for one way
     ], {"Step 1": "needs about", "Step 2": "lossless_drops said 0", "Step 4": "length_from_rtt said"}),
+    "collectives": ("collectives.py", [
+        ("    return n * 2 * (size / g) / 2", "    return n * 2 * (size / g)"),  # the way back counted twice
+    ], {"Step 3": "you predicted"}),
     "p4-ecn": ("ecn_decide.p4", [
         ("if (r < (depth - kmin) * step) { mark = 1; }", "mark = 1;"),  # a step at kmin, not RED's slope
     ], {"Step 3": "mark when random(0..65535) < (depth - kmin) x step"}),

@@ -1,0 +1,90 @@
+"""Checker of lab collectives: the student's step counts, cost model and BAG bytes against the plans and
+against allreduces measured on the fabric clock (exact: the same figures on every run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emu import BAGTopo, FabricNet, FPFTopo
+from emu.collectives import algorithms
+from emu.labs import StepFailed
+from emu.roce.transport import HEADERS
+
+MODULE = "collectives.py"
+CLOCKS = ("fabric",)
+CLOCK_NOTE = "the ranks run inside the engine: 50 km of fibre on the wall clock would take hours"
+N = 16
+SMALL, LARGE = 256, 16 << 20
+GBPS = 100.0  # one plane of 100G a GPU
+
+
+def step_steps(work: Any, net: None) -> str:
+    """Step 1: count the steps"""
+    for n in (2, 5, 8, 16, 64):
+        want = {"ring": 2 * (n - 1), "tree": algorithms.plan("tree", "allreduce", n, 4 * n).depth}
+        said = {a: work.steps(a, n) for a in want}
+        if said != want:
+            raise StepFailed(f"for {n} ranks the plans take {want}; you said {said}")
+    return f"on {N} ranks: ring {work.steps('ring', N)} steps, tree {work.steps('tree', N)}"
+
+
+def _measure(algo: str) -> list[float]:
+    with FabricNet(FPFTopo(gpus=N, planes=1, leaves=1), clock="fabric", kernel=False) as net:
+        r = net.collective("allreduce", sizes=[SMALL, LARGE], algo=algo)
+    if r.wrong:
+        raise RuntimeError(f"{algo}: {r.wrong} elements wrong: the fabric, not your model")
+    return [row.time_us for row in r.rows]
+
+
+def step_model(work: Any, net: None) -> str:
+    """Step 2: a tree wins small, a ring wins large"""
+    got = {a: _measure(a) for a in ("ring", "tree")}
+    step_us = got["ring"][0] / (2 * (N - 1))  # what a step costs here: the ring at 256 B is all steps
+    said = {a: [work.predict_us(a, N, s, step_us, GBPS) for s in (SMALL, LARGE)] for a in got}
+    lines = []
+    for k, size in enumerate((SMALL, LARGE)):
+        fast = min(got, key=lambda a: got[a][k])
+        guess = min(said, key=lambda a: said[a][k])
+        lines.append(f"{size} B: measured ring {got['ring'][k]:.2f} us, tree {got['tree'][k]:.2f} us; "
+                     f"you predicted {said['ring'][k]:.2f} and {said['tree'][k]:.2f}")
+        if guess != fast:
+            raise StepFailed(f"at {size} B the {fast} is faster, your model picks the {guess}: " + lines[-1])
+        for a in got:
+            if not 0.5 <= said[a][k] / got[a][k] <= 2.0:
+                raise StepFailed(f"{a} at {size} B: predicted {said[a][k]:.2f} us, measured {got[a][k]:.2f} us: "
+                                 "more than a factor of 2 apart (step 2: the bytes each step moves)")
+    return "; ".join(lines)
+
+
+def _long_haul(net: FabricNet) -> int:
+    stats, total = net.stats(), 0
+    for link in net.links:
+        a, b = link.intf1, link.intf2
+        if a.node.name.startswith("bag") and b.node.name.startswith("bag") and a.node.name[3] != b.node.name[3]:
+            total += stats.port(a.node.name, a.name).tx_bytes + stats.port(b.node.name, b.name).tx_bytes
+    return total
+
+
+def step_far(work: Any, net: None) -> str:
+    """Step 3: hierarchy wins far"""
+    size, hosts = 1 << 20, 4
+    topo = BAGTopo(regions=2, leaves=1, spines=1, hosts_per_leaf=hosts, rate="400G", fabric_rate="400G",
+                   bag_rates="400G", distance="50km")
+    out: dict[str, tuple[float, int]] = {}
+    with FabricNet(topo, clock="fabric", kernel=False) as bag:
+        for algo in ("ring", "hier"):
+            before = _long_haul(bag)
+            r = bag.collective("allreduce", sizes=[size], algo=algo)
+            out[algo] = (r.rows[0].time_us, _long_haul(bag) - before)
+    n = 2 * hosts
+    payload = 1024 / (1024 + HEADERS)  # of each frame on the long links: its MetaRoCE payload
+    for algo, (_, wire) in out.items():
+        said = work.long_haul_bytes(algo, n, size)
+        if abs(said - wire * payload) > 0.1 * wire * payload:
+            raise StepFailed(f"{algo}: {wire} bytes crossed (about {wire * payload:.0f} of payload), you "
+                             f"predicted {said:.0f}")
+    return (f"at 50 km: ring {out['ring'][0]:.0f} us, {out['ring'][1]} bytes over BAG; hier {out['hier'][0]:.0f} us, "
+            f"{out['hier'][1]} bytes")
+
+
+STEPS = [step_steps, step_model, step_far]
