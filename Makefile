@@ -25,6 +25,8 @@ $(VENV)/.done: pyproject.toml
 	test -x $(PY) || /usr/bin/python3 -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	# Chakra's trace schema and reader for `emu replay` (its analysis tools' dependencies are not needed)
+	$(PY) -m pip install -q 'protobuf>=6.31' && $(PY) -m pip install -q --no-deps 'mlc-chakra==1.0.0'
 	touch $@
 
 demo: setup

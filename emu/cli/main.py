@@ -289,6 +289,38 @@ def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
     return _fidelity_exit(result, args.strict, 0 if result.get("passed", True) else 1)
 
 
+def cmd_replay(args: argparse.Namespace, extra: list[str]) -> int:
+    """A Chakra trace on a fabric built for it, on the fabric clock: the summary, JSON and a timeline."""
+    from emu.collectives.playback import plot
+    from emu.collectives.trace import read
+    from emu.net.fabric import FabricNet
+    from emu.net.switch import RunSettings
+    from emu.topo import make_topo
+
+    _need_root()
+    trace = read(args.trace)  # a bad trace is refused before anything is built
+    topo = make_topo(args.topo, _topo_params(extra))
+    hosts = args.hosts.split(",") if args.hosts else None
+    with FabricNet(topo, settings=RunSettings(clock="fabric", kernel=False, core=args.core or "")) as net:
+        result = net.replay(trace, hosts=hosts, algo=args.algo, seed=args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    name = os.path.basename(os.path.normpath(args.trace)) or "trace"
+    with open(os.path.join(args.out, f"replay-{name}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    if not args.no_plot:
+        plot(result, os.path.join(args.out, f"replay-{name}.png"))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{trace.path}: {result['nranks']} ranks on {args.topo}, step {result['step_time_us']:.2f} us "
+              f"(fabric), exposed communication up to {result['exposed_comm_us']:.2f} us, #wrong {result['wrong']}")
+        for c in result["collectives"]:
+            print(f"  collective {c['index']}: {c['op']} of {c['size']} B at {c['start_us']:.2f} us, "
+                  f"{c['time_us']:.2f} us, its first rank waited {c['waited_us']:.2f} us for its last")
+        print(f"  {args.out}/replay-{name}.json" + ("" if args.no_plot else " and .png"))
+    return 0 if result["wrong"] == 0 else 1
+
+
 def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.bench import run_bench
 
@@ -565,6 +597,21 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("address", nargs="?", default="0", metavar="[ADDR:]PORT",
                    help="where to listen (default 0: a free port on 127.0.0.1; the URL printed has the token)")
     p.set_defaults(fn=cmd_web)
+    p = sub.add_parser("replay", help="replay a Chakra execution trace on a fabric (fabric clock): step time, "
+                                      "each collective's time, exposed communication",
+                       epilog="TRACE is the PREFIX of PREFIX.0.et, PREFIX.1.et, ... (Chakra's converter and generator "
+                              "write these) or a folder holding one trace's files. Topology parameters follow "
+                              "(--gpus 8 --planes 8).")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--topo", default="fpf", help="the fabric to build (default fpf)")
+    p.add_argument("--hosts", help="rank r on the r-th of these hosts, comma-separated (default: the hosts in order)")
+    p.add_argument("--algo", choices=(*ALGOS, AUTO), default=None, help="for the collectives that run it")
+    p.add_argument("--core", choices=("native", "python"), default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results", help="folder for the JSON and the timeline (default results/)")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_replay)
     p = sub.add_parser("view", help="replay a saved result (results/NAME.json) in the browser: its series and counters")
     p.add_argument("result", metavar="FILE")
     p.add_argument("--web", default="0", metavar="[ADDR:]PORT",
@@ -652,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     asks_help = len(argv) > 1 and ("-h" in argv or "--help" in argv)
     named = argv[1] if asks_help else ""
     args, extra = parser(named if argv[0] == "up" else "", named if argv[0] == "scenario" else "").parse_known_args(argv)
-    if extra and args.command not in ("up", "scenario", "bench"):
+    if extra and args.command not in ("up", "scenario", "bench", "replay"):
         parser().error(f"unrecognised arguments: {' '.join(extra)}")
     from emu.cli.progress import work_progress
     from emu.launch import Stopped, stop_on_signals

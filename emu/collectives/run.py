@@ -117,7 +117,7 @@ def whole_chunks(sizes: list[int], n: int) -> list[int]:
     return [max(4 * n, s // (4 * n) * 4 * n) for s in sizes]
 
 
-def _ideal_fabric_s(hosts: list[RankHost], op: str, sizes: list[int]) -> float:
+def ideal_fabric_s(hosts: list[RankHost], op: str, sizes: list[int]) -> float:
     """The collective's bytes at line rate plus a fixed cost per step: what its fabric time is near."""
     n = len(hosts)
     gpu_bps = min(sum(rate for _, rate in h.ports) for h in hosts)
@@ -159,7 +159,7 @@ def job_params(hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "n
     return {"op": op, "algo": algo, "groups": list(groups(hosts)), "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed,
             "trim_dscp": trim_dscp, "spray": spray,
             # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
-            "budget_s": 100 * _ideal_fabric_s(hosts, op, sizes) + 0.01,
+            "budget_s": 100 * ideal_fabric_s(hosts, op, sizes) + 0.01,
             "ranks": [{"name": h.name, "planes": [[sw, port, addr, rate] for (sw, port), (addr, rate)
                                                   in zip(h.switch_ports, h.ports, strict=True)]}
                       for h in hosts]}
@@ -188,7 +188,7 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
     n = len(hosts)
     # Wall time the ranks may take: the collective's bytes at line rate, stretched by D, with room
     # (5x) for a slow run, plus start-up; a fixed limit cut a 16 MiB run at D = 3e6 (17 min) short.
-    timeout = 300.0 + 5 * _ideal_fabric_s(hosts, op, sizes) * dilation
+    timeout = 300.0 + 5 * ideal_fabric_s(hosts, op, sizes) * dilation
     tmp = scratch_dir("collective")
     procs: list[subprocess.Popen] = []
     try:

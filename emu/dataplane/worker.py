@@ -69,7 +69,7 @@ RX_BURST = 256
 # for: the engine knows no endpoint code, and imports stay downward.
 JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start",
         "writes": "emu.roce.perf:start_writes", "replicas": "emu.collectives.elastic:start",
-        "collectives": "emu.collectives.job:start_together"}
+        "collectives": "emu.collectives.job:start_together", "replay": "emu.collectives.job:start_replay"}
 # On a fabric split over workers every job runs a part on each, for its own hosts (Job.here); the
 # parts agree through notes (Job.tell), and each kind's `merge` joins their results.
 

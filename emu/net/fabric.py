@@ -47,6 +47,7 @@ from emu.units import parse_rate, parse_time
 
 if TYPE_CHECKING:
     from emu.collectives.run import CollectiveResult, RankHost, Tenant
+    from emu.collectives.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -429,6 +430,17 @@ class FabricNet(Mininet):
         chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], n)
         return CollectiveResult.from_report(self.timebase.collective(op, chunks, cc=cc, seed=seed, spray=spray,
                                                                      algo=algo, hosts=hosts, planes=planes))
+
+    def replay(self, trace: str | Trace, *, hosts: Sequence[str] | None = None, algo: str | None = None,
+               cc: str = "none", seed: int = 0, spray: str = "weighted") -> dict[str, Any]:
+        """Replay a Chakra execution trace (PREFIX of PREFIX.RANK.et files, or a folder of them; read with
+        MLCommons' mlc-chakra) on the fabric clock: rank r on hosts[r] (default the hosts in order),
+        compute nodes for their duration, collectives over MetaRoCE (`algo` where the op runs it). The
+        step time, each collective's time and wait, each rank's exposed communication, in fabric us."""
+        from emu.collectives.trace import read
+
+        return self.timebase.replay(read(trace) if isinstance(trace, str) else trace, hosts, algo=algo, cc=cc,
+                                    seed=seed, spray=spray)
 
     def collectives(self, *tenants: Tenant) -> list[CollectiveResult]:
         """Several collectives started at one fabric instant (the fabric clock), each a `Tenant` with its

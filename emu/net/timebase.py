@@ -36,6 +36,7 @@ from emu.net.flows import EngineFlows, Flow, KernelFlows
 
 if TYPE_CHECKING:
     from emu.collectives.run import Tenant
+    from emu.collectives.trace import Trace
     from emu.net.fabric import FabricNet
     from emu.net.switch import RunSettings
 
@@ -149,6 +150,13 @@ class Timebase(ABC):
         bps = min(sum(rate for _, rate in h.ports) for h in ranks)
         return algorithms.choose(op, len(ranks), sizes, bps=bps, groups=groups(ranks),
                                  one_way=lambda i, j: self.net.one_way_s(names[i], names[j]))
+
+    def replay(self, trace: Trace, hosts: Sequence[str] | None = None, *, algo: str | None = None,
+               cc: str = "none", seed: int = 0, spray: str = "weighted") -> dict[str, Any]:
+        """Execution trace `trace` replayed, rank r on hosts[r] (default: the fabric's hosts in order),
+        summarised (emu.collectives.playback)."""
+        raise ValueError("a trace replays on the fabric clock (clock=\"fabric\"): its compute durations and "
+                         "collectives keep one schedule there")
 
     @abstractmethod
     def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
@@ -273,6 +281,26 @@ class FabricTime(Timebase):
             out.append({**summarise(t.op, r, sz, res, stats, fidelity, clock=self.name, dilation=1.0, seed=t.seed,
                                     algo=a), "hosts": [h.name for h in r], "together": len(tenants)})
         return out
+
+    def replay(self, trace: Trace, hosts: Sequence[str] | None = None, *, algo: str | None = None,
+               cc: str = "none", seed: int = 0, spray: str = "weighted") -> dict[str, Any]:
+        from emu.collectives import playback
+        from emu.collectives.run import MTU, pick
+        from emu.roce.transport import HEADERS
+
+        net = self.net
+        ranks = pick(net.rank_hosts(), hosts, None)
+        trim = net.settings.trim[1] if net.settings.trim else None
+        sent = playback.params(ranks, trace, algo=algo, cc=cc, seed=seed, trim_dscp=trim, spray=spray)
+        ranks = ranks[:len(trace.ranks)]
+        net.engine.reset_fidelity()
+        state = net.engine.wait_job(net.engine.start_job("replay", sent))
+        parts = state.get("parts", [state.get("result")])
+        results = sorted((r for part in parts for r in part["ranks"]), key=lambda r: r["rank"])
+        stats = net.engine.stats()
+        fidelity = self.verdict(rate_bps=min(rate for h in ranks for _, rate in h.ports), frame_bytes=MTU + HEADERS,
+                                kernel_frames=int(state["kernel_frames"]), stats=stats)
+        return playback.summarise(trace, ranks, results, stats, fidelity, sent)
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
                            trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:

@@ -1,0 +1,206 @@
+"""Chakra execution traces, read with MLCommons' own schema and reader (the `mlc-chakra` package), as the
+replay job inside the engine takes them (emu.collectives.job.ReplayJob).
+
+A trace is one file per rank, `PREFIX.RANK.et` (what Chakra's converter and generator write): a
+GlobalMetadata message, then Node messages, each with its id, type, dependencies (data and control,
+by id within the rank's file) and attributes. Read here:
+
+- COMP_NODE: `duration_micros` of compute, one at a time on the rank's GPU;
+- COMM_COLL_NODE: attribute `comm_type` (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BARRIER)
+  and `comm_size` (bytes a rank), over every rank; the k-th collective of one rank is the k-th of
+  every other, in the order of the rank's nodes by id once dependencies allow (NCCL's one stream);
+- METADATA_NODE, MEM_LOAD_NODE, MEM_STORE_NODE: no time.
+
+Anything else (point-to-point COMM_SEND_NODE / COMM_RECV_NODE, collectives over a process group that
+is not every rank, REDUCE, GATHER, SCATTER, BROADCAST) is refused with one line naming the node: a
+replay that skipped it would report a step time that is not the trace's.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+OPS = {"ALL_REDUCE": "allreduce", "ALL_GATHER": "allgather", "REDUCE_SCATTER": "reducescatter",
+       "ALL_TO_ALL": "alltoall", "BARRIER": "allreduce"}
+BARRIER_BYTES = 4  # a barrier is an allreduce of one element a rank (its data checked like any other)
+
+
+class TraceError(ValueError):
+    """A trace that cannot be replayed: one line naming the file, the rank or the node."""
+
+
+@dataclass
+class TraceNode:
+    id: int
+    name: str
+    kind: str  # "comp", "coll" or "none"
+    deps: list[int]
+    duration_s: float = 0.0
+    op: str = ""
+    size: int = 0
+
+
+@dataclass
+class Trace:
+    """Every rank's nodes, and the collectives in the order each rank issues them ((op, bytes a rank))."""
+
+    path: str
+    ranks: list[list[TraceNode]]
+    collectives: list[tuple[str, int]] = field(default_factory=list)
+
+    def to_params(self) -> list[list[list[Any]]]:
+        """What the engine's job is given: [id, kind, deps, duration_s, collective index] per node."""
+        out = []
+        for nodes in self.ranks:
+            k = 0
+            rows = []
+            for n in issue_order(nodes):
+                rows.append([n.id, n.kind, n.deps, n.duration_s, k if n.kind == "coll" else -1])
+                k += n.kind == "coll"
+            out.append(rows)
+        return out
+
+
+def _schema() -> tuple[Any, Any]:
+    try:
+        from chakra.schema.protobuf import et_def_pb2
+        from chakra.src.third_party.utils import protolib
+    except ImportError:
+        raise TraceError("emu replay reads Chakra traces with MLCommons' mlc-chakra package, which is not "
+                         "installed: pip install 'protobuf>=6.31' && pip install --no-deps mlc-chakra "
+                         "(make setup does)") from None
+    return et_def_pb2, protolib
+
+
+def files(path: str) -> list[str]:
+    """The per-rank files of trace `path`: PREFIX (PREFIX.0.et, PREFIX.1.et, ...) or a folder of them."""
+    if os.path.isdir(path):
+        found = sorted(glob.glob(os.path.join(path, "*.et")))
+        prefixes = {re.sub(r"\.\d+\.et$", "", f) for f in found}
+        if len(prefixes) != 1:
+            raise TraceError(f"{path}: a folder with one trace's PREFIX.RANK.et files, found "
+                             f"{len(found)} files of {len(prefixes)} traces")
+        path = prefixes.pop()
+    ranked = {}
+    for f in glob.glob(glob.escape(path) + ".*.et"):
+        m = re.search(r"\.(\d+)\.et$", f)
+        if m:
+            ranked[int(m.group(1))] = f
+    if not ranked:
+        raise TraceError(f"no Chakra trace at {path}: expected {path}.0.et, {path}.1.et, ...")
+    missing = sorted(set(range(max(ranked) + 1)) - set(ranked))
+    if missing:
+        raise TraceError(f"{path}: no file for rank{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(map(str, missing[:5]))} (ranks are 0 to {max(ranked)})")
+    return [ranked[r] for r in range(len(ranked))]
+
+
+def read(path: str) -> Trace:
+    """Trace `path` read and checked: every node known, dependencies inside the rank's file and acyclic,
+    and every rank issuing the same collectives in the same order."""
+    pb, protolib = _schema()
+    from google.protobuf.message import DecodeError
+
+    ranks = []
+    for fname in files(path):
+        nodes = []
+        with open(fname, "rb") as f:
+            try:
+                meta = pb.GlobalMetadata()
+                if not protolib.decodeMessage(f, meta):
+                    raise TraceError(f"{fname}: empty, or not a Chakra trace (no GlobalMetadata)")
+                while True:
+                    node = pb.Node()
+                    if not protolib.decodeMessage(f, node):
+                        break
+                    nodes.append(_node(pb, node, fname))
+            except DecodeError as exc:
+                raise TraceError(f"{fname}: not a Chakra trace after {len(nodes)} nodes ({exc})") from None
+        _check_deps(nodes, fname)
+        ranks.append(nodes)
+    seqs = [[(n.op, n.size) for n in issue_order(nodes) if n.kind == "coll"] for nodes in ranks]
+    for r, seq in enumerate(seqs[1:], 1):
+        if seq != seqs[0]:
+            k = next((i for i, (a, b) in enumerate(zip(seq, seqs[0], strict=False)) if a != b), min(len(seq), len(seqs[0])))
+            raise TraceError(f"{path}: rank {r}'s collective {k} is {_say(seq, k)}, rank 0's {_say(seqs[0], k)}: "
+                             "every rank must issue the same collectives in the same order")
+    if len(ranks) < 2:
+        raise TraceError(f"{path}: one rank; a replay needs at least 2")
+    return Trace(path, ranks, seqs[0])
+
+
+def _say(seq: list[tuple[str, int]], k: int) -> str:
+    return f"{seq[k][0]} of {seq[k][1]} B" if k < len(seq) else "missing"
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    return {a.name: getattr(a, a.WhichOneof("value")) for a in node.attr if a.WhichOneof("value")}
+
+
+def _node(pb: Any, node: Any, fname: str) -> TraceNode:
+    deps = sorted(set(node.data_deps) | set(node.ctrl_deps))
+    where = f"{fname}: node {node.id} ({node.name or 'unnamed'})"
+    kind = pb.NodeType.Name(node.type)
+    if kind == "COMP_NODE":
+        return TraceNode(node.id, node.name, "comp", deps, duration_s=node.duration_micros * 1e-6)
+    if kind in ("METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE"):
+        return TraceNode(node.id, node.name, "none", deps)
+    if kind == "COMM_COLL_NODE":
+        attrs = _attrs(node)
+        if "comm_type" not in attrs:
+            raise TraceError(f"{where}: a collective without comm_type")
+        ctype = pb.CollectiveCommType.Name(attrs["comm_type"])
+        if ctype not in OPS:
+            raise TraceError(f"{where}: {ctype} is not replayed (only {', '.join(OPS)})")
+        for group in ("pg_name", "involved_dim"):
+            if group in attrs and attrs[group] not in ("", "0"):
+                raise TraceError(f"{where}: a collective over process group {attrs[group]!r}; only collectives "
+                                 "over every rank are replayed")
+        size = BARRIER_BYTES if ctype == "BARRIER" else int(attrs.get("comm_size", 0))
+        if size <= 0:
+            raise TraceError(f"{where}: {ctype} of comm_size {size}: a size in bytes is needed")
+        return TraceNode(node.id, node.name, "coll", deps, op=OPS[ctype], size=size)
+    raise TraceError(f"{where}: {kind} is not replayed (compute, collectives over every rank, metadata and "
+                     "memory nodes are)")
+
+
+def _check_deps(nodes: list[TraceNode], fname: str) -> None:
+    ids = {n.id for n in nodes}
+    if len(ids) != len(nodes):
+        raise TraceError(f"{fname}: node ids repeat")
+    for n in nodes:
+        unknown = [d for d in n.deps if d not in ids]
+        if unknown:
+            raise TraceError(f"{fname}: node {n.id} ({n.name or 'unnamed'}) depends on node {unknown[0]}, "
+                             "which is not in the file")
+    issue_order(nodes, fname)  # raises on a cycle
+
+
+def issue_order(nodes: list[TraceNode], fname: str = "") -> list[TraceNode]:
+    """The nodes in the order a rank issues them: each once its dependencies are, the lowest id first."""
+    import heapq
+
+    by_id = {n.id: n for n in nodes}
+    waiting = {n.id: len(n.deps) for n in nodes}
+    children: dict[int, list[int]] = {}
+    for n in nodes:
+        for d in n.deps:
+            children.setdefault(d, []).append(n.id)
+    ready = [i for i, c in waiting.items() if c == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(by_id[i])
+        for c in children.get(i, ()):
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                heapq.heappush(ready, c)
+    if len(out) != len(nodes):
+        stuck = sorted(i for i, c in waiting.items() if c > 0)[:5]
+        raise TraceError(f"{fname}: the dependencies of nodes {stuck} form a cycle")
+    return out

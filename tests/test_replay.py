@@ -1,0 +1,185 @@
+"""Chakra execution traces replayed on the fabric clock (issue 39, item 1): traces made with Chakra's own
+schema, encoder and generator; the step time against a critical path computed here, apart from the
+replay, from the trace's durations and each collective's time alone on the same idle fabric."""
+
+from __future__ import annotations
+
+import heapq
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.mininet]
+
+pb = pytest.importorskip("chakra.schema.protobuf.et_def_pb2", reason="mlc-chakra is installed by make setup")
+from chakra.src.third_party.utils.protolib import encodeMessage  # noqa: E402
+
+from emu.net.switch import RunSettings  # noqa: E402
+
+N = 8
+FWD_US = [20 * (1 + r % 3) for r in range(N)]  # ranks reach the first collective at different times
+
+
+def _attr(name: str, value: int):
+    return pb.AttributeProto(name=name, int64_val=value)
+
+
+def _coll(kind: int, size: int) -> list:
+    return [_attr("comm_type", kind), _attr("comm_size", size)]
+
+
+# rank -> [(id, name, type, deps, duration_us, attrs)]: forward, an allreduce of the gradients that the
+# backward pass overlaps, the optimiser after both, an allgather of the parameters, a tail of compute.
+def _step(r: int) -> list:
+    return [(1, "fwd", pb.COMP_NODE, [], FWD_US[r], []),
+            (2, "grad_allreduce", pb.COMM_COLL_NODE, [1], 0, _coll(pb.ALL_REDUCE, 1 << 20)),
+            (3, "bwd", pb.COMP_NODE, [1], 30, []),
+            (4, "opt", pb.COMP_NODE, [2, 3], 10, []),
+            (5, "param_allgather", pb.COMM_COLL_NODE, [4], 0, _coll(pb.ALL_GATHER, 256 << 10)),
+            (6, "tail", pb.COMP_NODE, [5], 5, [])]
+
+
+def write_trace(prefix: str, nodes_of) -> str:
+    for r in range(N):
+        with open(f"{prefix}.{r}.et", "wb") as f:
+            encodeMessage(f, pb.GlobalMetadata(version="0.0.4"))
+            for i, name, kind, deps, dur, attrs in nodes_of(r):
+                node = pb.Node(id=i, name=name, type=kind, duration_micros=dur)
+                node.data_deps.extend(deps)
+                node.attr.extend(attrs)
+                encodeMessage(f, node)
+    return prefix
+
+
+def critical_path_us(alone_us: dict[int, float]) -> float:
+    """The step by hand: each rank's compute one at a time in id order as dependencies allow, each
+    collective starting when its last rank reaches it and taking its time alone (every rank's end)."""
+    done: list[dict[int, float]] = [{} for _ in range(N)]
+    coll_end: dict[int, float] = {}
+    for node_id in (2, 5):  # the collectives in order; what precedes each, then the collective
+        for r in range(N):
+            _simulate(r, done[r], coll_end)
+        start = max(max(done[r][d] for d in dict((n[0], n[3]) for n in _step(r))[node_id]) for r in range(N))
+        coll_end[node_id] = start + alone_us[node_id]
+    for r in range(N):
+        _simulate(r, done[r], coll_end)
+    return max(max(d.values()) for d in done)
+
+
+def _simulate(r: int, done: dict[int, float], coll_end: dict[int, float]) -> None:
+    nodes = {n[0]: n for n in _step(r)}
+    free = max((done[i] for i in done if nodes[i][2] == pb.COMP_NODE), default=0.0)
+    ready = [i for i in nodes if i not in done and all(d in done for d in nodes[i][3])]
+    heapq.heapify(ready)
+    while ready:
+        i = heapq.heappop(ready)
+        at = max((done[d] for d in nodes[i][3]), default=0.0)
+        if nodes[i][2] == pb.COMP_NODE:
+            free = done[i] = max(free, at) + nodes[i][4]
+        elif i in coll_end:
+            done[i] = coll_end[i]
+        else:
+            continue  # a collective not yet timed: what depends on it waits
+        for j in nodes:
+            if j not in done and j not in ready and all(d in done for d in nodes[j][3]):
+                heapq.heappush(ready, j)
+
+
+def test_a_training_step_replays_with_the_step_time_of_its_critical_path(tmp_path, no_leftovers):
+    from emu import FabricNet, FPFTopo
+
+    prefix = write_trace(str(tmp_path / "step"), _step)
+    with FabricNet(FPFTopo(gpus=N, planes=8), clock="fabric", kernel=False) as net:
+        r = net.replay(prefix)
+        alone = {2: net.collective("allreduce", sizes=[1 << 20]).rows[0].time_us,
+                 5: net.collective("allgather", sizes=[256 << 10]).rows[0].time_us}
+    want = critical_path_us(alone)
+    assert r["wrong"] == 0 and r["nranks"] == N and r["fidelity"]["ok"]
+    assert r["step_time_us"] == pytest.approx(want, rel=0.01), (r["step_time_us"], want)
+    (ar, ag) = r["collectives"]
+    assert (ar["op"], ar["size"], ag["op"], ag["size"]) == ("allreduce", 1 << 20, "allgather", 256 << 10)
+    assert ar["start_us"] == pytest.approx(max(FWD_US)) and ar["waited_us"] == pytest.approx(max(FWD_US) - min(FWD_US))
+    assert ar["time_us"] == pytest.approx(alone[2], rel=0.01) and ag["time_us"] == pytest.approx(alone[5], rel=0.01)
+    # Exposed communication: what the slowest-to-compute rank did not hide behind its compute.
+    compute = [FWD_US[k] + 30 + 10 + 5 for k in range(N)]
+    assert [x["compute_us"] for x in r["ranks"]] == pytest.approx(compute)
+    assert r["exposed_comm_us"] == pytest.approx(max(x["end_us"] - c for x, c in zip(r["ranks"], compute, strict=True)))
+
+
+def test_the_reference_core_replays_the_same_figures(tmp_path, no_leftovers):
+    from emu import FabricNet, FPFTopo
+
+    prefix = write_trace(str(tmp_path / "step"), _step)
+    out = {}
+    for core in ("python", "native"):
+        with FabricNet(FPFTopo(gpus=N, planes=2), settings=RunSettings(clock="fabric", kernel=False, core=core)) as net:
+            r = net.replay(prefix)
+        out[core] = {k: v for k, v in r.items() if k != "fidelity"}
+    assert out["python"] == out["native"]
+
+
+def _generate(tmp_path) -> str:
+    """Chakra's own generator (its console script, beside this Python): one trace per node kind."""
+    tool = os.path.join(os.path.dirname(sys.executable), "chakra_generator")
+    subprocess.run([tool, "--num_npus", str(N), "--default_comm_size", "65536", "--default_runtime", "7"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    return str(tmp_path)
+
+
+def test_traces_from_chakras_generator_replay_or_are_refused_by_name(tmp_path, no_leftovers):
+    from emu import FabricNet, FPFTopo
+    from emu.collectives.trace import TraceError, read
+
+    where = _generate(tmp_path)
+    with FabricNet(FPFTopo(gpus=N, planes=2), clock="fabric", kernel=False) as net:
+        allreduce = net.replay(f"{where}/ALL_REDUCE")
+        alone = net.collective("allreduce", sizes=[65536]).rows[0].time_us
+        comp = net.replay(f"{where}/two_comp_nodes_dependent")
+        barrier = net.replay(f"{where}/BARRIER")
+    assert allreduce["step_time_us"] == pytest.approx(alone, rel=0.01) and allreduce["wrong"] == 0
+    assert comp["step_time_us"] == pytest.approx(14.0) and comp["exposed_comm_us"] == pytest.approx(0.0, abs=1e-6)
+    assert barrier["collectives"][0]["op"] == "allreduce" and barrier["wrong"] == 0
+    with pytest.raises(TraceError, match="one_comm_send_node.0.et: node [0-9]+ \\(COMM_SEND_NODE\\): COMM_SEND_NODE is not"):
+        read(f"{where}/one_comm_send_node")
+    with pytest.raises(TraceError, match="BROADCAST is not replayed"):
+        read(f"{where}/BROADCAST")
+
+
+def test_a_bad_trace_is_one_clear_line_and_leaves_nothing(tmp_path, no_leftovers):
+    from emu.collectives.trace import TraceError, read
+
+    (tmp_path / "junk.0.et").write_bytes(b"\x05hello world, not protobuf")
+    (tmp_path / "junk.1.et").write_bytes(b"")
+    with pytest.raises(TraceError, match="junk.0.et: not a Chakra trace|junk.1.et: empty"):
+        read(str(tmp_path / "junk"))
+    prefix = write_trace(str(tmp_path / "gap"), _step)
+    os.unlink(f"{prefix}.3.et")
+    with pytest.raises(TraceError, match="no file for rank 3"):
+        read(prefix)
+
+    def mismatched(r: int) -> list:
+        nodes = _step(r)
+        return nodes if r else [n if n[0] != 5 else (5, "param_allgather", pb.COMM_COLL_NODE, [4], 0,
+                                                    _coll(pb.ALL_GATHER, 128 << 10)) for n in nodes]
+    with pytest.raises(TraceError, match="rank 1's collective 1 is allgather of 262144 B, rank 0's allgather of 131072"):
+        read(write_trace(str(tmp_path / "odd"), mismatched))
+    out = subprocess.run([sys.executable, "-m", "emu.cli.main", "replay", str(tmp_path / "nothing"), "--gpus", "8"],
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and "no Chakra trace at" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run([sys.executable, "-m", "emu.cli.main", "replay", prefix.replace("gap", "odd"), "--gpus", "4",
+                          "--out", str(tmp_path / "res")], capture_output=True, text=True)
+    assert out.returncode == 1 and "rank 1's collective 1" in out.stderr and not (tmp_path / "res").exists()
+
+
+def test_emu_replay_prints_the_step_and_writes_its_json_and_timeline(tmp_path, no_leftovers):
+    prefix = write_trace(str(tmp_path / "step"), _step)
+    out = subprocess.run([sys.executable, "-m", "emu.cli.main", "replay", prefix, "--gpus", "8", "--planes", "2",
+                          "--out", str(tmp_path / "res")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "8 ranks on fpf, step" in out.stdout and "collective 0: allreduce of 1048576 B" in out.stdout
+    assert (tmp_path / "res" / "replay-step.json").exists() and (tmp_path / "res" / "replay-step.png").stat().st_size
+    too_few = subprocess.run([sys.executable, "-m", "emu.cli.main", "replay", prefix, "--gpus", "4"],
+                             capture_output=True, text=True)
+    assert too_few.returncode == 1 and "the trace has 8 ranks and this fabric 4 hosts" in too_few.stderr
