@@ -78,3 +78,15 @@ def rate_series(got: dict[str, Any]) -> dict[str, tuple[list[float], list[float]
         ks = sorted(int(k) for k in bins)
         out[src] = ([k * bin_s * 1e6 for k in ks], [bins[str(k)] * 8 / bin_s / 1e9 for k in ks])
     return out
+
+
+def long_haul_bytes(net: Any) -> int:
+    """Bytes sent so far over the links between BAG switches of different regions (bagRxG), both ways:
+    what a collective put on the long-haul fibre."""
+    stats = net.stats()
+    total = 0
+    for link in net.links:
+        a, b = link.intf1, link.intf2
+        if a.node.name.startswith("bag") and b.node.name.startswith("bag") and a.node.name[3] != b.node.name[3]:
+            total += stats.port(a.node.name, a.name).tx_bytes + stats.port(b.node.name, b.name).tx_bytes
+    return total

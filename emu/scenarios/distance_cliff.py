@@ -23,22 +23,11 @@ from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
 from emu.roce.transport import HEADERS
 from emu.scenarios.base import Scenario
-from emu.scenarios.common import ScenarioError, legend_below
+from emu.scenarios.common import ScenarioError, legend_below, long_haul_bytes
 from emu.topo.bag import BAGTopo
 from emu.units import format_size, parse_distance
 
 ALGOS = ("ring", "tree", "hier")
-
-
-def _long_haul_bytes(net: FabricNet) -> int:
-    """Bytes sent over the links between the two regions' BAG switches, both ways."""
-    stats = net.stats()
-    total = 0
-    for link in net.links:
-        a, b = link.intf1, link.intf2
-        if a.node.name.startswith("bag") and b.node.name.startswith("bag") and a.node.name[3] != b.node.name[3]:
-            total += stats.port(a.node.name, a.name).tx_bytes + stats.port(b.node.name, b.name).tx_bytes
-    return total
 
 
 @dataclass
@@ -77,10 +66,10 @@ class DistanceCliff(Scenario):
     def measure(self, net: FabricNet, settings: RunSettings, role: str) -> dict[str, Any]:
         out = {}
         for algo in ALGOS:
-            before = _long_haul_bytes(net)
+            before = long_haul_bytes(net)
             r = net.collective("allreduce", sizes=[self.as_size("size")], algo=algo).report
             out[algo] = {"time_us": r["rows"][0]["time_us"], "busbw_GBps": r["rows"][0]["busbw_GBps"],
-                         "wrong": r["wrong"], "long_haul_bytes": _long_haul_bytes(net) - before,
+                         "wrong": r["wrong"], "long_haul_bytes": long_haul_bytes(net) - before,
                          "fidelity": r["fidelity"]}
         return out
 

@@ -9,6 +9,7 @@ from emu import BAGTopo, FabricNet, FPFTopo
 from emu.collectives import algorithms
 from emu.labs import StepFailed
 from emu.roce.transport import HEADERS
+from emu.scenarios.common import long_haul_bytes
 
 MODULE = "collectives.py"
 CLOCKS = ("fabric",)
@@ -56,15 +57,6 @@ def step_model(work: Any, net: None) -> str:
     return "; ".join(lines)
 
 
-def _long_haul(net: FabricNet) -> int:
-    stats, total = net.stats(), 0
-    for link in net.links:
-        a, b = link.intf1, link.intf2
-        if a.node.name.startswith("bag") and b.node.name.startswith("bag") and a.node.name[3] != b.node.name[3]:
-            total += stats.port(a.node.name, a.name).tx_bytes + stats.port(b.node.name, b.name).tx_bytes
-    return total
-
-
 def step_far(work: Any, net: None) -> str:
     """Step 3: hierarchy wins far"""
     size, hosts = 1 << 20, 4
@@ -73,9 +65,9 @@ def step_far(work: Any, net: None) -> str:
     out: dict[str, tuple[float, int]] = {}
     with FabricNet(topo, clock="fabric", kernel=False) as bag:
         for algo in ("ring", "hier"):
-            before = _long_haul(bag)
+            before = long_haul_bytes(bag)
             r = bag.collective("allreduce", sizes=[size], algo=algo)
-            out[algo] = (r.rows[0].time_us, _long_haul(bag) - before)
+            out[algo] = (r.rows[0].time_us, long_haul_bytes(bag) - before)
     n = 2 * hosts
     payload = 1024 / (1024 + HEADERS)  # of each frame on the long links: its MetaRoCE payload
     for algo, (_, wire) in out.items():
