@@ -100,6 +100,7 @@ COLLECTIVES: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "fpf-rhd-allreduce": ("fpf", {"gpus": 8, "planes": 2, "algo": "rhd"}, ["256KiB"]),
     "fpf-tree-allreduce": ("fpf", {"gpus": 6, "planes": 2, "algo": "tree"}, ["256KiB"]),
     "tahan-pairwise-alltoall": ("tahan", {"algo": "pairwise"}, ["256KiB"]),
+    "fpf-alltoallv": ("fpf", {"gpus": 8, "planes": 2}, ["256KiB"]),
 }
 
 
@@ -108,7 +109,7 @@ def test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_r
     from emu.bench.collective import run
 
     topo, params, sizes = COLLECTIVES[name]
-    op = "alltoall" if "alltoall" in name else "allreduce"
+    op = next((o for o in ("alltoallv", "alltoall") if o in name), "allreduce")
     args = {"topo": topo, "sizes": ",".join(sizes), **{k: str(v) for k, v in params.items()}}
     out = {core: run(op, args, settings=RunSettings(clock="fabric", core=core, kernel=False))
            for core in ("python", "native")}

@@ -30,7 +30,7 @@ AUTO = "auto"  # chosen by predict(): what the op runs, by a cost model that kno
 RING_MARGIN = 0.1  # auto keeps the ring unless another algorithm is predicted this much faster
 # What each algorithm runs; the first listed for an op is its default.
 FOR_OP = {"allreduce": ("ring", "rhd", "tree", "hier"), "reducescatter": ("ring", "rhd"), "allgather": ("ring", "rhd"),
-          "alltoall": ("direct", "pairwise"), "sendrecv": ("ring",)}
+          "alltoall": ("direct", "pairwise"), "alltoallv": ("direct", "pairwise"), "sendrecv": ("ring",)}
 DESCRIBED = {
     "ring": "a pipelined ring: 2(n-1) steps for allreduce, every link busy, the best at large sizes",
     "rhd": "recursive halving then doubling: 2 log2(n) steps, each moving half the data of the one before "
@@ -85,6 +85,11 @@ class Plan:
     depth: int = 0
     stage_bytes: int = 0
     owner: list[int] = field(default_factory=list)
+    # Copies each rank makes of its own data into its stage before it starts (all-to-all: its own
+    # chunk): (data offset, stage offset, bytes).
+    local: list[tuple[int, int, int]] = field(default_factory=list)
+    # All-to-all(v): the bytes rank r sends rank p (its own included), and where each lands.
+    matrix: tuple[tuple[int, ...], ...] = ()
 
     def steps(self, rank: int) -> list[Step]:
         return [step for lane in self.lanes[rank] for step in lane]
@@ -433,15 +438,36 @@ def _depth_of(parent: list[int], r: int) -> int:
     return d
 
 
-def _alltoall(pairwise: bool) -> Callable[[int, int, int], Plan]:
-    """Chunk p of my data to rank p's stage at my slot (my own is copied in place by the runner). Direct:
-    every write at once, then every wait; pairwise: round s writes to r + s after hearing from r - s + 1."""
+def moe_matrix(n: int, size: int, skew: float = 1.0, token: int = 4096) -> tuple[tuple[int, ...], ...]:
+    """An MoE dispatch: each rank's `size` bytes are tokens of `token` bytes (fewer for small sizes), each
+    routed to one of n experts (one a rank) drawn by Zipf(`skew`) popularity, the experts' order
+    shuffled; what does not make a whole token stays home. The same matrix on every rank and core
+    (seeded by n and size)."""
+    token = max(4, min(token, size // n // 4 * 4))
+    rng = np.random.default_rng([n, size])
+    weights = 1.0 / np.arange(1, n + 1) ** skew
+    weights = weights[rng.permutation(n)] / weights.sum()
+    rows = []
+    for r in range(n):
+        counts = np.random.default_rng([n, size, r]).multinomial(size // token, weights) * token
+        counts[r] += size - int(counts.sum())
+        rows.append(tuple(int(c) for c in counts))
+    return tuple(rows)
+
+
+def _alltoall(pairwise: bool, matrix: Callable[[int, int], tuple[tuple[int, ...], ...]]
+              ) -> Callable[[int, int, int], Plan]:
+    """Rank r's part for rank p (at its offset in r's data) to p's stage at r's slot; its own part
+    copied in place before it starts (Plan.local). Direct: every write at once, then every wait;
+    pairwise: round s writes to r + s after hearing from r - s + 1."""
     def build(n: int, size: int, slice_bytes: int) -> Plan:
         b = _Builder(n)
-        chunk = _chunks(size, n)
+        m = matrix(n, size)
+        send_off = [[sum(m[r][:p]) for p in range(n)] for r in range(n)]
+        recv_off = [[sum(m[q][p] for q in range(r)) for r in range(n)] for p in range(n)]  # [p][r]: r's slot in p
         steps = [[b.step(r)] * (n - 1) if not pairwise else [b.step(r) for _ in range(n - 1)] for r in range(n)]
-        msg = {(r, (r + s) % n): b.send(steps[r][s - 1], (r + s) % n, "data", (r + s) % n * chunk, chunk, "stage",
-                                        r * chunk)
+        msg = {(r, (r + s) % n): b.send(steps[r][s - 1], (r + s) % n, "data", send_off[r][(r + s) % n],
+                                        m[r][(r + s) % n], "stage", recv_off[(r + s) % n][r])
                for s in range(1, n) for r in range(n)}
         for r in range(n):
             if pairwise:  # round s (its send) first waits for round s - 1's write from r - s + 1
@@ -450,14 +476,22 @@ def _alltoall(pairwise: bool) -> Callable[[int, int, int], Plan]:
                 b.step(r).waits.append(msg[((r - n + 1) % n, r)])
             else:
                 b.step(r).waits.extend(msg[(p, r)] for p in range(n) if p != r)
-        return Plan([[p] for p in b.programs], b.next, n - 1 if pairwise else 1, chunk * n)
+        return Plan([[p] for p in b.programs], b.next, n - 1 if pairwise else 1,
+                     max(sum(m[q][p] for q in range(n)) for p in range(n)), matrix=m,
+                     local=[(send_off[r][r], recv_off[r][r], m[r][r]) for r in range(n)])
     return build
+
+
+def _even(n: int, size: int) -> tuple[tuple[int, ...], ...]:
+    chunk = _chunks(size, n)
+    return tuple((chunk,) * n for _ in range(n))
 
 
 _BUILDERS: dict[tuple[str, str], Callable[[int, int, int], Plan]] = {
     ("rhd", "allreduce"): _rhd("allreduce"), ("rhd", "reducescatter"): _rhd("reducescatter"),
     ("rhd", "allgather"): _rhd("allgather"), ("tree", "allreduce"): _tree_allreduce,
-    ("direct", "alltoall"): _alltoall(False), ("pairwise", "alltoall"): _alltoall(True),
+    ("direct", "alltoall"): _alltoall(False, _even), ("pairwise", "alltoall"): _alltoall(True, _even),
+    ("direct", "alltoallv"): _alltoall(False, moe_matrix), ("pairwise", "alltoallv"): _alltoall(True, moe_matrix),
 }
 
 
@@ -468,6 +502,8 @@ def execute(p: Plan, data: list[np.ndarray], stage: list[np.ndarray]) -> None:
     lanes = [(r, lane) for r, rl in enumerate(p.lanes) for lane in rl]
     at = [0] * len(lanes)
     arrived: set[int] = set()
+    for r, (src, dst, nbytes) in enumerate(p.local):
+        stage[r][dst:dst + nbytes] = data[r][src:src + nbytes]
     regions = {"data": data, "stage": stage}
     while any(at[i] < len(lane) for i, (_, lane) in enumerate(lanes)):
         moved = False

@@ -101,7 +101,10 @@ class Ring:
                                                                    groups)
         self.data = self.dev.reg_mr(biggest)
         # Reduced chunks land here (the tree's children each have their own area: twice the size).
-        self.stage = self.dev.reg_mr(biggest * (2 if self.algo in ("tree", "hier") else 1))
+        staged = biggest * (2 if self.algo in ("tree", "hier") else 1)
+        if op == "alltoallv":  # the busiest expert receives more than a rank sends
+            staged = max(staged, algorithms.plan(self.algo, op, nranks, biggest, slice_bytes, groups).stage_bytes)
+        self.stage = self.dev.reg_mr(staged)
         self.right: QueuePair = self.dev.create_qp()
         self.left: QueuePair = self.dev.create_qp()
         # Every peer a plan writes to or hears from has a QP of its own (alltoall: every rank).
@@ -208,9 +211,9 @@ class Ring:
         p = algorithms.plan(self.algo, self.op, self.n, size, self.slice, self.groups)
         regions = {"data": self.data, "stage": self.stage}
         base = self.msg
-        if self.op == "alltoall":  # my own chunk is already where it belongs
-            chunk = size // self.n
-            self.stage.buf[self.r * chunk:(self.r + 1) * chunk] = self.data.buf[self.r * chunk:(self.r + 1) * chunk]
+        if p.local:  # all-to-all: my own part is already where it belongs
+            src, dst, nbytes = p.local[self.r]
+            self.stage.buf[dst:dst + nbytes] = self.data.buf[src:src + nbytes]
         lanes = p.lanes[self.r]
         at = [0] * len(lanes)
         while any(at[i] < len(lane) for i, lane in enumerate(lanes)):
@@ -283,9 +286,13 @@ class Ring:
             return wrong(self.ints(self.data, c * chunk, chunk), total - 1, c * chunk // 4)
         if op == "allgather":
             return sum(wrong(self.ints(self.data, k * size, size), k) for k in range(n))
-        if op == "alltoall":
-            c = chunk // 4
-            return sum(wrong(self.ints(self.stage, p * c * 4, c * 4), p, r * c) for p in range(n))
+        if op in ("alltoall", "alltoallv"):  # rank q's part for me, from q's offset for me, at q's slot here
+            m = algorithms.plan(self.algo, op, n, size, self.slice, self.groups).matrix
+            at, bad = 0, 0
+            for q in range(n):
+                bad += wrong(self.ints(self.stage, at, m[q][r]), q, sum(m[q][:r]) // 4)
+                at += m[q][r]
+            return bad
         raise ValueError(f"{op} has no plan to check")
 
 

@@ -3,7 +3,8 @@ nccl-tests does, in fabric units.
 
 Time is the slowest rank's, from a common barrier to its own completion. As in nccl-tests:
 algbw = S / t with S = count x 4 bytes (x nranks for allgather; for alltoall the size is each
-rank's whole buffer, n chunks, one per peer), busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for
+rank's whole buffer, n chunks, one per peer; for alltoallv the same buffer split as an MoE dispatch routes
+its tokens, emu.collectives.algorithms.moe_matrix), busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for
 allgather and reducescatter, 1 for sendrecv; #wrong counts elements that differ from the expected
 result on any rank. Used by `emu bench collective` (which builds the fabric) and by
 `net.collective(...)` (on yours).
@@ -24,9 +25,10 @@ from emu.launch import python_module, scratch_dir
 from emu.roce.transport import HEADERS
 
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
-          "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
+          "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
+          "alltoallv": lambda n: (n - 1) / n, "sendrecv": lambda n: 1.0}
 STEPS = {"allreduce": lambda n: 2 * (n - 1), "allgather": lambda n: n - 1, "reducescatter": lambda n: n - 1,
-         "alltoall": lambda n: 1, "sendrecv": lambda n: 1}
+         "alltoall": lambda n: 1, "alltoallv": lambda n: 1, "sendrecv": lambda n: 1}
 MTU = 1024  # RoCE payload per packet
 
 
