@@ -194,6 +194,22 @@ def test_incast_on_the_fabric_clock_is_exact_with_and_without_pfc(tmp_path, no_l
     assert off["drops_lossless"] > 0 and off["pfc_frames"] == 0 and off["delivered_bytes"] < off["planned_bytes"]
     # The receiver's time bins are fabric microseconds: the 2.6 MB take about 210 us at 100G.
     assert 150e-6 < r["receive_fabric_s"] < 400e-6, r["receive_fabric_s"]
+    # The plot's story by its data (issue 40): while the hot port is backlogged, what the receiver gets in
+    # each of the plot's 10 us bins is within 5 % of the port's goodput bound; the queue rises to the
+    # buffer model's XOFF depth where PFC begins to hold senders, and not before.
+    bound, width = r["goodput_bound_bps"] / 1e9, r["bin_us"]
+    got: dict[int, float] = {}
+    for xs, ys in r["received_series"].values():
+        for x, y in zip(xs, ys, strict=True):
+            got[round(x / width) // 10] = got.get(round(x / width) // 10, 0.0) + y / 10
+    backlogged = {int(t // 10) for t, q in r["queue_series"] if q > 50_000}
+    busy = [got[b] for b in sorted(backlogged)[1:-1] if b in got]
+    assert len(busy) >= 5 and all(abs(g / bound - 1) < 0.05 for g in busy), (bound, busy)
+    first = next(t for t, share in r["held_series"] if share > 0)
+    before = [q for t, q in r["queue_series"] if t < first - 2]
+    at = next(q for t, q in r["queue_series"] if t >= first)
+    assert max(before) < r["xoff_queue_bytes"] and abs(at / r["xoff_queue_bytes"] - 1) < 0.05, (
+        r["xoff_queue_bytes"], r["xoff_ingress_ports"], at, max(before))
 
 
 def test_trimming_recovers_every_cut_by_nack_where_loss_waits_for_timers(tmp_path, no_leftovers):

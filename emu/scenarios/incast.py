@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from emu.dataplane.spec import QosSpec
 from emu.net.fabric import FabricNet
 from emu.net.flows import Flow
 from emu.net.switch import RunSettings
@@ -25,6 +26,7 @@ from emu.scenarios.common import (
     totals,
 )
 from emu.topo.fpf import FPFTopo
+from emu.units import WIRE_OVERHEAD_BYTES
 
 PORT = 9000
 SAMPLE_S = 1e-6  # fabric seconds between samples of the hot port's queue and the senders' pauses
@@ -90,6 +92,7 @@ class Incast(Scenario):
                         rx["duration_s"]) if sampled else {"queue_series": [], "held_series": []})
         delivered = rx["received_bytes"]
         planned = sum(f.wire_bytes for f in flows)  # from the parameters: a send that failed still counts
+        xoff = _xoff_queue(net, stats, hot, settings) if settings.pfc and sampled else None  # the engine's buffer
         t = totals(stats)
         return {
             "pfc": settings.pfc,
@@ -105,6 +108,9 @@ class Incast(Scenario):
             "drops_socket": t["drops_by_reason"].get("rx_socket_overflow", 0),
             "receive_fabric_s": rx["duration_s"],
             "goodput_fabric_bps": delivered * 8 / rx["duration_s"] if rx["duration_s"] else 0.0,
+            # The most the hot port can deliver: its line rate less each datagram's headers, FCS, preamble, gap.
+            "goodput_bound_bps": rate * self.size / (self.size + 42 + WIRE_OVERHEAD_BYTES),
+            **({"xoff_queue_bytes": xoff[0], "xoff_ingress_ports": xoff[1]} if xoff else {}),
             "received_series": rate_series(rx),  # per sender: fabric us, Gb/s
             "bin_us": rx["bin_s"] * 1e6,
             "hot_port": "/".join(hot),
@@ -128,6 +134,23 @@ class Incast(Scenario):
 
     def file_name(self, settings: RunSettings) -> str:
         return f"incast-{'pfc' if settings.pfc else 'nopfc'}"
+
+
+def _xoff_queue(net: FabricNet, stats: dict[str, Any], hot: tuple[str, str], settings: RunSettings
+                ) -> tuple[int, int]:
+    """Where the shared-buffer model says PFC starts pausing (emu.dataplane.buffer): the k ingress ports
+    of the hot switch that carried the incast each hold their reserve plus the dynamic threshold, a
+    2^-shift share of what is left free, x = F / (2^shift + k), F the switch's shared pool
+    (buffer_per_port x ports); the hot queue is what they hold, k (reserve + x). (The hot queue's depth
+    in bytes, k.)"""
+    switch, port = hot
+    ports = stats["switches"][switch]["ports"]
+    carried = {name: p.get("rx_bytes", 0) for name, p in ports.items() if name != port}
+    total = sum(carried.values()) or 1
+    k = sum(1 for b in carried.values() if b > 0.05 * total)
+    qos = QosSpec()
+    pool = settings.buffer_per_port * len(ports)
+    return k * (qos.reserve + pool // ((1 << qos.alpha_shift) + k)), k
 
 
 def _story(samples: dict[str, list[tuple[float, int, float]]], hot: str, access: list[str], first_s: float,
@@ -166,12 +189,17 @@ def plot_incast(result: dict[str, Any], ax: Any, title: str) -> None:
     shares = []
     for _, (xs, ys) in series:  # each sender's Gb/s averaged over PLOT_BIN_US (a bin it sent nothing in is 0)
         acc = [0.0] * nbins
-        for x, y in zip(xs, ys, strict=True):
-            acc[min(nbins - 1, int(x / (width * group)))] += y / group
+        for x, y in zip(xs, ys, strict=True):  # x is a whole number of receive bins (k x bin, in floats)
+            acc[min(nbins - 1, round(x / width) // group)] += y / group
         shares.append(acc)
     ax.stackplot(edges, shares, step="post", labels=[src for src, _ in series], alpha=0.85, linewidth=0)
     ax.axhline(line, color="black", linestyle="--", linewidth=1)
     ax.text(0, line * 1.02, f"line rate {line:g} Gb/s", fontsize=7, va="bottom")
+    if result.get("goodput_bound_bps"):
+        bound = result["goodput_bound_bps"] / 1e9
+        ax.axhline(bound, color="black", linestyle=":", linewidth=1)
+        ax.text(edges[-1] if edges else 0, line * 1.02, f"dotted: goodput bound {bound:.1f} Gb/s (less headers, gaps)",
+                fontsize=7, va="bottom", ha="right")
     ax.set_ylim(0, line * 1.45)  # the legend goes in the room above the line rate, not over the data
     ax.set_ylabel("received (Gb/s)")
     ax.set_title(title)
@@ -190,6 +218,11 @@ def plot_incast(result: dict[str, Any], ax: Any, title: str) -> None:
         if share > 0:
             below.axvspan(t0, t1, ymin=0, ymax=1, color="tab:blue", alpha=0.08 + 0.3 * share, linewidth=0)
     below.plot([], [], color="tab:blue", alpha=0.3, linewidth=6, label="PFC holding senders (darker: more of them)")
+    if result.get("xoff_queue_bytes"):
+        xoff = result["xoff_queue_bytes"] / 1024
+        top = max(top, xoff)
+        below.axhline(xoff, color="black", linestyle="--", linewidth=1,
+                      label=f"XOFF: {result['xoff_ingress_ports']} ingress ports at the buffer's dynamic threshold")
     below.set_ylim(0, top * 1.3)
     below.set_ylabel("queue (KiB)")
     below.set_xlabel("fabric time since the first byte arrived (us)")
