@@ -283,7 +283,7 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
     from emu import FabricNet, FPFTopo
     from emu.net.flows import EngineFlows, Flow
     from emu.scenarios.common import DSCP_LOSSLESS, ECT0
-    from tests.browser import Browser
+    from emu.web.devtools import Browser
 
     os.makedirs("results", exist_ok=True)
     with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), clock="fabric") as net, \
@@ -367,7 +367,7 @@ def test_a_large_fabric_is_drawn_a_node_per_plane_and_a_click_opens_one(no_lefto
     opens it (its switches across the width, the 64 hosts, its links, each a link of the fabric) and the
     header's button closes it again."""
     from emu import FabricNet, FPFTopo
-    from tests.browser import Browser
+    from emu.web.devtools import Browser
 
     with FabricNet(FPFTopo(gpus=64, planes=8), clock="fabric", kernel=False) as net, \
             Browser(net.web().url, width=1280, height=720) as page:
@@ -448,7 +448,7 @@ def test_emu_view_replays_a_result_in_chromium_with_a_time_slider(tmp_path):
     import json
     import subprocess
 
-    from tests.browser import Browser
+    from emu.web.devtools import Browser
     from tests.helpers import EMU
 
     bad = subprocess.run([*EMU, "view", str(tmp_path / "none.json")], capture_output=True, text=True, timeout=60)

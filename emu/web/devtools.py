@@ -1,8 +1,9 @@
 """Headless Chromium driven over the DevTools protocol: one page, kept open, read with JavaScript.
 
 What `--dump-dom` cannot do: watch an open page change (a queue growing, a link greying) without
-loading it again. The browser is emu.web.chromium's HeadlessPage: its own session, a scratch
-profile; `close()` kills the group, so no renderer outlives a test.
+loading it again, and take screenshots of it (the tests, and tools/screenshots.py for the docs). The
+browser is emu.web.chromium's HeadlessPage: its own session, a scratch profile; `close()` kills the
+group, so no renderer outlives its user.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from emu.web.chromium import HeadlessPage
 
 
 class Browser:
+    """One page at `url`, `width` x `height` pixels; `js`, `wait_for`, `screenshot`; a context manager."""
+
     def __init__(self, url: str, *, width: int = 1200, height: int = 800, timeout_s: float = 30.0) -> None:
         self.page = HeadlessPage(url, width=width, height=height, devtools=True)
         self.ids = itertools.count(1)
