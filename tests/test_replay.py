@@ -138,9 +138,13 @@ def test_traces_from_chakras_generator_replay_or_are_refused_by_name(tmp_path, n
         alone = net.collective("allreduce", sizes=[65536]).rows[0].time_us
         comp = net.replay(f"{where}/two_comp_nodes_dependent")
         barrier = net.replay(f"{where}/BARRIER")
+        tree = net.replay(f"{where}/ALL_REDUCE", algo="tree")
+        with pytest.raises(ValueError, match="not auto"):
+            net.replay(f"{where}/ALL_REDUCE", algo="auto")
     assert allreduce["step_time_us"] == pytest.approx(alone, rel=0.01) and allreduce["wrong"] == 0
     assert comp["step_time_us"] == pytest.approx(14.0) and comp["exposed_comm_us"] == pytest.approx(0.0, abs=1e-6)
     assert barrier["collectives"][0]["op"] == "allreduce" and barrier["wrong"] == 0
+    assert tree["algo"] == "tree" and tree["wrong"] == 0 and tree["step_time_us"] != allreduce["step_time_us"]
     with pytest.raises(TraceError, match="one_comm_send_node.0.et: node [0-9]+ \\(COMM_SEND_NODE\\): COMM_SEND_NODE is not"):
         read(f"{where}/one_comm_send_node")
     with pytest.raises(TraceError, match="BROADCAST is not replayed"):

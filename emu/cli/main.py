@@ -605,7 +605,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--topo", default="fpf", help="the fabric to build (default fpf)")
     p.add_argument("--hosts", help="rank r on the r-th of these hosts, comma-separated (default: the hosts in order)")
-    p.add_argument("--algo", choices=(*ALGOS, AUTO), default=None, help="for the collectives that run it")
+    p.add_argument("--algo", choices=ALGOS, default=None, help="for the collectives that run it (default: each op's)")
     p.add_argument("--core", choices=("native", "python"), default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results", help="folder for the JSON and the timeline (default results/)")

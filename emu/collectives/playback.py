@@ -23,6 +23,9 @@ def params(hosts: list[RankHost], trace: Trace, *, algo: str | None = None, cc: 
     if len(hosts) < n:
         raise ValueError(f"the trace has {n} ranks and this fabric {len(hosts)} hosts: one rank a host")
     hosts = hosts[:n]
+    if algo == algorithms.AUTO:
+        raise ValueError("a replay takes one algorithm for the collectives that run it, not auto (auto is "
+                         "`emu bench collective`'s: it picks by size, and a trace's collectives have many)")
     if algo is not None:
         for op in dict.fromkeys(op for op, _ in trace.collectives):
             if algo in algorithms.FOR_OP[op]:
