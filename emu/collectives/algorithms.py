@@ -257,7 +257,7 @@ def _rhd_reduce_scatter(b: _Builder, n: int, chunk: int, last: list[Step]) -> No
     d = n // 2
     while d >= 1:
         half = span // 2
-        sent: dict[int, list[int]] = {}
+        sent: dict[int, int] = {}
         steps = []
         for r in range(n):
             p = r ^ d
@@ -265,11 +265,11 @@ def _rhd_reduce_scatter(b: _Builder, n: int, chunk: int, last: list[Step]) -> No
             give_lo = lo[r] + (0 if r & d else half)
             step = last[r] if last[r] is not None and not last[r].sends else b.step(r)
             # The partner's copy of my kept half goes to my stage area of this round.
-            sent[p] = [b.send(step, p, "data", give_lo * chunk, half * chunk, "stage", base)]
+            sent[p] = b.send(step, p, "data", give_lo * chunk, half * chunk, "stage", base)
             steps.append((step, keep_lo))
         for r in range(n):
             wait = b.step(r)
-            wait.waits.extend(sent[r])
+            wait.waits.append(sent[r])
             wait.reduces.append(Reduce(base, steps[r][1] * chunk, half * chunk))
             last[r] = wait
             lo[r] = steps[r][1]
@@ -283,15 +283,15 @@ def _rhd_all_gather(b: _Builder, n: int, chunk: int, last: list[Step]) -> None:
     each holds, which land in place in each other's data."""
     d = 1
     while d < n:
-        sent: dict[int, list[int]] = {}
+        sent: dict[int, int] = {}
         for r in range(n):
             p = r ^ d
             lo = r - r % d  # the d chunks rank r holds
             step = last[r] if last[r] is not None and not last[r].sends else b.step(r)
-            sent[p] = [b.send(step, p, "data", lo * chunk, d * chunk, "data", lo * chunk)]
+            sent[p] = b.send(step, p, "data", lo * chunk, d * chunk, "data", lo * chunk)
         for r in range(n):
             wait = b.step(r)
-            wait.waits.extend(sent[r])
+            wait.waits.append(sent[r])
             last[r] = wait
         d *= 2
 

@@ -23,6 +23,21 @@ from emu.dataplane.job import Attach, Job
 from emu.roce.endpoint import Endpoint
 
 
+def _attach_ranks(job: Any, params: dict[str, Any]) -> None:
+    """A rank's MetaRoCE endpoint on its host's planes, for every rank of a collective job (`local`,
+    `endpoints`, `participants`). On a fabric split over workers each runs the ranks of its own hosts;
+    the others' are built detached, the same on every worker (same seeds), so that every ring connects
+    to its peers."""
+    rng = random.Random(params.get("seed", 0))
+    job.local = [job.here(rank["planes"]) for rank in params["ranks"]]
+    job.endpoints = [Endpoint.attached(job.attach_for(rank["planes"]), rank["planes"], job.fail,
+                                       f"rank {r} ({rank['name']})", mtu=params["mtu"], cc=params["cc"],
+                                       seed=rng.getrandbits(32), trim_dscp=params.get("trim_dscp"),
+                                       spray=params.get("spray", "weighted"))
+                     for r, rank in enumerate(params["ranks"])]
+    job.participants = [ep for ep, mine in zip(job.endpoints, job.local, strict=True) if mine]
+
+
 class CollectiveJob(Job):
     """params: op, algo, sizes, cc, mtu, slice, seed, ranks (each: name, planes as [switch, port, address,
     rate b/s]), budget_s (fabric seconds after which the job is said not to complete)."""
@@ -33,16 +48,7 @@ class CollectiveJob(Job):
         self.sizes: list[int] = list(params["sizes"])
         n = len(params["ranks"])
         self.rows: list[list[dict[str, Any]]] = [[] for _ in range(n)]
-        rng = random.Random(params.get("seed", 0))
-        # On a fabric split over workers each runs the ranks of its own hosts; the others' are built
-        # detached, the same on every worker (same seeds), so that every ring connects to its peers.
-        self.local = [self.here(rank["planes"]) for rank in params["ranks"]]
-        self.endpoints = [Endpoint.attached(self.attach_for(rank["planes"]), rank["planes"], self.fail,
-                                            f"rank {r} ({rank['name']})", mtu=params["mtu"], cc=params["cc"],
-                                            seed=rng.getrandbits(32), trim_dscp=params.get("trim_dscp"),
-                                            spray=params.get("spray", "weighted"))
-                          for r, rank in enumerate(params["ranks"])]
-        self.participants = [ep for ep, mine in zip(self.endpoints, self.local, strict=True) if mine]
+        _attach_ranks(self, params)
         group = tuple(params["groups"]) if params.get("groups") else None
         self.rings = [Ring(ep.dev, r, n, self.op, max(self.sizes), params["slice"], timed=False,
                            algo=params.get("algo"), groups=group)
@@ -165,14 +171,7 @@ class ReplayJob(Job):
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
         n = self.n = len(params["ranks"])
-        rng = random.Random(params.get("seed", 0))
-        self.local = [self.here(rank["planes"]) for rank in params["ranks"]]
-        self.endpoints = [Endpoint.attached(self.attach_for(rank["planes"]), rank["planes"], self.fail,
-                                            f"rank {r} ({rank['name']})", mtu=params["mtu"], cc=params["cc"],
-                                            seed=rng.getrandbits(32), trim_dscp=params.get("trim_dscp"),
-                                            spray=params.get("spray", "weighted"))
-                          for r, rank in enumerate(params["ranks"])]
-        self.participants = [ep for ep, mine in zip(self.endpoints, self.local, strict=True) if mine]
+        _attach_ranks(self, params)
         self.colls: list[tuple[str, int]] = [(op, int(size)) for op, size in params["collectives"]]
         group = tuple(params["groups"]) if params.get("groups") else None
         # One ring a kind of collective, sized for its largest, the same on every rank and worker; each
