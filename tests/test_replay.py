@@ -1,6 +1,6 @@
-"""Chakra execution traces replayed on the fabric clock (issue 39, item 1): traces made with Chakra's own
-schema, encoder and generator; the step time against a critical path computed here, apart from the
-replay, from the trace's durations and each collective's time alone on the same idle fabric."""
+"""Chakra execution traces replayed (issue 39, item 1): traces made with Chakra's own schema, encoder and
+generator; the step time against a critical path computed here, apart from the replay, from the trace's
+durations and each collective's time alone on the same idle fabric; the same replay on the wall clock."""
 
 from __future__ import annotations
 
@@ -118,6 +118,32 @@ def test_the_reference_core_replays_the_same_figures(tmp_path, no_leftovers):
             r = net.replay(prefix)
         out[core] = {k: v for k, v in r.items() if k != "fidelity"}
     assert out["python"] == out["native"]
+
+
+def test_a_replay_and_tenants_on_the_wall_clock_give_the_fabric_clocks_figures(tmp_path, no_leftovers):
+    """The same jobs inside the engine on its wall loop (one worker): at a D where the verdict is ok, the
+    step time and each tenant's time within 1 % of the fabric clock's (a run that fell behind proves
+    nothing, so D grows until one is on time; none on time fails)."""
+    from emu import FabricNet, FPFTopo, Tenant
+
+    prefix = write_trace(str(tmp_path / "step"), _step)
+    tenants = (Tenant("allreduce", sizes=["256KiB"], hosts=["gpu0", "gpu1", "gpu2", "gpu3"]),
+               Tenant("allgather", sizes=["256KiB"], hosts=["gpu4", "gpu5", "gpu6", "gpu7"]))
+
+    def both(**clock) -> tuple[dict, list]:
+        with FabricNet(FPFTopo(gpus=N, planes=2), **clock) as net:
+            return net.replay(prefix), net.collectives(*tenants)
+
+    fabric, fabric_t = both(clock="fabric")
+    for d in (20_000, 100_000, 500_000):
+        wall, wall_t = both(clock="wall", dilation=d)
+        assert wall["wrong"] == 0 and wall["clock"] == "wall" and all(t.wrong == 0 for t in wall_t)
+        if wall["fidelity"]["ok"] and all(t.fidelity["ok"] for t in wall_t):
+            break
+    else:
+        pytest.fail(f"no wall-clock replay was on time up to D = {d:,} (worst: {wall['fidelity']['worst']})")
+    assert wall["step_time_us"] == pytest.approx(fabric["step_time_us"], rel=0.01), d
+    assert [t.rows[0].time_us for t in wall_t] == pytest.approx([t.rows[0].time_us for t in fabric_t], rel=0.01), d
 
 
 def _generate(tmp_path) -> str:

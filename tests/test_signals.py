@@ -22,8 +22,9 @@ COMMANDS = {
     "up": FPF,
     # The wall clock: its senders are processes in the hosts, a moment of their own.
     "incast": ["scenario", "incast", "--clock", "wall", "--dilation", "10000", "--no-plot", "--out", "/run/emu/sig-out"],
+    # The wall clock with two workers: the ranks are processes in the hosts (with one, they run inside it).
     "collective": ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "2", "--planes", "2",
-                   "--sizes", "256KiB", "--dilation", "20000", "--clock", "wall"],
+                   "--sizes", "256KiB", "--dilation", "20000", "--clock", "wall", "--workers", "2"],
     # On the fabric clock the ranks run inside the engine's worker: a job of 64 MiB lasts a few seconds.
     "fabric-collective": ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "4", "--planes", "2",
                           "--sizes", "64MiB"],

@@ -210,6 +210,7 @@ def _trimmed_write(cc: str, trims: int, nbytes: int = 64 << 10) -> tuple[list[tu
 
     class Host:
         core = "python"
+        dilation = 1.0
 
         def __init__(self, name: str) -> None:
             self.name, self.loop, self.deliver = name, loop, {}

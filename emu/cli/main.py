@@ -290,18 +290,23 @@ def cmd_scenario(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_replay(args: argparse.Namespace, extra: list[str]) -> int:
-    """A Chakra trace on a fabric built for it, on the fabric clock: the summary, JSON and a timeline."""
+    """A Chakra trace on a fabric built for it: the summary, JSON and a timeline."""
+    from emu import fidelity
     from emu.collectives.playback import plot
     from emu.collectives.trace import read
     from emu.net.fabric import FabricNet
     from emu.net.switch import RunSettings
+    from emu.net.timebase import clock_label
     from emu.topo import make_topo
 
     _need_root()
     trace = read(args.trace)  # a bad trace is refused before anything is built
     topo = make_topo(args.topo, _topo_params(extra))
     hosts = args.hosts.split(",") if args.hosts else None
-    with FabricNet(topo, settings=RunSettings(clock="fabric", kernel=False, core=args.core or "")) as net:
+    fabric = args.clock == "fabric"
+    settings = RunSettings(clock=args.clock, kernel=not fabric, core=args.core or "",
+                           dilation=1.0 if fabric else float(args.dilation))
+    with FabricNet(topo, settings=settings) as net:
         result = net.replay(trace, hosts=hosts, algo=args.algo, seed=args.seed)
     os.makedirs(args.out, exist_ok=True)
     name = os.path.basename(os.path.normpath(args.trace)) or "trace"
@@ -313,11 +318,14 @@ def cmd_replay(args: argparse.Namespace, extra: list[str]) -> int:
         print(json.dumps(result))
     else:
         print(f"{trace.path}: {result['nranks']} ranks on {args.topo}, step {result['step_time_us']:.2f} us "
-              f"(fabric), exposed communication up to {result['exposed_comm_us']:.2f} us, #wrong {result['wrong']}")
+              f"({clock_label(result)}), exposed communication up to {result['exposed_comm_us']:.2f} us, "
+              f"#wrong {result['wrong']}")
         for c in result["collectives"]:
             print(f"  collective {c['index']}: {c['op']} of {c['size']} B at {c['start_us']:.2f} us, "
                   f"{c['time_us']:.2f} us, its first rank waited {c['waited_us']:.2f} us for its last")
         print(f"  {args.out}/replay-{name}.json" + ("" if args.no_plot else " and .png"))
+    if not fabric:
+        print(fidelity.line(result["fidelity"]), file=sys.stderr)
     return 0 if result["wrong"] == 0 else 1
 
 
@@ -597,8 +605,8 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("address", nargs="?", default="0", metavar="[ADDR:]PORT",
                    help="where to listen (default 0: a free port on 127.0.0.1; the URL printed has the token)")
     p.set_defaults(fn=cmd_web)
-    p = sub.add_parser("replay", help="replay a Chakra execution trace on a fabric (fabric clock): step time, "
-                                      "each collective's time, exposed communication",
+    p = sub.add_parser("replay", help="replay a Chakra execution trace on a fabric: step time, each collective's "
+                                      "time, exposed communication",
                        epilog="TRACE is the PREFIX of PREFIX.0.et, PREFIX.1.et, ... (Chakra's converter and generator "
                               "write these) or a folder holding one trace's files. Topology parameters follow "
                               "(--gpus 8 --planes 8).")
@@ -608,6 +616,10 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--algo", choices=ALGOS, default=None, help="for the collectives that run it (default: each op's)")
     p.add_argument("--core", choices=("native", "python"), default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--clock", choices=("fabric", "wall"), default="fabric",
+                   help="fabric (exact, the default) or wall: the same ranks inside the engine at --dilation, beside "
+                        "the hosts' kernels")
+    p.add_argument("--dilation", type=float, default=20000.0, help="wall clock: wall seconds a fabric second takes")
     p.add_argument("--out", default="results", help="folder for the JSON and the timeline (default results/)")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--json", action="store_true")

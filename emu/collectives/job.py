@@ -78,7 +78,7 @@ class CollectiveJob(Job):
     def _rank_done(self, rank: int, wrong: int, t: float) -> None:
         if self.finished:
             return
-        self.rows[rank].append({"size": self.sizes[self.k], "time_fabric_s": self.rings[rank].done_at - self.started,
+        self.rows[rank].append({"size": self.sizes[self.k], "time_fabric_s": self.since(self.rings[rank].done_at, self.started),
                                 "wrong": wrong})
         self.tell(self.k)  # every part counts it, after every callback of this instant (a lookahead on, split)
 
@@ -99,7 +99,7 @@ class CollectiveJob(Job):
         return {"ranks": [{"rank": r, "rows": self.rows[r], "planes": ep.dev.plane_stats(), "fidelity": [],
                            "retransmits": sum(qp.retransmits for qp in ep.dev.qps.values())}
                           for r, ep in enumerate(self.endpoints) if self.local[r]],
-                "fabric_s": self.loop.now - self.t0}
+                "fabric_s": self.since(self.loop.now)}
 
 
 def start(host: Attach, params: dict[str, Any]) -> CollectiveJob:
@@ -153,7 +153,7 @@ class Together(Job):
     def result(self) -> dict[str, Any]:
         if self.error:
             return {"error": self.error}
-        return {"jobs": [j.result() for j in self.parts], "fabric_s": self.loop.now - self.t0}
+        return {"jobs": [j.result() for j in self.parts], "fabric_s": self.since(self.loop.now)}
 
 
 def start_together(host: Attach, params: dict[str, Any]) -> Together:
@@ -228,7 +228,7 @@ class ReplayJob(Job):
             self.coll_ready[r].add(k)
             self._issue(r, t)
         else:
-            self.timeline[r].append([nid, kind, t - self.t0, t - self.t0])
+            self.timeline[r].append([nid, kind, self.since(t), self.since(t)])
             self._done(r, nid, t)
 
     def _compute(self, r: int, t: float) -> None:
@@ -236,15 +236,15 @@ class ReplayJob(Job):
             return
         nid = heapq.heappop(self.compute_queue[r])
         self.computing[r] = True
-        self.loop.at(t + float(self.nodes[r][nid][3]), self._computed, (r, nid, t))
+        self.loop.at(t + self.loop_s(float(self.nodes[r][nid][3])), self._computed, (r, nid, t))
 
     def _computed(self, t: float, arg: tuple[int, int, float]) -> None:
         r, nid, began = arg
         if self.finished:
             return
         self.computing[r] = False
-        self.busy_s[r] += t - began
-        self.timeline[r].append([nid, "comp", began - self.t0, t - self.t0])
+        self.busy_s[r] += self.since(t, began)
+        self.timeline[r].append([nid, "comp", self.since(began), self.since(t)])
         self._done(r, nid, t)
         self._compute(r, t)
 
@@ -278,8 +278,8 @@ class ReplayJob(Job):
             return
         op, _ = self.colls[k]
         t = self.rings[op][r].done_at  # its communication's end (the check of the data takes no time)
-        self.coll_rows[r].append([k, self.issued_at[r][k] - self.t0, self.coll_start[k] - self.t0, t - self.t0, wrong])
-        self.timeline[r].append([self.coll_node[r][k], "coll", self.coll_start[k] - self.t0, t - self.t0])
+        self.coll_rows[r].append([k, self.since(self.issued_at[r][k]), self.since(self.coll_start[k]), self.since(t), wrong])
+        self.timeline[r].append([self.coll_node[r][k], "coll", self.since(self.coll_start[k]), self.since(t)])
         self.talking[r] = False
         self.next_coll[r] += 1
         self._done(r, self.coll_node[r][k], t)
@@ -306,7 +306,7 @@ class ReplayJob(Job):
                            "end_s": max((row[3] for row in self.timeline[r]), default=0.0),
                            "retransmits": sum(qp.retransmits for qp in self.endpoints[r].dev.qps.values())}
                           for r in range(self.n) if self.local[r]],
-                "fabric_s": self.loop.now - self.t0}
+                "fabric_s": self.since(self.loop.now)}
 
 
 def start_replay(host: Attach, params: dict[str, Any]) -> ReplayJob:

@@ -1,10 +1,14 @@
-"""What a fabric-clock job is to the engine, whatever it runs (RDMA endpoints, UDP flows).
+"""What a job is to the engine, whatever it runs (RDMA endpoints, UDP flows).
 
-A job lives inside an engine worker on the fabric clock (emu.dataplane.worker
-starts it by kind, from a module above this one): the worker hands it its
-loop and the host ports it may attach to (`Attach`), and the job's base
-(`Job`) keeps its life: one start instant, a budget of fabric time, the
-failures it schedules, and the end that hands fabric time back to the wall.
+A job lives inside an engine worker (emu.dataplane.worker starts it by kind,
+from a module above this one): the worker hands it its loop and the host
+ports it may attach to (`Attach`), and the job's base (`Job`) keeps its life:
+one start instant, a budget of fabric time, the failures it schedules, and
+the end that hands fabric time back to the wall. On the fabric clock the
+loop's time is fabric time; on the wall clock it is wall time, `dilation`
+wall seconds a fabric second, as for the switches the worker builds: a job
+states its durations in fabric seconds and converts them here (`Job.loop_s`,
+`Job.since`), once.
 It sits here, beside the worker, so that every kind of job (emu.roce,
 emu.collectives, emu.traffic) imports it downward.
 """
@@ -21,6 +25,7 @@ class Attach(Protocol):
 
     loop: Any
     core: str  # "native" or "python" (emu.dataplane.core): which endpoints a job builds on it
+    dilation: float  # loop seconds a fabric second: 1 on the fabric clock, D on the wall clock
 
     def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
@@ -62,6 +67,7 @@ class Detached:
     def __init__(self, host: Attach) -> None:
         self.loop = host.loop
         self.core = host.core
+        self.dilation = host.dilation
 
     def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
@@ -89,14 +95,15 @@ class Participant(Protocol):
 
 
 class Job:
-    """A fabric-clock job's life inside the engine: it begins at one fabric instant (FabricLoop.begin),
-    fails with its reason if it has not finished within `params["budget_s"]` of fabric time (stuck, not
-    slow: nothing here can be slow), and once finished hands fabric time back to the wall. Subclasses
-    fill `participants`, say what they do (`what()`), give their `result()` and call finish() when done."""
+    """A job's life inside the engine: it begins at one instant (the loop's begin), fails with its reason
+    if it has not finished within `params["budget_s"]` of fabric time (stuck, not slow: on the fabric
+    clock nothing can be slow), and once finished hands fabric time back to the wall. Subclasses fill
+    `participants`, say what they do (`what()`), give their `result()` and call finish() when done."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         self.host = host
         self.loop = host.loop
+        self.d = host.dilation
         self.params = params
         self.error = ""
         self.finished = False
@@ -113,10 +120,18 @@ class Job:
         # whole, not the part, hands fabric time back to the wall.
         joined = self.params.get("joined_at")
         self.t0 = float(joined) if joined is not None else self.loop.begin(self.params.get("at"))
-        self.loop.at(self.t0 + float(self.params["budget_s"]), self._budget, None)
+        self.loop.at(self.t0 + self.loop_s(float(self.params["budget_s"])), self._budget, None)
         for after, up, ports in self.params.get("port_events", []):
-            self.loop.at(self.t0 + float(after), self._set_ports, (bool(up), ports))
+            self.loop.at(self.t0 + self.loop_s(float(after)), self._set_ports, (bool(up), ports))
         return self.t0
+
+    def loop_s(self, fabric_s: float) -> float:
+        """`fabric_s` fabric seconds in the loop's time (the same number on the fabric clock)."""
+        return fabric_s * self.d  # exact at 1: the fabric clock's figures are unchanged
+
+    def since(self, t: float, start: float | None = None) -> float:
+        """Fabric seconds from `start` (the job's start by default) to loop time `t`."""
+        return (t - (self.t0 if start is None else start)) / self.d
 
     def _set_ports(self, t: float, arg: tuple[bool, list[list[str]]]) -> None:
         up, ports = arg

@@ -120,6 +120,17 @@ class WallLoop(Loop):
         self.running = True
         self.sync: Windows | None = None  # the windows of a split fabric (over its channels to the other workers)
 
+    def begin(self, at: float | None = None) -> float:
+        """A job starts (emu.dataplane.job): on the wall clock, now. The loop's `now` moves there too: it
+        was the last event's time, which may be long past when a request starts a job."""
+        t = self.clock()
+        if t > self.now:
+            self.now = t
+        return t
+
+    def end(self) -> None:
+        """A job ended: on the wall clock nothing changes."""
+
     def split_over(self, windows: Windows) -> None:
         """This worker runs one part of a fabric split over several: on the fabric clock its jobs advance
         in these windows (over the worker's channels)."""

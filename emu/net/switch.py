@@ -57,7 +57,7 @@ class RunSettings:
     dilation: float = 1000.0
     pfc: bool = True
     spray: bool = False
-    workers: int = 0  # 0: one per core, at most one per shard
+    workers: int = 0  # 0: one (see build_spec)
     pcap_dir: str = ""
     buffer_per_port: int = 1 << 20
     control: ControlTiming = ControlTiming()
@@ -383,8 +383,10 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
              for sw in switches if sw.sids}
     tables = with_local(compute_tables(graph, attachments, spray=settings.spray), local)
     shards = sorted({sw.shard if sw.shard is not None else 0 for sw in switches})
-    workers = settings.workers or min(os.cpu_count() or 1, len(shards))
-    workers = min(workers, len(shards)) if settings.workers == 0 else workers
+    # One worker unless asked: it holds the whole fabric, so the project's endpoints run inside it on
+    # either clock (compiled, frames crossing no kernel: Timebase.ranks_inside), and no second worker
+    # competes with the hosts' own processes for the cores.
+    workers = settings.workers or 1
     loop = Timebase.of(settings).loop  # the engine's event loop under this run's clock (emu.dataplane.loop)
     fabric_clock = loop == "fabric"
     place: dict[str, int] = {}

@@ -151,17 +151,74 @@ class Timebase(ABC):
         return algorithms.choose(op, len(ranks), sizes, bps=bps, groups=groups(ranks),
                                  one_way=lambda i, j: self.net.one_way_s(names[i], names[j]))
 
+    def ranks_inside(self) -> bool:
+        """Whether a collective's ranks run inside the engine (on the fabric clock, always)."""
+        return True
+
+    def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
+        """Several collectives started at one fabric instant, each on its own hosts (and planes), each
+        summarised on its own (the engine's counters and packet-hops are the fabric's, shared)."""
+        from emu.collectives.run import (
+            MTU,
+            job_params,
+            pick,
+            run_together_in_engine,
+            summarise,
+            whole_chunks,
+        )
+        from emu.roce.transport import HEADERS
+        from emu.units import parse_size
+
+        if not self.ranks_inside():
+            raise ValueError("several collectives at once run inside the engine: with one engine worker "
+                             "(--workers 1) on the wall clock, or on the fabric clock")
+        net = self.net
+        dilation = self.result_fields(net.settings)["dilation"]
+        everyone = net.rank_hosts()
+        trim = net.settings.trim[1] if net.settings.trim else None
+        ranks = [pick(everyone, t.hosts, t.planes) for t in tenants]
+        sizes = [whole_chunks([s if isinstance(s, int) else parse_size(s) for s in t.sizes], len(r))
+                 for t, r in zip(tenants, ranks, strict=True)]
+        algos = [self.resolve(t.op, r, sz, t.algo)[0] for t, r, sz in zip(tenants, ranks, sizes, strict=True)]
+        jobs = [job_params(r, t.op, sz, cc=t.cc, seed=t.seed, trim_dscp=trim, spray=t.spray, algo=a)
+                for t, r, sz, a in zip(tenants, ranks, sizes, algos, strict=True)]
+        net.engine.reset_fidelity()
+        results, kernel = run_together_in_engine(net.engine, jobs)
+        stats = net.engine.stats()
+        out = []
+        for t, r, sz, res, a in zip(tenants, ranks, sizes, results, algos, strict=True):
+            rate = min(rate for h in r for _, rate in h.ports)
+            fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=res,
+                                    stats=stats)
+            out.append({**summarise(t.op, r, sz, res, stats, fidelity, clock=self.name, dilation=dilation, seed=t.seed,
+                                    algo=a), "hosts": [h.name for h in r], "together": len(tenants)})
+        return out
+
     def replay(self, trace: Trace, hosts: Sequence[str] | None = None, *, algo: str | None = None,
                cc: str = "none", seed: int = 0, spray: str = "weighted") -> dict[str, Any]:
         """Execution trace `trace` replayed, rank r on hosts[r] (default: the fabric's hosts in order),
         summarised (emu.collectives.playback)."""
-        raise ValueError("a trace replays on the fabric clock (clock=\"fabric\"): its compute durations and "
-                         "collectives keep one schedule there")
+        from emu.collectives import playback
+        from emu.collectives.run import MTU, pick
+        from emu.roce.transport import HEADERS
 
-    @abstractmethod
-    def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
-        """Several collectives started at one fabric instant, each on its own hosts (and planes), each
-        summarised on its own (the engine's counters and packet-hops are the fabric's, shared)."""
+        if not self.ranks_inside():
+            raise ValueError("a trace replays inside the engine: with one engine worker (--workers 1) on the "
+                             "wall clock, or on the fabric clock")
+        net = self.net
+        ranks = pick(net.rank_hosts(), hosts, None)
+        trim = net.settings.trim[1] if net.settings.trim else None
+        sent = playback.params(ranks, trace, algo=algo, cc=cc, seed=seed, trim_dscp=trim, spray=spray)
+        ranks = ranks[:len(trace.ranks)]
+        net.engine.reset_fidelity()
+        state = net.engine.wait_job(net.engine.start_job("replay", sent))
+        parts = state.get("parts", [state.get("result")])
+        results = sorted((r for part in parts for r in part["ranks"]), key=lambda r: r["rank"])
+        stats = net.engine.stats()
+        fidelity = self.verdict(rate_bps=min(rate for h in ranks for _, rate in h.ports), frame_bytes=MTU + HEADERS,
+                                kernel_frames=int(state["kernel_frames"]), stats=stats)
+        return {**playback.summarise(trace, ranks, results, stats, fidelity, sent),
+                **self.result_fields(net.settings)}
 
     @abstractmethod
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
@@ -249,59 +306,6 @@ class FabricTime(Timebase):
                 net.engine.set_port(sw, port, True)
         return Perf(clients, server, run.kernel_frames, run.t0_fabric_s + events[0][0] if events else None)
 
-    def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
-        from emu.collectives.run import (
-            MTU,
-            job_params,
-            pick,
-            run_together_in_engine,
-            summarise,
-            whole_chunks,
-        )
-        from emu.roce.transport import HEADERS
-        from emu.units import parse_size
-
-        net = self.net
-        everyone = net.rank_hosts()
-        trim = net.settings.trim[1] if net.settings.trim else None
-        ranks = [pick(everyone, t.hosts, t.planes) for t in tenants]
-        sizes = [whole_chunks([s if isinstance(s, int) else parse_size(s) for s in t.sizes], len(r))
-                 for t, r in zip(tenants, ranks, strict=True)]
-        algos = [self.resolve(t.op, r, sz, t.algo)[0] for t, r, sz in zip(tenants, ranks, sizes, strict=True)]
-        jobs = [job_params(r, t.op, sz, cc=t.cc, seed=t.seed, trim_dscp=trim, spray=t.spray, algo=a)
-                for t, r, sz, a in zip(tenants, ranks, sizes, algos, strict=True)]
-        net.engine.reset_fidelity()
-        results, kernel = run_together_in_engine(net.engine, jobs)
-        stats = net.engine.stats()
-        out = []
-        for t, r, sz, res, a in zip(tenants, ranks, sizes, results, algos, strict=True):
-            rate = min(rate for h in r for _, rate in h.ports)
-            fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=res,
-                                    stats=stats)
-            out.append({**summarise(t.op, r, sz, res, stats, fidelity, clock=self.name, dilation=1.0, seed=t.seed,
-                                    algo=a), "hosts": [h.name for h in r], "together": len(tenants)})
-        return out
-
-    def replay(self, trace: Trace, hosts: Sequence[str] | None = None, *, algo: str | None = None,
-               cc: str = "none", seed: int = 0, spray: str = "weighted") -> dict[str, Any]:
-        from emu.collectives import playback
-        from emu.collectives.run import MTU, pick
-        from emu.roce.transport import HEADERS
-
-        net = self.net
-        ranks = pick(net.rank_hosts(), hosts, None)
-        trim = net.settings.trim[1] if net.settings.trim else None
-        sent = playback.params(ranks, trace, algo=algo, cc=cc, seed=seed, trim_dscp=trim, spray=spray)
-        ranks = ranks[:len(trace.ranks)]
-        net.engine.reset_fidelity()
-        state = net.engine.wait_job(net.engine.start_job("replay", sent))
-        parts = state.get("parts", [state.get("result")])
-        results = sorted((r for part in parts for r in part["ranks"]), key=lambda r: r["rank"])
-        stats = net.engine.stats()
-        fidelity = self.verdict(rate_bps=min(rate for h in ranks for _, rate in h.ports), frame_bytes=MTU + HEADERS,
-                                kernel_frames=int(state["kernel_frames"]), stats=stats)
-        return playback.summarise(trace, ranks, results, stats, fidelity, sent)
-
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
                            trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
         from emu.collectives.run import run_in_engine
@@ -355,15 +359,24 @@ class WallTime(Timebase):
                 net.restore(plane=fail_after[0])
         return Perf(clients, server, 0, failed_at)
 
-    def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
-        raise ValueError("several collectives at once run on the fabric clock for now (clock=\"fabric\")")
+    def ranks_inside(self) -> bool:
+        """Whether the ranks run inside the engine, on its wall loop, as on the fabric clock (the same
+        endpoints, compiled where the core is): where the engine's own switches carry their frames
+        and one worker holds them all. Elsewhere frames must cross a kernel (BMv2's simple_switch;
+        workers joined by channels), and each rank is a process in its host."""
+        net = self.net
+        return net.settings.backend == "native" and net.engine.spec.workers == 1
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
                            trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
-        from emu.collectives.run import run_ranks
+        from emu.collectives.run import run_in_engine, run_ranks
 
+        if self.ranks_inside():
+            return run_in_engine(self.net.engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp,
+                                 spray=spray, algo=algo)[0], 0
         if trim_dscp is not None:
-            raise ValueError("a collective on a trimming fabric runs on the fabric clock for now (--clock fabric)")
+            raise ValueError("a collective on a trimming fabric runs inside the engine: with one engine worker "
+                             "(--workers 1) on the wall clock, or on the fabric clock")
         return run_ranks(hosts, op, sizes, dilation=self.dilation, cc=cc, spray=spray, algo=algo), 0
 
     def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,

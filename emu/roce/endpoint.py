@@ -3,11 +3,12 @@
 An operation (a rank's collective, a perf client's writes) is a generator
 that yields what it waits for: a condition, checked whenever its device
 has done something, or None ("let the device send what was just posted,
-then go on"). On the wall clock `drive_wall` turns the device's crank in
-the endpoint's own process; on the fabric clock an `Endpoint` lives inside
-the engine, woken by the frames its switch ports deliver and by its own
-timers (`Device.step` says when), and resumes the operation when what it
-waits for holds. The logic is written once.
+then go on"). An `Endpoint` lives inside the engine, on either clock,
+woken by the frames its switch ports deliver and by its own timers
+(`Device.step` says when), and resumes the operation when what it waits
+for holds; where frames must cross a kernel (BMv2, machines) `drive_wall`
+turns the device's crank in the endpoint's own process in its host. The
+logic is written once.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class Endpoint:
     def attached(cls, host: Attach, planes: list[list[Any]], fail: Callable[[str], None], name: str,
                  **device: Any) -> Endpoint:
         """A device on the host's ports `planes` ([switch, port, IPv6 address, rate b/s] each, in plane
-        order), on the engine's fabric clock (dilation 1); `device`: Device's other settings. On the
+        order), on the engine's loop (in its time: `host.dilation` loop seconds a fabric second);
+        `device`: Device's other settings. On the
         compiled core, its compiled twin (emu.roce._device: the same events, the same figures)."""
         if host.core == "native":
             from emu.roce._device import Endpoint as Compiled
@@ -78,7 +80,7 @@ class Endpoint:
             sends.append(send)
             host_macs.append(host_mac)
             switch_macs.append(switch_mac)
-        dev = Device([p[2] for p in planes], dilation=1.0, plane_rate_bps=min(p[3] for p in planes),
+        dev = Device([p[2] for p in planes], dilation=host.dilation, plane_rate_bps=min(p[3] for p in planes),
                      clock=host.loop, io=FabricIO(sends, host_macs, switch_macs), **device)
         box.append(cls(host.loop, dev, fail, name))
         return box[0]
