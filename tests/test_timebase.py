@@ -65,7 +65,7 @@ def test_what_each_clock_admits():
     WallTime.admit("x", engine=False, kernel=True)
     with pytest.raises(ValueError, match="x runs on the wall clock"):
         FabricTime.admit("x", engine=False, kernel=True)
-    with pytest.raises(ValueError, match="x runs its endpoints inside the engine: --clock fabric"):
+    with pytest.raises(ValueError, match="x measures on the fabric clock only: --clock fabric"):
         WallTime.admit("x", engine=True, kernel=False)
 
 

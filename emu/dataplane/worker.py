@@ -75,10 +75,10 @@ JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start"
 # On a fabric split over workers every job runs a part on each, for its own hosts (Job.here); the
 # parts agree through notes (Job.tell), and each kind's `merge` joins their results.
 # The kinds a wall-clock worker runs too (one worker, the fabric not split: a note between parts would
-# need a lookahead the wall does not give): the collective ranks, whose wall-clock twins in the hosts
-# are for frames that must cross a kernel (BMv2, machines). The others' time is written for the fabric
-# clock's loop only.
-WALL_JOBS = frozenset({"collective", "collectives", "replay"})
+# need a lookahead the wall does not give): the MetaRoCE endpoints (collective ranks, writers), whose
+# wall-clock twins in the hosts are for frames that must cross a kernel (BMv2, machines). The others'
+# time is written for the fabric clock's loop only.
+WALL_JOBS = frozenset({"collective", "collectives", "replay", "perf", "writes"})
 
 
 def _captured(pcap: PcapWriter, f: Callable[[float, Any], None]) -> Callable[[float, Any], None]:

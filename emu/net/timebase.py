@@ -7,8 +7,10 @@ and never ask which clock they are on. A `Timebase` is that choice, made from
 `RunSettings.clock` when a FabricNet is built, and it owns what differs:
 
 - who runs the project's endpoints: the engine itself on the fabric clock
-  (exact, as fast as the CPU allows), processes in the hosts whose frames
-  cross the kernels at 1/D of the fabric's speed on the wall clock;
+  (exact, as fast as the CPU allows); on the wall clock the engine too, on
+  its wall loop, for the collective ranks where one worker holds the fabric,
+  and otherwise processes in the hosts whose frames cross the kernels at 1/D
+  of the fabric's speed;
 - converting between fabric and wall units: D is applied here (and in the
   endpoints' own processes, which are given it), so every figure handed up
   is in fabric units;
@@ -106,12 +108,31 @@ class Timebase(ABC):
         """Paced UDP `flows`, started now; `fail_plane=(plane, fraction)`: that plane fails once the
         flow leaving by it has sent `fraction` of its bytes."""
 
-    @abstractmethod
     def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
              fail_after: tuple[int, int] | None = None, timeout: float | None = None,
              trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
         """MetaRoCE writers `srcs` each writing `nbytes` to `dst`; `fail_after=(plane, nbytes)`: that plane
-        fails once the first writer's switch on it has forwarded `nbytes` (bytes), and is restored after."""
+        fails once the first writer's switch on it has forwarded `nbytes` (bytes), and is restored after.
+        Inside the engine (a job: the failure at its fabric time, as nothing outside the engine can act
+        while a fabric-clock job runs); `timeout` is for processes in the hosts (WallTime)."""
+        from emu.roce.run import EnginePerf
+
+        net = self.net
+        planes = [net.host_planes(s) for s in srcs]
+        events: list[tuple[float, bool, list[tuple[str, str]]]] = []
+        ports: list[tuple[str, str]] = []
+        if fail_after is not None:  # nothing outside the engine can act while the write runs: it does
+            plane, after_bytes = fail_after
+            ports = net.plane_ports(plane)
+            events = [(after_bytes * 8 / planes[0][plane][3], False, ports)]
+        run = EnginePerf(net.engine, planes, net.host_planes(dst), nbytes=nbytes, cc=cc, message=message,
+                         lat_iters=0, port_events=events, trim_dscp=trim_dscp, spray=spray)
+        try:
+            clients, server = run.wait()
+        finally:
+            for sw, port in ports:
+                net.engine.set_port(sw, port, True)
+        return Perf(clients, server, run.kernel_frames, run.t0_fabric_s + events[0][0] if events else None)
 
     def collective(self, op: str, sizes: list[int], *, cc: str = "none", seed: int = 0, spray: str = "weighted",
                    algo: str | None = None, hosts: Sequence[str] | None = None,
@@ -283,29 +304,6 @@ class FabricTime(Timebase):
     def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None) -> EngineFlows:
         return EngineFlows(self.net, flows, fail_plane=fail_plane)
 
-    def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
-             fail_after: tuple[int, int] | None = None, timeout: float | None = None,
-             trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
-        """`timeout` is the wall clock's: here only a fabric time that stops advancing ends the wait."""
-        from emu.roce.run import EnginePerf
-
-        net = self.net
-        planes = [net.host_planes(s) for s in srcs]
-        events: list[tuple[float, bool, list[tuple[str, str]]]] = []
-        ports: list[tuple[str, str]] = []
-        if fail_after is not None:  # nothing outside the engine can act while the write runs: it does
-            plane, after_bytes = fail_after
-            ports = net.plane_ports(plane)
-            events = [(after_bytes * 8 / planes[0][plane][3], False, ports)]
-        run = EnginePerf(net.engine, planes, net.host_planes(dst), nbytes=nbytes, cc=cc, message=message,
-                         lat_iters=0, port_events=events, trim_dscp=trim_dscp, spray=spray)
-        try:
-            clients, server = run.wait()
-        finally:
-            for sw, port in ports:
-                net.engine.set_port(sw, port, True)
-        return Perf(clients, server, run.kernel_frames, run.t0_fabric_s + events[0][0] if events else None)
-
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
                            trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
         from emu.collectives.run import run_in_engine
@@ -320,8 +318,9 @@ class FabricTime(Timebase):
 
 
 class WallTime(Timebase):
-    """Fabric time is wall time / D: the project's endpoints run as processes in the hosts, their frames
-    the kernels' (and BMv2's, where it forwards)."""
+    """Fabric time is wall time / D: the collective ranks run inside the engine on its wall loop where one
+    worker holds the fabric (`ranks_inside`); other endpoints, and the ranks elsewhere, run as processes
+    in the hosts, their frames the kernels' (and BMv2's, where it forwards)."""
 
     name = "wall"
 
@@ -333,7 +332,7 @@ class WallTime(Timebase):
     @classmethod
     def admit(cls, name: str, *, engine: bool, kernel: bool) -> None:
         if not kernel:
-            raise ValueError(f"{name} runs its endpoints inside the engine: --clock fabric")
+            raise ValueError(f"{name} measures on the fabric clock only: --clock fabric")
 
     def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None) -> KernelFlows:
         return KernelFlows(self.net, flows, fail_plane=fail_plane)
@@ -341,9 +340,13 @@ class WallTime(Timebase):
     def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
              fail_after: tuple[int, int] | None = None, timeout: float | None = None,
              trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
-        """`timeout` (wall s): by default PerfRun's, which follows the bytes and D."""
+        """Inside the engine where the ranks are (`ranks_inside`); else processes in the hosts, `timeout`
+        (wall s) by default PerfRun's, which follows the bytes and D."""
         from emu.roce.run import PerfRun, mininet_popen
 
+        if self.ranks_inside():
+            return super().perf(srcs, dst, nbytes=nbytes, cc=cc, message=message, fail_after=fail_after,
+                                trim_dscp=trim_dscp, spray=spray)
         net, failed_at = self.net, None
         run = PerfRun([mininet_popen(net.get(s)) for s in srcs], mininet_popen(net.get(dst)), nbytes=nbytes,
                       dilation=self.dilation, cc=cc, message=message, timeout=timeout, lat_iters=0,

@@ -46,7 +46,7 @@ class CongestionSpreading(Scenario):
         "pfc.victim_rates_fabric_bps", "pfc.victim_second_half_rates_fabric_bps",
         "pfc+dcqcn.victim_second_half_rates_fabric_bps", "paused_switches_without_hot_traffic")
     fabric_clock = True  # all its traffic is MetaRoCE's: the engine runs it, exactly
-    wall_clock = False  # its endpoints (many pairs at once, replicas) run inside the engine only
+    wall_clock = False  # its endpoints (many pairs at once, replicas) are written for the fabric clock's jobs
 
     senders: int = 6
     victims: int = 2

@@ -51,7 +51,7 @@ class DegradedPlane(Scenario):
         "delay.equal.write.goodput_fabric_bps", "delay.weighted.write.goodput_fabric_bps",
         "rate.heal.back_to_share_after_fabric_s", "delay.heal.back_to_share_after_fabric_s")
     fabric_clock = True  # all its traffic is MetaRoCE's: the engine runs it, exactly
-    wall_clock = False  # its endpoints (many pairs at once, replicas) run inside the engine only
+    wall_clock = False  # its endpoints (many pairs at once, replicas) are written for the fabric clock's jobs
 
     planes: int = 8
     plane: int = 3

@@ -44,7 +44,7 @@ class ReplicaExclusion(Scenario):
         "survivors", "survivors_agree", "steps_completed", "wrong", "time_to_detect_fabric_s",
         "time_to_resume_fabric_s")
     fabric_clock = True  # all its traffic is MetaRoCE's: the engine runs it, exactly
-    wall_clock = False  # its endpoints (many pairs at once, replicas) run inside the engine only
+    wall_clock = False  # its endpoints (many pairs at once, replicas) are written for the fabric clock's jobs
 
     replicas: int = 4
     size: str = "1MiB"

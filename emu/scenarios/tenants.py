@@ -39,7 +39,7 @@ class Tenants(Scenario):
     name = "tenants"
     headline = ("own_planes.same_as_alone", "shared_planes.slowdown", "wrong")
     fabric_clock = True  # both jobs inside the engine: exact, and started at one instant
-    wall_clock = False  # several jobs at once run on the fabric clock (emu.net.timebase)
+    wall_clock = False  # its claim is bit for bit (alone and together on planes of their own): the fabric clock's
 
     size: str = "1MiB"
     uplink: str = ""  # the leaves' uplink rate (default: non-blocking)
