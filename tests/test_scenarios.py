@@ -153,7 +153,8 @@ def test_plane_down_judges_delivery_against_the_planned_bytes(tmp_path, monkeypa
         return sent, got
 
     monkeypatch.setattr(KernelFlows, "wait", one_refused)
-    r = run_scenario("plane-down", {"planes": "2", "bytes": "256KiB"}, RunSettings(), dilation=10000,
+    # Two workers: the flows are processes in the hosts, whose kernels can refuse a send.
+    r = run_scenario("plane-down", {"planes": "2", "bytes": "256KiB"}, RunSettings(workers=2), dilation=10000,
                      out_dir=str(tmp_path))
     assert r["planned_bytes_by_plane"][0] == -(-(256 << 10) // 1400) * 1400
     assert r["delivered_bytes_by_plane"][0] == r["planned_bytes_by_plane"][0] - 1400

@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet]
 FPF = ["up", "fpf", "--gpus", "8", "--planes", "4", "--test", "pingall"]
 COMMANDS = {
     "up": FPF,
-    # The wall clock: its senders are processes in the hosts, a moment of their own.
-    "incast": ["scenario", "incast", "--clock", "wall", "--dilation", "10000", "--no-plot", "--out", "/run/emu/sig-out"],
+    # The wall clock with two workers: its senders are processes in the hosts, a moment of their own.
+    "incast": ["scenario", "incast", "--clock", "wall", "--dilation", "10000", "--workers", "2", "--no-plot",
+               "--out", "/run/emu/sig-out"],
     # The wall clock with two workers: the ranks are processes in the hosts (with one, they run inside it).
     "collective": ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "2", "--planes", "2",
                    "--sizes", "256KiB", "--dilation", "20000", "--clock", "wall", "--workers", "2"],

@@ -99,13 +99,16 @@ def test_a_result_says_its_clock_and_a_plot_names_it():
 @pytest.mark.mininet
 def test_the_same_flows_on_either_clock_come_back_in_fabric_units(no_leftovers):
     """`net.traffic` on both clocks: a receiver's times are fabric seconds on the wall clock too (D applied
-    once, in emu.net.flows), so the same 512 KiB at 100 Gb/s takes about 43 us on both, and a plane failed
-    half-way through is failed at about half that, on the receiver's clock, on both."""
+    once: in emu.net.flows for processes in the hosts, in the job's loop time inside the engine), so the
+    same 512 KiB at 100 Gb/s takes about 43 us on every run, and a plane failed half-way through is
+    failed at about half that, on the receiver's clock. The wall clock runs the flows inside its one
+    worker (the default), or as processes in the hosts with two workers (as for BMv2)."""
     from emu import FabricNet, Flow, FPFTopo
 
     out = {}
-    for clock in ("fabric", "wall"):
-        with FabricNet(FPFTopo(gpus=2, planes=2, leaves=1), clock=clock, dilation=20_000) as net:
+    for clock, workers in (("fabric", 0), ("wall", 2), ("inside", 1)):
+        with FabricNet(FPFTopo(gpus=2, planes=2, leaves=1), clock="fabric" if clock == "fabric" else "wall",
+                       dilation=20_000, workers=workers) as net:
             flows = [Flow("gpu0", "gpu1", f"10.{p}.0.3", 9300, 512 << 10, 100e9) for p in range(2)]
             traffic = net.traffic(flows, fail_plane=(1, 0.5))
             sent, got = traffic.wait()
@@ -115,7 +118,7 @@ def test_the_same_flows_on_either_clock_come_back_in_fabric_units(no_leftovers):
                           "plane0": rx["by_source"].get("10.0.0.2", 0), "plane1": rx["by_source"].get("10.1.0.2", 0)}
             fid = net.verdict(rate_bps=100e9, frame_bytes=1442, kernel_frames=traffic.kernel_frames, senders=sent)
             out[clock]["judged"] = sorted(p["name"] for p in fid["parts"])
-    fabric, wall = out["fabric"], out["wall"]
+    fabric, wall, inside = out["fabric"], out["wall"], out["inside"]
     assert 40e-6 < fabric["duration_s"] < 50e-6, fabric
     assert 15e-6 < fabric["failed_after_s"] < 25e-6, fabric
     # The wall clock's within a factor of the fabric's (late or early by scheduling, never by D's 20 000).
@@ -123,5 +126,10 @@ def test_the_same_flows_on_either_clock_come_back_in_fabric_units(no_leftovers):
     assert 0 < wall["failed_after_s"] < fabric["duration_s"] * 3, (fabric, wall)
     # The fabric clock's verdict judges nothing (nothing can be late); the wall clock's judges the senders.
     assert fabric["judged"] == [] and {"traffic sender 0", "traffic sender 1"} <= set(wall["judged"]), wall
-    for r in (fabric, wall):
+    # Inside the engine the job's sends are the worker's events: it is judged, and the figures are the
+    # fabric clock's but for lateness.
+    assert inside["judged"] == ["engine worker 0"], inside
+    assert inside["duration_s"] == pytest.approx(fabric["duration_s"], rel=0.05), (fabric, inside)
+    assert inside["failed_after_s"] == pytest.approx(fabric["failed_after_s"], rel=0.05), (fabric, inside)
+    for r in (fabric, wall, inside):
         assert r["plane0"] == flows[0].wire_bytes and 0 < r["plane1"] < flows[1].wire_bytes, r

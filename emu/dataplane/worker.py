@@ -75,10 +75,10 @@ JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start"
 # On a fabric split over workers every job runs a part on each, for its own hosts (Job.here); the
 # parts agree through notes (Job.tell), and each kind's `merge` joins their results.
 # The kinds a wall-clock worker runs too (one worker, the fabric not split: a note between parts would
-# need a lookahead the wall does not give): the MetaRoCE endpoints (collective ranks, writers), whose
-# wall-clock twins in the hosts are for frames that must cross a kernel (BMv2, machines). The others'
-# time is written for the fabric clock's loop only.
-WALL_JOBS = frozenset({"collective", "collectives", "replay", "perf", "writes"})
+# need a lookahead the wall does not give): UDP flows and the MetaRoCE endpoints (collective ranks,
+# writers), whose wall-clock twins in the hosts are for frames that must cross a kernel (BMv2, machines).
+# The replicas' heartbeats are written for the fabric clock's loop only.
+WALL_JOBS = frozenset({"collective", "collectives", "replay", "perf", "writes", "udp"})
 
 
 def _captured(pcap: PcapWriter, f: Callable[[float, Any], None]) -> Callable[[float, Any], None]:
@@ -428,10 +428,8 @@ class Worker:
         return out
 
     def _run_job(self, kind: str, params: dict[str, Any], at: float | None = None) -> dict[str, Any]:
-        if not self.fabric and (kind not in WALL_JOBS or self.split):
-            raise ValueError(f"a {kind} job runs inside the engine on the wall clock only "
-                             f"{'on a fabric that is not split' if kind in WALL_JOBS else 'on the fabric clock'}; "
-                             "on the wall clock it runs in the hosts")
+        if not self.fabric and kind not in WALL_JOBS:
+            raise ValueError(f"a {kind} job runs inside the engine on the fabric clock only")
         target = JOBS.get(kind)
         if target is None:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")

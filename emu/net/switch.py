@@ -384,7 +384,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     tables = with_local(compute_tables(graph, attachments, spray=settings.spray), local)
     shards = sorted({sw.shard if sw.shard is not None else 0 for sw in switches})
     # One worker unless asked: it holds the whole fabric, so the project's endpoints run inside it on
-    # either clock (compiled, frames crossing no kernel: Timebase.ranks_inside), and no second worker
+    # either clock (compiled, frames crossing no kernel: Timebase.endpoints_inside), and no second worker
     # competes with the hosts' own processes for the cores.
     workers = settings.workers or 1
     loop = Timebase.of(settings).loop  # the engine's event loop under this run's clock (emu.dataplane.loop)

@@ -8,9 +8,8 @@ and never ask which clock they are on. A `Timebase` is that choice, made from
 
 - who runs the project's endpoints: the engine itself on the fabric clock
   (exact, as fast as the CPU allows); on the wall clock the engine too, on
-  its wall loop, for the collective ranks where one worker holds the fabric,
-  and otherwise processes in the hosts whose frames cross the kernels at 1/D
-  of the fabric's speed;
+  its wall loop, where one worker holds the fabric, and otherwise processes
+  in the hosts whose frames cross the kernels at 1/D of the fabric's speed;
 - converting between fabric and wall units: D is applied here (and in the
   endpoints' own processes, which are given it), so every figure handed up
   is in fabric units;
@@ -172,8 +171,9 @@ class Timebase(ABC):
         return algorithms.choose(op, len(ranks), sizes, bps=bps, groups=groups(ranks),
                                  one_way=lambda i, j: self.net.one_way_s(names[i], names[j]))
 
-    def ranks_inside(self) -> bool:
-        """Whether a collective's ranks run inside the engine (on the fabric clock, always)."""
+    def endpoints_inside(self) -> bool:
+        """Whether the project's endpoints (UDP flows, MetaRoCE writers, collective ranks) run inside the
+        engine (on the fabric clock, always)."""
         return True
 
     def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
@@ -190,7 +190,7 @@ class Timebase(ABC):
         from emu.roce.transport import HEADERS
         from emu.units import parse_size
 
-        if not self.ranks_inside():
+        if not self.endpoints_inside():
             raise ValueError("several collectives at once run inside the engine: with one engine worker "
                              "(--workers 1) on the wall clock, or on the fabric clock")
         net = self.net
@@ -223,7 +223,7 @@ class Timebase(ABC):
         from emu.collectives.run import MTU, pick
         from emu.roce.transport import HEADERS
 
-        if not self.ranks_inside():
+        if not self.endpoints_inside():
             raise ValueError("a trace replays inside the engine: with one engine worker (--workers 1) on the "
                              "wall clock, or on the fabric clock")
         net = self.net
@@ -318,9 +318,9 @@ class FabricTime(Timebase):
 
 
 class WallTime(Timebase):
-    """Fabric time is wall time / D: the collective ranks run inside the engine on its wall loop where one
-    worker holds the fabric (`ranks_inside`); other endpoints, and the ranks elsewhere, run as processes
-    in the hosts, their frames the kernels' (and BMv2's, where it forwards)."""
+    """Fabric time is wall time / D: the project's endpoints run inside the engine on its wall loop where
+    one worker holds the fabric (`endpoints_inside`), and elsewhere as processes in the hosts, their
+    frames the kernels' (and BMv2's, where it forwards)."""
 
     name = "wall"
 
@@ -334,17 +334,22 @@ class WallTime(Timebase):
         if not kernel:
             raise ValueError(f"{name} measures on the fabric clock only: --clock fabric")
 
-    def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None) -> KernelFlows:
+    def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None
+                ) -> EngineFlows | KernelFlows:
+        """Inside the engine where the endpoints run (IPv4 flows: emu.traffic.job); else paced processes
+        in the hosts."""
+        if self.endpoints_inside() and not any(":" in f.dst_ip for f in flows):
+            return EngineFlows(self.net, flows, fail_plane=fail_plane)
         return KernelFlows(self.net, flows, fail_plane=fail_plane)
 
     def perf(self, srcs: list[str], dst: str, *, nbytes: int, cc: str = "none", message: int = 1 << 20,
              fail_after: tuple[int, int] | None = None, timeout: float | None = None,
              trim_dscp: int | None = None, spray: str = "weighted") -> Perf:
-        """Inside the engine where the ranks are (`ranks_inside`); else processes in the hosts, `timeout`
+        """Inside the engine where the endpoints run (`endpoints_inside`); else processes in the hosts, `timeout`
         (wall s) by default PerfRun's, which follows the bytes and D."""
         from emu.roce.run import PerfRun, mininet_popen
 
-        if self.ranks_inside():
+        if self.endpoints_inside():
             return super().perf(srcs, dst, nbytes=nbytes, cc=cc, message=message, fail_after=fail_after,
                                 trim_dscp=trim_dscp, spray=spray)
         net, failed_at = self.net, None
@@ -362,11 +367,11 @@ class WallTime(Timebase):
                 net.restore(plane=fail_after[0])
         return Perf(clients, server, 0, failed_at)
 
-    def ranks_inside(self) -> bool:
-        """Whether the ranks run inside the engine, on its wall loop, as on the fabric clock (the same
-        endpoints, compiled where the core is): where the engine's own switches carry their frames
+    def endpoints_inside(self) -> bool:
+        """Whether the project's endpoints run inside the engine, on its wall loop, as on the fabric clock
+        (the same jobs, compiled where the core is): where the engine's own switches carry their frames
         and one worker holds them all. Elsewhere frames must cross a kernel (BMv2's simple_switch;
-        workers joined by channels), and each rank is a process in its host."""
+        workers joined by kernel links), and each endpoint is a process in its host."""
         net = self.net
         return net.settings.backend == "native" and net.engine.spec.workers == 1
 
@@ -374,7 +379,7 @@ class WallTime(Timebase):
                            trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
         from emu.collectives.run import run_in_engine, run_ranks
 
-        if self.ranks_inside():
+        if self.endpoints_inside():
             return run_in_engine(self.net.engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp,
                                  spray=spray, algo=algo)[0], 0
         if trim_dscp is not None:

@@ -1,11 +1,11 @@
-"""Paced UDP flows and counting receivers on the fabric clock, inside the engine (a job).
+"""Paced UDP flows and counting receivers inside the engine (a job), on either clock.
 
 The same traffic as emu.traffic.udp's processes (datagrams of `size` bytes
 paced at a fabric rate, spread over `flows` source ports, counted per source
 and per time bin at the receiver), but sent straight into each sender's host
-NIC model at its fabric time and counted where the receiver's port would hand
-it to the kernel: nothing can be late, and the figures are the same on every
-machine. A sender's frames are built once per source port (IPv4 with DF and
+NIC model at its time and counted where the receiver's port would hand it to
+the kernel: on the fabric clock nothing can be late, and the figures are the
+same on every machine. A sender's frames are built once per source port (IPv4 with DF and
 no UDP checksum, as RFC 768 allows): a send allocates nothing.
 """
 
@@ -36,6 +36,7 @@ class UdpJob(Job):
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
         self.bin_s = float(params["bin_s"])
+        self.bin_loop = self.loop_s(self.bin_s)  # a bin in the loop's time
         self.senders: list[dict[str, Any] | None] = []  # per flow; None: another worker's host sends it
         # One receiver per host and UDP port, as one socket would be, on every port its flows arrive at.
         self.receivers: dict[tuple[str, int], dict[str, Any] | None] = {}
@@ -66,7 +67,7 @@ class UdpJob(Job):
             send, host_mac, switch_mac = host.attach(f["src"][0], f["src"][1], lambda t, frame: None)
             frames = [self._frame(host_mac, switch_mac, f, int(f.get("sport", 40000)) + i)
                       for i in range(max(1, int(f.get("flows", 1))))]
-            per_pkt = (int(f["size"]) + HEADER + 24) * 8 / float(f["rate_bps"])
+            per_pkt = self.loop_s((int(f["size"]) + HEADER + 24) * 8 / float(f["rate_bps"]))
             self.senders.append({"send": send, "frames": frames, "count": count, "i": 0, "per_pkt": per_pkt,
                                  "size": int(f["size"]), "sent_bytes": 0})
         self.begin()
@@ -105,7 +106,7 @@ class UdpJob(Job):
         r["received_bytes"] += n
         r["by_source"][src] = r["by_source"].get(src, 0) + n
         bins = r["bins"].setdefault(src, {})
-        k = int((t - r["first_s"]) / self.bin_s)
+        k = int((t - r["first_s"]) / self.bin_loop)
         bins[k] = bins.get(k, 0) + n
         self.last_arrival = t
         if self.unsent == 0 and self._complete():
@@ -127,7 +128,7 @@ class UdpJob(Job):
                 if self._complete():
                     self._done_here()
                 else:
-                    self.loop.at(t + IDLE_S, self._idle, None)
+                    self.loop.at(t + self.loop_s(IDLE_S), self._idle, None)
         else:
             self.undone -= int(n)
             if self.undone == 0:
@@ -136,7 +137,7 @@ class UdpJob(Job):
     def _idle(self, t: float, _: Any) -> None:
         if self.done_here or self.finished:
             return
-        quiet_from = self.last_arrival + IDLE_S  # one sum, compared as it was scheduled: no float ping-pong
+        quiet_from = self.last_arrival + self.loop_s(IDLE_S)  # one sum, compared as scheduled: no float ping-pong
         if t >= quiet_from:
             self._done_here()
         else:
@@ -161,11 +162,13 @@ class UdpJob(Job):
                 continue
             first, last = r["first_s"], r["last"]
             got.append({"udp_port": udp_port,
-                        **{k: v for k, v in r.items() if k not in ("last", "by_source", "bins")},
+                        # first_s on the t0_fabric_s clock (the loop's time in fabric seconds)
+                        **{k: (v / self.d if k == "first_s" and v is not None else v) for k, v in r.items()
+                           if k not in ("last", "by_source", "bins")},
                         "by_source": {str(ip(a)): n for a, n in r["by_source"].items()},
                         "bins": {str(ip(a)): b for a, b in r["bins"].items()},
-                        "duration_s": (last - first) if first is not None and last is not None else 0.0})
-        return {"sent": sent, "received": got, "fabric_s": self.loop.now - self.t0, "t0_fabric_s": self.t0}
+                        "duration_s": self.since(last, first) if first is not None and last is not None else 0.0})
+        return {"sent": sent, "received": got, "fabric_s": self.since(self.loop.now), "t0_fabric_s": self.t0 / self.d}
 
     @staticmethod
     def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
