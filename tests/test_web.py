@@ -231,6 +231,70 @@ def test_emu_up_serves_the_view_it_prints_and_a_bad_address_is_one_clear_error(n
     assert alone.returncode == 1 and "--web-control goes with --web" in alone.stderr
 
 
+def test_a_recording_replays_on_the_live_page_with_the_same_panels_and_a_slider(tmp_path):
+    """Three snapshots recorded (emu.web.app.Recorder: the first from its thread, one taken, the last at
+    stop) and replayed by `emu view` on the live view's own page: the panels hold exactly the recorded
+    figures (p0l0 -> gpu1 at half and a quarter of its 100G, 50 and 25 Gb/s on plane 0; the 4 KB queue
+    of the second), the failed link greyed at the end and not before, and the slider steps back."""
+    import json
+    import subprocess
+    import time
+
+    from emu.web.app import Recorder
+    from emu.web.devtools import Browser
+    from tests.helpers import EMU
+
+    topo, series = fabric()
+    it = iter(series)
+    rec = Recorder(topo, lambda: next(it), clock="fabric", period_s=3600)
+    deadline = time.monotonic() + 10
+    while not rec.taken and time.monotonic() < deadline:
+        time.sleep(0.01)
+    rec.take()
+    path = tmp_path / "live.json"
+    path.write_text(json.dumps(rec.stop()))
+    assert [s["fabric_s"] for s in json.loads(path.read_text())["recording"]["snapshots"]] == [0.0, 10e-6, 20e-6]
+    proc = subprocess.Popen([*EMU, "view", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().rsplit(" ", 1)[-1].strip()  # type: ignore[union-attr]
+        with Browser(url, width=1280, height=720) as page:
+            page.wait_for("document.body.dataset.ready === '1'", 30)
+            assert page.js("window.series.t.length") == 3
+            assert page.js("window.series.planes['0']") == pytest.approx([0, 50, 25])
+            assert page.js("window.series.queue") == pytest.approx([0, 4.096, 0])
+            assert page.js("document.querySelectorAll('#panel-planes polyline').length") == 1
+            assert "snapshot 3 of 3, recorded" in page.js("document.getElementById('clock').textContent")
+            down = "[...document.querySelectorAll('line[data-link=\"0\"]')].every(e => e.classList.contains('down'))"
+            assert page.js(down) is True
+            assert page.js("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+            page.js("const s = document.getElementById('slider'); s.value = 1; s.dispatchEvent(new Event('input'))")
+            assert page.js("window.series.t.length") == 2 and page.js(down) is False
+            assert "snapshot 2 of 3" in page.js("document.getElementById('clock').textContent")
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_emu_up_records_the_live_view_for_emu_view_and_a_bad_path_builds_nothing(tmp_path, no_leftovers):
+    import json
+    import subprocess
+
+    from tests.helpers import EMU
+
+    path = tmp_path / "up.json"
+    out = subprocess.run([*EMU, "up", "fpf", "--gpus", "2", "--planes", "2", "--clock", "fabric", "--test", "pingall",
+                          "--record", str(path), "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and json.loads(out.stdout)["recording"] == str(path), out.stderr[-1500:]
+    rec = json.loads(path.read_text())["recording"]
+    assert rec["clock"] == "fabric" and len(rec["topology"]["links"]) == 12 and rec["snapshots"]  # 4 host, 8 switch
+    assert all(len(s["links"]) == 12 for s in rec["snapshots"])
+    bad = subprocess.run([*EMU, "up", "fpf", "--gpus", "2", "--test", "pingall", "--record", "/nonexistent/x.json"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "record: cannot write" in bad.stderr and "Traceback" not in bad.stderr
+
+
 @pytest.mark.root
 @pytest.mark.mininet
 def test_emu_web_attaches_to_a_fabric_another_process_runs_and_ends_with_it(no_leftovers):

@@ -157,6 +157,7 @@ def cmd_up(args: argparse.Namespace, extra: list[str]) -> int:
 
     _need_root()
     return up(args.topology, _topo_params(extra), _settings(args), test=args.test, as_json=args.json, web=args.web,
+              record=args.record,
               web_control=args.web_control)
 
 
@@ -589,6 +590,9 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--web", metavar="[ADDR:]PORT", help="serve the live view (127.0.0.1 unless ADDR; the URL has a token)")
     p.add_argument("--web-control", action="store_true",
                    help="the live view may fail and restore planes, links and switches (default: read-only)")
+    p.add_argument("--record", metavar="FILE",
+                   help="record the live view's snapshots (four a second) until the fabric stops, into FILE (JSON), "
+                        "for `emu view FILE` to replay: the same drawing and panels, with a slider")
     _run_options(p)
     if topology:
         _topology_help(p, topology)

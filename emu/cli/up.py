@@ -56,12 +56,16 @@ def web_address(text: str) -> tuple[str, int]:
 
 
 def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | None, as_json: bool,
-       web: str | None = None, web_control: bool = False) -> int:
+       web: str | None = None, web_control: bool = False, record: str | None = None) -> int:
     console = Console(stderr=as_json)
     topo = make_topo(name, params)  # validated: nothing exists yet if this fails
     where = web_address(web) if web else None
     if web_control and where is None:
         raise ValueError("--web-control goes with --web [ADDR:]PORT")
+    if record:
+        from emu.web.app import check_recording_path
+
+        check_recording_path(record)
     setLogLevel("info" if test is None else "warning")
     t0 = time.monotonic()
     net = None
@@ -73,6 +77,9 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
             net.start()
         result["up_s"] = round(time.monotonic() - t0, 3)
         result["links"] = link_kinds(net)
+        if record:
+            net.record(record)
+            result["recording"] = record
         if where is not None:
             result["web"] = net.web(port=where[1], host=where[0], control=web_control).url
             console.print(f"live view: {result['web']}", markup=False, highlight=False)

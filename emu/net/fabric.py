@@ -197,6 +197,7 @@ class FabricNet(Mininet):
         self._degraded: set[tuple[str, str]] = set()  # (switch, port) that degrade() changed
         self._reported: dict[tuple[str, str], float] = {}  # links whose rate degrade(report=True) told: built rate
         self._views: list[Any] = []  # web views serving this fabric (web()), closed by stop()
+        self._recorders: list[tuple[str, Any]] = []  # (path, Recorder) from record(), saved by stop()
         self.machine_of: dict[str, str] = {}  # node -> machine, over settings.machines (build())
         super().__init__(topo=topo, **kw)
 
@@ -388,6 +389,10 @@ class FabricNet(Mininet):
         for view in self._views:
             view.close()
         self._views.clear()
+        for path, recorder in self._recorders:
+            with open(path, "w") as f:
+                json.dump(recorder.stop(), f)
+        self._recorders.clear()
         _kill_host_processes(self.hosts)
         for sw in self.switches:
             if getattr(sw, "engine", None) is not None:
@@ -675,6 +680,16 @@ class FabricNet(Mininet):
                                               control=act if control else None), host=host, port=port)
         self._views.append(view)
         return view
+
+    def record(self, path: str) -> None:
+        """Record the live view's snapshots (four a wall second, whether or not a page is open) until
+        stop(), which writes them to `path` (JSON) for `emu view` to replay on the live view's page.
+        The path is checked now: a recording that cannot be written is refused before it starts."""
+        from emu.web.app import Recorder, check_recording_path
+        from emu.web.scene import topology_of
+
+        check_recording_path(path)
+        self._recorders.append((path, Recorder(topology_of(self), self.engine.stats, clock=self.settings.clock)))
 
     def pace(self, wall_s: float) -> None:
         """Fabric clock: from now on a fabric second of a job takes at least `wall_s` wall seconds

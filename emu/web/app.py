@@ -11,6 +11,7 @@ restore (and their checks) as the CLI's commands.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import os
 import secrets
@@ -133,7 +134,11 @@ def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *,
 
 
 def make_replay_app(result: dict[str, Any], name: str, token: str) -> Starlette:
-    """The replay page of a saved result (`emu view`): its series drawn with a time slider, its counters."""
+    """The replay page of a saved result (`emu view`): its series drawn with a time slider, its counters.
+    A recording of the live view (Recorder) is replayed on the live view's own page, drawing and panels,
+    with a slider over its snapshots."""
+    if "recording" in result:
+        return _recording_app(result["recording"], name, token)
     page = resources.files("emu.web").joinpath("static/replay.html").read_text()
     script = resources.files("emu.web").joinpath("static/replay.js").read_text()
     data = {"name": name, "scenario": result.get("scenario", ""), "passed": result.get("passed"),
@@ -145,6 +150,65 @@ def make_replay_app(result: dict[str, Any], name: str, token: str) -> Starlette:
         Route("/replay.js", lambda r: Response(script, media_type="text/javascript")),  # code, no data: open
         Route("/result.json", _guarded(lambda r: JSONResponse(data), token)),
     ])
+
+
+def _recording_app(rec: dict[str, Any], name: str, token: str) -> Starlette:
+    page = resources.files("emu.web").joinpath("static/index.html").read_text()
+    script = resources.files("emu.web").joinpath("static/view.js").read_text()
+    topology = {**rec["topology"], "clock": rec.get("clock", "wall"), "control": False, "recorded": name}
+    return Starlette(routes=[
+        Route("/", _guarded(lambda r: HTMLResponse(page), token)),
+        Route("/view.js", lambda r: Response(script, media_type="text/javascript")),  # code, no data: open
+        Route("/topology.json", _guarded(lambda r: JSONResponse(topology), token)),
+        Route("/recording.json", _guarded(lambda r: JSONResponse(rec["snapshots"]), token)),
+    ])
+
+
+def check_recording_path(path: str) -> None:
+    """ValueError unless a recording can be written at `path` (checked before a fabric is built)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ValueError(f"record: cannot write {path}: {folder} is not a folder this user can write")
+
+
+class Recorder:
+    """The live view's snapshots, taken from a thread every `period_s` whether or not a page is open, for
+    `emu view` to replay with the same drawing and panels (a NetAnim trace, in the live view's own
+    terms). At most MAX_SNAPSHOTS are kept (the first ones go: at four a second, 83 minutes)."""
+
+    MAX_SNAPSHOTS = 20_000
+
+    def __init__(self, topo: Topology, stats: Callable[[], dict[str, Any]], *, clock: str = "wall",
+                 period_s: float = PERIOD_S) -> None:
+        self.topo, self.clock, self.period_s = topo, clock, period_s
+        self.snaps = Snapshots(topo, clock)
+        self.taken: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.MAX_SNAPSHOTS)
+        self.stats = stats
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="emu-record", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            self.take()
+            self.done.wait(self.period_s)
+
+    def take(self) -> None:
+        """One snapshot now (the fabric gone: nothing)."""
+        try:
+            self.taken.append(self.snaps.take(self.stats()))
+        except Exception:  # noqa: BLE001 (a fabric stopping under the recorder ends the recording, not the run)
+            self.done.set()
+
+    def stop(self) -> dict[str, Any]:
+        """Stop, with a last snapshot (the fabric's state at the end); the recording, as `emu view` reads it."""
+        running = not self.done.is_set()
+        self.done.set()
+        self.thread.join(timeout=5)
+        if running:
+            self.take()
+        return {"recording": {"topology": self.topo.to_json(), "clock": self.clock, "period_s": self.period_s,
+                              "snapshots": list(self.taken)}}
 
 
 class WebView:

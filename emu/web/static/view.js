@@ -1,5 +1,6 @@
 // The live view: draws the topology once (SVG, one line per link, one mark per node), then colours it
-// from each snapshot the server sends over the websocket. Plain module, no build step.
+// from each snapshot the server sends over the websocket, or (a recording, `emu view`) from the
+// recorded snapshot a slider picks. Plain module, no build step.
 const token = new URLSearchParams(location.search).get("token") || "";
 const svg = document.getElementById("fabric");
 const NS = "http://www.w3.org/2000/svg";
@@ -338,10 +339,35 @@ function plot(id, lines) {
   }
 }
 
+async function replay() {
+  // A recording (`emu up --record`, served by `emu view`): the same drawing and panels, a slider over its
+  // snapshots; at snapshot i the panels hold the KEEP snapshots up to i, as the live page had them then.
+  const snaps = await (await fetch(`recording.json?token=${encodeURIComponent(token)}`)).json();
+  const slider = document.createElement("input");
+  Object.assign(slider, { type: "range", id: "slider", min: 0, max: Math.max(0, snaps.length - 1) });
+  slider.value = slider.max;
+  document.getElementById("planes").replaceChildren(`recording ${topo.recorded}: `, slider);
+  const show = (i) => {
+    window.series = { t: [], planes: {}, queue: [], pfc: [] };
+    document.body.dataset.snapshots = "0";
+    for (let k = Math.max(0, i - KEEP + 1); k <= i; k++) update(snaps[k]);
+    document.getElementById("clock").textContent =
+      `fabric time ${(snaps[i].fabric_s * 1e3).toFixed(3)} ms (snapshot ${i + 1} of ${snaps.length}, recorded)`;
+  };
+  slider.addEventListener("input", () => show(Number(slider.value)));
+  if (snaps.length) show(snaps.length - 1);
+  else document.getElementById("clock").textContent = "the recording holds no snapshot";
+  document.body.dataset.ready = "1";
+}
+
 await draw();
-const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws?token=${encodeURIComponent(token)}`);
-ws.onmessage = (ev) => update(JSON.parse(ev.data));
-ws.onclose = () => {
-  const clock = document.getElementById("clock");
-  if (clock.textContent !== "the fabric stopped") clock.textContent = "disconnected";
-};
+if (topo.recorded) {
+  await replay();
+} else {
+  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws?token=${encodeURIComponent(token)}`);
+  ws.onmessage = (ev) => update(JSON.parse(ev.data));
+  ws.onclose = () => {
+    const clock = document.getElementById("clock");
+    if (clock.textContent !== "the fabric stopped") clock.textContent = "disconnected";
+  };
+}
