@@ -245,6 +245,9 @@ def test_a_recording_replays_on_the_live_page_with_the_same_panels_and_a_slider(
     from tests.helpers import EMU
 
     topo, series = fabric()
+    hot = series[1]["switches"]["p0l0"]["ports"]["p0l0-eth1"]  # the second snapshot: 7 marks, 2 trims, a job
+    hot["ecn_marked"], hot["trimmed"] = 10, [0, 0, 0, 2, 0, 0, 0, 0]
+    series[1]["workers"][0]["jobs"] = [{"job": 1, "what": "allreduce of 4096 B (size 1 of 1)", "fabric_s": 5e-6}]
     it = iter(series)
     rec = Recorder(topo, lambda: next(it), clock="fabric", period_s=3600)
     deadline = time.monotonic() + 10
@@ -262,7 +265,13 @@ def test_a_recording_replays_on_the_live_page_with_the_same_panels_and_a_slider(
             assert page.js("window.series.t.length") == 3
             assert page.js("window.series.planes['0']") == pytest.approx([0, 50, 25])
             assert page.js("window.series.queue") == pytest.approx([0, 4.096, 0])
+            assert page.js("[window.series.ecn, window.series.trims]") == [[0, 7, 0], [0, 2, 0]]
             assert page.js("document.querySelectorAll('#panel-planes polyline').length") == 1
+            assert page.js("document.querySelectorAll('#panel-marks polyline').length") == 2
+            assert page.js("document.getElementById('job').textContent") == "no job running"
+            # A click keeps the port's figures on screen (and they follow the slider).
+            page.js("document.querySelector('line[data-link=\"1\"]').dispatchEvent(new MouseEvent('click'))")
+            assert "p0l0:p0l0-eth1" in page.js("document.getElementById('pinned').textContent")
             assert "snapshot 3 of 3, recorded" in page.js("document.getElementById('clock').textContent")
             down = "[...document.querySelectorAll('line[data-link=\"0\"]')].every(e => e.classList.contains('down'))"
             assert page.js(down) is True
@@ -270,6 +279,8 @@ def test_a_recording_replays_on_the_live_page_with_the_same_panels_and_a_slider(
             page.js("const s = document.getElementById('slider'); s.value = 1; s.dispatchEvent(new Event('input'))")
             assert page.js("window.series.t.length") == 2 and page.js(down) is False
             assert "snapshot 2 of 3" in page.js("document.getElementById('clock').textContent")
+            assert page.js("document.getElementById('job').textContent") == "allreduce of 4096 B (size 1 of 1), 5.0 us in"
+            assert "q3 4096 B" in page.js("document.getElementById('pinned').textContent")  # the queue then
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
@@ -363,17 +374,19 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
         net.pace(8000.0)
         traffic = EngineFlows(net, [Flow(f"gpu{i}", "gpu0", dst, 9000, 1 << 20, 100e9, tos=DSCP_LOSSLESS << 2 | ECT0)
                                       for i in (1, 2, 3)])
-        seen, arrows = [], []
+        seen, arrows, jobs = [], [], []
         held = "[...document.querySelectorAll('line.pauses-a, line.pauses-b')].map(e => e.dataset.link)"
         while not net.engine.job_state(traffic.job)["done"]:
             seen.append(page.js(drawn))
             arrows.append(page.js(held))
+            jobs.append(page.js("document.getElementById('job').textContent"))
             if sum(b > 0 for b, _ in seen) == 8:  # mid-incast: the links' colours have had two snapshots
                 page.screenshot("results/web-fpf-4x2-incast.png")
             time.sleep(0.05)
         traffic.wait()
         net.pace(0.0)
         assert max(b for b, _ in seen) > 100_000 and max(h for _, h in seen) > 0, seen  # PFC holds it near its threshold
+        assert any(j.startswith("3 UDP flow(s), ") for j in jobs), jobs  # the header's job line, while it ran
         # The panels (issue 40, item 2), a point a snapshot over fabric time: plane 0 delivered the incast to
         # gpu0 at up to its 100G line rate and plane 1 nothing; the deepest queue drawn is the hot port's,
         # never above the high-water mark the engine counted; ports sent PFC pauses meanwhile.

@@ -92,6 +92,10 @@ class CollectiveJob(Job):
     def what(self) -> str:
         return f"{self.op} of {self.sizes[self.k]} B"
 
+    def progress(self) -> str:
+        left = f", {self.left} of {len(self.endpoints)} ranks still at it" if self.left < len(self.endpoints) else ""
+        return f"{self.what()} (size {self.k + 1} of {len(self.sizes)}{left})"
+
     def result(self) -> dict[str, Any]:
         """As the wall-clock ranks report themselves (emu.collectives.run reads both alike)."""
         if self.error:

@@ -305,6 +305,7 @@ class Engine:
             out["switches"].update(r["switches"])
             ends.update(r.get("host_ends", {}))
             out["workers"].append({"worker": i, "fidelity": r["fidelity"], "uptime_s": r["uptime_s"],
+                                   "jobs": r.get("jobs", []),
                                    **({"machine": self.machine(i)} if self.spec.machines else {}),
                                    **({"channel": r["channel"]} if "channel" in r else {})})
         for name, nic in ends.items():  # its drops on the port, as a NIC the switch holds counts them

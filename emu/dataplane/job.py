@@ -166,6 +166,10 @@ class Job:
     def what(self) -> str:
         raise NotImplementedError
 
+    def progress(self) -> str:
+        """Where it stands, for a person watching (the live view): what it does, by default."""
+        return self.what()
+
     def result(self) -> dict[str, Any]:
         raise NotImplementedError
 

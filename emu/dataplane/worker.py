@@ -529,6 +529,9 @@ class Worker:
                                         **({"clocks": self.channels.clock_bounds()} if not self.fabric else {})}}
                            if self.channels else {}),
                         "for_no_kernel": self.for_no_kernel,
+                        # What runs inside (the live view's job line): each job's progress and its fabric time.
+                        "jobs": [{"job": i, "what": job.progress(), "fabric_s": job.since(self.loop.now)}
+                                 for i, job in self.jobs.items() if not job.finished],
                         "switches": {n: sw.stats(now) for n, sw in self.switches.items()},
                         "host_ends": {f"{e.switch}/{e.name}": e.stats(now) for e in self.host_ends.values()}}
             case ResetFidelity():

@@ -191,7 +191,12 @@ class Snapshots:
                         row["up"] = row["up"] and bool(p.get("up", True))
                         ports[f"{end.switch}:{end.port}"] = self._port(f"{end.switch}:{end.port}", p)
             links.append(row)
-        return {"fabric_s": fabric_s, "links": links, "ports": ports, "fidelity": fidelity_line(stats, self.clock)}
+        jobs: dict[int, dict[str, Any]] = {}  # a split fabric's job runs a part on every worker: once
+        for w in stats.get("workers", []):
+            for j in w.get("jobs", []):
+                jobs.setdefault(j["job"], j)
+        return {"fabric_s": fabric_s, "links": links, "ports": ports, "fidelity": fidelity_line(stats, self.clock),
+                "jobs": [jobs[k] for k in sorted(jobs)]}
 
     def _held(self, key: str, paused: list[float]) -> list[bool]:
         """Per priority, whether this transmitter was held by a PFC pause since the last snapshot."""

@@ -14,7 +14,7 @@ let planeOf = {};     // switch -> plane (the topology's groups)
 const KEEP = 120;     // snapshots the panels keep: 30 s at four a second
 const JUMP_MS = 100;  // fabric ms between two snapshots that is a jump, not a run
 // The panels' data, one point a snapshot (fabric ms): what the page draws, readable by a test.
-window.series = { t: [], planes: {}, queue: [], pfc: [] };
+window.series = { t: [], planes: {}, queue: [], pfc: [], ecn: [], trims: [] };
 
 function el(kind, attrs, parent = svg) {
   const e = document.createElementNS(NS, kind);
@@ -153,7 +153,10 @@ function render() {
     const ba = el("line", { x1: mx, y1: my, x2: b.x, y2: b.y, class: "link", ...attrs }, g);
     for (const half of [ab, ba]) {
       if (l) {
-        half.addEventListener("click", () => offer({ link: [l.a, l.b] }, `link ${l.a} - ${l.b}`));
+        half.addEventListener("click", () => {
+          pin([l.a_port && `${l.a}:${l.a_port}`, l.b_port && `${l.b}:${l.b_port}`].filter(Boolean), `link ${l.a} - ${l.b}`);
+          offer({ link: [l.a, l.b] }, `link ${l.a} - ${l.b}`);
+        });
         half.addEventListener("mouseenter", () => {
           document.getElementById("port").textContent =
             [l.a_port && `${l.a}:${l.a_port}`, l.b_port && `${l.b}:${l.b_port}`].filter(Boolean).map(describe).join("\n");
@@ -177,6 +180,7 @@ function render() {
       const key = `${end.name}:${port}`;
       const rect = el("rect", { x: qx - 2, y: qy, width: 4, height: 0, class: "queue", "data-port": key }, g);
       rect.addEventListener("mouseenter", () => { document.getElementById("port").textContent = describe(key); });
+      rect.addEventListener("click", () => pin([key], `port ${key}`));
       queues.set(key, rect);
     }
   }
@@ -195,7 +199,10 @@ function render() {
       ? { x: n.x - 9, y: n.y - 6, width: 18, height: 12, class: "node switch", "data-node": n.name }
       : { cx: n.x, cy: n.y, r: many ? 3 : 5, class: "node host", "data-node": n.name });
     if (n.kind === "switch") {
-      n.el.addEventListener("click", () => offer({ switch: n.name }, `switch ${n.name}`));
+      n.el.addEventListener("click", () => {
+        pin(Object.keys(ports).filter((k) => k.startsWith(`${n.name}:`)).sort(), `switch ${n.name}`);
+        offer({ switch: n.name }, `switch ${n.name}`);
+      });
       n.el.addEventListener("mouseenter", () => {
         document.getElementById("port").textContent =
           Object.keys(ports).filter((k) => k.startsWith(`${n.name}:`)).sort().map(describe).join("\n");
@@ -213,6 +220,18 @@ function render() {
 }
 
 let last = null;  // the latest snapshot: a new drawing is coloured at once
+let pinned = null;  // what a click pinned: its ports' figures stay on screen, refreshed each snapshot
+
+function pin(keys, label) {
+  pinned = { keys, label };
+  showPinned();
+}
+
+function showPinned() {
+  if (!pinned) return;
+  document.getElementById("pinned").textContent =
+    `${pinned.label} (clicked; click another to change)\n` + pinned.keys.map(describe).join("\n");
+}
 
 function update(s) {
   if (s.ended) {
@@ -224,8 +243,11 @@ function update(s) {
   last = s;
   document.getElementById("clock").textContent = `fabric time ${(s.fabric_s * 1e3).toFixed(3)} ms`;
   document.getElementById("fidelity").textContent = s.fidelity;
+  document.getElementById("job").textContent = (s.jobs || []).length
+    ? s.jobs.map((j) => `${j.what}, ${(j.fabric_s * 1e6).toFixed(1)} us in`).join("; ") : "no job running";
   paint(s);
   record(s);
+  showPinned();
   document.body.dataset.snapshots = String(Number(document.body.dataset.snapshots || 0) + 1);
 }
 
@@ -280,9 +302,11 @@ function record(s) {
     const plane = planeOf[sw] ?? 0;
     sent[plane] = (sent[plane] || 0) + (util || 0) * m.rate_bps / 1e9;
   }
-  let deepest = 0, pausing = 0;
+  let deepest = 0, pausing = 0, ecn = 0, trims = 0;
   for (const p of Object.values(s.ports)) {
     deepest = Math.max(deepest, p.queue_bytes.reduce((a, b) => a + b, 0));
+    ecn += p.ecn_marked || 0;
+    trims += p.trimmed || 0;
     if (p.pausing.some(Boolean)) pausing += 1;  // a switch port held by its peer
     if ((p.host_pausing || []).some(Boolean)) pausing += 1;  // a host's NIC held by its switch
   }
@@ -290,8 +314,11 @@ function record(s) {
   if (S.t.length && s.fabric_s * 1e3 - S.t[S.t.length - 1] > JUMP_MS) {
     // A job began at the next whole fabric second (the fabric clock's way): start the panels afresh
     // rather than draw a second of nothing.
-    S.t = []; S.queue = []; S.pfc = []; S.planes = {};
+    S.t = []; S.queue = []; S.pfc = []; S.planes = {}; S.ecn = []; S.trims = []; S.marks = undefined;
   }
+  // ECN marks and trims since the last snapshot, over every port (the counters only grow).
+  const before = S.marks || [ecn, trims];
+  S.marks = [ecn, trims];
   S.t.push(s.fabric_s * 1e3);
   for (const plane of new Set([...Object.keys(S.planes), ...Object.keys(sent)])) {
     S.planes[plane] = S.planes[plane] || S.t.slice(0, -1).map(() => 0);
@@ -299,13 +326,16 @@ function record(s) {
   }
   S.queue.push(deepest / 1e3);
   S.pfc.push(pausing);
+  S.ecn.push(Math.max(0, ecn - before[0]));
+  S.trims.push(Math.max(0, trims - before[1]));
   if (S.t.length > KEEP) {
-    S.t.shift(); S.queue.shift(); S.pfc.shift();
+    S.t.shift(); S.queue.shift(); S.pfc.shift(); S.ecn.shift(); S.trims.shift();
     for (const v of Object.values(S.planes)) v.shift();
   }
   plot("panel-planes", Object.entries(S.planes).map(([p, v], i) => ({ name: `plane ${p}`, v, colour: PALETTE[i % PALETTE.length] })));
   plot("panel-queue", [{ name: "deepest", v: S.queue, colour: "#d33" }]);
   plot("panel-pfc", [{ name: "pausing", v: S.pfc, colour: "#f90" }]);
+  plot("panel-marks", [{ name: "ECN", v: S.ecn, colour: "#2ca02c" }, { name: "trims", v: S.trims, colour: "#9467bd" }]);
 }
 
 const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"];
@@ -348,7 +378,7 @@ async function replay() {
   slider.value = slider.max;
   document.getElementById("planes").replaceChildren(`recording ${topo.recorded}: `, slider);
   const show = (i) => {
-    window.series = { t: [], planes: {}, queue: [], pfc: [] };
+    window.series = { t: [], planes: {}, queue: [], pfc: [], ecn: [], trims: [] };
     document.body.dataset.snapshots = "0";
     for (let k = Math.max(0, i - KEEP + 1); k <= i; k++) update(snaps[k]);
     document.getElementById("clock").textContent =
