@@ -146,6 +146,70 @@ def test_a_replay_and_tenants_on_the_wall_clock_give_the_fabric_clocks_figures(t
     assert [t.rows[0].time_us for t in wall_t] == pytest.approx([t.rows[0].time_us for t in fabric_t], rel=0.01), d
 
 
+ACT = 64 << 10  # an activation (and its gradient) between pipeline stages, bytes
+
+
+def _p2p(kind: int, peer: int, size: int = ACT) -> list:
+    return [_attr("comm_dst" if kind == pb.COMM_SEND_NODE else "comm_src", peer), _attr("comm_size", size)]
+
+
+def _pipeline(r: int) -> list:
+    """Two pipeline stages: rank r < 4 computes, sends its activation to r + 4, waits for the gradient back;
+    rank r + 4 waits for it, computes 20 us, sends it back; then every rank allreduces 256 KiB (one stream:
+    the allreduce after the rank's messages)."""
+    if r < N // 2:
+        return [(1, "fwd", pb.COMP_NODE, [], FWD_US[r], []),
+                (2, "send_act", pb.COMM_SEND_NODE, [1], 0, _p2p(pb.COMM_SEND_NODE, r + N // 2)),
+                (3, "recv_grad", pb.COMM_RECV_NODE, [2], 0, _p2p(pb.COMM_RECV_NODE, r + N // 2)),
+                (4, "allreduce", pb.COMM_COLL_NODE, [3], 0, _coll(pb.ALL_REDUCE, 256 << 10))]
+    return [(1, "recv_act", pb.COMM_RECV_NODE, [], 0, _p2p(pb.COMM_RECV_NODE, r - N // 2)),
+            (2, "fwd_bwd", pb.COMP_NODE, [1], 20, []),
+            (3, "send_grad", pb.COMM_SEND_NODE, [2], 0, _p2p(pb.COMM_SEND_NODE, r - N // 2)),
+            (4, "allreduce", pb.COMM_COLL_NODE, [3], 0, _coll(pb.ALL_REDUCE, 256 << 10))]
+
+
+def test_sends_and_receives_replay_in_order_no_faster_than_the_wire(tmp_path, no_leftovers):
+    """A two-stage pipeline's messages: each stage-1 rank computes exactly when its activation is whole in
+    its memory, which is no sooner than the sender's compute plus the bytes at its line rate; the
+    gradient comes back the same way; the allreduce starts when its last rank issued it; both cores
+    give the same figures; a send without its receive and a peer out of range are one line each."""
+    from emu import FabricNet, FPFTopo
+    from emu.collectives.trace import TraceError, read
+
+    prefix = write_trace(str(tmp_path / "pipe"), _pipeline)
+    out = {}
+    for core in ("native", "python"):
+        with FabricNet(FPFTopo(gpus=N, planes=2), settings=RunSettings(clock="fabric", kernel=False, core=core)) as net:
+            out[core] = net.replay(prefix)
+    r = out["native"]
+    assert {k: v for k, v in r.items() if k != "fidelity"} == {k: v for k, v in out["python"].items() if k != "fidelity"}
+    assert r["wrong"] == 0 and len(r["messages"]) == N
+    wire_us = ACT * 8 / 200e9 * 1e6  # two 100G planes a host
+    at = {(rank, row[0]): (row[2] * 1e6, row[3] * 1e6) for rank, rows in r["timeline"].items() for row in rows}
+    for a in range(N // 2):
+        b = a + N // 2
+        act, grad = at[(b, 1)], at[(a, 3)]  # the receives' (start, end), us
+        assert act[1] >= FWD_US[a] + wire_us, (a, act)
+        assert at[(b, 2)][0] == act[1]  # the compute starts the instant the activation is whole
+        assert grad[1] >= at[(b, 2)][1] + wire_us, (a, grad)
+    (ar,) = r["collectives"]
+    assert ar["start_us"] == pytest.approx(max(end for (_, nid), (_, end) in at.items() if nid == 3))
+    for m in r["messages"]:
+        assert m["size"] == ACT and m["recv_end_us"] >= m["send_start_us"] + wire_us, m
+
+    def unmatched(x: int) -> list:  # rank 4 computes instead of receiving rank 0's activation
+        return [(1, "idle", pb.COMP_NODE, [], 0, []), *_pipeline(x)[1:]] if x == N // 2 else _pipeline(x)
+    with pytest.raises(TraceError, match="rank 0 sends 1 message.s. to rank 4 .tag 0. and rank 4 receives 0"):
+        read(write_trace(str(tmp_path / "lost"), unmatched))
+
+    def astray(x: int) -> list:
+        nodes = _pipeline(x)
+        return [n if n[0] != 2 or x else (2, "send_act", pb.COMM_SEND_NODE, [1], 0, _p2p(pb.COMM_SEND_NODE, 99))
+                for n in nodes]
+    with pytest.raises(TraceError, match="rank 0's node 2 .send_act.: its peer is rank 99"):
+        read(write_trace(str(tmp_path / "astray"), astray))
+
+
 def _generate(tmp_path) -> str:
     """Chakra's own generator (its console script, beside this Python): one trace per node kind."""
     tool = os.path.join(os.path.dirname(sys.executable), "chakra_generator")
@@ -171,7 +235,9 @@ def test_traces_from_chakras_generator_replay_or_are_refused_by_name(tmp_path, n
     assert comp["step_time_us"] == pytest.approx(14.0) and comp["exposed_comm_us"] == pytest.approx(0.0, abs=1e-6)
     assert barrier["collectives"][0]["op"] == "allreduce" and barrier["wrong"] == 0
     assert tree["algo"] == "tree" and tree["wrong"] == 0 and tree["step_time_us"] != allreduce["step_time_us"]
-    with pytest.raises(TraceError, match="one_comm_send_node.0.et: node [0-9]+ \\(COMM_SEND_NODE\\): COMM_SEND_NODE is not"):
+    # The generator's sends name no peer (as Chakra's PyTorch converter's): refused, naming the node.
+    with pytest.raises(TraceError, match="one_comm_send_node.0.et: node [0-9]+ \\(COMM_SEND_NODE\\): COMM_SEND_NODE "
+                                         "without comm_dst"):
         read(f"{where}/one_comm_send_node")
     with pytest.raises(TraceError, match="BROADCAST is not replayed"):
         read(f"{where}/BROADCAST")

@@ -166,11 +166,14 @@ def start_together(host: Attach, params: dict[str, Any]) -> Together:
 
 class ReplayJob(Job):
     """An execution trace replayed inside the engine (emu.collectives.trace): each rank runs its nodes
-    once their dependencies are done, compute one at a time for its duration in fabric time,
-    collectives one at a time in the trace's order, each starting when its last rank has issued it
-    (every rank's fill at that instant, then the same ring or plan as `net.collective`).
-    params: nodes (per rank: [id, kind, deps, duration_s, collective index]), collectives ([op, bytes]
-    each), algo, and a collective job's cc, mtu, slice, seed, spray, trim_dscp, ranks, groups, budget_s."""
+    once their dependencies are done, compute one at a time for its duration in fabric time, and its
+    communication on one stream in the trace's order: a collective starts when its last rank has
+    issued it (every rank's fill at that instant, then the same ring or plan as `net.collective`); a
+    send is a write with immediate into the receiver's memory, done once acknowledged; a receive is
+    done once that write is whole there (it may have arrived before the receive was reached).
+    params: nodes (per rank: [id, kind, deps, duration_s, index: a collective's or a message's]),
+    collectives ([op, bytes] each), messages ([source, destination, bytes] each), algo, and a collective
+    job's cc, mtu, slice, seed, spray, trim_dscp, ranks, groups, budget_s."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
@@ -192,22 +195,27 @@ class ReplayJob(Job):
                 ring.connect(everyone)
                 ring.msg, ring.got = i << 24, inboxes[r]
             self.rings[op] = rings
+        self.inboxes = inboxes
+        self._connect_messages([tuple(m) for m in params.get("messages", [])])
         self.nodes = [{row[0]: row for row in rows} for rows in params["nodes"]]
         self.children: list[dict[int, list[int]]] = [{} for _ in range(n)]
         self.waiting = [{} for _ in range(n)]
         self.coll_node: list[dict[int, int]] = [{} for _ in range(n)]
         for r, rows in enumerate(params["nodes"]):
-            for nid, _kind, deps, _dur, k in rows:
+            for nid, kind, deps, _dur, k in rows:
                 self.waiting[r][nid] = len(deps)
                 for d in deps:
                     self.children[r].setdefault(d, []).append(nid)
-                if k >= 0:
+                if kind == "coll":
                     self.coll_node[r][k] = nid
         self.computing = [False] * n
         self.compute_queue: list[list[int]] = [[] for _ in range(n)]
         self.talking = [False] * n
-        self.next_coll = [0] * n
-        self.coll_ready: list[set[int]] = [set() for _ in range(n)]
+        # Each rank's communication, one stream in the trace's issue order: collectives, sends, receives.
+        self.comm_seq = [[row[0] for row in rows if row[1] in ("coll", "send", "recv")] for rows in params["nodes"]]
+        self.next_comm = [0] * n
+        self.comm_ready: list[set[int]] = [set() for _ in range(n)]
+        self.p2p_rows: list[list[list[Any]]] = [[] for _ in range(n)]  # [message, kind, start, end]
         self.issued = [0] * len(self.colls)  # ranks that have issued collective k (heard)
         self.ended = 0
         self.left = [len(rows) for rows in params["nodes"]]
@@ -224,12 +232,12 @@ class ReplayJob(Job):
                         self._ready(r, nid, self.t0)
 
     def _ready(self, r: int, nid: int, t: float) -> None:
-        kind, k = self.nodes[r][nid][1], self.nodes[r][nid][4]
+        kind = self.nodes[r][nid][1]
         if kind == "comp":
             heapq.heappush(self.compute_queue[r], nid)
             self._compute(r, t)
-        elif kind == "coll":
-            self.coll_ready[r].add(k)
+        elif kind in ("coll", "send", "recv"):
+            self.comm_ready[r].add(nid)
             self._issue(r, t)
         else:
             self.timeline[r].append([nid, kind, self.since(t), self.since(t)])
@@ -253,10 +261,77 @@ class ReplayJob(Job):
         self._compute(r, t)
 
     def _issue(self, r: int, t: float) -> None:
-        if not self.talking[r] and self.next_coll[r] in self.coll_ready[r]:
-            self.talking[r] = True
-            self.issued_at[r][self.next_coll[r]] = t
-            self.tell(["issued", self.next_coll[r]])
+        """The rank's next communication, if it is ready and the stream is free."""
+        if self.talking[r] or self.next_comm[r] == len(self.comm_seq[r]):
+            return
+        nid = self.comm_seq[r][self.next_comm[r]]
+        if nid not in self.comm_ready[r]:
+            return
+        self.talking[r] = True
+        kind, index = self.nodes[r][nid][1], self.nodes[r][nid][4]
+        if kind == "coll":
+            self.issued_at[r][index] = t
+            self.tell(["issued", index])
+            return
+        op = self._send(r, index) if kind == "send" else self._recv(r, index)
+        self.endpoints[r].start(op, t, lambda _v, tt, r=r, nid=nid, began=t: self._messaged(r, nid, began, tt))
+
+    def _connect_messages(self, messages: list[tuple[int, int, int]]) -> None:
+        """Point to point: a queue pair between every two ranks that message each other, a region to
+        send from and one to receive into (each the rank's largest message). Built after the rings, the
+        same on every worker, so a trace without messages gets the figures it got before they existed."""
+        n = len(self.endpoints)
+        self.messages = messages
+        self.p2p_base = len(self.rings) << 24  # its immediates in a range of their own (the rings': i << 24)
+        self.p2p_qp: list[dict[int, Any]] = [{} for _ in range(n)]
+        self.p2p_out: list[Any] = [None] * n
+        self.p2p_in: list[Any] = [None] * n
+        if not messages:
+            return
+        peers: list[set[int]] = [set() for _ in range(n)]
+        out, into = [0] * n, [0] * n
+        for src, dst, size in messages:
+            peers[src].add(dst)
+            peers[dst].add(src)
+            out[src], into[dst] = max(out[src], size), max(into[dst], size)
+        for r, ep in enumerate(self.endpoints):
+            self.p2p_qp[r] = {p: ep.dev.create_qp() for p in sorted(peers[r])}
+            self.p2p_out[r] = ep.dev.reg_mr(out[r]) if out[r] else None
+            self.p2p_in[r] = ep.dev.reg_mr(into[r]) if into[r] else None
+        for r in range(n):
+            for p, qp in self.p2p_qp[r].items():
+                qp.connect(self.p2p_qp[p][r].qpn, [pl.addr for pl in self.endpoints[p].dev.planes])
+
+    def _send(self, r: int, m: int) -> Any:
+        _, dst, size = self.messages[m]
+        qp, into = self.p2p_qp[r][dst], self.p2p_in[dst].info()
+        qp.post_write(self.p2p_base + m, self.p2p_out[r], 0, size, into["va"], into["rkey"], imm=self.p2p_base + m)
+        yield None
+        while qp.busy():
+            yield qp.idle
+        self.endpoints[r].dev.poll_cq()
+        return 0
+
+    def _recv(self, r: int, m: int) -> Any:
+        dev, got, want = self.endpoints[r].dev, self.inboxes[r], self.p2p_base + m
+        while True:
+            got.update(c.wr_id for c in dev.poll_recv())
+            if want in got:
+                break
+            yield dev.has_recv
+        got.discard(want)
+        return 0
+
+    def _messaged(self, r: int, nid: int, began: float, t: float) -> None:
+        if self.finished:
+            return
+        kind, m = self.nodes[r][nid][1], self.nodes[r][nid][4]
+        self.p2p_rows[r].append([m, kind, self.since(began), self.since(t)])
+        self.timeline[r].append([nid, kind, self.since(began), self.since(t)])
+        self.talking[r] = False
+        self.next_comm[r] += 1
+        self._done(r, nid, t)
+        self._issue(r, t)
 
     def heard(self, t: float, payload: Any) -> None:
         if self.finished:
@@ -285,7 +360,7 @@ class ReplayJob(Job):
         self.coll_rows[r].append([k, self.since(self.issued_at[r][k]), self.since(self.coll_start[k]), self.since(t), wrong])
         self.timeline[r].append([self.coll_node[r][k], "coll", self.since(self.coll_start[k]), self.since(t)])
         self.talking[r] = False
-        self.next_coll[r] += 1
+        self.next_comm[r] += 1
         self._done(r, self.coll_node[r][k], t)
         self._issue(r, t)
 
@@ -299,13 +374,15 @@ class ReplayJob(Job):
             self.tell(["ended", r])
 
     def what(self) -> str:
-        stuck = [f"rank {r} at collective {self.next_coll[r]}" for r in range(self.n) if self.local[r] and self.left[r]]
+        stuck = [f"rank {r} at its communication {self.next_comm[r]}" for r in range(self.n)
+                 if self.local[r] and self.left[r]]
         return "the trace's replay (" + ", ".join(stuck[:3]) + ")"
 
     def result(self) -> dict[str, Any]:
         if self.error:
             return {"error": self.error}
         return {"ranks": [{"rank": r, "timeline": self.timeline[r], "collectives": self.coll_rows[r],
+                           "messages": self.p2p_rows[r],
                            "compute_s": self.busy_s[r],
                            "end_s": max((row[3] for row in self.timeline[r]), default=0.0),
                            "retransmits": sum(qp.retransmits for qp in self.endpoints[r].dev.qps.values())}

@@ -32,11 +32,13 @@ def params(hosts: list[RankHost], trace: Trace, *, algo: str | None = None, cc: 
                 algorithms.check(algo, op, n, groups(hosts))
     compute = max(sum(node.duration_s for node in nodes) for nodes in trace.ranks)
     ideal = sum(ideal_fabric_s(hosts, op, [max(size, 4 * n)]) for op, size in trace.collectives)
+    ideal += sum(size for _, _, size in trace.messages) * 8 / min(sum(rate for _, rate in h.ports) for h in hosts)
     base = job_params(hosts, "allreduce", [4 * n], cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray)
     return {**base, "op": None, "sizes": None, "algo": algo,
             # Whole elements a rank, at least one each (as whole_chunks rounds a collective's sizes).
             "collectives": [[op, max(4 * n, size // (4 * n) * 4 * n)] for op, size in trace.collectives],
             "nodes": trace.to_params(),
+            "messages": [list(m) for m in trace.messages],
             "budget_s": 100 * (compute + ideal) + 0.01}
 
 
@@ -51,6 +53,11 @@ def summarise(trace: Trace, hosts: list[RankHost], ranks: list[dict[str, Any]], 
                       "time_us": (max(row[3] for row in rows) - rows[0][2]) * 1e6,
                       "waited_us": (rows[0][2] - min(row[1] for row in rows)) * 1e6,
                       "wrong": sum(row[4] for row in rows)})
+    ends = {(row[0], row[1]): (row[2], row[3]) for r in ranks for row in r.get("messages", [])}
+    msgs = [{"index": m, "src": src, "dst": dst, "size": size,
+             "send_start_us": ends[(m, "send")][0] * 1e6, "send_end_us": ends[(m, "send")][1] * 1e6,
+             "recv_start_us": ends[(m, "recv")][0] * 1e6, "recv_end_us": ends[(m, "recv")][1] * 1e6}
+            for m, (src, dst, size) in enumerate(sent.get("messages", []))]
     per_rank = [{"rank": r["rank"], "host": hosts[r["rank"]].name, "end_us": r["end_s"] * 1e6,
                  "compute_us": r["compute_s"] * 1e6, "exposed_comm_us": (r["end_s"] - r["compute_s"]) * 1e6}
                 for r in ranks]
@@ -59,7 +66,7 @@ def summarise(trace: Trace, hosts: list[RankHost], ranks: list[dict[str, Any]], 
     return {"trace": trace.path, "nranks": n, "algo": sent["algo"] or "default", "mtu": MTU,
             "step_time_us": max(r["end_us"] for r in per_rank),
             "exposed_comm_us": max(r["exposed_comm_us"] for r in per_rank),
-            "collectives": colls, "ranks": per_rank,
+            "collectives": colls, "messages": msgs, "ranks": per_rank,
             "wrong": sum(c["wrong"] for c in colls),
             "retransmits": sum(r.get("retransmits", 0) for r in ranks), "packet_hops": hops,
             "timeline": {r["rank"]: r["timeline"] for r in ranks},

@@ -9,11 +9,16 @@ by id within the rank's file) and attributes. Read here:
 - COMM_COLL_NODE: attribute `comm_type` (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BARRIER)
   and `comm_size` (bytes a rank), over every rank; the k-th collective of one rank is the k-th of
   every other, in the order of the rank's nodes by id once dependencies allow (NCCL's one stream);
+- COMM_SEND_NODE and COMM_RECV_NODE: point to point, `comm_size` bytes (or `tensor_size`) to the rank
+  `comm_dst` or from `comm_src`, with `comm_tag` (0 if absent), as ASTRA-sim reads them; the j-th send
+  from a rank to another with a tag is the j-th receive of that rank from it with that tag (same size),
+  on the same one stream as the rank's collectives;
 - METADATA_NODE, MEM_LOAD_NODE, MEM_STORE_NODE: no time.
 
-Anything else (point-to-point COMM_SEND_NODE / COMM_RECV_NODE, collectives over a process group that
-is not every rank, REDUCE, GATHER, SCATTER, BROADCAST) is refused with one line naming the node: a
-replay that skipped it would report a step time that is not the trace's.
+Anything else (a send or receive without its peer, which Chakra's PyTorch converter does not record;
+collectives over a process group that is not every rank; REDUCE, GATHER, SCATTER, BROADCAST) is
+refused with one line naming the node: a replay that skipped it would report a step time that is not
+the trace's.
 """
 
 from __future__ import annotations
@@ -37,29 +42,36 @@ class TraceError(ValueError):
 class TraceNode:
     id: int
     name: str
-    kind: str  # "comp", "coll" or "none"
+    kind: str  # "comp", "coll", "send", "recv" or "none"
     deps: list[int]
     duration_s: float = 0.0
     op: str = ""
     size: int = 0
+    peer: int = -1  # send, recv: the other rank
+    tag: int = 0
 
 
 @dataclass
 class Trace:
-    """Every rank's nodes, and the collectives in the order each rank issues them ((op, bytes a rank))."""
+    """Every rank's nodes, the collectives in the order each rank issues them ((op, bytes a rank)), and
+    the point-to-point messages ((source, destination, bytes), each a send matched to its receive)."""
 
     path: str
     ranks: list[list[TraceNode]]
     collectives: list[tuple[str, int]] = field(default_factory=list)
+    messages: list[tuple[int, int, int]] = field(default_factory=list)
+    message_of: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, node id) -> message
 
     def to_params(self) -> list[list[list[Any]]]:
-        """What the engine's job is given: [id, kind, deps, duration_s, collective index] per node."""
+        """What the engine's job is given: [id, kind, deps, duration_s, index] per node, the index a
+        collective's (its place in `collectives`) or a send's or receive's (its message), else -1."""
         out = []
-        for nodes in self.ranks:
+        for r, nodes in enumerate(self.ranks):
             k = 0
             rows = []
             for n in issue_order(nodes):
-                rows.append([n.id, n.kind, n.deps, n.duration_s, k if n.kind == "coll" else -1])
+                index = k if n.kind == "coll" else self.message_of.get((r, n.id), -1)
+                rows.append([n.id, n.kind, n.deps, n.duration_s, index])
                 k += n.kind == "coll"
             out.append(rows)
         return out
@@ -130,7 +142,39 @@ def read(path: str) -> Trace:
                              "every rank must issue the same collectives in the same order")
     if len(ranks) < 2:
         raise TraceError(f"{path}: one rank; a replay needs at least 2")
-    return Trace(path, ranks, seqs[0])
+    messages, message_of = _match(path, ranks)
+    return Trace(path, ranks, seqs[0], messages, message_of)
+
+
+def _match(path: str, ranks: list[list[TraceNode]]) -> tuple[list[tuple[int, int, int]], dict[tuple[int, int], int]]:
+    """Each send matched to its receive: the j-th from src to dst with a tag, in the ranks' issue orders."""
+    n = len(ranks)
+    sends: dict[tuple[int, int, int], list[TraceNode]] = {}
+    recvs: dict[tuple[int, int, int], list[TraceNode]] = {}
+    for r, nodes in enumerate(ranks):
+        for node in issue_order(nodes):
+            if node.kind not in ("send", "recv"):
+                continue
+            if not 0 <= node.peer < n or node.peer == r:
+                raise TraceError(f"{path}: rank {r}'s node {node.id} ({node.name or node.kind}): its peer is rank "
+                                 f"{node.peer}; the trace has ranks 0 to {n - 1}, and a rank does not message itself")
+            key = (r, node.peer, node.tag) if node.kind == "send" else (node.peer, r, node.tag)
+            (sends if node.kind == "send" else recvs).setdefault(key, []).append(node)
+    messages: list[tuple[int, int, int]] = []
+    message_of: dict[tuple[int, int], int] = {}
+    for key in sorted(set(sends) | set(recvs)):
+        src, dst, tag = key
+        out, into = sends.get(key, []), recvs.get(key, [])
+        if len(out) != len(into):
+            raise TraceError(f"{path}: rank {src} sends {len(out)} message(s) to rank {dst} (tag {tag}) and rank "
+                             f"{dst} receives {len(into)}: every send needs its receive")
+        for a, b in zip(out, into, strict=True):
+            if a.size != b.size:
+                raise TraceError(f"{path}: rank {src}'s send {a.id} to rank {dst} is {a.size} B and rank {dst}'s "
+                                 f"receive {b.id} {b.size} B")
+            message_of[(src, a.id)] = message_of[(dst, b.id)] = len(messages)
+            messages.append((src, dst, a.size))
+    return messages, message_of
 
 
 def _say(seq: list[tuple[str, int]], k: int) -> str:
@@ -149,6 +193,21 @@ def _node(pb: Any, node: Any, fname: str) -> TraceNode:
         return TraceNode(node.id, node.name, "comp", deps, duration_s=node.duration_micros * 1e-6)
     if kind in ("METADATA_NODE", "MEM_LOAD_NODE", "MEM_STORE_NODE"):
         return TraceNode(node.id, node.name, "none", deps)
+    if kind in ("COMM_SEND_NODE", "COMM_RECV_NODE"):
+        attrs = _attrs(node)
+        peer = "comm_dst" if kind == "COMM_SEND_NODE" else "comm_src"
+        if peer not in attrs:
+            raise TraceError(f"{where}: {kind} without {peer}: its peer rank is not in the trace (Chakra's "
+                             "PyTorch converter does not record it; ASTRA-sim's comm_src, comm_dst and comm_tag "
+                             "are read)")
+        if attrs.get("pg_name", "") not in ("", "0"):
+            raise TraceError(f"{where}: a {kind} in process group {attrs['pg_name']!r}; only ranks of the whole "
+                             "trace are replayed")
+        size = int(attrs.get("comm_size", attrs.get("tensor_size", 0)))
+        if size <= 0:
+            raise TraceError(f"{where}: {kind} of comm_size {size}: a size in bytes is needed")
+        return TraceNode(node.id, node.name, "send" if kind == "COMM_SEND_NODE" else "recv", deps, size=size,
+                         peer=int(attrs[peer]), tag=int(attrs.get("comm_tag", 0)))
     if kind == "COMM_COLL_NODE":
         attrs = _attrs(node)
         if "comm_type" not in attrs:
@@ -164,8 +223,8 @@ def _node(pb: Any, node: Any, fname: str) -> TraceNode:
         if size <= 0:
             raise TraceError(f"{where}: {ctype} of comm_size {size}: a size in bytes is needed")
         return TraceNode(node.id, node.name, "coll", deps, op=OPS[ctype], size=size)
-    raise TraceError(f"{where}: {kind} is not replayed (compute, collectives over every rank, metadata and "
-                     "memory nodes are)")
+    raise TraceError(f"{where}: {kind} is not replayed (compute, collectives over every rank, sends and "
+                     "receives, metadata and memory nodes are)")
 
 
 def _check_deps(nodes: list[TraceNode], fname: str) -> None:
