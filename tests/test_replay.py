@@ -210,6 +210,58 @@ def test_sends_and_receives_replay_in_order_no_faster_than_the_wire(tmp_path, no
         read(write_trace(str(tmp_path / "astray"), astray))
 
 
+DP = {"dp0": [0, 1, 2, 3], "dp1": [4, 5, 6, 7]}
+
+
+def _grouped(r: int) -> list:
+    """Two data-parallel groups, each allreducing 256 KiB inside itself (pg_name), dp0's after 10 us of
+    compute and dp1's after 150 us (one at a time on the fabric), then every rank allreducing 64 KiB."""
+    group = _coll(pb.ALL_REDUCE, 256 << 10) + [pb.AttributeProto(name="pg_name", string_val=f"dp{r // 4}")]
+    return [(1, "fwd", pb.COMP_NODE, [], 10 if r < 4 else 150, []),
+            (2, "dp_allreduce", pb.COMM_COLL_NODE, [1], 0, group),
+            (3, "world_allreduce", pb.COMM_COLL_NODE, [2], 0, _coll(pb.ALL_REDUCE, 64 << 10))]
+
+
+def test_collectives_over_process_groups_replay_on_their_ranks_as_they_run_alone(tmp_path, no_leftovers):
+    """Collectives named by a process group run on its ranks only, each group's as it runs alone on those
+    hosts (within 1 %: nothing else crosses the fabric meanwhile); the world allreduce waits for every
+    rank; both cores agree; a trace whose groups are not given, or given wrong, is one line."""
+    import json
+
+    from emu import FabricNet, FPFTopo
+    from emu.collectives.trace import TraceError, read
+
+    prefix = write_trace(str(tmp_path / "dp"), _grouped)
+    out = {}
+    for core in ("native", "python"):
+        with FabricNet(FPFTopo(gpus=N, planes=2), settings=RunSettings(clock="fabric", kernel=False, core=core)) as net:
+            out[core] = net.replay(prefix, groups=DP)
+            if core == "native":
+                alone = [net.collective("allreduce", sizes=[256 << 10], hosts=[f"gpu{r}" for r in DP[g]]).rows[0].time_us
+                         for g in ("dp0", "dp1")]
+    r = out["native"]
+    assert {k: v for k, v in r.items() if k != "fidelity"} == {k: v for k, v in out["python"].items() if k != "fidelity"}
+    world, dp0, dp1 = r["collectives"]  # every rank's first, then the groups by their ranks
+    assert "ranks" not in world and dp0["ranks"] == DP["dp0"] and dp1["ranks"] == DP["dp1"] and r["wrong"] == 0
+    assert dp0["start_us"] == pytest.approx(10.0) and dp1["start_us"] == pytest.approx(150.0)
+    assert [dp0["time_us"], dp1["time_us"]] == pytest.approx(alone, rel=0.01), (dp0, dp1, alone)
+    assert world["start_us"] == pytest.approx(dp1["start_us"] + dp1["time_us"])
+    with pytest.raises(TraceError, match="process group 'dp0', whose ranks are not given .--groups FILE"):
+        read(prefix)
+    with pytest.raises(TraceError, match="rank 4 is not in process group 'dp1' \\[0, 1, 2, 3\\]"):
+        read(prefix, {"dp0": [0, 1, 2, 3], "dp1": [0, 1, 2, 3]})
+    with pytest.raises(TraceError, match="process group 'dp1': give two or more distinct ranks of 0 to 7"):
+        read(prefix, {"dp0": [0, 1, 2, 3], "dp1": [4, 4, 9]})
+    (tmp_path / "groups.json").write_text(json.dumps(DP))
+    cli = subprocess.run([sys.executable, "-m", "emu.cli.main", "replay", prefix, "--gpus", "8", "--planes", "2",
+                          "--groups", str(tmp_path / "groups.json"), "--no-plot", "--out", str(tmp_path / "res")],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0 and "collective 2: allreduce of 262144 B on ranks 4, 5, 6, 7" in cli.stdout, cli.stderr
+    bad = subprocess.run([sys.executable, "-m", "emu.cli.main", "replay", prefix, "--gpus", "8",
+                          "--groups", str(tmp_path / "none.json")], capture_output=True, text=True)
+    assert bad.returncode == 1 and "--groups" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def _generate(tmp_path) -> str:
     """Chakra's own generator (its console script, beside this Python): one trace per node kind."""
     tool = os.path.join(os.path.dirname(sys.executable), "chakra_generator")

@@ -301,7 +301,16 @@ def cmd_replay(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.topo import make_topo
 
     _need_root()
-    trace = read(args.trace)  # a bad trace is refused before anything is built
+    groups = None
+    if args.groups:
+        try:
+            with open(args.groups) as f:
+                groups = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--groups {args.groups}: {getattr(exc, 'strerror', None) or exc}") from None
+        if not isinstance(groups, dict):
+            raise ValueError(f"--groups {args.groups}: a JSON object of process group names to lists of ranks")
+    trace = read(args.trace, groups)  # a bad trace is refused before anything is built
     topo = make_topo(args.topo, _topo_params(extra))
     hosts = args.hosts.split(",") if args.hosts else None
     fabric = args.clock == "fabric"
@@ -322,7 +331,8 @@ def cmd_replay(args: argparse.Namespace, extra: list[str]) -> int:
               f"({clock_label(result)}), exposed communication up to {result['exposed_comm_us']:.2f} us, "
               f"#wrong {result['wrong']}")
         for c in result["collectives"]:
-            print(f"  collective {c['index']}: {c['op']} of {c['size']} B at {c['start_us']:.2f} us, "
+            on = f" on ranks {', '.join(map(str, c['ranks']))}" if "ranks" in c else ""
+            print(f"  collective {c['index']}: {c['op']} of {c['size']} B{on} at {c['start_us']:.2f} us, "
                   f"{c['time_us']:.2f} us, its first rank waited {c['waited_us']:.2f} us for its last")
         print(f"  {args.out}/replay-{name}.json" + ("" if args.no_plot else " and .png"))
     if not fabric:
@@ -619,6 +629,9 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--topo", default="fpf", help="the fabric to build (default fpf)")
     p.add_argument("--hosts", help="rank r on the r-th of these hosts, comma-separated (default: the hosts in order)")
+    p.add_argument("--groups", metavar="FILE",
+                   help="JSON {\"PG_NAME\": [rank, ...], ...}: the ranks of each process group the trace's "
+                        "collectives name (a trace names its groups, not their members)")
     p.add_argument("--algo", choices=ALGOS, default=None, help="for the collectives that run it (default: each op's)")
     p.add_argument("--core", choices=("native", "python"), default=None)
     p.add_argument("--seed", type=int, default=0)

@@ -179,22 +179,26 @@ class ReplayJob(Job):
         super().__init__(host, params)
         n = self.n = len(params["ranks"])
         _attach_ranks(self, params)
-        self.colls: list[tuple[str, int]] = [(op, int(size)) for op, size in params["collectives"]]
-        group = tuple(params["groups"]) if params.get("groups") else None
-        # One ring a kind of collective, sized for its largest, the same on every rank and worker; each
-        # kind's immediates in a range of their own, every ring of a rank reading one inbox.
+        self.colls: list[tuple[str, int, tuple[int, ...]]] = [(op, int(size), tuple(members))
+                                                              for op, size, members in params["collectives"]]
+        hostgroups = params.get("groups") or None
+        # One ring a kind of collective and its ranks (every rank, or a process group), sized for its
+        # largest, the same on every rank and worker; each kind's immediates in a range of their own,
+        # every ring of a rank reading one inbox.
         inboxes: list[set[int]] = [set() for _ in range(n)]
-        self.rings: dict[str, list[Ring]] = {}
-        for i, op in enumerate(dict.fromkeys(op for op, _ in self.colls)):
+        self.rings: dict[tuple[str, tuple[int, ...]], list[Ring]] = {}
+        for i, key in enumerate(dict.fromkeys((op, members) for op, _, members in self.colls)):
+            op, members = key
             algo = params.get("algo") if params.get("algo") in algorithms.FOR_OP[op] else None
-            biggest = max(size for o, size in self.colls if o == op)
-            rings = [Ring(ep.dev, r, n, op, biggest, params["slice"], timed=False, algo=algo, groups=group)
-                     for r, ep in enumerate(self.endpoints)]
-            everyone = {r: ring.info() for r, ring in enumerate(rings)}
-            for r, ring in enumerate(rings):
+            biggest = max(size for o, size, m in self.colls if (o, m) == key)
+            sub = tuple(hostgroups[r] for r in members) if hostgroups else None
+            rings = [Ring(self.endpoints[r].dev, j, len(members), op, biggest, params["slice"], timed=False,
+                          algo=algo, groups=sub) for j, r in enumerate(members)]
+            everyone = {j: ring.info() for j, ring in enumerate(rings)}
+            for j, ring in enumerate(rings):
                 ring.connect(everyone)
-                ring.msg, ring.got = i << 24, inboxes[r]
-            self.rings[op] = rings
+                ring.msg, ring.got = i << 24, inboxes[members[j]]
+            self.rings[key] = rings
         self.inboxes = inboxes
         self._connect_messages([tuple(m) for m in params.get("messages", [])])
         self.nodes = [{row[0]: row for row in rows} for rows in params["nodes"]]
@@ -343,11 +347,11 @@ class ReplayJob(Job):
                 self.finish()
             return
         self.issued[arg] += 1
-        if self.issued[arg] < self.n:
+        op, size, members = self.colls[arg]
+        if self.issued[arg] < len(members):
             return
-        op, size = self.colls[arg]
         self.coll_start[arg] = t
-        for r, ring in enumerate(self.rings[op]):
+        for r, ring in zip(members, self.rings[(op, members)], strict=True):
             if self.local[r]:
                 ring.fill(size)
                 self.endpoints[r].start(ring.run_op(size), t, lambda wrong, tt, r=r, k=arg: self._talked(r, k, wrong))
@@ -355,8 +359,8 @@ class ReplayJob(Job):
     def _talked(self, r: int, k: int, wrong: int) -> None:
         if self.finished:
             return
-        op, _ = self.colls[k]
-        t = self.rings[op][r].done_at  # its communication's end (the check of the data takes no time)
+        op, _, members = self.colls[k]
+        t = self.rings[(op, members)][members.index(r)].done_at  # its communication's end (the check takes none)
         self.coll_rows[r].append([k, self.since(self.issued_at[r][k]), self.since(self.coll_start[k]), self.since(t), wrong])
         self.timeline[r].append([self.coll_node[r][k], "coll", self.since(self.coll_start[k]), self.since(t)])
         self.talking[r] = False

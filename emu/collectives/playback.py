@@ -27,16 +27,18 @@ def params(hosts: list[RankHost], trace: Trace, *, algo: str | None = None, cc: 
         raise ValueError("a replay takes one algorithm for the collectives that run it, not auto (auto is "
                          "`emu bench collective`'s: it picks by size, and a trace's collectives have many)")
     if algo is not None:
-        for op in dict.fromkeys(op for op, _ in trace.collectives):
+        for op, members in dict.fromkeys((op, members) for op, _, members in trace.collectives):
             if algo in algorithms.FOR_OP[op]:
-                algorithms.check(algo, op, n, groups(hosts))
+                algorithms.check(algo, op, len(members), groups([hosts[r] for r in members]))
     compute = max(sum(node.duration_s for node in nodes) for nodes in trace.ranks)
-    ideal = sum(ideal_fabric_s(hosts, op, [max(size, 4 * n)]) for op, size in trace.collectives)
+    ideal = sum(ideal_fabric_s([hosts[r] for r in members], op, [max(size, 4 * len(members))])
+                for op, size, members in trace.collectives)
     ideal += sum(size for _, _, size in trace.messages) * 8 / min(sum(rate for _, rate in h.ports) for h in hosts)
     base = job_params(hosts, "allreduce", [4 * n], cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray)
     return {**base, "op": None, "sizes": None, "algo": algo,
             # Whole elements a rank, at least one each (as whole_chunks rounds a collective's sizes).
-            "collectives": [[op, max(4 * n, size // (4 * n) * 4 * n)] for op, size in trace.collectives],
+            "collectives": [[op, max(4 * len(m), size // (4 * len(m)) * 4 * len(m)), list(m)]
+                            for op, size, m in trace.collectives],
             "nodes": trace.to_params(),
             "messages": [list(m) for m in trace.messages],
             "budget_s": 100 * (compute + ideal) + 0.01}
@@ -47,9 +49,10 @@ def summarise(trace: Trace, hosts: list[RankHost], ranks: list[dict[str, Any]], 
     """The replay's figures, in fabric microseconds."""
     n = len(trace.ranks)
     colls = []
-    for k, (op, size) in enumerate(sent["collectives"]):
+    for k, (op, size, members) in enumerate(sent["collectives"]):
         rows = [row for r in ranks for row in r["collectives"] if row[0] == k]
-        colls.append({"index": k, "op": op, "size": size, "start_us": rows[0][2] * 1e6,
+        colls.append({"index": k, "op": op, "size": size, **({"ranks": members} if len(members) < n else {}),
+                      "start_us": rows[0][2] * 1e6,
                       "time_us": (max(row[3] for row in rows) - rows[0][2]) * 1e6,
                       "waited_us": (rows[0][2] - min(row[1] for row in rows)) * 1e6,
                       "wrong": sum(row[4] for row in rows)})

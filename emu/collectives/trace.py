@@ -7,7 +7,9 @@ by id within the rank's file) and attributes. Read here:
 
 - COMP_NODE: `duration_micros` of compute, one at a time on the rank's GPU;
 - COMM_COLL_NODE: attribute `comm_type` (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BARRIER)
-  and `comm_size` (bytes a rank), over every rank; the k-th collective of one rank is the k-th of
+  and `comm_size` (bytes a rank), over every rank, or over the process group `pg_name` names, whose
+  members the caller gives (`groups`: a trace names its groups but does not list them; ASTRA-sim takes
+  them from a file of its own too); the k-th collective of a group on one of its ranks is the k-th on
   every other, in the order of the rank's nodes by id once dependencies allow (NCCL's one stream);
 - COMM_SEND_NODE and COMM_RECV_NODE: point to point, `comm_size` bytes (or `tensor_size`) to the rank
   `comm_dst` or from `comm_src`, with `comm_tag` (0 if absent), as ASTRA-sim reads them; the j-th send
@@ -16,7 +18,7 @@ by id within the rank's file) and attributes. Read here:
 - METADATA_NODE, MEM_LOAD_NODE, MEM_STORE_NODE: no time.
 
 Anything else (a send or receive without its peer, which Chakra's PyTorch converter does not record;
-collectives over a process group that is not every rank; REDUCE, GATHER, SCATTER, BROADCAST) is
+collectives over a process group whose members are not given; REDUCE, GATHER, SCATTER, BROADCAST) is
 refused with one line naming the node: a replay that skipped it would report a step time that is not
 the trace's.
 """
@@ -49,16 +51,19 @@ class TraceNode:
     size: int = 0
     peer: int = -1  # send, recv: the other rank
     tag: int = 0
+    group: str = ""  # coll: its process group's name ("": every rank)
 
 
 @dataclass
 class Trace:
-    """Every rank's nodes, the collectives in the order each rank issues them ((op, bytes a rank)), and
-    the point-to-point messages ((source, destination, bytes), each a send matched to its receive)."""
+    """Every rank's nodes, the collectives ((op, bytes a rank, its ranks), each group's in the order its
+    ranks issue them, group after group), and the point-to-point messages ((source, destination, bytes),
+    each a send matched to its receive)."""
 
     path: str
     ranks: list[list[TraceNode]]
-    collectives: list[tuple[str, int]] = field(default_factory=list)
+    collectives: list[tuple[str, int, tuple[int, ...]]] = field(default_factory=list)
+    collective_of: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, node id) -> collective
     messages: list[tuple[int, int, int]] = field(default_factory=list)
     message_of: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, node id) -> message
 
@@ -67,12 +72,10 @@ class Trace:
         collective's (its place in `collectives`) or a send's or receive's (its message), else -1."""
         out = []
         for r, nodes in enumerate(self.ranks):
-            k = 0
             rows = []
             for n in issue_order(nodes):
-                index = k if n.kind == "coll" else self.message_of.get((r, n.id), -1)
+                index = self.collective_of.get((r, n.id), self.message_of.get((r, n.id), -1))
                 rows.append([n.id, n.kind, n.deps, n.duration_s, index])
-                k += n.kind == "coll"
             out.append(rows)
         return out
 
@@ -111,14 +114,16 @@ def files(path: str) -> list[str]:
     return [ranked[r] for r in range(len(ranked))]
 
 
-def read(path: str) -> Trace:
+def read(path: str, groups: dict[str, list[int]] | None = None) -> Trace:
     """Trace `path` read and checked: every node known, dependencies inside the rank's file and acyclic,
-    and every rank issuing the same collectives in the same order."""
+    and every rank of a group issuing the group's collectives in the same order. `groups`: each process
+    group's ranks, by the name its collectives give (`pg_name`)."""
     pb, protolib = _schema()
     from google.protobuf.message import DecodeError
 
     ranks = []
-    for fname in files(path):
+    names = files(path)
+    for fname in names:
         nodes = []
         with open(fname, "rb") as f:
             try:
@@ -134,16 +139,59 @@ def read(path: str) -> Trace:
                 raise TraceError(f"{fname}: not a Chakra trace after {len(nodes)} nodes ({exc})") from None
         _check_deps(nodes, fname)
         ranks.append(nodes)
-    seqs = [[(n.op, n.size) for n in issue_order(nodes) if n.kind == "coll"] for nodes in ranks]
-    for r, seq in enumerate(seqs[1:], 1):
-        if seq != seqs[0]:
-            k = next((i for i, (a, b) in enumerate(zip(seq, seqs[0], strict=False)) if a != b), min(len(seq), len(seqs[0])))
-            raise TraceError(f"{path}: rank {r}'s collective {k} is {_say(seq, k)}, rank 0's {_say(seqs[0], k)}: "
-                             "every rank must issue the same collectives in the same order")
     if len(ranks) < 2:
         raise TraceError(f"{path}: one rank; a replay needs at least 2")
+    collectives, collective_of = _collectives(path, names, ranks, groups or {})
     messages, message_of = _match(path, ranks)
-    return Trace(path, ranks, seqs[0], messages, message_of)
+    return Trace(path, ranks, collectives, collective_of, messages, message_of)
+
+
+def _members(name: str, ranks: Any, n: int) -> tuple[int, ...]:
+    if (not isinstance(ranks, list) or len(ranks) < 2 or len(set(ranks)) != len(ranks)
+            or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < n for r in ranks)):
+        raise TraceError(f"process group {name!r}: give two or more distinct ranks of 0 to {n - 1}, not {ranks!r}")
+    return tuple(sorted(ranks))
+
+
+def _collectives(path: str, names: list[str], ranks: list[list[TraceNode]], groups: dict[str, list[int]]
+                 ) -> tuple[list[tuple[str, int, tuple[int, ...]]], dict[tuple[int, int], int]]:
+    """Each group's collectives in the order its ranks issue them (the same on every one of its ranks),
+    numbered group after group (every rank first, then the named groups by their ranks)."""
+    n = len(ranks)
+    everyone = tuple(range(n))
+    members = {name: _members(name, rs, n) for name, rs in groups.items()}
+    seqs: dict[tuple[int, ...], dict[int, list[TraceNode]]] = {}
+    for r, nodes in enumerate(ranks):
+        for node in issue_order(nodes):
+            if node.kind != "coll":
+                continue
+            where = f"{names[r]}: node {node.id} ({node.name or 'unnamed'})"
+            if node.group and node.group not in members:
+                raise TraceError(f"{where}: a collective over process group {node.group!r}, whose ranks are not "
+                                 f"given (--groups FILE: {{\"{node.group}\": [0, 1, ...]}}, as ASTRA-sim's "
+                                 "communicator groups)")
+            group = members[node.group] if node.group else everyone
+            if r not in group:
+                raise TraceError(f"{where}: rank {r} is not in process group {node.group!r} {list(group)}")
+            seqs.setdefault(group, {m: [] for m in group})[r].append(node)
+    collectives: list[tuple[str, int, tuple[int, ...]]] = []
+    collective_of: dict[tuple[int, int], int] = {}
+    for group in sorted(seqs, key=lambda g: (g != everyone, g)):
+        said = "" if group == everyone else f" in group {list(group)}"
+        first = group[0]
+        want = [(x.op, x.size) for x in seqs[group][first]]
+        for r in group[1:]:
+            seq = [(x.op, x.size) for x in seqs[group][r]]
+            if seq != want:
+                k = next((i for i, (a, b) in enumerate(zip(seq, want, strict=False)) if a != b), min(len(seq), len(want)))
+                raise TraceError(f"{path}: rank {r}'s collective {k}{said} is {_say(seq, k)}, rank {first}'s "
+                                 f"{_say(want, k)}: every rank of a group must issue its collectives in the "
+                                 "same order")
+        for k, (op, size) in enumerate(want):
+            for r in group:
+                collective_of[(r, seqs[group][r][k].id)] = len(collectives)
+            collectives.append((op, size, group))
+    return collectives, collective_of
 
 
 def _match(path: str, ranks: list[list[TraceNode]]) -> tuple[list[tuple[int, int, int]], dict[tuple[int, int], int]]:
@@ -215,14 +263,15 @@ def _node(pb: Any, node: Any, fname: str) -> TraceNode:
         ctype = pb.CollectiveCommType.Name(attrs["comm_type"])
         if ctype not in OPS:
             raise TraceError(f"{where}: {ctype} is not replayed (only {', '.join(OPS)})")
-        for group in ("pg_name", "involved_dim"):
-            if group in attrs and attrs[group] not in ("", "0"):
-                raise TraceError(f"{where}: a collective over process group {attrs[group]!r}; only collectives "
-                                 "over every rank are replayed")
+        if attrs.get("involved_dim", "") not in ("", "0"):
+            raise TraceError(f"{where}: a collective over the dimensions {attrs['involved_dim']!r}; only "
+                             "collectives over every rank or over a named process group are replayed")
+        group = str(attrs.get("pg_name", ""))
+        group = "" if group == "0" else group
         size = BARRIER_BYTES if ctype == "BARRIER" else int(attrs.get("comm_size", 0))
         if size <= 0:
             raise TraceError(f"{where}: {ctype} of comm_size {size}: a size in bytes is needed")
-        return TraceNode(node.id, node.name, "coll", deps, op=OPS[ctype], size=size)
+        return TraceNode(node.id, node.name, "coll", deps, op=OPS[ctype], size=size, group=group)
     raise TraceError(f"{where}: {kind} is not replayed (compute, collectives over every rank, sends and "
                      "receives, metadata and memory nodes are)")
 

@@ -437,15 +437,17 @@ class FabricNet(Mininet):
                                                                      algo=algo, hosts=hosts, planes=planes))
 
     def replay(self, trace: str | Trace, *, hosts: Sequence[str] | None = None, algo: str | None = None,
-               cc: str = "none", seed: int = 0, spray: str = "weighted") -> dict[str, Any]:
+               cc: str = "none", seed: int = 0, spray: str = "weighted",
+               groups: dict[str, list[int]] | None = None) -> dict[str, Any]:
         """Replay a Chakra execution trace (PREFIX of PREFIX.RANK.et files, or a folder of them; read with
-        MLCommons' mlc-chakra) on the fabric clock: rank r on hosts[r] (default the hosts in order),
-        compute nodes for their duration, collectives over MetaRoCE (`algo` where the op runs it). The
-        step time, each collective's time and wait, each rank's exposed communication, in fabric us."""
+        MLCommons' mlc-chakra): rank r on hosts[r] (default the hosts in order), compute nodes for their
+        duration, collectives and sends over MetaRoCE (`algo` where the op runs it); `groups`: the ranks
+        of each process group the trace's collectives name (`pg_name`). The step time, each collective's
+        time and wait, each message's, each rank's exposed communication, in fabric us."""
         from emu.collectives.trace import read
 
-        return self.timebase.replay(read(trace) if isinstance(trace, str) else trace, hosts, algo=algo, cc=cc,
-                                    seed=seed, spray=spray)
+        return self.timebase.replay(read(trace, groups) if isinstance(trace, str) else trace, hosts, algo=algo,
+                                    cc=cc, seed=seed, spray=spray)
 
     def collectives(self, *tenants: Tenant) -> list[CollectiveResult]:
         """Several collectives started at one fabric instant (the fabric clock), each a `Tenant` with its
