@@ -390,8 +390,11 @@ class FabricNet(Mininet):
             view.close()
         self._views.clear()
         for path, recorder in self._recorders:
-            with open(path, "w") as f:
-                json.dump(recorder.stop(), f)
+            try:  # a recording that cannot be written must not keep the fabric from stopping
+                with open(path, "w") as f:
+                    json.dump(recorder.stop(), f)
+            except OSError as exc:
+                print(f"emu: the recording {path} was not written: {exc.strerror or exc}", file=sys.stderr)
         self._recorders.clear()
         _kill_host_processes(self.hosts)
         for sw in self.switches:
