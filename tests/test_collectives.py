@@ -248,7 +248,8 @@ def test_the_distance_cliff_hierarchy_crosses_bag_less_and_keeps_more_of_its_bus
     from emu.net.switch import RunSettings
     from emu.scenarios import run_scenario
 
-    r = run_scenario("distance-cliff", {"size": "256KiB", "hosts": "2", "distances": "2km,50km,500km"},
+    r = run_scenario("distance-cliff", {"size": "256KiB", "hosts": "2", "distances": "2km,50km,500km",
+                                        "bw_size": "2MiB", "bag_rate": "5G"},
                      RunSettings(clock="fabric"), out_dir=str(tmp_path))
     assert r["passed"] and r["wrong"] == 0, r
     near, far = r["rows"][0], r["rows"][-1]
@@ -256,4 +257,10 @@ def test_the_distance_cliff_hierarchy_crosses_bag_less_and_keeps_more_of_its_bus
     for row in r["rows"]:
         assert row["hier"]["time_us"] < row["ring"]["time_us"], row
         assert row["hier"]["long_haul_bytes"] < row["ring"]["long_haul_bytes"], row
+    # Where the narrow BAG's bandwidth decides, the margin is the bytes' (4 ranks: the ring carries 3/2 of
+    # the buffer each way, hier 1), and each kept the link busy.
+    narrow = r["narrow"]
+    assert 1.3 < r["bytes_ring_over_hier_narrow"] < 1.55, r["bytes_ring_over_hier_narrow"]
+    assert abs(r["hier_over_ring_narrow"] / r["bytes_ring_over_hier_narrow"] - 1) < 0.1, r
+    assert all(0.85 < narrow[a]["bag_busy"] <= 1.0 and narrow[a]["retransmits"] == 0 for a in ("ring", "hier")), narrow
     assert (tmp_path / "distance-cliff.png").stat().st_size > 0

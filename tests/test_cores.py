@@ -39,7 +39,8 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "degraded-plane": {"planes": "4", "plane": "1", "gpus": "2", "bytes": "2MiB", "allreduce": "1MiB"},
     "replica-exclusion": {"size": "256KiB", "steps": "3"},
     "tenants": {"size": "256KiB"},
-    "distance-cliff": {"size": "64KiB", "hosts": "2", "distances": "2km,50km"},
+    "distance-cliff": {"size": "64KiB", "hosts": "2", "distances": "2km,50km", "bw_size": "2MiB",
+                       "bag_rate": "5G"},
 }
 
 

@@ -296,8 +296,9 @@ def test_replica_exclusion_survivors_detect_agree_and_finish_every_step_exact(tm
     assert r["detected_by"] == [1]  # the dead one's left neighbour
     assert r["steps_completed"] == {"0": 3, "1": 3, "3": 3}
     # 7 retries of a doubling timer from its 200 us floor: at least 200 us x (1 + 2 + ... + 64) = 25.4 ms;
-    # the timer no longer than four round trips over 20 km (1 ms); the view change < 1 ms
-    assert 0.0254 <= r["time_to_detect_fabric_s"] < 0.127 and 0 < r["time_to_agree_fabric_s"] < 0.002
+    # the timer four measured round trips: each 0.2 ms over 20 km and the step's queues, at most as much
+    # again (1.6 ms: 203 ms); the view change < 1 ms
+    assert 0.0254 <= r["time_to_detect_fabric_s"] < 0.203 and 0 < r["time_to_agree_fabric_s"] < 0.002
     assert r["time_to_resume_fabric_s"] > r["time_to_detect_fabric_s"] > 10 * r["step_before_fabric_s"]
     assert 0 < r["step_before_fabric_s"] and 0 < r["step_after_fabric_s"] < 2 * r["step_before_fabric_s"]
     assert (tmp_path / "replica-exclusion.png").stat().st_size > 0

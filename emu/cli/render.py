@@ -55,6 +55,8 @@ def _unit(key: str) -> Callable[[float], str] | None:
     k = key.lower()
     if k.endswith("_gbps"):
         return lambda v: f"{v:.2f} GB/s"
+    if "_over_" in k and not k.endswith(("_fraction", "_share", "_pct")):  # a ratio, whatever its terms' unit
+        return None
     if "bytes" in k:
         return format_size
     if k.endswith("_bps"):

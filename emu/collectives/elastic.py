@@ -285,7 +285,8 @@ class ReplicasJob(Job):
         self.local = [self.here(rank["planes"]) for rank in params["ranks"]]
         self.endpoints = [Endpoint.attached(self.attach_for(rank["planes"]), rank["planes"], self.fail,
                                             f"replica {r} ({rank['name']})", mtu=params["mtu"],
-                                            seed=rng.getrandbits(32), retry_limit=params.get("retry_limit"))
+                                            seed=rng.getrandbits(32), retry_limit=params.get("retry_limit"),
+                                            **params.get("transport", {}))
                           for r, rank in enumerate(params["ranks"])]
         self.participants = [ep for ep, mine in zip(self.endpoints, self.local, strict=True) if mine]
         self.members = [Member(ep.dev, r, ranks, int(params["size"]), int(params["steps"]),

@@ -33,6 +33,7 @@ from emu.roce.endpoint import Wait, drive_wall
 from emu.roce.perf import publish, wait_for
 from emu.roce.transport import (
     SPRAYS,
+    WINDOW,
     Device,
     MemoryRegion,
     QueuePair,
@@ -303,7 +304,7 @@ class WallRank:
         self.a = args
         addrs = args.addrs.split(",") if args.addrs else host_plane_addresses()
         dev = Device(addrs, dilation=args.dilation, cc=args.cc, plane_rate_bps=args.plane_rate, mtu=args.mtu,
-                     spray=args.spray)
+                     spray=args.spray, window=args.window, rtt_hint_fabric_s=args.rtt_hint_fabric_s)
         self.ring = Ring(dev, args.rank, args.nranks, args.op, max(args.sizes), args.slice, algo=args.algo,
                          groups=tuple(args.groups) if args.groups else None)
         self.dev = dev
@@ -350,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--addrs", default="", help="this host's plane addresses, comma-separated (default: read)")
     ap.add_argument("--plane-rate", type=float, default=100e9, help="each plane's line rate, b/s (fabric)")
     ap.add_argument("--mtu", type=int, default=1024, help="RoCE path MTU: payload bytes per packet")
+    ap.add_argument("--window", type=int, default=WINDOW, help="packets a queue pair may have in flight")
+    ap.add_argument("--rtt-hint-fabric-s", type=float, default=0.0,
+                    help="a round trip to assume until one is measured, fabric seconds (emu.collectives.run)")
     ap.add_argument("--slice", type=int, default=SLICE, help="bytes per ring message (the pipeline's grain)")
     a = ap.parse_args(argv)
     me = WallRank(a)

@@ -13,16 +13,17 @@ result on any rank. Used by `emu bench collective` (which builds the fabric) and
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emu.collectives import algorithms
 from emu.collectives.rank import SLICE
 from emu.launch import python_module, scratch_dir
-from emu.roce.transport import HEADERS
+from emu.roce.transport import HEADERS, WINDOW
 
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
           "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
@@ -42,6 +43,10 @@ class RankHost:
     ports: list[tuple[str, float]]
     switch_ports: list[tuple[str, str]] = field(default_factory=list)  # (switch, its port) facing each plane
     group: int = 0  # its group of near hosts (the topology's host_group: a BAG region)
+    # What its paths may cost, for telling a stuck collective from a slow one: the narrowest link it may
+    # cross (b/s) and a round trip no path of its fabric exceeds (fabric seconds).
+    narrowest_bps: float = math.inf
+    rtt_bound_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -109,8 +114,8 @@ def pick(hosts: list[RankHost], names: Sequence[str] | None, planes: Sequence[in
     for h in chosen:
         if not planes or any(not 0 <= p < len(h.ports) for p in planes) or len(set(planes)) != len(planes):
             raise ValueError(f"planes {list(planes)}: {h.name} has planes 0..{len(h.ports) - 1}, each named once")
-        out.append(RankHost(h.name, h.popen, [h.ports[p] for p in planes],
-                            [h.switch_ports[p] for p in planes] if h.switch_ports else [], h.group))
+        out.append(replace(h, ports=[h.ports[p] for p in planes],
+                           switch_ports=[h.switch_ports[p] for p in planes] if h.switch_ports else []))
     return out
 
 
@@ -120,10 +125,30 @@ def whole_chunks(sizes: list[int], n: int) -> list[int]:
 
 
 def ideal_fabric_s(hosts: list[RankHost], op: str, sizes: list[int]) -> float:
-    """The collective's bytes at line rate plus a fixed cost per step: what its fabric time is near."""
+    """The collective's bytes at line rate (the GPU's, or the narrowest link's where that is slower: a
+    BAG narrower than its regions) plus a cost per step (a round trip of the longest path): what its
+    fabric time is near on an idle fabric, or below."""
     n = len(hosts)
-    gpu_bps = min(sum(rate for _, rate in h.ports) for h in hosts)
-    return sum(FACTOR[op](n) * s * (n if op == "allgather" else 1) * 8 / gpu_bps + 2 * n * 20e-6 for s in sizes)
+    bps = min(min(sum(rate for _, rate in h.ports), h.narrowest_bps) for h in hosts)
+    step = 20e-6 + max(h.rtt_bound_s for h in hosts)
+    return sum(FACTOR[op](n) * s * (n if op == "allgather" else 1) * 8 / bps + 2 * n * step for s in sizes)
+
+
+def transport_for(hosts: list[RankHost]) -> dict[str, Any]:
+    """The ranks' MetaRoCE settings that depend on their fabric's paths, for Device: where the longest
+    round trip is short (any one fabric of a building), the transport's defaults; over long links
+    (BAG at 50 km: about 0.5 ms), a window that keeps the rank's planes busy for that round trip, and,
+    until a queue pair has measured a round trip of its own, that one and the time its window takes
+    through the fabric's narrowest link (its first timer is 4 of them: a first ACK may wait behind as
+    much). A window short of the bandwidth-delay product caps a lone queue pair at window / round trip,
+    and a first timer shorter than the round trip resends every first packet before its ACK can be
+    back: the endpoint's limits, not the fabric's."""
+    rtt = max(h.rtt_bound_s for h in hosts)
+    need = math.ceil(max(sum(rate for _, rate in h.ports) for h in hosts) * rtt / 8 / (MTU + HEADERS))
+    if need <= WINDOW:
+        return {}
+    narrowest = min(h.narrowest_bps for h in hosts)
+    return {"window": need, "rtt_hint_fabric_s": rtt + need * (MTU + HEADERS) * 8 / narrowest}
 
 
 def _check(hosts: list[RankHost], op: str, algo: str | None) -> None:
@@ -159,7 +184,7 @@ def job_params(hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "n
     if missing:
         raise ValueError(f"hosts {', '.join(missing)} have no switch port known for every plane")
     return {"op": op, "algo": algo, "groups": list(groups(hosts)), "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed,
-            "trim_dscp": trim_dscp, "spray": spray,
+            "trim_dscp": trim_dscp, "spray": spray, "transport": transport_for(hosts),
             # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
             "budget_s": 100 * ideal_fabric_s(hosts, op, sizes) + 0.01,
             "ranks": [{"name": h.name, "planes": [[sw, port, addr, rate] for (sw, port), (addr, rate)
@@ -197,6 +222,7 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
         cmd = python_module("emu.collectives.rank", tmp, "--nranks", str(n), "--op", op,
                             "--sizes", ",".join(map(str, sizes)), "--dilation", str(dilation), "--cc", cc,
                             "--mtu", str(MTU), "--timeout", f"{timeout:.0f}", "--spray", spray,
+                            *(a for k, v in transport_for(hosts).items() for a in (f"--{k.replace('_', '-')}", str(v))),
                             "--groups", ",".join(str(h.group) for h in hosts), *(("--algo", algo) if algo else ()))
         procs = [h.popen(cmd + ["--rank", str(r), "--name", h.name, "--addrs", ",".join(a for a, _ in h.ports),
                                 "--plane-rate", str(min(rate for _, rate in h.ports))])

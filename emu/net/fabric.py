@@ -481,12 +481,18 @@ class FabricNet(Mininet):
         from emu.roce.run import mininet_popen
 
         hosts = []
-        for h in sorted(self.hosts, key=lambda h: (len(h.name), h.name)):
+        order = sorted(self.hosts, key=lambda h: (len(h.name), h.name))
+        narrowest = min((lk.fabric.rate_bps for lk in self.links if isinstance(lk, FabricLink)), default=math.inf)
+        # Any host's one way to another is at most its way to the first host and on (first plane, idle).
+        rtt = 4 * max((self.one_way_s(order[0].name, h.name) for h in order[1:]), default=0.0)
+        if not math.isfinite(rtt):  # a host cut off: every cable's round trip bounds it
+            rtt = self.rtt_bound_s()
+        for h in order:
             planes = self.host_planes(h.name)
             grouped = getattr(self.topo, "host_group", None)  # a FabricTopo's (topologies sit above this)
             group = grouped(h.name) if grouped is not None else 0
             hosts.append(RankHost(h.name, mininet_popen(h), [(a, r) for _, _, a, r in planes],
-                                  [(sw, port) for sw, port, _, _ in planes], group))
+                                  [(sw, port) for sw, port, _, _ in planes], group, narrowest, rtt))
         return hosts
 
     def one_way_s(self, a: str, b: str, frame_bytes: int = 1100) -> float:

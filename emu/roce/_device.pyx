@@ -587,7 +587,8 @@ cdef class QueuePair:
     cdef list _rate_trace
     cdef int64_t highest_sacked
     cdef bint sacked_since
-    cdef double reo_wnd, rto_check
+    cdef double reo_wnd, rto_check, cum_at
+    cdef int64_t recover_psn
     cdef public object error
     cdef int64_t expected, newest
     cdef Beyond beyond
@@ -617,6 +618,8 @@ cdef class QueuePair:
         self.next_psn = 0
         self.sacked = 0
         self.cum_acked = -1
+        self.cum_at = 0.0
+        self.recover_psn = -1
         self.next_send = 0.0
         self.ready_at = 0.0
         self.window_full = False
@@ -807,7 +810,7 @@ cdef class Device:
     cdef public int window
     cdef public str cc_name
     cdef public double plane_rate
-    cdef double wall_s_per_byte, rto, ack_delay, slack, reorder_budget
+    cdef double wall_s_per_byte, rto, rtt_hint, ack_delay, slack, reorder_budget
     cdef public object rng
     cdef Plane planes_c[MAXP]
     cdef int nplanes
@@ -836,7 +839,7 @@ cdef class Device:
 
     def __init__(self, list addrs, *, double dilation, double plane_rate_bps=100e9, int mtu=1024, str cc="none",
                  int window=512, double rto_fabric_s=200e-6, seed=None, clock=None, io=None, trim_dscp=None,
-                 str spray="weighted", retry_limit=None):
+                 str spray="weighted", retry_limit=None, double rtt_hint_fabric_s=0.0):
         import random
 
 
@@ -867,6 +870,7 @@ cdef class Device:
         self.plane_rate = plane_rate_bps
         self.wall_s_per_byte = 8 * dilation / plane_rate_bps
         self.rto = rto_fabric_s * dilation
+        self.rtt_hint = rtt_hint_fabric_s * dilation
         self.ack_delay = ACK_DELAY_S * dilation
         self.slack = TIMER_SLACK_S * dilation
         self.reorder_budget = SACK_BITS * (mtu + HEADERS) * self.wall_s_per_byte / len(addrs)
@@ -971,7 +975,7 @@ cdef class Device:
                 text += (f" (oldest PSN {psn}, sent {sends} times, last on plane {plane} "
                          f"{now - sent_at:.2f} s ago{', SACKed' if acked else ''})")
             text += (f", acked to {qp.cum_acked_psn}, highest SACKed {qp.highest_sacked_psn}, srtt "
-                     f"{qp.srtt * 1e3:.3f} ms, RTO {max(self.rto, 4 * qp.srtt + self.ack_delay) * 1e3:.3f} ms, "
+                     f"{qp.srtt * 1e3:.3f} ms, RTO {max(self.rto, 4 * (qp.srtt or self.rtt_hint) + self.ack_delay) * 1e3:.3f} ms, "
                      f"next send in {(qp.next_send_at - now) * 1e3:.3f} ms, {qp.retransmits} retransmits")
             qps.append(text)
         planes = ", ".join(f"plane {self.planes_c[i].index} {'up' if self.planes_c[i].healthy else 'down'} "
@@ -1250,7 +1254,7 @@ cdef class Device:
         return pmax(4 * srtt + self.ack_delay if srtt != 0 else self.rto, self.min_probe_s)
 
     cdef int _recover(self, QueuePair qp, double now) except -1:
-        cdef double rto, lost_at, backoff, first_sent
+        cdef double rto, lost_at, backoff, first_sent, since
         cdef int64_t highest, reorder
         cdef Py_ssize_t i
         cdef Seg* seg
@@ -1264,7 +1268,7 @@ cdef class Device:
         if not qp.inflight.n or (not qp.sacked_since and now < qp.rto_check):
             return 0
         qp.sacked_since = False
-        rto = pmax(self.rto, 4 * qp.srtt + self.ack_delay)
+        rto = pmax(self.rto, 4 * (qp.srtt if qp.srtt != 0 else self.rtt_hint) + self.ack_delay)
         qp.rto_check = now + rto / 4
         highest = qp.highest_sacked
         reorder = DUP_THRESH * self.nplanes if qp.pending.n else 1
@@ -1272,7 +1276,9 @@ cdef class Device:
         while i < qp.inflight.n:
             seg = win_at(&qp.inflight, i)
             i += 1
-            if seg.psn > highest and now - seg.sent_at < rto - self.slack:
+            since = (qp.cum_at if seg.sends == 1 and seg.psn > highest and qp.cum_at > seg.sent_at
+                     and seg.psn > qp.recover_psn else seg.sent_at)
+            if seg.psn > highest and now - since < rto - self.slack:
                 break
             if seg.acked:
                 continue
@@ -1284,7 +1290,7 @@ cdef class Device:
                 if not overtaken and lost_at < qp.rto_check:
                     qp.rto_check = lost_at
             backoff = rto * (1 << (seg.sends - 1 if seg.sends - 1 < 6 else 6))
-            timer = now - seg.sent_at >= backoff - self.slack
+            timer = now - since >= backoff - self.slack
             if timer and self.retry_limit >= 0 and seg.sends > self.retry_limit:
                 qp.fail("retry exceeded")
                 return 0
@@ -1313,6 +1319,8 @@ cdef class Device:
                 self._transmit(qp, seg, plane, now)
                 if timer and not (overtaken and seg.sends == 1):
                     qp.timeouts += 1
+                    if qp.next_psn - 1 > qp.recover_psn:
+                        qp.recover_psn = qp.next_psn - 1
                 charged_set(&qp.charged, seg.psn, lost_on.index, first_sent)
                 if qp.charged.count > CHARGED_KEPT:
                     charged_drop(&qp.charged, qp.charged.head)
@@ -1637,6 +1645,7 @@ cdef class Device:
             ndone -= 1
         if cum > qp.cum_acked:
             qp.cum_acked = cum
+            qp.cum_at = now
         self._reweigh()
         cdef Wr* w
         while qp.wrs.n:

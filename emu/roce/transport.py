@@ -207,6 +207,13 @@ class QueuePair:
         self.inflight: dict[int, Segment] = {}
         self.sacked = 0  # segments in `inflight` already SACKed: delivered, kept until the cumulative ACK
         self.cum_acked = -1
+        # When the cumulative ACK last moved (RFC 6298, 5.3: the timer restarts on new data acknowledged):
+        # a long queue that delays but delivers is not a loss.
+        self.cum_at = 0.0
+        # After a timer fired, every packet then in flight (up to this PSN) is timed from its own send
+        # until the cumulative ACK passes it: a loss the timer found is repaired at once, not one hole
+        # per restart (TCP's recovery point after a timeout).
+        self.recover_psn = -1
         self.wrs: deque[tuple[int, Segment, int]] = deque()  # (wr_id, its last segment, bytes)
         self.next_send = 0.0
         self.ready_at = 0.0  # when the queue last became non-empty (wall): a send is due no earlier
@@ -396,18 +403,27 @@ class FabricIO:
         return True
 
 
+# Packets a queue pair may have in flight where its paths are short (a few microseconds at any rate this
+# project models); jobs over long links give more (emu.collectives.run.window_for). Also the compiled
+# device's default.
+WINDOW = 512
+RTO_S = 200e-6  # the retransmission timer's floor, fabric seconds, where the paths are short (likewise)
+
+
 class Device:
     def __init__(self, addrs: list[str], *, dilation: float, plane_rate_bps: float = 100e9, mtu: int = 1024,
-                 cc: str = "none", window: int = 512, rto_fabric_s: float = 200e-6, seed: int | None = None,
+                 cc: str = "none", window: int = WINDOW, rto_fabric_s: float = RTO_S, seed: int | None = None,
                  clock: Clock = WALL, io: KernelIO | FabricIO | None = None, trim_dscp: int | None = None,
-                 spray: str = "weighted", retry_limit: int | None = None) -> None:
+                 spray: str = "weighted", retry_limit: int | None = None, rtt_hint_fabric_s: float = 0.0) -> None:
         """`clock` and `io`: WALL and KernelIO (the default: kernel sockets bound to `addrs`, in this
         namespace), or the engine's fabric clock and the FabricIO of the host's switch ports (dilation 1). `trim_dscp`:
         trimming mode (the fabric's switches cut instead of dropping): data goes out trimmable, and a
         packet that arrives with this DSCP is a trimmed one, NACKed at once. `spray`: "weighted" (each
         plane's share follows its measured health, `_reweigh`) or "equal" (every live plane alike).
         `retry_limit`: timer retransmissions of one packet after which its queue pair fails with
-        "retry exceeded" (RoCE's retry_cnt: a peer that never answers is dead); None: never."""
+        "retry exceeded" (RoCE's retry_cnt: a peer that never answers is dead); None: never.
+        `rtt_hint_fabric_s`: a queue pair's round trip until it has measured one (its timer is 4 of them,
+        as it is 4 measured ones later): the longest path's, where that is long (emu.collectives.run)."""
         if not addrs:
             raise RoceError("a device needs at least one port (plane address)")
         if spray not in SPRAYS:
@@ -428,6 +444,7 @@ class Device:
         self.plane_rate = plane_rate_bps
         self.wall_s_per_byte = 8 * dilation / plane_rate_bps
         self.rto = rto_fabric_s * dilation
+        self.rtt_hint = rtt_hint_fabric_s * dilation
         self.ack_delay = ACK_DELAY_S * dilation
         self.slack = TIMER_SLACK_S * dilation
         # How far apart in time the planes may deliver: a packet on a plane slower than the rest holds
@@ -551,7 +568,7 @@ class Device:
                 text += (f" (oldest PSN {old.psn}, sent {old.sends} times, last on plane {old.plane} "
                          f"{now - old.sent_at:.2f} s ago{', SACKed' if old.acked else ''})")
             text += (f", acked to {qp.cum_acked}, highest SACKed {qp.highest_sacked}, srtt {qp.srtt * 1e3:.3f} ms, "
-                     f"RTO {max(self.rto, 4 * qp.srtt + self.ack_delay) * 1e3:.3f} ms, "
+                     f"RTO {max(self.rto, 4 * (qp.srtt or self.rtt_hint) + self.ack_delay) * 1e3:.3f} ms, "
                      f"next send in {(qp.next_send - now) * 1e3:.3f} ms, {qp.retransmits} retransmits")
             qps.append(text)
         planes = ", ".join(f"plane {p.index} {'up' if p.healthy else 'down'} (losses {p.losses}, "
@@ -652,7 +669,7 @@ class Device:
         if not qp.inflight or (not qp.sacked_since and now < qp.rto_check):
             return
         qp.sacked_since = False
-        rto = max(self.rto, 4 * qp.srtt + self.ack_delay)
+        rto = max(self.rto, 4 * (qp.srtt or self.rtt_hint) + self.ack_delay)
         qp.rto_check = now + rto / 4
         highest = qp.highest_sacked
         # Spraying reorders by design: a PSN counts as lost only when packets sent after it on
@@ -663,7 +680,13 @@ class Device:
         # timer): no later ACK may come to wake the sender, and the retransmission timer is far off.
         reorder = DUP_THRESH * len(self.planes) if qp.pending else 1
         for seg in qp.inflight.values():  # insertion order is PSN order; a resend only rebinds its key
-            if seg.psn > highest and now - seg.sent_at < rto - self.slack:
+            # A first copy nothing later has overtaken runs its timer from the last cumulative ACK if that
+            # came after it was sent: a queue that delays it but delivers what went before it is not its
+            # loss (RFC 6298 5.3). One overtaken (a hole), resent, or in flight when a timer last fired
+            # runs from its own send: holes are not made to wait for each other's repair.
+            since = (qp.cum_at if seg.sends == 1 and seg.psn > highest and qp.cum_at > seg.sent_at
+                     and seg.psn > qp.recover_psn else seg.sent_at)
+            if seg.psn > highest and now - since < rto - self.slack:
                 break  # later packets were sent later still
             if seg.acked:
                 continue
@@ -674,7 +697,7 @@ class Device:
                 if not overtaken and lost_at < qp.rto_check:
                     qp.rto_check = lost_at
             backoff = rto * (1 << min(seg.sends - 1, 6))  # each timeout of the same packet doubles its timer
-            timer = now - seg.sent_at >= backoff - self.slack
+            timer = now - since >= backoff - self.slack
             if timer and self.retry_limit is not None and seg.sends > self.retry_limit:
                 qp.fail("retry exceeded")
                 return
@@ -695,6 +718,7 @@ class Device:
                     return
                 if timer and not (overtaken and seg.sends == 1):
                     qp.timeouts += 1
+                    qp.recover_psn = max(qp.recover_psn, qp.next_psn - 1)
                 qp.charged[seg.psn] = (lost_on.index, first_sent)
                 if len(qp.charged) > CHARGED_KEPT:
                     del qp.charged[next(iter(qp.charged))]
@@ -1001,6 +1025,7 @@ class Device:
                 self._acked(seg, now, sample=psn <= fresh)
         if cum > qp.cum_acked:
             qp.cum_acked = cum
+            qp.cum_at = now
         self._reweigh()
         while qp.wrs and 0 <= qp.wrs[0][1].psn <= qp.cum_acked:
             wr_id, _, nbytes = qp.wrs.popleft()

@@ -66,7 +66,9 @@ def legend_below(ax: Any, *others: Any, ncol: int = 4) -> None:
         h, lab = a.get_legend_handles_labels()
         handles += h
         labels += lab
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13 if ax.get_xlabel() else -0.06),
+    # Under the x label (lower still under a log axis: its tick labels are taller, 10 to a power).
+    below = (-0.17 if ax.get_xscale() == "log" else -0.13) if ax.get_xlabel() else -0.06
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, below),
               ncol=min(ncol, len(labels)) or 1, fontsize=7, frameon=False)
 
 

@@ -19,17 +19,17 @@ from typing import Any
 
 from emu.collectives.elastic import RETRY_LIMIT, ReplicasJob
 from emu.collectives.rank import SLICE
+from emu.collectives.run import transport_for
 from emu.dataplane.engine import EngineError
 from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
-from emu.roce.transport import HEADERS
+from emu.roce.transport import HEADERS, RTO_S
 from emu.scenarios.base import Scenario
 from emu.scenarios.common import ScenarioError, legend_below
 from emu.topo.bag import BAGTopo
 from emu.units import FIBRE_S_PER_M
 
 MTU = 1024
-RTO_S = 200e-6  # MetaRoCE's retransmission timer floor (emu.roce.transport.Device)
 
 
 @dataclass
@@ -83,7 +83,7 @@ class ReplicaExclusion(Scenario):
         hosts = net.rank_hosts()
         params = {"size": self.bytes_per_step, "steps": self.steps, "slice": SLICE, "mtu": MTU, "seed": 1,
                   "heartbeat_s": self.as_time("heartbeat"), "retry_limit": self.retry_limit or None,
-                  "budget_s": budget_s, "fail": fail,
+                  "budget_s": budget_s, "fail": fail, "transport": transport_for(hosts),
                   "ranks": [{"name": h.name, "planes": [[sw, port, addr, rate] for (sw, port), (addr, rate)
                                                         in zip(h.switch_ports, h.ports, strict=True)]}
                             for h in hosts]}
@@ -127,7 +127,8 @@ class ReplicaExclusion(Scenario):
         return {
             "replicas": self.replicas, "hosts": run["hosts"], "dead": {"rank": self.fail, "host": run["hosts"][self.fail]},
             "distance": self.distance, "bytes_per_step": self.bytes_per_step, "steps": self.steps,
-            "detection": f"transport retry limit {self.retry_limit} x RTO {RTO_S * 1e6:g} us (doubling), "
+            "detection": f"transport retry limit {self.retry_limit} x RTO (4 measured round trips, at least "
+                         f"{RTO_S * 1e6:g} us; doubling), "
                          f"heartbeats every {self.as_time('heartbeat') * 1e6:g} us to the ring's right neighbour",
             "agreement": "two-phase view change (PROPOSE, ACCEPT after draining, COMMIT) by the lowest-ranked survivor",
             "survivors": survivors,
