@@ -135,6 +135,25 @@ def test_the_cost_model_prices_a_long_link_per_crossing():
     assert cost["ring"] / cost["hier"] > 3  # 14 crossings of 250 us against 2
 
 
+def test_the_cost_model_prices_a_narrow_link_between_groups_by_the_bytes_that_cross_it():
+    """A BAG of 5G between two regions of 400G GPUs: what crosses it decides. The ring crosses with
+    2(n-1)/n of the buffer each way, hier with one buffer, so at 64 MiB (latency a few percent) the
+    ring's predicted time is near 1.75 hier's; every algorithm is slower than on an unlimited link;
+    and auto says the capacity it priced."""
+    far = (0,) * 4 + (1,) * 4
+    size = 64 << 20
+    narrow = {a: alg.predict(a, "allreduce", 8, size, bps=400e9, one_way=_one_way(far), groups=far,
+                             between_bps=lambda a, b: 5e9) for a in ("ring", "tree", "rhd", "hier")}
+    wide = {a: alg.predict(a, "allreduce", 8, size, bps=400e9, one_way=_one_way(far), groups=far)
+            for a in narrow}
+    assert 1.6 < narrow["ring"] / narrow["hier"] < 1.9, narrow
+    assert narrow["hier"] > size * 8 / 5e9  # one buffer each way through 5G at least
+    assert all(narrow[a] > 10 * wide[a] for a in narrow), (narrow, wide)
+    algo, why = alg.choose("allreduce", 8, [size], bps=400e9, one_way=_one_way(far), groups=far,
+                           between_bps=lambda a, b: 5e9)
+    assert algo == "hier" and "5 Gb/s between them" in why, why
+
+
 @pytest.mark.parametrize("n", [2, 5, 8, 16])
 @pytest.mark.parametrize("algo", ["direct", "pairwise"])
 def test_alltoallv_moves_an_moe_dispatch_of_unequal_parts_each_to_its_slot(algo, n):

@@ -4,6 +4,7 @@ depend on D where it is ok, the BAG latency cliff."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -264,3 +265,21 @@ def test_the_distance_cliff_hierarchy_crosses_bag_less_and_keeps_more_of_its_bus
     assert abs(r["hier_over_ring_narrow"] / r["bytes_ring_over_hier_narrow"] - 1) < 0.1, r
     assert all(0.85 < narrow[a]["bag_busy"] <= 1.0 and narrow[a]["retransmits"] == 0 for a in ("ring", "hier")), narrow
     assert (tmp_path / "distance-cliff.png").stat().st_size > 0
+
+
+def test_auto_knows_a_bag_narrower_than_its_regions(no_leftovers):
+    """`--algo auto` prices what crosses between regions at the capacity of the links that join them
+    (issue 39: a cost model that knows each link's rate and distance): one 5G link between two regions
+    of 400G GPUs, read off the built fabric; FPF has one group and no such limit."""
+    from emu import FabricNet, FPFTopo
+    from emu.topo.bag import BAGTopo
+
+    topo = BAGTopo(regions=2, leaves=1, spines=1, hosts_per_leaf=2, bags=1, bag_rates="5G", distance="50km")
+    with FabricNet(topo, clock="fabric", kernel=False) as net:
+        assert net.group_capacity_bps(0, 1) == net.group_capacity_bps(1, 0) == 5e9
+        r = net.collective("allreduce", sizes=["1MiB"], algo="auto", cc="dcqcn").report
+    assert r["algo"] == "hier" and "5 Gb/s between them" in r["algo_why"] and r["wrong"] == 0, r
+    predicted = float(r["algo_why"].split("predicted ")[1].split(" us")[0])
+    assert 0.5 < predicted / r["rows"][0]["time_us"] < 1.5, (predicted, r["rows"][0]["time_us"])
+    with FabricNet(FPFTopo(gpus=2, planes=1), clock="fabric", kernel=False) as net:
+        assert net.group_capacity_bps(0, 1) == math.inf

@@ -20,7 +20,8 @@ Sizes are bytes, whole int32 elements.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -172,40 +173,57 @@ def runnable(op: str, n: int, groups: tuple[int, ...]) -> list[str]:
 
 
 def predict(algo: str, op: str, n: int, size: int, *, bps: float, one_way: Callable[[int, int], float],
-            groups: tuple[int, ...]) -> float:
+            groups: tuple[int, ...], between_bps: Callable[[int, int], float] | None = None) -> float:
     """Seconds `algo` should take for `op` of `size` bytes a rank: each step in sequence costs the
     one-way time between the ranks it joins (the slowest pair of that step: `one_way(a, b)`, seconds,
-    propagation and switching of the fabric's path) plus its bytes at `bps` (a rank's line rate, b/s).
-    An alpha-beta model: no queues, no collisions; what it is for is ranking the algorithms, and the
-    long links are what it must not miss."""
+    propagation and switching of the fabric's path) plus its bytes at `bps` (a rank's line rate, b/s),
+    or, where more, what the step sends from one group to another through the links that join them
+    (`between_bps(a, b)`: their capacity one way, b/s; a BAG narrower than its regions). An alpha-beta
+    model: no queues, no collisions inside a group; what it is for is ranking the algorithms, and the
+    long and narrow links are what it must not miss."""
     beta = 8 / bps
+
+    def crossing(sends: Iterable[tuple[int, int, float]]) -> float:
+        """Seconds the sends (rank, rank, bytes) of one step take between groups, at their capacity."""
+        if between_bps is None:
+            return 0.0
+        load: dict[tuple[int, int], float] = {}
+        for a, b, nbytes in sends:
+            if groups[a] != groups[b]:
+                load[groups[a], groups[b]] = load.get((groups[a], groups[b]), 0.0) + nbytes
+        return max((8 * v / between_bps(*k) for k, v in load.items()), default=0.0)
+
     if algo == "ring" and op in ("allreduce", "reducescatter", "allgather"):
         hop = max(one_way(r, (r + 1) % n) for r in range(n))
         steps = 2 * (n - 1) if op == "allreduce" else n - 1
         chunk = size * (n if op == "allgather" else 1) / n
-        return steps * (hop + chunk * beta)
+        return steps * (hop + max(chunk * beta, crossing((r, (r + 1) % n, chunk) for r in range(n))))
     if algo == "ring":  # sendrecv
-        return max(one_way(r, (r + 1) % n) for r in range(n)) + size * beta
+        return (max(one_way(r, (r + 1) % n) for r in range(n))
+                + max(size * beta, crossing((r, (r + 1) % n, size) for r in range(n))))
     if algo == "rhd":
         t, d, part = 0.0, n // 2, size / 2
         rounds = []
         while d >= 1:
-            rounds.append((max(one_way(r, r ^ d) for r in range(n)), part))
+            rounds.append((max(one_way(r, r ^ d) for r in range(n)), part, d))
             d, part = d // 2, part / 2
         if op in ("allreduce", "reducescatter"):
-            t += sum(hop + b * beta for hop, b in rounds)
+            t += sum(hop + max(b * beta, crossing((r, r ^ d, b) for r in range(n))) for hop, b, d in rounds)
         if op in ("allreduce", "allgather"):
             scale = n if op == "allgather" else 1
-            t += sum(hop + b * beta * scale for hop, b in rounds)
+            t += sum(hop + max(b * beta * scale, crossing((r, r ^ d, b * scale) for r in range(n)))
+                     for hop, b, d in rounds)
         return t
     if algo == "tree":
-        t = 0.0
+        t, edges = 0.0, []
         for mirror in (False, True):
             parent, _ = binary_tree(n, mirror)
             edge = max((one_way(r, parent[r]) for r in range(n) if parent[r] >= 0), default=0.0)
             depth = max(_depth_of(parent, r) for r in range(n))
             t = max(t, 2 * depth * edge)
-        return t + 2 * size * beta  # an inner rank sends its half to two children: the whole size out
+            # Each tree carries half the buffer up every edge (reduce) and down it (broadcast).
+            edges += [s for r in range(n) if parent[r] >= 0 for s in ((r, parent[r], size / 2), (parent[r], r, size / 2))]
+        return t + max(2 * size * beta, crossing(edges))  # an inner rank sends its half to two children
     if algo == "hier":
         members: dict[int, list[int]] = {}
         for r, g in enumerate(groups):
@@ -214,20 +232,25 @@ def predict(algo: str, op: str, n: int, size: int, *, bps: float, one_way: Calla
         g, m = len(ms[0]), len(ms)
         inside = max((one_way(a, b) for grp in ms for a in grp for b in grp if a != b), default=0.0)
         across = max(one_way(ms[i][k], ms[j][k]) for i in range(m) for j in range(m) if i != j for k in range(g))
+        shards = crossing((ms[i][k], ms[j][k], size / g / m) for i in range(m) for j in range(m) if i != j
+                          for k in range(g))
         return (2 * (inside + (g - 1) / g * size * beta)
-                + 2 * (across + (m - 1) / m * size / g * beta))
+                + 2 * (across + max((m - 1) / m * size / g * beta, shards)))
     if algo in ("direct", "pairwise"):
         worst = max(one_way(a, b) for a in range(n) for b in range(n) if a != b) if n <= 64 else \
             max(one_way(r, (r + n // 2) % n) for r in range(n))
-        return ((n - 1) if algo == "pairwise" else 1) * worst + (n - 1) / n * size * beta
+        everything = crossing((a, b, size / n) for a in range(n) for b in range(n) if a != b)
+        return ((n - 1) if algo == "pairwise" else 1) * worst + max((n - 1) / n * size * beta, everything)
     raise AlgorithmError(f"no cost model for {algo} {op}")
 
 
 def choose(op: str, n: int, sizes: list[int], *, bps: float, one_way: Callable[[int, int], float],
-           groups: tuple[int, ...]) -> tuple[str, str]:
+           groups: tuple[int, ...], between_bps: Callable[[int, int], float] | None = None) -> tuple[str, str]:
     """The algorithm with the least predicted time over `sizes`, and why, in one line."""
     candidates = runnable(op, n, groups)
-    cost = {a: sum(predict(a, op, n, s, bps=bps, one_way=one_way, groups=groups) for s in sizes) for a in candidates}
+    between = functools.cache(between_bps) if between_bps is not None else None
+    cost = {a: sum(predict(a, op, n, s, bps=bps, one_way=one_way, groups=groups, between_bps=between)
+                   for s in sizes) for a in candidates}
     best = min(cost, key=lambda a: cost[a])
     # The ring pipelines and meets its bound (98 % at 16 MiB on FPF 8 x 8); the others send whole rounds
     # across the fabric at once, where ECMP collisions and reordering cost what this model leaves out
@@ -238,9 +261,16 @@ def choose(op: str, n: int, sizes: list[int], *, bps: float, one_way: Callable[[
     why = (f"auto: {best}, predicted {cost[best] * 1e6:.1f} us ("
            + ", ".join(f"{a} {c * 1e6:.1f}" for a, c in sorted(cost.items(), key=lambda x: x[1]) if a != best)
            + f"; longest one-way path from rank 0 {longest * 1e6:.2f} us, {bps / 1e9:g} Gb/s a rank, "
-           f"{len(set(groups))} group{'s' if len(set(groups)) != 1 else ''}"
+           f"{len(set(groups))} group{'s' if len(set(groups)) != 1 else ''}" + _joined(groups, between)
            + (f"; the ring kept: none is predicted {RING_MARGIN:.0%} faster" if ring_kept else "") + ")")
     return best, why
+
+
+def _joined(groups: tuple[int, ...], between: Callable[[int, int], float] | None) -> str:
+    """", 5 Gb/s between them": the least capacity one way between two groups, where it is known."""
+    pairs = [(a, b) for a in set(groups) for b in set(groups) if a != b]
+    least = min((between(a, b) for a, b in pairs), default=math.inf) if between is not None else math.inf
+    return f", {least / 1e9:g} Gb/s between them" if math.isfinite(least) else ""
 
 
 def _chunks(size: int, n: int) -> int:

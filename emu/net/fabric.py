@@ -495,6 +495,23 @@ class FabricNet(Mininet):
                                   [(sw, port) for sw, port, _, _ in planes], group, narrowest, rtt))
         return hosts
 
+    def group_capacity_bps(self, a: int, b: int) -> float:
+        """Bits a second one way between host groups `a` and `b` (topology.host_group): the rates of the
+        links joining a switch of one to a switch of the other (topology.switch_group); inf where the
+        topology does not say its switches' groups."""
+        grouped = getattr(self.topo, "switch_group", None)
+        if grouped is None:
+            return math.inf
+        total = 0.0
+        for link in self.links:
+            if isinstance(link, FabricLink) and all(isinstance(i.node, FabricSwitch) for i in (link.intf1, link.intf2)):
+                ga, gb = grouped(link.intf1.node.name), grouped(link.intf2.node.name)
+                if ga is None or gb is None:
+                    return math.inf
+                if {ga, gb} == {a, b} and a != b:
+                    total += link.fabric.rate_bps
+        return total or math.inf
+
     def one_way_s(self, a: str, b: str, frame_bytes: int = 1100) -> float:
         """Seconds a `frame_bytes` frame takes from host `a` to host `b` on their first plane's shortest
         path, idle: each cable's propagation plus the frame's store-and-forward at each link's rate.

@@ -169,7 +169,8 @@ class Timebase(ABC):
         names = [h.name for h in ranks]
         bps = min(sum(rate for _, rate in h.ports) for h in ranks)
         return algorithms.choose(op, len(ranks), sizes, bps=bps, groups=groups(ranks),
-                                 one_way=lambda i, j: self.net.one_way_s(names[i], names[j]))
+                                 one_way=lambda i, j: self.net.one_way_s(names[i], names[j]),
+                                 between_bps=self.net.group_capacity_bps)
 
     def endpoints_inside(self) -> bool:
         """Whether the project's endpoints (UDP flows, MetaRoCE writers, collective ranks) run inside the

@@ -54,6 +54,10 @@ class BAGTopo(FabricTopo):
         """The host's region (h{region}{building}{leaf}x{i}): regions are joined by the long-haul links."""
         return int(host[1])
 
+    def switch_group(self, switch: str) -> int | None:
+        """The region of a building's switch (b{region}...) or a BAG switch (bag{region}x...)."""
+        return int(switch[3]) if switch.startswith("bag") else int(switch[1])
+
     def links_needed(self) -> int:
         per_building = self.leaves * (self.hosts_per_leaf + self.spines) + self.spines * self.bags
         return (self.regions * self.buildings * per_building

@@ -152,6 +152,12 @@ class FabricTopo(Topo):
         unless a topology has far parts (BAG's regions)."""
         return 0
 
+    def switch_group(self, switch: str) -> int | None:
+        """The group of hosts (host_group) a switch belongs to, where the topology has several: the links
+        between switches of two groups are all that joins them (what a cost model must know of their
+        capacity). None: not in one group (one group, or a switch shared by all)."""
+        return None
+
     def addFabricSwitch(self, name: str, *, shard: int = 0, loopback4: str = "", loopback6: str = "",
                         **opts: Any) -> str:
         """A fabric switch. `shard`: switches with the same shard share an engine worker where they
