@@ -194,10 +194,13 @@ def predict(algo: str, op: str, n: int, size: int, *, bps: float, one_way: Calla
         return max((8 * v / between_bps(*k) for k, v in load.items()), default=0.0)
 
     if algo == "ring" and op in ("allreduce", "reducescatter", "allgather"):
-        hop = max(one_way(r, (r + 1) % n) for r in range(n))
+        # The ring pipelines: a chunk's way is `steps` edges in a row around it, each edge's one-way time
+        # paid once on that way (not the slowest edge at every step), then the last write's ACK.
+        edges = [one_way(r, (r + 1) % n) for r in range(n)]
         steps = 2 * (n - 1) if op == "allreduce" else n - 1
         chunk = size * (n if op == "allgather" else 1) / n
-        return steps * (hop + max(chunk * beta, crossing((r, (r + 1) % n, chunk) for r in range(n))))
+        return (_longest_run(edges, steps) + max(edges)
+                + steps * max(chunk * beta, crossing((r, (r + 1) % n, chunk) for r in range(n))))
     if algo == "ring":  # sendrecv
         return (max(one_way(r, (r + 1) % n) for r in range(n))
                 + max(size * beta, crossing((r, (r + 1) % n, size) for r in range(n))))
@@ -213,14 +216,16 @@ def predict(algo: str, op: str, n: int, size: int, *, bps: float, one_way: Calla
             scale = n if op == "allgather" else 1
             t += sum(hop + max(b * beta * scale, crossing((r, r ^ d, b * scale) for r in range(n)))
                      for hop, b, d in rounds)
-        return t
+        # Then the last round's writes are acknowledged: the gather ends at distance n/2, the scatter at 1.
+        return t + (rounds[0][0] if op != "reducescatter" else rounds[-1][0])
     if algo == "tree":
         t, edges = 0.0, []
         for mirror in (False, True):
             parent, _ = binary_tree(n, mirror)
+            # A slice's way up from the farthest rank to the root and down again, then the last ACK.
+            up = [_to_root(parent, r, one_way) for r in range(n)]
             edge = max((one_way(r, parent[r]) for r in range(n) if parent[r] >= 0), default=0.0)
-            depth = max(_depth_of(parent, r) for r in range(n))
-            t = max(t, 2 * depth * edge)
+            t = max(t, 2 * max(up) + edge)
             # Each tree carries half the buffer up every edge (reduce) and down it (broadcast).
             edges += [s for r in range(n) if parent[r] >= 0 for s in ((r, parent[r], size / 2), (parent[r], r, size / 2))]
         return t + max(2 * size * beta, crossing(edges))  # an inner rank sends its half to two children
@@ -234,8 +239,10 @@ def predict(algo: str, op: str, n: int, size: int, *, bps: float, one_way: Calla
         across = max(one_way(ms[i][k], ms[j][k]) for i in range(m) for j in range(m) if i != j for k in range(g))
         shards = crossing((ms[i][k], ms[j][k], size / g / m) for i in range(m) for j in range(m) if i != j
                           for k in range(g))
+        # Inside, across, across, inside; a rank is done when its last writes are acknowledged, the
+        # second across step's among them.
         return (2 * (inside + (g - 1) / g * size * beta)
-                + 2 * (across + max((m - 1) / m * size / g * beta, shards)))
+                + 2 * (across + max((m - 1) / m * size / g * beta, shards)) + max(inside, across))
     if algo in ("direct", "pairwise"):
         worst = max(one_way(a, b) for a in range(n) for b in range(n) if a != b) if n <= 64 else \
             max(one_way(r, (r + n // 2) % n) for r in range(n))
@@ -466,6 +473,24 @@ def _depth_of(parent: list[int], r: int) -> int:
     while parent[r] >= 0:
         r, d = parent[r], d + 1
     return d
+
+
+def _to_root(parent: list[int], r: int, one_way: Callable[[int, int], float]) -> float:
+    """Seconds from rank r up its tree to the root, one edge after another."""
+    t = 0.0
+    while parent[r] >= 0:
+        t, r = t + one_way(r, parent[r]), parent[r]
+    return t
+
+
+def _longest_run(edges: list[float], steps: int) -> float:
+    """The most `steps` edges in a row around a ring take (they may wrap round it more than once)."""
+    n = len(edges)
+    whole, part = divmod(steps, n)
+    sums = [0.0]
+    for e in edges + edges:
+        sums.append(sums[-1] + e)
+    return whole * sums[n] + max(sums[r + part] - sums[r] for r in range(n))
 
 
 def moe_matrix(n: int, size: int, skew: float = 1.0, token: int = 4096) -> tuple[tuple[int, ...], ...]:
