@@ -174,9 +174,10 @@ def runnable(op: str, n: int, groups: tuple[int, ...]) -> list[str]:
 
 def predict(algo: str, op: str, n: int, size: int, *, bps: float, one_way: Callable[[int, int], float],
             groups: tuple[int, ...], between_bps: Callable[[int, int], float] | None = None) -> float:
-    """Seconds `algo` should take for `op` of `size` bytes a rank: each step in sequence costs the
-    one-way time between the ranks it joins (the slowest pair of that step: `one_way(a, b)`, seconds,
-    propagation and switching of the fabric's path) plus its bytes at `bps` (a rank's line rate, b/s),
+    """Seconds `algo` should take for `op` of `size` bytes a rank: the one-way times of its way
+    (`one_way(a, b)`, seconds, propagation and switching of the fabric's path: a round-based algorithm
+    pays its slowest pair each round, a pipelined one each edge once along a chunk's way, and each its
+    last writes' ACKs) plus each step's bytes at `bps` (a rank's line rate, b/s),
     or, where more, what the step sends from one group to another through the links that join them
     (`between_bps(a, b)`: their capacity one way, b/s; a BAG narrower than its regions). An alpha-beta
     model: no queues, no collisions inside a group; what it is for is ranking the algorithms, and the

@@ -404,7 +404,7 @@ class FabricIO:
 
 
 # Packets a queue pair may have in flight where its paths are short (a few microseconds at any rate this
-# project models); jobs over long links give more (emu.collectives.run.window_for). Also the compiled
+# project models); jobs over long links give more (emu.collectives.run.transport_for). Also the compiled
 # device's default.
 WINDOW = 512
 RTO_S = 200e-6  # the retransmission timer's floor, fabric seconds, where the paths are short (likewise)

@@ -2,8 +2,9 @@
 between the regions grows from 2 km to 500 km.
 
 The seeds' claims: collective libraries pick an algorithm without knowing
-distance, and a ring that crosses a long link pays its latency at every one of
-its 2(n-1) steps, a cliff in busbw as the regions move apart; an algorithm
+distance, and a ring that crosses a long link pays its latency again and again
+(its pipeline hides some of its 2(n-1) steps: about five crossings here), a
+cliff in busbw as the regions move apart; an algorithm
 that knows where the long links are (reduce-scatter inside each region, an
 allreduce of each shard across, allgather inside) crosses them in two steps
 and carries fewer bytes over them, and keeps collective traffic off BAG. Each
