@@ -31,7 +31,7 @@ _ZERO = b"\x00\x00\x00\x00"
 BLOCK = 1 << 16
 # Ring sizes per switch port: a port facing a host sees one NIC's bursts; one facing a switch carries
 # a fabric link (larger frames after SRv6 encapsulation, deeper bursts). Kernel memory, locked.
-HOST_PORT_RING = 1 << 19
+HOST_PORT_RING = 1 << 22
 FABRIC_PORT_RING = 1 << 21
 RING_BUDGET = 1 << 30  # bytes of locked kernel memory one worker's rings may take
 MIN_RING = 4 * BLOCK  # 128 host frames, 16 fabric frames: a burst of a few microseconds still fits

@@ -63,7 +63,8 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 PACKET_STATISTICS = 6
-# Frames taken from one port's ring in a turn; a turn of YIELD_AFTER or more then yields (_yield_to_hosts).
+# Frames taken from one port's ring in a turn; a turn of YIELD_AFTER or more that empties it lets the
+# hosts run (_yield_to_hosts).
 RX_BURST = 32
 YIELD_AFTER = 16
 # Jobs a fabric-clock worker runs inside itself, by kind: "module:function" taking (JobHost, params)
@@ -113,6 +114,7 @@ class Worker:
         self.pcaps: list[PcapWriter] = []
         self.pcap_of: dict[str, PcapWriter] = {}  # by port: a job's endpoint writes its frames there too
         self.rx_sockets: list[tuple[socket.socket, Any]] = []
+        self.tx_sockets: list[socket.socket] = []
         self.rings: list[RxRing] = []
         # What samples and captures are stamped from: on the fabric clock its own zero (a sample's fabric time
         # is then the same in every run), on the wall clock the worker's start.
@@ -195,7 +197,7 @@ class Worker:
 
     # -- data sockets ----------------------------------------------------------------
 
-    def _open_ports(self) -> dict[str, tuple[socket.socket, RxRing]]:
+    def _open_ports(self) -> dict[str, tuple[socket.socket, RxRing, socket.socket]]:
         """A packet socket and its receive ring for every port this worker carries to the kernel (to a
         host run here, or to a switch another worker owns on the wall clock), opened by threads at
         once: each ring waits for an RCU grace period, and in turn 96 ports took 1.5 s here, at once 0.1 s."""
@@ -211,7 +213,7 @@ class Worker:
                     here = sw.worker == self.index
                 if here:
                     ports.append((ps.ifname, ps.peer_kind == "host"))
-        opened: dict[str, tuple[socket.socket, RxRing]] = {}
+        opened: dict[str, tuple[socket.socket, RxRing, socket.socket]] = {}
         hosts = sum(1 for _, from_host in ports if from_host)
         sizes = ring_sizes(hosts, len(ports) - hosts)
         if sizes != (HOST_PORT_RING, FABRIC_PORT_RING):
@@ -226,29 +228,41 @@ class Worker:
                     opened[ifname] = fut.result()
                 except OSError as exc:
                     errors.append(exc)
-        self.sockets += [s for s, _ in opened.values()]
-        self.rings += [r for _, r in opened.values()]
+        self.sockets += [s for s, _, _ in opened.values()]
+        self.rings += [r for _, r, _ in opened.values()]
+        self.tx_sockets += [t for _, _, t in opened.values()]
         print(f"worker {self.index}: {len(opened)} of {len(ports)} ports open", flush=True)
         if errors:
             raise errors[0]
         return opened
 
     @staticmethod
-    def _open_packet_socket(ifname: str, from_host: bool, ring_bytes: int) -> tuple[socket.socket, RxRing]:
+    def _open_packet_socket(ifname: str, from_host: bool, ring_bytes: int
+                            ) -> tuple[socket.socket, RxRing, socket.socket]:
+        """A port's receiving socket with its ring, and a socket to send on.
+
+        Two, because a socket epoll watches has epoll's callback on its wait queue, and every frame the
+        socket sent called it when the kernel freed the frame (sock_def_write_space: 3.5 % of the
+        worker's time under `emu bench engine`'s load, a lock taken with interrupts off each time); a
+        socket only sent on has no one waiting on it."""
         # Protocol 0 until bound: a socket that already receives must stop for its ring to be set,
         # which costs a second grace period.
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
             s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             s.setsockopt(socket.SOL_SOCKET, 33, 4 << 20)  # SO_RCVBUFFORCE
-            s.setsockopt(socket.SOL_SOCKET, 32, 4 << 20)  # SO_SNDBUFFORCE
+            tx.setsockopt(socket.SOL_SOCKET, 32, 4 << 20)  # SO_SNDBUFFORCE
             ring = RxRing(s, frame_size=2048 if from_host else 16384, ring_bytes=ring_bytes)
             s.bind((ifname, ETH_P_ALL))
+            tx.bind((ifname, 0))  # protocol 0: it receives nothing
         except OSError as exc:
             s.close()
+            tx.close()
             raise OSError(exc.errno, f"cannot open a packet socket on {ifname}: {exc.strerror}") from None
         s.setblocking(False)
-        return s, ring
+        tx.setblocking(False)
+        return s, ring, tx
 
     def _pcap(self, switch: str, ps: PortSpec) -> PcapWriter | None:
         if not self.spec.pcap_dir:
@@ -285,18 +299,18 @@ class Worker:
         there, else to the kernel). `port` keeps the drop counters (a Port, or a HostEnd). `compiled`
         (a compiled switch, its port, whether it faces a host): the ring read and the socket written by
         the compiled core (KernelPort), Python once per burst."""
-        sock, ring = self.opened[ps.ifname]
+        sock, ring, tx = self.opened[ps.ifname]
         pcap = self._pcap(switch, ps)
         clock = self.loop.clock  # the wall clock, or the fabric time at which the engine takes the frame
         frames_ready = ring.frames_ready
         loop = self.loop
         if compiled is not None and pcap is None:
-            kport = self.native.KernelPort(ring, sock.fileno(), *compiled)
+            kport = self.native.KernelPort(ring, tx.fileno(), *compiled)
             self.kernel_ports.append(kport)
 
             def on_burst() -> None:
                 n = kport.read(clock(), RX_BURST)
-                _yield_to_hosts(n)
+                _yield_to_hosts(loop, n)
                 if self.fabric and loop.busy:  # type: ignore[attr-defined]
                     loop.kernel_frames += n  # type: ignore[attr-defined]
                 if kport.truncated:
@@ -317,7 +331,7 @@ class Worker:
                     pcap.write(now, frame)
                 entry(now, frame)
                 n += 1
-            _yield_to_hosts(n)
+            _yield_to_hosts(loop, n)
             if self.fabric and loop.busy:  # type: ignore[attr-defined]
                 loop.kernel_frames += n  # type: ignore[attr-defined]
             if ring.truncated:
@@ -328,7 +342,7 @@ class Worker:
         self.rx_sockets.append((sock, port))
 
         # What arrives for the host: to a job's endpoint attached there, else the kernel (emu.dataplane.host).
-        deliver = (self.native.HostPort if self.native else HostDelivery)(sock.send, port, pcap)
+        deliver = (self.native.HostPort if self.native else HostDelivery)(tx.send, port, pcap)
         self.deliveries[(switch, ps.index)] = deliver
         return deliver
 
@@ -635,12 +649,13 @@ class Worker:
         """Each packet socket's close waits for an RCU grace period: closed by threads at once."""
         for kport in self.kernel_ports:
             kport.close()
-        def close_one(pair: tuple[socket.socket, RxRing]) -> None:
-            pair[1].close()
-            pair[0].close()
+        def close_one(port: tuple[socket.socket, RxRing, socket.socket]) -> None:
+            port[1].close()
+            port[0].close()
+            port[2].close()
 
         with ThreadPoolExecutor(max_workers=max(1, min(64, len(self.sockets)))) as pool:
-            list(pool.map(close_one, zip(self.sockets, self.rings, strict=True)))
+            list(pool.map(close_one, zip(self.sockets, self.rings, self.tx_sockets, strict=True)))
         for p in self.pcaps:
             p.close()
         if self.channels is not None:
@@ -719,15 +734,18 @@ def _raise_priority() -> None:
         pass
 
 
-def _yield_to_hosts(frames: int) -> None:
-    """After a turn that took `frames` from one ring: at YIELD_AFTER or more, let the hosts run.
+def _yield_to_hosts(loop: WallLoop, frames: int) -> None:
+    """After a turn that took `frames` from one ring: if it took YIELD_AFTER or more and emptied the ring
+    (fewer than RX_BURST), the wall loop waits a moment before it looks again (WallLoop.gather): the
+    hosts run meanwhile and the next frames gather, where each would have woken the worker on its own.
 
-    The worker's send(2) into a host's veth runs that host's stack in the worker's own context, up to
-    the receiving socket; a receiver on the same core cannot drain its socket while the worker goes
-    on forwarding a burst, and its buffer overflowed (RcvbufErrors: 67k of 330k datagrams at 150k
-    pps). With nothing else runnable the yield returns at once."""
-    if frames >= YIELD_AFTER:
-        os.sched_yield()
+    A whole burst (more waiting) goes on at once: the switch keeps up first. Measured under `emu bench
+    engine`'s load (2026-12-05): waiting after whole bursts too lost frames at the worker's own ring
+    whenever the hosts held both cores, and yielding after them (as this did before) held the sender
+    back; going on, the engine delivered all the sender sent, up to 200k pps, and what was lost was
+    lost at the receiver's socket, which a slow host loses on a real switch too (UdpRcvbufErrors)."""
+    if YIELD_AFTER <= frames < RX_BURST:
+        loop.gather = True
 
 
 def _raise_open_files() -> None:

@@ -67,7 +67,7 @@ ENGINE_NODE_BYTES = 256 << 10  # a node that is only the engine's (Python object
 def check_fits(name: str, *, fabric_links: int, host_links: int, nodes: int, kernel: bool = True) -> None:
     """TopologyError if this machine cannot hold the fabric as it will be built: with the hosts' kernels,
     its rings, veths and nodes (shells, namespaces) in half the memory available (the rest is the
-    endpoints' and the machine's), and a packet socket per switch port within the open-file limit a
+    endpoints' and the machine's), and two packet sockets per switch port within the open-file limit a
     worker can raise itself to; without (`kernel` False: fabric-clock jobs only), the engine's ports and
     nodes alone, which have neither rings nor sockets."""
     if not kernel:
@@ -89,9 +89,10 @@ def check_fits(name: str, *, fabric_links: int, host_links: int, nodes: int, ker
                             f"worker, {rings / 2**30:.1f} GiB, plus interfaces and nodes); this machine has "
                             f"{avail / 2**30:.1f} GiB available and a run may take half: make it smaller")
     ports = 2 * fabric_links + host_links
+    sockets = 2 * ports  # a port's receiving socket and the one it sends on (emu.dataplane.worker)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    if hard != resource.RLIM_INFINITY and ports + 256 > hard:
-        raise TopologyError(f"{name}: {ports} switch ports need as many packet sockets, more than the open-file "
+    if hard != resource.RLIM_INFINITY and sockets + 256 > hard:
+        raise TopologyError(f"{name}: {ports} switch ports need {sockets} packet sockets, more than the open-file "
                             f"limit ({hard}, `ulimit -Hn`) allows one engine worker: make it smaller or raise it")
 
 
