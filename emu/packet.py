@@ -78,6 +78,12 @@ def fast_sum(data: bytes | bytearray) -> int:
     return 0xFFFF if r == 0 and n else r
 
 
+def udp_headers(v6: bool) -> int:
+    """Bytes in front of a UDP datagram's payload on the wire: Ethernet, IPv4 (no options) or IPv6 (no
+    extension header), UDP."""
+    return 14 + (40 if v6 else 20) + 8
+
+
 def udp6_frame(eth_head: bytes, tclass: int, src: bytes, dst: bytes, sport: int, dport: int,
                payload: bytes | tuple | list) -> bytes:
     """A whole Ethernet/IPv6/UDP frame (hop limit 64, flow label 0) with a valid UDP checksum.

@@ -118,7 +118,7 @@ def test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_r
     _compare(name, out["python"], out["native"])
 
 
-LABS = ("congestion-spreading", "ecn-dcqcn", "metaroce", "pfc-headroom", "planes", "trimming", "wcmp")
+LABS = ("congestion-spreading", "ecn-dcqcn", "metaroce", "pfc-headroom", "planes", "srv6-te", "trimming", "wcmp")
 
 
 @pytest.mark.parametrize("lab", LABS)

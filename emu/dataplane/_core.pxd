@@ -80,8 +80,8 @@ cdef class Sink:
     cdef int take(self, double t, Packet* p) except -1
 
 cdef class HostPort:
-    cdef public object send, port, pcap, roce, udp4
-    cdef public int udp4_port
+    cdef public object send, port, pcap, roce, udp
+    cdef public int udp_port
     cdef int c_deliver(self, double t, Packet* p) except -1
 
 cdef class KernelPort:

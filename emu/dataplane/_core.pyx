@@ -562,7 +562,7 @@ cdef class Sink:
 
 cdef class HostPort:
     """emu.dataplane.host.HostDelivery, compiled: what a host port hands its host. A capture first; then
-    IPv4 UDP to the port a job's receiver counts on goes to it, MetaRoCE (IPv6, UDP to 4791) to the
+    UDP (IPv4 or IPv6) to the port a job's receiver counts on goes to it, MetaRoCE (IPv6, UDP to 4791) to the
     endpoint a job attached there, anything else to the host's kernel (`send`, its drops on `port`)."""
 
     def __init__(self, send, port, pcap=None):
@@ -570,8 +570,8 @@ cdef class HostPort:
         self.port = port
         self.pcap = pcap
         self.roce = None
-        self.udp4 = None
-        self.udp4_port = -1
+        self.udp = None
+        self.udp_port = -1
 
     def __call__(self, double t, frame):
         self.c_deliver(t, packet_from(frame))
@@ -581,9 +581,12 @@ cdef class HostPort:
             self.pcap.write(t, packet_bytes(p))
         cdef const uint8_t* f = p.data
         cdef int n = p.len
-        if self.udp4 is not None and n > 41 and f[12] == 8 and f[13] == 0 and f[23] == 17 and f[14] == 0x45 \
-                and (f[36] << 8 | f[37]) == self.udp4_port:
-            return deliver_now(self.udp4, t, p)
+        if self.udp is not None and n > 41 and f[12] == 8 and f[13] == 0 and f[23] == 17 and f[14] == 0x45 \
+                and (f[36] << 8 | f[37]) == self.udp_port:
+            return deliver_now(self.udp, t, p)
+        if self.udp is not None and n > 61 and f[12] == 0x86 and f[13] == 0xDD and f[20] == 17 \
+                and (f[56] << 8 | f[57]) == self.udp_port:
+            return deliver_now(self.udp, t, p)
         if self.roce is not None and n > 62 and f[12] == 0x86 and f[13] == 0xDD and f[20] == 17 \
                 and f[56] == 0x12 and f[57] == 0xB7:
             return deliver_now(self.roce, t, p)

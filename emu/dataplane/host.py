@@ -3,8 +3,8 @@
 A worker delivers what a host port's link brings through one of these per
 port (emu.dataplane._core.HostPort is its compiled twin, which hands the
 frames of a compiled endpoint over without Python). A capture sees every
-frame first; IPv4 UDP to the port a job's counting receiver listens on goes
-to it, MetaRoCE (IPv6, UDP to 4791) to the endpoint a job attached there;
+frame first; UDP (IPv4 or IPv6) to the port a job's counting receiver listens on
+goes to it, MetaRoCE (IPv6, UDP to 4791) to the endpoint a job attached there;
 everything else goes to the kernel through the port's packet socket.
 """
 
@@ -16,24 +16,29 @@ from typing import Any
 
 class HostDelivery:
     """deliver(t, frame) for one host port. `roce`: on_frame(t, frame) of an attached MetaRoCE endpoint;
-    `udp4` and `udp4_port`: a job's receiver of IPv4 UDP to that port (None: the kernel's)."""
+    `udp` and `udp_port`: a job's receiver of UDP to that port, over IPv4 or IPv6 (None: the kernel's)."""
 
     def __init__(self, send: Callable[[Any], None], port: Any, pcap: Any = None) -> None:
         self.send = send
         self.port = port  # what counts a refused send (a switch Port, or a cut cable's HostEnd)
         self.pcap = pcap
         self.roce: Callable[[float, Any], None] | None = None
-        self.udp4: Callable[[float, Any], None] | None = None
-        self.udp4_port = -1
+        self.udp: Callable[[float, Any], None] | None = None
+        self.udp_port = -1
 
     def __call__(self, t: float, frame: Any) -> None:
         if self.pcap is not None:
             self.pcap.write(t, frame)
-        udp4 = self.udp4
-        # IPv4 UDP (IHL 5) to the port a job's receiver counts on: to it, not the kernel.
-        if udp4 is not None and len(frame) > 41 and frame[12] == 8 and frame[13] == 0 and frame[23] == 17 \
-                and frame[14] == 0x45 and frame[36] << 8 | frame[37] == self.udp4_port:
-            udp4(t, frame)
+        udp = self.udp
+        # UDP to the port a job's receiver counts on, IPv4 (IHL 5) or IPv6 (no extension header): to it,
+        # not the kernel.
+        if udp is not None and len(frame) > 41 and frame[12] == 8 and frame[13] == 0 and frame[23] == 17 \
+                and frame[14] == 0x45 and frame[36] << 8 | frame[37] == self.udp_port:
+            udp(t, frame)
+            return
+        if udp is not None and len(frame) > 61 and frame[12] == 0x86 and frame[13] == 0xDD and frame[20] == 17 \
+                and frame[56] << 8 | frame[57] == self.udp_port:
+            udp(t, frame)
             return
         # MetaRoCE (IPv6, UDP to 4791) for an endpoint running in this engine: to it, not the kernel.
         roce = self.roce

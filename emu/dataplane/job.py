@@ -33,10 +33,10 @@ class Attach(Protocol):
         returns send(frame) into that port's NIC model, the host's MAC and the switch port's."""
         ...
 
-    def attach_udp4(self, switch: str, port: str, udp_port: int,
-                    on_frame: Callable[[float, Any], None] | None) -> None:
-        """IPv4 UDP frames to `udp_port` arriving at the host behind (switch, port) go to on_frame(t, frame);
-        None gives them back to the host's kernel."""
+    def attach_udp(self, switch: str, port: str, udp_port: int,
+                   on_frame: Callable[[float, Any], None] | None) -> None:
+        """UDP frames (IPv4 or IPv6) to `udp_port` arriving at the host behind (switch, port) go to
+        on_frame(t, frame); None gives them back to the host's kernel."""
         ...
 
     def set_port(self, switch: str, port: str, up: bool) -> None:

@@ -368,13 +368,14 @@ class Worker:
 
         return send, *macs
 
-    def attach_udp4(self, switch: str, port: str, udp_port: int,
-                    on_frame: Callable[[float, Any], None] | None) -> None:
-        """IPv4 UDP frames to `udp_port` arriving at the host behind (switch, port) go to on_frame(t, frame)
-        (a job's counting receiver) instead of the host's kernel; None gives them back to the kernel."""
+    def attach_udp(self, switch: str, port: str, udp_port: int,
+                   on_frame: Callable[[float, Any], None] | None) -> None:
+        """UDP frames (IPv4 or IPv6) to `udp_port` arriving at the host behind (switch, port) go to
+        on_frame(t, frame) (a job's counting receiver) instead of the host's kernel; None gives them back
+        to the kernel."""
         key, _, _ = self._host_port(switch, port)
         delivery = self.deliveries[key]
-        delivery.udp4, delivery.udp4_port = (None, -1) if on_frame is None else (on_frame, udp_port)
+        delivery.udp, delivery.udp_port = (None, -1) if on_frame is None else (on_frame, udp_port)
 
     def _host_port(self, switch: str, port: str) -> tuple[tuple[str, int], PortSpec, Callable[[float, Any], None]]:
         """The host port (switch, port) whose host runs here: its key, spec, and where its host's frames go."""

@@ -559,19 +559,24 @@ class FabricNet(Mininet):
         return out
 
     def host_port(self, name: str, dst_ip: str) -> tuple[str, str, str]:
-        """Where host `name`'s IPv4 frames to `dst_ip` leave: (switch, the switch's port, the host's
-        address on it), the plane whose subnet holds `dst_ip` as the kernel's route would pick, else
-        its first plane (the default route's)."""
+        """Where host `name`'s frames to `dst_ip` (IPv4 or IPv6) leave: (switch, the switch's port, the
+        host's address of that family on it), the plane whose subnet holds `dst_ip` as the kernel's route
+        would pick, else its first plane (the default route's)."""
+        v6 = ipaddress.ip_address(dst_ip).version == 6
         first: tuple[str, str, str] | None = None
         for i in self.get(name).intfList():
-            if isinstance(getattr(i, "link", None), FabricLink) and i.link.fabric.host_ip4:
-                addr = ipaddress.ip_interface(i.link.fabric.host_ip4)
-                here = (_peer(i).node.name, _peer(i).name, str(addr.ip))
-                if ipaddress.ip_address(dst_ip) in addr.network:
-                    return here
-                first = first or here
+            if not isinstance(getattr(i, "link", None), FabricLink):
+                continue
+            mine = i.link.fabric.host_ip6 if v6 else i.link.fabric.host_ip4
+            if not mine:
+                continue
+            addr = ipaddress.ip_interface(mine)
+            here = (_peer(i).node.name, _peer(i).name, str(addr.ip))
+            if ipaddress.ip_address(dst_ip) in addr.network:
+                return here
+            first = first or here
         if first is None:
-            raise ValueError(f"{name} has no IPv4 fabric interface")
+            raise ValueError(f"{name} has no IPv{6 if v6 else 4} fabric interface")
         return first
 
     def plane_ports(self, plane: int) -> list[tuple[str, str]]:

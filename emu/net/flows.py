@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from emu.fidelity import packet_time_s
 from emu.launch import child_env, python_module
-from emu.traffic.job import HEADER, UdpJob
+from emu.packet import udp_headers
+from emu.traffic.job import UdpJob
 
 if TYPE_CHECKING:
     from emu.net.fabric import FabricNet
@@ -89,16 +90,22 @@ class EngineFlows:
             f, _ = _failing_flow(net, flows, fail_plane[0])
             # At the fabric time the flow is that far through at its rate (each datagram on the wire with
             # its headers, preamble and gap).
-            self.after_s = fail_plane[1] * -(-f.nbytes // f.size) * packet_time_s(f.rate_bps, f.size + HEADER + 24)
+            self.after_s = fail_plane[1] * -(-f.nbytes // f.size) * packet_time_s(
+                f.rate_bps, f.size + udp_headers(":" in f.dst_ip) + 24)
             self.down = net.plane_ports(fail_plane[0])
         params = {"flows": [{"src": end(f.src, net.host_port(f.src, f.dst_ip)[2]), "dst": end(f.dst, f.dst_ip),
                              "dst_host": f.dst, "port": f.port,
                              "nbytes": f.nbytes, "size": f.size, "rate_bps": f.rate_bps, "tos": f.tos,
                              "flows": f.flows, "sport": 40000 + 64 * i} for i, f in enumerate(flows)],
                   "bin_s": bin_s,
+                  # Quiet this long, a receiver's count ends: twice the longest flow's shortest path, so that
+                  # a flow steered the long way round (an SRv6 policy on a ring) still arrives.
+                  "quiet_s": 2 * max(net.one_way_s(f.src, f.dst) for f in flows),
                   "port_events": [[self.after_s, False, [list(p) for p in self.down]]] if self.down else [],
                   # 100 times the bytes at the slowest flow's rate: stuck, not slow.
                   "budget_s": 100 * sum(f.wire_bytes for f in flows) * 8 / min(f.rate_bps for f in flows) + 0.01}
+        # The receivers in the job's order (one a destination host, UDP port and family), as results are keyed.
+        self.keys = list(dict.fromkeys((f.dst, f.port, ":" in f.dst_ip) for f in flows))
         self.job = net.engine.start_job("udp", params)
         self.kernel_frames = 0
         self.failed_at_s: float | None = None
@@ -113,7 +120,7 @@ class EngineFlows:
         result = state["result"]
         if self.after_s is not None:
             self.failed_at_s = float(result["t0_fabric_s"]) + self.after_s
-        return result["sent"], {(r["host"], r["udp_port"], False): r for r in result["received"]}
+        return result["sent"], dict(zip(self.keys, result["received"], strict=True))
 
 
 class KernelFlows:

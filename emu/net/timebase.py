@@ -337,9 +337,8 @@ class WallTime(Timebase):
 
     def traffic(self, flows: list[Flow], *, fail_plane: tuple[int, float] | None = None
                 ) -> EngineFlows | KernelFlows:
-        """Inside the engine where the endpoints run (IPv4 flows: emu.traffic.job); else paced processes
-        in the hosts."""
-        if self.endpoints_inside() and not any(":" in f.dst_ip for f in flows):
+        """Inside the engine where the endpoints run (emu.traffic.job); else paced processes in the hosts."""
+        if self.endpoints_inside():
             return EngineFlows(self.net, flows, fail_plane=fail_plane)
         return KernelFlows(self.net, flows, fail_plane=fail_plane)
 

@@ -6,7 +6,8 @@ and per time bin at the receiver), but sent straight into each sender's host
 NIC model at its time and counted where the receiver's port would hand it to
 the kernel: on the fabric clock nothing can be late, and the figures are the
 same on every machine. A sender's frames are built once per source port (IPv4 with DF and
-no UDP checksum, as RFC 768 allows): a send allocates nothing.
+no UDP checksum, as RFC 768 allows; IPv6 with its mandatory checksum, hop limit 64): a send
+allocates nothing. Either family: a flow's is its destination address's.
 """
 
 from __future__ import annotations
@@ -15,20 +16,21 @@ import ipaddress
 from typing import Any
 
 from emu.dataplane.job import Attach, Job
-from emu.packet import ETH_P_IPV4, UDP, ethernet, ipv4_header
+from emu.packet import ETH_P_IPV4, ETH_P_IPV6, UDP, ethernet, ipv4_header, udp6_frame, udp_headers
 
-HEADER = 42  # Ethernet + IPv4 + UDP in front of each datagram, as emu.traffic.udp counts
-IDLE_S = 100e-6  # after the last send, this long without an arrival ends the count (fabric s)
+IDLE_S = 100e-6  # after the last send, this long without an arrival ends the count (fabric s), at least
 
 
 class UdpJob(Job):
-    """params: flows, each {src: [switch, port, IPv4], dst: [switch, port, IPv4], dst_host, port, nbytes,
-    size, rate_bps, tos, flows, sport}; bin_s (fabric s); budget_s. Result: per flow what it sent, per receiver
-    (dst_host, UDP port: one socket, whichever of the host's ports its datagrams arrive at) what arrived, in
-    emu.traffic.udp's result layout but with times in fabric s (first_s, duration_s, bin_s).
+    """params: flows, each {src: [switch, port, address], dst: [switch, port, address], dst_host, port, nbytes,
+    size, rate_bps, tos, flows, sport} (addresses IPv4 or IPv6, both of one family); bin_s (fabric s);
+    quiet_s (fabric s: how long without an arrival ends a receiver's count, at least IDLE_S); budget_s.
+    Result: per flow what it sent, per receiver (dst_host, UDP port, family: one socket, whichever of the
+    host's ports its datagrams arrive at) what arrived, in emu.traffic.udp's result layout but with times
+    in fabric s (first_s, duration_s, bin_s).
 
     The count ends once every flow has sent its last datagram and every receiver either has all its
-    flows' bytes or has been quiet for IDLE_S since its last arrival (what has not arrived by then was
+    flows' bytes or has been quiet for `quiet_s` since its last arrival (what has not arrived by then was
     dropped: the counters say where). On a fabric split over workers each part sends its own hosts'
     flows and counts at its own hosts' receivers; the parts tell each other when their flows have sent
     and their receivers are done, and `merge` joins their results."""
@@ -37,18 +39,20 @@ class UdpJob(Job):
         super().__init__(host, params)
         self.bin_s = float(params["bin_s"])
         self.bin_loop = self.loop_s(self.bin_s)  # a bin in the loop's time
+        self.quiet = self.loop_s(max(IDLE_S, float(params.get("quiet_s", 0.0))))
         self.senders: list[dict[str, Any] | None] = []  # per flow; None: another worker's host sends it
         # One receiver per host and UDP port, as one socket would be, on every port its flows arrive at.
-        self.receivers: dict[tuple[str, int], dict[str, Any] | None] = {}
-        self.expect: dict[tuple[str, int], int] = {}
-        self.ports: dict[tuple[str, str, int], tuple[str, int]] = {}
+        self.receivers: dict[tuple[str, int, bool], dict[str, Any] | None] = {}
+        self.expect: dict[tuple[str, int, bool], int] = {}
+        self.ports: set[tuple[str, str, int]] = set()
         self.last_arrival = 0.0
         self.sending = 0  # this part's flows still sending
         self.unsent = len(params["flows"])  # every part's, as told
         self.undone = 0  # receivers not yet done, every part's, as told
         self.done_here = False
         for f in params["flows"]:
-            key = (f.get("dst_host") or f"{f['dst'][0]}/{f['dst'][1]}", int(f["port"]))
+            v6 = ":" in f["dst"][2]
+            key = (f.get("dst_host") or f"{f['dst'][0]}/{f['dst'][1]}", int(f["port"]), v6)
             here = self.here([f["dst"]])
             if key not in self.receivers:
                 self.undone += 1
@@ -56,9 +60,10 @@ class UdpJob(Job):
                                        "bin_s": self.bin_s, "first_s": None, "last": None,
                                        "socket_overflow_packets": 0} if here else None
             at = (f["dst"][0], f["dst"][1], key[1])
-            if here and at not in self.ports:
-                self.ports[at] = key
-                host.attach_udp4(*at, lambda t, frame, k=key: self._arrive(k, t, frame))
+            if here and at not in self.ports:  # one callback a port: the frame's family picks its receiver
+                self.ports.add(at)
+                host.attach_udp(*at, lambda t, frame, h=key[0], p=key[1]: self._arrive((h, p, frame[12] == 0x86),
+                                                                                        t, frame))
             count = -(-int(f["nbytes"]) // int(f["size"]))
             self.expect[key] = self.expect.get(key, 0) + count * int(f["size"])
             if not self.here([f["src"]]):
@@ -67,7 +72,7 @@ class UdpJob(Job):
             send, host_mac, switch_mac = host.attach(f["src"][0], f["src"][1], lambda t, frame: None)
             frames = [self._frame(host_mac, switch_mac, f, int(f.get("sport", 40000)) + i)
                       for i in range(max(1, int(f.get("flows", 1))))]
-            per_pkt = self.loop_s((int(f["size"]) + HEADER + 24) * 8 / float(f["rate_bps"]))
+            per_pkt = self.loop_s((int(f["size"]) + udp_headers(v6) + 24) * 8 / float(f["rate_bps"]))
             self.senders.append({"send": send, "frames": frames, "count": count, "i": 0, "per_pkt": per_pkt,
                                  "size": int(f["size"]), "sent_bytes": 0})
         self.begin()
@@ -78,10 +83,13 @@ class UdpJob(Job):
 
     @staticmethod
     def _frame(host_mac: bytes, switch_mac: bytes, f: dict[str, Any], sport: int) -> bytes:
-        src, dst = ipaddress.IPv4Address(f["src"][2]).packed, ipaddress.IPv4Address(f["dst"][2]).packed
-        size = int(f["size"])
+        src, dst = ipaddress.ip_address(f["src"][2]).packed, ipaddress.ip_address(f["dst"][2]).packed
+        size, tos = int(f["size"]), int(f["tos"])
+        if len(dst) == 16:  # the traffic class is the TOS byte's IPv6 twin
+            return udp6_frame(switch_mac + host_mac + ETH_P_IPV6.to_bytes(2, "big"), tos, src, dst, sport,
+                              int(f["port"]), bytes(size))
         udp = UDP.pack(sport, int(f["port"]), 8 + size, 0) + bytes(size)
-        return ethernet(switch_mac, host_mac, ETH_P_IPV4, ipv4_header(src, dst, 17, len(udp), tos=int(f["tos"])) + udp)
+        return ethernet(switch_mac, host_mac, ETH_P_IPV4, ipv4_header(src, dst, 17, len(udp), tos=tos) + udp)
 
     def _send(self, t: float, s: dict[str, Any]) -> None:
         i = s["i"]
@@ -95,11 +103,16 @@ class UdpJob(Job):
             if self.sending == 0:
                 self.tell(["sent", sum(1 for x in self.senders if x is not None)])
 
-    def _arrive(self, key: tuple[str, int], t: float, frame: Any) -> None:
-        r = self.receivers[key]
-        assert r is not None  # attached for this part's receivers only
-        n = (frame[38] << 8 | frame[39]) - 8
-        src = frame[26] << 24 | frame[27] << 16 | frame[28] << 8 | frame[29]  # dotted in result(): no string a packet
+    def _arrive(self, key: tuple[str, int, bool], t: float, frame: Any) -> None:
+        r = self.receivers.get(key)
+        if r is None:  # the other family to a receiver's port: no socket of that family there
+            return
+        if key[2]:
+            n = (frame[58] << 8 | frame[59]) - 8
+            src = int.from_bytes(bytes(frame[22:38]), "big")
+        else:
+            n = (frame[38] << 8 | frame[39]) - 8
+            src = frame[26] << 24 | frame[27] << 16 | frame[28] << 8 | frame[29]  # dotted in result(): no string a packet
         if r["first_s"] is None:
             r["first_s"] = t
         r["last"] = t
@@ -128,7 +141,7 @@ class UdpJob(Job):
                 if self._complete():
                     self._done_here()
                 else:
-                    self.loop.at(t + self.loop_s(IDLE_S), self._idle, None)
+                    self.loop.at(t + self.quiet, self._idle, None)
         else:
             self.undone -= int(n)
             if self.undone == 0:
@@ -137,7 +150,7 @@ class UdpJob(Job):
     def _idle(self, t: float, _: Any) -> None:
         if self.done_here or self.finished:
             return
-        quiet_from = self.last_arrival + self.loop_s(IDLE_S)  # one sum, compared as scheduled: no float ping-pong
+        quiet_from = self.last_arrival + self.quiet  # one sum, compared as scheduled: no float ping-pong
         if t >= quiet_from:
             self._done_here()
         else:
@@ -145,7 +158,7 @@ class UdpJob(Job):
 
     def finish(self) -> None:
         for sw, port, udp_port in self.ports:
-            self.host.attach_udp4(sw, port, udp_port, None)
+            self.host.attach_udp(sw, port, udp_port, None)
         super().finish()
 
     def what(self) -> str:
@@ -155,11 +168,11 @@ class UdpJob(Job):
         sent = [{"sent_bytes": s["sent_bytes"], "packets": s["i"], "errors": 0} if s is not None else None
                 for s in self.senders]
         got: list[dict[str, Any] | None] = []
-        ip = ipaddress.IPv4Address
-        for (_, udp_port), r in self.receivers.items():
+        for (_, udp_port, v6), r in self.receivers.items():
             if r is None:
                 got.append(None)
                 continue
+            ip = ipaddress.IPv6Address if v6 else ipaddress.IPv4Address
             first, last = r["first_s"], r["last"]
             got.append({"udp_port": udp_port,
                         # first_s on the t0_fabric_s clock (the loop's time in fabric seconds)

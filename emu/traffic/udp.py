@@ -16,8 +16,7 @@ import sys
 import time
 
 from emu.fidelity import Lateness, tight_timers
-
-HEADER = 42  # Ethernet + IPv4 + UDP in front of each datagram
+from emu.packet import udp_headers
 
 
 def _socket(dst: str, port: int, tos: int, sport: int) -> socket.socket:
@@ -39,7 +38,7 @@ def send(dst: str, port: int, *, nbytes: int, size: int, rate_bps: float, tos: i
     socks = [_socket(dst, port, tos, sport + i if sport else 0) for i in range(max(1, flows))]
     payload = bytearray(size)
     count = (nbytes + size - 1) // size
-    per_pkt = (size + HEADER + 24) * 8 / rate_bps
+    per_pkt = (size + udp_headers(":" in dst) + 24) * 8 / rate_bps  # on the wire: headers, preamble, gap
     sent = errors = 0
     late = Lateness()  # each datagram against its paced slot: the generator's fidelity
     tight_timers()  # the default 50 us timer slack made every paced sleep wake that much late
