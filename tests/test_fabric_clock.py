@@ -234,3 +234,33 @@ def test_the_same_fabric_after_any_pause_and_at_any_pace(no_leftovers):
     at_once = _write_after(0.0)
     assert _write_after(0.7) == at_once
     assert _write_after(0.0, pace=2000.0) == at_once
+
+
+def test_ipv6_and_ipv4_flows_to_one_port_are_counted_apart_and_the_long_way_round_still_arrives(no_leftovers):
+    """The engine's UDP flows carry IPv6 as they do IPv4 (2026-12-05). On RBB, a flow of each family from
+    c0h0 to c1h0's port 9300 at once: each counted by a receiver of its own, as two sockets would. Then the
+    IPv6 flow steered the long way round the ring by an SRv6 policy: it arrives long after its sender has
+    finished, and is still counted (the count once ended 100 us after the last send: received 0)."""
+    from emu import FabricNet, RBBTopo
+    from emu.net.flows import Flow
+    from emu.topo.rbb import dt6_sid, end_sid
+
+    topo = RBBTopo(routers=5, campuses=2, hosts_per_campus=1)
+    flows = [Flow("c0h0", "c1h0", "fd00:1:0::2", 9300, 100_000, 10e9, size=1000),
+             Flow("c0h0", "c1h0", "10.1.0.2", 9300, 50_000, 10e9, size=1000)]
+    with FabricNet(topo, clock="fabric", kernel=False) as net:
+        sent, got = net.traffic(flows).wait()
+        assert [s["sent_bytes"] for s in sent] == [100_000, 50_000]
+        v6, v4 = got[("c1h0", 9300, True)], got[("c1h0", 9300, False)]
+        assert (v6["received_bytes"], v4["received_bytes"]) == (100_000, 50_000)
+        assert list(v6["by_source"]) == ["fd00::2"] and list(v4["by_source"]) == ["10.0.0.2"]
+
+        def forwarded(router: str) -> int:
+            return sum(p.tx_packets for p in net.stats().switch(router).ports.values())
+
+        net.control.set_policy("pe0", "fd00:1::/64", [end_sid(4), end_sid(3), dt6_sid(topo.pe_id(1))],
+                               net.get("pe0").loopback6)
+        r3 = forwarded("r3")
+        sent, got = net.traffic(flows[:1]).wait()
+        assert got[("c1h0", 9300, True)]["received_bytes"] == sent[0]["sent_bytes"] == 100_000
+        assert forwarded("r3") - r3 >= 100  # the long way: r0, r4, r3, r2
