@@ -190,8 +190,9 @@ def test_bench_engine_measures_the_engine_against_a_bridge_in_one_run(no_leftove
     assert max(s["received_pps"] for s in sweep) == out["engine_app_pps"], sweep
     assert all(s["received_pps"] <= s["delivered_pps"] + 50 for s in sweep), sweep
     assert out["app_ratio"] == pytest.approx(out["engine_app_pps"] / out["bridge_app_pps"], abs=1e-3)
-    # Offered from 0.3 to 1.15 x what the sender sent through the bridge.
-    assert sweep[-1]["offered_pps"] / sweep[0]["offered_pps"] == pytest.approx(1.15 / 0.3, rel=0.01), sweep
+    # Offered from 0.3 to 1.15 x what the sender sent through the bridge, then unpaced as the bridge (None).
+    assert sweep[-2]["offered_pps"] / sweep[0]["offered_pps"] == pytest.approx(1.15 / 0.3, rel=0.01), sweep
+    assert sweep[-1]["offered_pps"] is None and sweep[-1]["sent_pps"] > 0, sweep
     assert out["engine_web_pps"] > 0 and len(out["web_sweeps"]) == 1 and "Chromium" in out["how"]
     assert out["web_snapshots_per_s"] > 1.0  # the page took snapshots while the engine was measured
     # web_cost is of the unrounded rates, rounded to 3 places: the printed rates give it within 1e-3

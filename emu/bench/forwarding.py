@@ -3,12 +3,16 @@
 Traffic: iperf3 UDP with 64-byte datagrams from h0 to h1. The bridge gets
 iperf3's unlimited rate (-b 0), which it forwards without loss, so its
 figure is the sender's ceiling. The engine gets the same stream offered at
-a sweep of rates around that ceiling, and its figure is the highest rate it
-delivered to h1: a flood far above an engine's capacity only measures how the
-kernel spends CPU dropping frames at the socket (and starves iperf3's own
-control connection), which RFC 2544-style throughput tests exclude for the
-same reason. The engine's links are 1 Pb/s with no cable at D = 1, so only its
-processing limits it. Medians over `repetitions` alternating runs.
+a sweep of rates around that ceiling, then the bridge's own (unpaced), and its
+figure is the highest rate it delivered to h1: the paced rates, because a flood
+far above an engine's capacity only measures how the kernel spends CPU dropping
+frames at the socket (and starves iperf3's own control connection), which RFC
+2544-style throughput tests exclude for the same reason; the unpaced one,
+because it is the bridge's traffic, and a paced sender spends more CPU a
+datagram than an unpaced one (its timers and select), CPU the engine's worker
+and the receiver share with it. The engine's links are 1 Pb/s with no cable at
+D = 1, so only its processing limits it. Medians over `repetitions` alternating
+runs.
 
 What a switch forwarded is counted where it leaves the switch: frames arriving at h1's interface (its
 kernel's counter), for the bridge, the engine and BMv2 alike, as RFC 2544 counts a device's output. What
@@ -35,7 +39,9 @@ from emu.bench.lab import bmv2_pair, bridge_pair, engine_pair
 from emu.dataplane.core import default_core
 from emu.net.netns import Lab
 
-SWEEP = (0.3, 0.5, 0.7, 0.85, 1.0, 1.15)  # around the sender's ceiling with the bridge (its own path is shorter here)
+# Paced around the sender's ceiling with the bridge (its own path is shorter here), then unpaced (None): the
+# bridge's own traffic, iperf3 -b 0.
+SWEEP: tuple[float | None, ...] = (0.3, 0.5, 0.7, 0.85, 1.0, 1.15, None)
 
 
 @dataclass
@@ -74,18 +80,19 @@ def _iperf(lab: Lab, dst: str, seconds: float, size: int, pps: float = 0.0) -> R
     return Rates(end["packets"] / s, (_frames_in(lab, 1) - before) / s, (end["packets"] - end["lost_packets"]) / s)
 
 
-def _sweep(lab: Lab, seconds: float, size: int, ceiling: float) -> list[tuple[float, Rates]]:
+def _sweep(lab: Lab, seconds: float, size: int, ceiling: float) -> list[tuple[float | None, Rates]]:
     lab.exec(0, ["ping", "-c1", "-W2", "10.9.1.2"], check=False)
-    return [(f, _iperf(lab, "10.9.1.2", seconds, size, f * ceiling)) for f in SWEEP]
+    return [(f, _iperf(lab, "10.9.1.2", seconds, size, f * ceiling if f is not None else 0.0)) for f in SWEEP]
 
 
-def _rows(sweep: list[tuple[float, Rates]], ceiling: float) -> list[dict[str, int]]:
-    return [{"offered_pps": round(f * ceiling), "sent_pps": round(r.sent), "delivered_pps": round(r.delivered),
-             "received_pps": round(r.received)} for f, r in sweep]
+def _rows(sweep: list[tuple[float | None, Rates]], ceiling: float) -> list[dict[str, int | None]]:
+    """offered_pps None: unpaced (-b 0), as the bridge is measured."""
+    return [{"offered_pps": round(f * ceiling) if f is not None else None, "sent_pps": round(r.sent),
+             "delivered_pps": round(r.delivered), "received_pps": round(r.received)} for f, r in sweep]
 
 
 def _watched_sweep(lab: Lab, engine: Any, seconds: float, size: int, ceiling: float
-                   ) -> tuple[list[tuple[float, Rates]], float]:
+                   ) -> tuple[list[tuple[float | None, Rates]], float]:
     """The sweep with the live view's page open in headless Chromium; and the snapshots it got a second."""
     from emu.web.app import WebView, make_app
     from emu.web.chromium import HeadlessPage
@@ -141,7 +148,7 @@ def run(params: dict[str, str], backend: str = "native") -> dict[str, Any]:
                 lab.exec(0, ["ping", "-c1", "-W2", "10.9.1.2"], check=False)
                 # BMv2 forwards tens of kpps: offered from a tenth of the bridge's rate up.
                 bmv2_runs.append(max(_iperf(lab, "10.9.1.2", seconds, size, f * ceiling / 10).delivered
-                                     for f in SWEEP))
+                                     for f in SWEEP if f is not None))
     e, b = statistics.median(engine_runs), statistics.median(bridge_runs)
     ea, ba = statistics.median(engine_app), statistics.median(bridge_app)
     extra: dict[str, Any] = {}
@@ -169,7 +176,8 @@ def run(params: dict[str, str], backend: str = "native") -> dict[str, Any]:
         "app_ratio": round(ea / ba, 3) if ba else 0.0,
         "sweeps": sweeps,
         "how": f"iperf3 UDP {size} B datagrams for {seconds:g} s; bridge at -b 0; engine offered "
-               f"{', '.join(f'{f:g}' for f in SWEEP)} x what the sender sent through the bridge, best kept; "
+               f"{', '.join(f'{f:g}' for f in SWEEP if f is not None)} x what the sender sent through the bridge, "
+               "then unpaced (-b 0, as the bridge), best kept; "
                "a rate is frames arriving at h1's interface a second (what the switch delivered; iperf3's own "
                "count beside it, *_app_pps); "
                f"median of {reps} alternating repetitions; engine: one worker, {default_core()} core, links 1 Pb/s, "
