@@ -223,6 +223,8 @@ class Channels:
     def send_note(self, job: int, t: float, payload: Any) -> None:
         """A job's message to its parts on every other worker, due at `t` (at least one lookahead on)."""
         data = json.dumps(payload).encode()
+        if self.wall:  # on the machines' common clock, as a frame's time (and read back so in _message)
+            t += realtime() - time.monotonic()
         for j in self.peers:
             self._put(j, NOTE, t, job, data)
 
