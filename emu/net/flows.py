@@ -20,6 +20,7 @@ forwarded that share of its bytes), and brings them back up after.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import time
 from dataclasses import dataclass
@@ -99,8 +100,10 @@ class EngineFlows:
                              "flows": f.flows, "sport": 40000 + 64 * i} for i, f in enumerate(flows)],
                   "bin_s": bin_s,
                   # Quiet this long, a receiver's count ends: twice the longest flow's shortest path, so that
-                  # a flow steered the long way round (an SRv6 policy on a ring) still arrives.
-                  "quiet_s": 2 * max(net.one_way_s(f.src, f.dst) for f in flows),
+                  # a flow steered the long way round (an SRv6 policy on a ring) still arrives (a pair whose
+                  # first planes do not meet has no such path: it leaves the floor, IDLE_S).
+                  "quiet_s": 2 * max((w for w in (net.one_way_s(f.src, f.dst) for f in flows) if math.isfinite(w)),
+                                     default=0.0),
                   "port_events": [[self.after_s, False, [list(p) for p in self.down]]] if self.down else [],
                   # 100 times the bytes at the slowest flow's rate: stuck, not slow.
                   "budget_s": 100 * sum(f.wire_bytes for f in flows) * 8 / min(f.rate_bps for f in flows) + 0.01}
