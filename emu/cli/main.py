@@ -88,11 +88,11 @@ def _trim(text: str | None) -> tuple[int, int] | None:
 
 def _kernel(args: argparse.Namespace, clock: str) -> bool:
     """Whether the hosts get kernels: asked for (--kernel), or needed (the wall clock, BMv2, several machines,
-    `up` and its commands); a scenario's or benchmark's fabric-clock run, whose traffic is all the engine's,
-    builds without them (nothing in the kernel to make: a fabric of hundreds of GPUs in seconds)."""
-    if getattr(args, "kernel", False) or clock != "fabric" or args.command not in ("scenario", "bench"):
+    `up` and its commands); a scenario's, benchmark's or replay's fabric-clock run, whose traffic is all the
+    engine's, builds without them (nothing in the kernel to make: a fabric of hundreds of GPUs in seconds)."""
+    if getattr(args, "kernel", False) or clock != "fabric" or args.command not in ("scenario", "bench", "replay"):
         return True
-    return bool(args.backend != "native" or getattr(args, "machines", None))
+    return bool(getattr(args, "backend", "native") != "native" or getattr(args, "machines", None))
 
 
 def _clock(args: argparse.Namespace) -> str:
@@ -313,9 +313,8 @@ def cmd_replay(args: argparse.Namespace, extra: list[str]) -> int:
     trace = read(args.trace, groups)  # a bad trace is refused before anything is built
     topo = make_topo(args.topo, _topo_params(extra))
     hosts = args.hosts.split(",") if args.hosts else None
-    fabric = args.clock == "fabric"
-    settings = RunSettings(clock=args.clock, kernel=not fabric, core=args.core or "",
-                           dilation=1.0 if fabric else float(args.dilation))
+    settings = RunSettings(clock=args.clock, kernel=_kernel(args, args.clock), core=args.core or "",
+                           dilation=float(args.dilation))
     with FabricNet(topo, settings=settings) as net:
         result = net.replay(trace, hosts=hosts, algo=args.algo, seed=args.seed)
     os.makedirs(args.out, exist_ok=True)
@@ -335,8 +334,7 @@ def cmd_replay(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"  collective {c['index']}: {c['op']} of {c['size']} B{on} at {c['start_us']:.2f} us, "
                   f"{c['time_us']:.2f} us, its first rank waited {c['waited_us']:.2f} us for its last")
         print(f"  {args.out}/replay-{name}.json" + ("" if args.no_plot else " and .png"))
-    if not fabric:
-        print(fidelity.line(result["fidelity"]), file=sys.stderr)
+    print(fidelity.line(result["fidelity"]), file=sys.stderr)  # one line on stderr, as a scenario's or bench's
     return 0 if result["wrong"] == 0 else 1
 
 
@@ -635,7 +633,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--algo", choices=ALGOS, default=None, help="for the collectives that run it (default: each op's)")
     p.add_argument("--core", choices=("native", "python"), default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--clock", choices=("fabric", "wall"), default="fabric",
+    p.add_argument("--clock", choices=CLOCKS, default="fabric",
                    help="fabric (exact, the default) or wall: the same ranks inside the engine at --dilation, beside "
                         "the hosts' kernels")
     p.add_argument("--dilation", type=float, default=20000.0, help="wall clock: wall seconds a fabric second takes")
