@@ -58,25 +58,29 @@ def test_the_fabric_clock_and_a_faithful_wall_clock_run_agree(no_leftovers):
     assert abs(t1 / tf - 1) < 0.01 and abs(t2 / tf - 1) < 0.01 and abs(t1 / t2 - 1) < 0.005, (tf, on_time)
 
 
-def test_a_planned_algorithm_runs_on_the_wall_clock_too_and_agrees(no_leftovers):
-    """The tree's lanes in rank processes in the hosts (the wall clock with two engine workers: the
-    path BMv2 and machines take): data right, and at a D where the verdict is ok, the fabric clock's
-    figure within 5 %."""
+def test_a_planned_algorithm_split_over_two_wall_clock_workers_gives_the_one_workers_figure(no_leftovers):
+    """The tree's lanes on the wall clock with the fabric split over two engine workers (each rank's host
+    whole on one, the job's parts started at one instant and agreeing through notes over the channel, as
+    across machines): data right, and at a D where the verdict is ok, the figure one worker gives at
+    that D, to within lateness (the same events, the same arithmetic). Against the fabric clock the
+    tree's figure is one of two on the wall clock (docs/architecture.md: a tie between two queue pairs
+    for a plane falls by the last bit of D's products); the ring's agreement is tested above."""
     from emu.net.switch import RunSettings
 
     args = {"topo": "fpf", "gpus": "4", "planes": "2", "sizes": "64KiB", "algo": "tree"}
-    fabric = run("allreduce", dict(args), settings=RunSettings(clock="fabric"))
-    assert fabric["wrong"] == 0 and fabric["algo"] == "tree"
     for d in (100_000, 300_000, 1_000_000):
-        wall = run("allreduce", dict(args), dilation=d, settings=RunSettings(clock="wall", workers=2))
-        assert any(p["kind"] == "rank" for p in wall["fidelity"]["parts"])  # the ranks were processes
-        assert wall["wrong"] == 0 and wall["algo"] == "tree" and wall["clock"] == "wall"
-        if wall["fidelity"]["ok"]:
+        split = run("allreduce", dict(args), dilation=d, settings=RunSettings(clock="wall", workers=2))
+        assert {p["name"] for p in split["fidelity"]["parts"]} == {"engine worker 0", "engine worker 1",
+                                                                   "clocks of engine workers 0 and 1"}
+        assert split["wrong"] == 0 and split["algo"] == "tree" and split["clock"] == "wall"
+        if split["fidelity"]["ok"]:
             break
     else:
-        pytest.fail(f"no wall-clock run was on time up to D = {d:,} (worst: {wall['fidelity']['worst']})")
-    tf, tw = fabric["rows"][0]["time_us"], wall["rows"][0]["time_us"]
-    assert abs(tw / tf - 1) < 0.05, (d, tf, tw)
+        pytest.fail(f"no split wall-clock run was on time up to D = {d:,} (worst: {split['fidelity']['worst']})")
+    one = run("allreduce", dict(args), dilation=d, settings=RunSettings(clock="wall", workers=1))
+    assert one["wrong"] == 0 and [p["name"] for p in one["fidelity"]["parts"]] == ["engine worker 0"]
+    ts, t1 = split["rows"][0]["time_us"], one["rows"][0]["time_us"]
+    assert abs(ts / t1 - 1) < 0.01, (d, ts, t1)
 
 
 def test_auto_dilation_gives_a_result_with_fidelity_ok(no_leftovers, tmp_path, monkeypatch):

@@ -471,10 +471,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
                         "python, the reference it is checked against; the same figures bit for bit")
     p.add_argument("--workers", type=int, default=0,
-                   help="engine worker processes (default one, holding the whole fabric: the project's endpoints "
-                        "run inside it on either clock; on the wall clock N > 1 spreads the switches over N "
-                        "processes and the ranks run as processes in the hosts; on the fabric clock N > 1 splits "
-                        "the fabric at its longest links, else by planes)")
+                   help="engine worker processes (default one, holding the whole fabric); N > 1 splits the fabric "
+                        "at its longest links, else by planes, each host whole on one worker, the workers joined by "
+                        "channels (on the fabric clock kept in step by windows); the project's endpoints run "
+                        "inside the workers on either clock (native engine)")
     p.add_argument("--machines", metavar="HOST[,HOST...]",
                    help="run the fabric over these machines (ssh names as your ssh configuration knows them, or "
                         "EMU_SSH_CONFIG's; localhost: this one), one engine worker each, split at its longest "
@@ -689,9 +689,9 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                    help="for `collective`: what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
                         "python, the reference it is checked against; the same figures bit for bit")
     p.add_argument("--workers", type=int, default=0,
-                   help="for `collective`: engine worker processes (default one, the ranks inside it; on the fabric "
-                        "clock N > 1 splits the fabric at its longest links, kept in step by windows; on the wall "
-                        "clock the ranks then run as processes in the hosts)")
+                   help="for `collective`: engine worker processes (default one); N > 1 splits the fabric at its "
+                        "longest links, the ranks inside the workers, each on its host's (on the fabric clock kept "
+                        "in step by windows)")
     p.add_argument("--machines", metavar="HOST[,HOST...]",
                    help="for `collective`: run the fabric over these machines (see `emu up --help`)")
     p.add_argument("--reset", action="store_true",

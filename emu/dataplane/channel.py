@@ -106,6 +106,7 @@ class Channels:
         self.sync = Windows(lookahead, lambda: len(self.peers), self._send_barrier, deliver,
                             lambda t: loop.windows_over(t), lambda j: f"engine worker {machine(j)}")
         self.wall_handed = 0  # messages received on the wall clock (no windows)
+        self.dead: dict[int, int] = {}  # wall clock: a peer whose channel closed -> messages for it dropped since
 
     @property
     def windows(self) -> int:
@@ -153,7 +154,7 @@ class Channels:
         self.loop.at(t + CLOCK_EVERY_S, self._clock_round, r + 1)
 
     def _probe_clocks(self, t: float, probe: int) -> None:
-        for j in self.peers:
+        for j in list(self.peers):
             self.clock_sent[(j, probe)] = realtime()
             self._put(j, CLOCK, 0.0, probe, b"")
 
@@ -225,11 +226,14 @@ class Channels:
         data = json.dumps(payload).encode()
         if self.wall:  # on the machines' common clock, as a frame's time (and read back so in _message)
             t += realtime() - time.monotonic()
-        for j in self.peers:
+        for j in list(self.peers):
             self._put(j, NOTE, t, job, data)
 
     def _put(self, j: int, kind: int, t: float, a: int, data: bytes) -> None:
         peer = self.peers.get(j)
+        if peer is None and j in self.dead:
+            self.dead[j] += 1
+            return
         if peer is None:
             raise ChannelError(f"no channel to engine worker {self.machine(j)}")
         sync = self.sync
@@ -258,12 +262,16 @@ class Channels:
                 except BlockingIOError:
                     n = 0
                 except OSError as exc:
-                    raise self._lost(p, exc) from None
+                    self._broken(p, exc)
+                    continue
                 del p.tx[:n]
+            out = [p for p in out if p.index in self.peers]
             if any(p.tx for p in out):
                 r, _, _ = select.select([p.sock for p in self.peers.values()], [p.sock for p in out if p.tx], [], 1.0)
                 for s in r:
-                    self._readable(self.by_fd[s.fileno()])
+                    p = self.by_fd.get(s.fileno())
+                    if p is not None:
+                        self._readable(p)
 
     # -- receiving --------------------------------------------------------------------
 
@@ -272,15 +280,34 @@ class Channels:
         return ChannelError(f"engine worker {self.machine(p.index)} closed its channel to worker "
                             f"{self.machine(self.index)}{why} (it died, or its machine did)")
 
+    def _broken(self, p: _Peer, exc: BaseException | None = None) -> None:
+        """A peer's channel closed. On the fabric clock no window can end without it: this worker ends too
+        (ChannelError, which names the peer). On the wall clock its links are down from here, as a veth
+        to a dead process is: what this worker sends it is dropped and counted (`dead`), and the rest of
+        the fabric goes on (a control plane can route around what died)."""
+        err = self._lost(p, exc)
+        if not self.wall:
+            raise err
+        print(f"worker {self.index}: {err}; the links to it are down from here", flush=True)
+        self.by_fd.pop(p.sock.fileno(), None)
+        self.loop.remove_reader(p.sock.fileno())
+        p.sock.close()
+        del self.peers[p.index]
+        self.dead[p.index] = 0
+
     def _readable(self, p: _Peer) -> None:
+        if p.index not in self.peers:
+            return
         try:
             data = p.sock.recv(1 << 20)
         except BlockingIOError:
             return
         except OSError as exc:
-            raise self._lost(p, exc) from None
+            self._broken(p, exc)
+            return
         if not data:
-            raise self._lost(p)
+            self._broken(p)
+            return
         rx = p.rx
         rx += data
         at, size = 0, HEADER.size

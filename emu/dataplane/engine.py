@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from emu.dataplane.channel import realtime
 from emu.dataplane.protocol import (
     Connect,
     Degrade,
@@ -202,8 +203,8 @@ class Engine:
 
     @property
     def split(self) -> bool:
-        """A fabric-clock fabric over several workers, joined by channels (emu.dataplane.channel)."""
-        return self.spec.clock == "fabric" and self.spec.workers > 1
+        """A fabric over several workers, joined by channels (emu.dataplane.channel): a job runs a part on each."""
+        return self.spec.channelled
 
     def _connect(self, deadline: float) -> None:
         """Each worker connects its channels to the others' addresses; wait until every one has all its peers."""
@@ -432,7 +433,7 @@ class Engine:
         return sum(peak_rss(p.pid) for p in self.procs)
 
     def start_job(self, kind: str, params: dict[str, Any]) -> int:
-        """Fabric clock: start a job of ours inside the engine (see worker.JOBS); its id. `before_job`
+        """Start a job of ours inside the engine (see worker.JOBS), a part on each worker; its id. `before_job`
         runs first: a control plane keeps its timers on the wall clock, so an update still pending when
         a job starts would land at a fabric time that depends on the machine's speed (a plane restored
         just before a write was still unrouted during it, and its packets looped)."""
@@ -443,11 +444,7 @@ class Engine:
             if not r.get("ok"):
                 raise EngineError(f"the engine refused the {kind} job: {r.get('error')}")
             return int(r["job"])
-        # Split: every worker runs its part from one fabric instant, the next whole second at least half
-        # a second of fabric time after the furthest worker's now (its idle time follows the wall, so
-        # the requests below arrive well before it).
-        now = max(float(self.request(i, Ping())["now"]) for i in range(self.spec.workers))
-        at = math.floor(now + 0.5) + 1.0
+        at = self._common_start()
         ids = set()
         for i in range(self.spec.workers):
             r = self.request(i, RunJob(kind, params, at), timeout=60)
@@ -459,6 +456,21 @@ class Engine:
         if len(ids) != 1:
             raise EngineError(f"the workers numbered the {kind} job differently ({sorted(ids)}): stop this fabric")
         return ids.pop()
+
+    # Wall seconds from asking the workers of a wall-clock fabric for a job's parts to their start: time for
+    # every request to arrive, on this machine's control sockets or ssh's (milliseconds each).
+    WALL_START_S = 0.2
+
+    def _common_start(self) -> float:
+        """The instant every part of a split job starts at (RunJob.at). On the fabric clock, the next whole
+        second at least half a second of fabric time after the furthest worker's now (its idle time
+        follows the wall, so the requests arrive well before it). On the wall clock, WALL_START_S from
+        now on the machines' common clock (emu.dataplane.channel.realtime; a part asked after that starts
+        late, and its lateness counts in the verdict)."""
+        if self.spec.clock == "wall":
+            return realtime() + self.WALL_START_S
+        now = max(float(self.request(i, Ping())["now"]) for i in range(self.spec.workers))
+        return math.floor(now + 0.5) + 1.0
 
     def job_state(self, job: int) -> dict[str, Any]:
         """{"done": False, "fabric_s": ...} while it runs; then {"done": True, "result": ...}; EngineError

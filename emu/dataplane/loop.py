@@ -133,9 +133,12 @@ class WallLoop(Loop):
         self.gather = False  # a reader emptied its socket after a burst: wait GATHER_S before the next look
 
     def begin(self, at: float | None = None) -> float:
-        """A job starts (emu.dataplane.job): on the wall clock, now. The loop's `now` moves there too: it
-        was the last event's time, which may be long past when a request starts a job."""
-        t = self.clock()
+        """A job starts (emu.dataplane.job): on the wall clock, now, or a split job's part at `at`, the
+        instant all parts agreed on, a moment ahead (Engine.WALL_START_S), so that every worker is asked
+        before it. The loop's `now` moves there too (it was the last event's time, which may be long past
+        when a request starts a job): what the job's endpoints send as they start is stamped then, and
+        leaves then."""
+        t = self.clock() if at is None else at
         if t > self.now:
             self.now = t
         return t
@@ -145,7 +148,7 @@ class WallLoop(Loop):
 
     def split_over(self, windows: Windows) -> None:
         """This worker runs one part of a fabric split over several: on the fabric clock its jobs advance
-        in these windows (over the worker's channels)."""
+        in these windows (over the worker's channels); the wall clock's loop keeps them and never opens one."""
         self.sync = windows
 
     def add_reader(self, fd: int, handler: Callable[[], None]) -> None:

@@ -133,7 +133,7 @@ def components(nodes: Iterable[str], links: Iterable[tuple[str, str, float]]) ->
 
 
 def split_at_longest(ports: dict[str, list[PortSpec]], workers: int) -> dict[str, int]:
-    """Switch -> worker for a fabric-clock fabric split over `workers` processes: cut at the longest
+    """Switch -> worker for a fabric split over `workers` processes: cut at the longest
     switch links that part it into that many pieces at least (the lookahead is the shortest cut link's
     delay, so the longer the better: BAG parts at its long-haul links), then pieces to workers largest
     first, each to the one with the fewest ports so far. SpecError if no length parts it."""
@@ -149,7 +149,7 @@ def split_at_longest(ports: dict[str, list[PortSpec]], workers: int) -> dict[str
             load[w] += sum(len(ports[n]) for n in piece)
             place.update(dict.fromkeys(piece, w))
         return place
-    raise SpecError(f"the fabric clock cannot split this fabric over {workers} workers: no link length parts its "
+    raise SpecError(f"cannot split this fabric over {workers} workers: no link length parts its "
                     f"switches into {workers} pieces (a split needs links with a propagation delay between them)")
 
 
@@ -160,7 +160,7 @@ def split_by_shards(shard: dict[str, int], workers: int) -> dict[str, int]:
     (see hosts_to_workers): a lookahead of a host cable's delay. SpecError if too few shards."""
     order = sorted(set(shard.values()))
     if len(order) < workers:
-        raise SpecError(f"the fabric clock cannot split this fabric over {workers} workers: no link length parts "
+        raise SpecError(f"cannot split this fabric over {workers} workers: no link length parts "
                         f"its switches, and it has {len(order)} switch group(s) (shards)")
     per = len(order) / workers
     return {name: min(workers - 1, int(order.index(k) / per)) for name, k in shard.items()}

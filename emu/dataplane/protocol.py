@@ -99,12 +99,14 @@ class QueueSamples:
 
 @dataclass(frozen=True)
 class RunJob:
-    """Fabric clock: run a job of the project's own inside the engine (`kind`: one of the worker's JOBS,
-    e.g. "collective"), with its parameters; answers a job id at once."""
+    """Run a job of the project's own inside the engine (`kind`: one of the worker's JOBS, e.g.
+    "collective"), with its parameters; answers a job id at once."""
 
     kind: str
     params: dict[str, Any]
-    at: float | None = None  # a split fabric's: the start every worker agreed on (fabric s)
+    # A split fabric's: the start every worker agreed on, in fabric seconds on the fabric clock, on the
+    # machines' common clock (emu.dataplane.channel.realtime, wall seconds) on the wall clock.
+    at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -236,9 +236,10 @@ class EngineSpec:
 
     @property
     def channelled(self) -> bool:
-        """Whether the links between workers are channels (emu.dataplane.channel): on the fabric clock
-        always, on the wall clock across machines (on one machine, wall-clock workers share veths)."""
-        return self.workers > 1 and (self.clock == "fabric" or bool(self.machines))
+        """Whether the links between workers are channels (emu.dataplane.channel): whenever there are
+        several, on either clock and on one machine or several. Each host then runs whole on one worker
+        (PortSpec.host_worker), so the project's endpoints run inside the engine however it is split."""
+        return self.workers > 1
 
     def cut_links(self) -> list[tuple[str, PortSpec]]:
         """The ports (switch, port) whose peer another worker runs: a switch, or a host (host_worker)."""

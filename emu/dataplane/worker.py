@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from emu.control.model import SwitchTables
-from emu.dataplane.channel import FRAME, Channels, port_id
+from emu.dataplane.channel import FRAME, Channels, port_id, realtime
 from emu.dataplane.core import check_native
 from emu.dataplane.host import HostDelivery
 from emu.dataplane.loop import FabricLoop, WallLoop
@@ -67,17 +67,17 @@ PACKET_STATISTICS = 6
 # hosts run (_yield_to_hosts).
 RX_BURST = 32
 YIELD_AFTER = 16
-# Jobs a fabric-clock worker runs inside itself, by kind: "module:function" taking (JobHost, params)
+# Jobs a worker runs inside itself, by kind: "module:function" taking (JobHost, params)
 # and returning an object with `finished`, `error`, `result()`. Imported by name when first asked
 # for: the engine knows no endpoint code, and imports stay downward.
 JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start",
         "writes": "emu.roce.perf:start_writes", "replicas": "emu.collectives.elastic:start",
         "collectives": "emu.collectives.job:start_together", "replay": "emu.collectives.job:start_replay"}
 # On a fabric split over workers every job runs a part on each, for its own hosts (Job.here); the
-# parts agree through notes (Job.tell), and each kind's `merge` joins their results.
-# The kinds a wall-clock worker runs too (one worker, the fabric not split: a note between parts would
-# need a lookahead the wall does not give): UDP flows and the MetaRoCE endpoints (collective ranks,
-# writers), whose wall-clock twins in the hosts are for frames that must cross a kernel (BMv2, machines).
+# parts agree through notes (Job.tell: on the wall clock a note crosses at once, due a lookahead on,
+# and is late if it arrives after that, as a frame is), and each kind's `merge` joins their results.
+# The kinds a wall-clock worker runs too: UDP flows and the MetaRoCE endpoints (collective ranks,
+# writers), whose twins as processes in the hosts are for frames that must cross a kernel (BMv2's).
 # The replicas' heartbeats are written for the fabric clock's loop only.
 WALL_JOBS = frozenset({"collective", "collectives", "replay", "perf", "writes", "udp"})
 
@@ -125,7 +125,7 @@ class Worker:
         self.samples: deque = deque()
         self.sample_every = 0.0
         self.sampler_idle = False  # fabric clock: sampling waits for the next job
-        # Workers joined by channels (emu.dataplane.channel): the fabric clock split, or the wall clock on machines.
+        # Workers joined by channels (emu.dataplane.channel): a fabric split over several, on either clock.
         self.split = spec.channelled
         self.worker_of = {s.name: s.worker for s in spec.switches}
         self.spec_ports = {(s.name, p.ifname): (s, p) for s in spec.switches for p in s.ports}
@@ -198,19 +198,17 @@ class Worker:
     # -- data sockets ----------------------------------------------------------------
 
     def _open_ports(self) -> dict[str, tuple[socket.socket, RxRing, socket.socket]]:
-        """A packet socket and its receive ring for every port this worker carries to the kernel (to a
-        host run here, or to a switch another worker owns on the wall clock), opened by threads at
-        once: each ring waits for an RCU grace period, and in turn 96 ports took 1.5 s here, at once 0.1 s."""
-        owner = {s.name: s.worker for s in self.spec.switches}
+        """A packet socket and its receive ring for every port this worker carries to a kernel (to a host
+        run here, or to another data plane: BMv2's), opened by threads at once: each ring waits for an
+        RCU grace period, and in turn 96 ports took 1.5 s here, at once 0.1 s. A link between switches
+        is never a kernel's: within a worker it is in memory, between workers a channel."""
         ports = []
         for sw in self.spec.switches:
             for ps in sw.ports:
                 if ps.peer_kind == "host":
                     here = self.spec.host_side(sw, ps) == self.index and ps.kernel  # no kernel: no veth
-                elif ps.peer_kind == "switch":  # split, the links between workers are channels, not veths
-                    here = sw.worker == self.index and owner.get(ps.peer_switch) != self.index and not self.split
                 else:
-                    here = sw.worker == self.index
+                    here = sw.worker == self.index and ps.peer_kind != "switch"
                 if here:
                     ports.append((ps.ifname, ps.peer_kind == "host"))
         opened: dict[str, tuple[socket.socket, RxRing, socket.socket]] = {}
@@ -451,7 +449,7 @@ class Worker:
         if self.split and at is None:
             raise ValueError("a job on a split fabric starts at an instant every worker agreed on (RunJob.at)")
         if at is not None:
-            params = {**params, "at": float(at)}
+            params = {**params, "at": self._loop_time(float(at))}
         module, fn = target.split(":")
         meter = _Meter(self)
         job = getattr(importlib.import_module(module), fn)(self, params)
@@ -465,6 +463,11 @@ class Worker:
             self.sampler_idle = False
             self.loop.at(self.loop.now, self._sample, None)
         return {"ok": True, "job": job_id}
+
+    def _loop_time(self, at: float) -> float:
+        """A split job's start instant (RunJob.at) on this worker's loop: fabric seconds already on the
+        fabric clock; on the wall clock an instant of the machines' common clock, read on this one's."""
+        return at if self.fabric else at - (realtime() - time.monotonic())
 
     def _job_result(self, job_id: int) -> dict[str, Any]:
         job = self.jobs.get(job_id)
@@ -541,7 +544,10 @@ class Worker:
                 return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "uptime_s": now - self.t0,
                         "fidelity": self.loop.lateness.summary(),
                         **({"channel": {"windows": self.channels.windows, "received": self.channels.handed,
-                                        **({"clocks": self.channels.clock_bounds()} if not self.fabric else {})}}
+                                        **({"clocks": self.channels.clock_bounds()} if not self.fabric else {}),
+                                        # peers whose channel closed (wall clock): messages for them dropped
+                                        **({"dead": {str(j): n for j, n in self.channels.dead.items()}}
+                                           if self.channels.dead else {})}}
                            if self.channels else {}),
                         "for_no_kernel": self.for_no_kernel,
                         # What runs inside (the live view's job line): each job's progress and its fabric time.

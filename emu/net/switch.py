@@ -69,8 +69,8 @@ class RunSettings:
     # "fabric": fabric time is a clock of its own (every switch in one worker, the project's endpoints
     # inside it, nothing late, results the same on any machine); `dilation` then only paces the kernel's
     # traffic while none of ours runs. "wall": fabric time = wall time / dilation (kernel traffic, BMv2).
-    # On the fabric clock, `workers` > 1 splits the fabric at its longest links into that many workers
-    # kept in step by windows (emu.dataplane.channel); 0 is one worker.
+    # `workers` > 1 splits the fabric at its longest links into that many workers joined by channels
+    # (emu.dataplane.channel; on the fabric clock kept in step by windows); 0 is one worker.
     clock: str = "wall"
     # Packet trimming (size in bytes after the Ethernet header, the trimmed packets' DSCP), or None:
     # MetaRoCE's data (DSCP 24 in this mode) is cut instead of dropped (emu.dataplane.spec.TrimSpec).
@@ -142,6 +142,8 @@ class RunSettings:
         unknown = sorted({m for _, m in self.placement} - set(self.machines))
         if unknown:
             raise ValueError(f"placement names machines not in --machines: {', '.join(unknown)}")
+        if self.backend != "native" and self.workers > 1:
+            raise ValueError("BMv2's links are carried by one engine worker: --workers is the native engine's")
         if self.clock == "fabric" and self.backend != "native":
             raise ValueError("the fabric clock is the native engine's: BMv2's simple_switch keeps wall time "
                              "(use --clock wall with --backend bmv2)")
@@ -382,11 +384,9 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     local = {sw.name: LocalEntries(my_sids=[MySid(sid, action) for sid, action in sw.sids.items()])
              for sw in switches if sw.sids}
     tables = with_local(compute_tables(graph, attachments, spray=settings.spray), local)
-    shards = sorted({sw.shard if sw.shard is not None else 0 for sw in switches})
-    # One worker unless asked: it holds the whole fabric, so the project's endpoints run inside it on
-    # either clock (compiled, frames crossing no kernel: Timebase.endpoints_inside), and no second worker
-    # competes with the hosts' own processes for the cores.
-    workers = settings.workers or 1
+    # One worker unless asked: it holds the whole fabric, and no second worker competes with the hosts'
+    # own processes for the cores. Split or not, the project's endpoints run inside the engine
+    # (compiled, frames crossing no kernel: Timebase.endpoints_inside).
     loop = Timebase.of(settings).loop  # the engine's event loop under this run's clock (emu.dataplane.loop)
     fabric_clock = loop == "fabric"
     place: dict[str, int] = {}
@@ -395,8 +395,9 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         workers = len(settings.machines)
         place = {sw.name: _worker_on(settings.machines, sw) for sw in switches}
         host_home = {h: _worker_on(settings.machines, node) for h, node in host_node.items()}
-    elif fabric_clock:  # one schedule, or (workers asked for) one per piece of a split at its longest
-        workers = max(1, settings.workers)  # links, else by shards with the hosts' cables cut
+    else:  # one worker, or (workers asked for) one per piece of a split at its longest links, else by
+        # shards, with the hosts' cables cut: on either clock, each host runs whole on one worker
+        workers = max(1, settings.workers)
         if workers > 1:
             try:
                 try:
@@ -428,7 +429,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
                 qos=qos,
                 loopback4=sw.loopback4,
                 loopback6=sw.loopback6,
-                worker=place[sw.name] if place else shards.index(sw.shard if sw.shard is not None else 0) % workers,
+                worker=place.get(sw.name, 0),
                 seed=n,
             )
             for n, sw in enumerate(switches)

@@ -8,8 +8,8 @@ and never ask which clock they are on. A `Timebase` is that choice, made from
 
 - who runs the project's endpoints: the engine itself on the fabric clock
   (exact, as fast as the CPU allows); on the wall clock the engine too, on
-  its wall loop, where one worker holds the fabric, and otherwise processes
-  in the hosts whose frames cross the kernels at 1/D of the fabric's speed;
+  its wall loop, and on BMv2 processes in the hosts whose frames cross the
+  kernels and simple_switch at 1/D of the fabric's speed;
 - converting between fabric and wall units: D is applied here (and in the
   endpoints' own processes, which are given it), so every figure handed up
   is in fabric units;
@@ -192,8 +192,8 @@ class Timebase(ABC):
         from emu.units import parse_size
 
         if not self.endpoints_inside():
-            raise ValueError("several collectives at once run inside the engine: with one engine worker "
-                             "(--workers 1) on the wall clock, or on the fabric clock")
+            raise ValueError("several collectives at once run inside the engine: on its own switches "
+                             "(--backend native), not BMv2's")
         net = self.net
         dilation = self.result_fields(net.settings)["dilation"]
         everyone = net.rank_hosts()
@@ -225,8 +225,8 @@ class Timebase(ABC):
         from emu.roce.transport import HEADERS
 
         if not self.endpoints_inside():
-            raise ValueError("a trace replays inside the engine: with one engine worker (--workers 1) on the "
-                             "wall clock, or on the fabric clock")
+            raise ValueError("a trace replays inside the engine: on its own switches (--backend native), "
+                             "not BMv2's")
         net = self.net
         ranks = pick(net.rank_hosts(), hosts, None)
         trim = net.settings.trim[1] if net.settings.trim else None
@@ -320,8 +320,8 @@ class FabricTime(Timebase):
 
 class WallTime(Timebase):
     """Fabric time is wall time / D: the project's endpoints run inside the engine on its wall loop where
-    one worker holds the fabric (`endpoints_inside`), and elsewhere as processes in the hosts, their
-    frames the kernels' (and BMv2's, where it forwards)."""
+    its own switches carry them (`endpoints_inside`), and on BMv2 as processes in the hosts, their
+    frames the kernels' and simple_switch's."""
 
     name = "wall"
 
@@ -369,11 +369,11 @@ class WallTime(Timebase):
 
     def endpoints_inside(self) -> bool:
         """Whether the project's endpoints run inside the engine, on its wall loop, as on the fabric clock
-        (the same jobs, compiled where the core is): where the engine's own switches carry their frames
-        and one worker holds them all. Elsewhere frames must cross a kernel (BMv2's simple_switch;
-        workers joined by kernel links), and each endpoint is a process in its host."""
-        net = self.net
-        return net.settings.backend == "native" and net.engine.spec.workers == 1
+        (the same jobs, compiled where the core is): wherever the engine's own switches carry their
+        frames, in one worker or several (each host whole on one, its job's parts agreeing through
+        notes), on one machine or several. On BMv2 frames must cross a kernel (simple_switch's), and
+        each endpoint is a process in its host."""
+        return self.net.settings.backend == "native"
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
                            trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
@@ -383,8 +383,8 @@ class WallTime(Timebase):
             return run_in_engine(self.net.engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp,
                                  spray=spray, algo=algo)[0], 0
         if trim_dscp is not None:
-            raise ValueError("a collective on a trimming fabric runs inside the engine: with one engine worker "
-                             "(--workers 1) on the wall clock, or on the fabric clock")
+            raise ValueError("a collective on a trimming fabric runs inside the engine: on its own switches "
+                             "(--backend native), not BMv2's")
         return run_ranks(hosts, op, sizes, dilation=self.dilation, cc=cc, spray=spray, algo=algo), 0
 
     def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,
