@@ -369,6 +369,7 @@ def test_the_wall_clock_over_two_machines_counts_their_clocks_agreement(skewed_c
         net.pingAll()
         stats = net.engine.stats()
         verdict = net.verdict()
+        collective = net.collective("allreduce", sizes=["256KiB"])
     clocks = [w["channel"]["clocks"] for w in stats["workers"]]
     for mine, sign in zip(clocks, (1, -1), strict=True):  # worker 0 on m1 sees m2 ahead; m2 sees m1 behind
         (c,) = mine.values()
@@ -381,6 +382,10 @@ def test_the_wall_clock_over_two_machines_counts_their_clocks_agreement(skewed_c
         verdict["behind"]
     # Pings between regions crossed the long haul, both ways, with no windows.
     assert all(w["channel"]["received"] > 0 and w["channel"]["windows"] == 0 for w in stats["workers"])
+    # A collective runs inside the engine there too, a part on each machine for the ranks whose hosts it
+    # runs, started at one instant of the common clock: data right (the skew makes it late, not wrong).
+    assert collective.wrong == 0 and {"engine worker 0", "engine worker 1"} <= {p["name"] for p in collective.fidelity["parts"]}
+    assert not any(p["kind"] == "rank" for p in collective.fidelity["parts"])  # no process in a host
 
 
 def _emu(cluster, *args: str, timeout: float = 600):
