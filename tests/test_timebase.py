@@ -12,22 +12,20 @@ from emu.net.timebase import FabricTime, Timebase, WallTime, clock_label
 
 ROOT = Path(__file__).resolve().parent.parent
 CLOCK_NAMES = {"fabric", "wall"}
-# Where a module above the timebase may still ask, each with its reason (docs/architecture.md).
-ALLOWED = {
-    # on the wall clock a host's port 4791 holds one endpoint: many pairs at once are the engine's
-    ("emu/scenarios/trimming.py", "exact"),
-}
+# Where a module above the timebase may still ask, each with its reason (docs/architecture.md): none is left
+# (trimming asked whether the clock was exact; what it needs to know is where the endpoints run).
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def _asks_the_clock(tree: ast.AST) -> list[tuple[int, str]]:
-    """Comparisons with a clock's name, and reads of `.clock` or `.exact`: each a branch on the clock."""
+    """Comparisons with a clock's name, and reads of `.clock`: each a branch on the clock."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             for side in (node.left, *node.comparators):
                 if isinstance(side, ast.Constant) and side.value in CLOCK_NAMES:
                     found.append((node.lineno, repr(side.value)))
-        elif isinstance(node, ast.Attribute) and node.attr in ("clock", "exact"):
+        elif isinstance(node, ast.Attribute) and node.attr == "clock":
             found.append((node.lineno, node.attr))
     return found
 
@@ -49,15 +47,14 @@ def test_no_scenario_bench_or_lab_asks_which_clock_it_is_on():
 
 
 def test_the_check_finds_a_branch_where_there_is_one():
-    code = 'def f(settings):\n    if settings.clock == "fabric":\n        return 1\n    return net.timebase.exact\n'
-    assert sorted(_asks_the_clock(ast.parse(code))) == [(2, "'fabric'"), (2, "clock"), (4, "exact")]
+    code = 'def f(settings):\n    if settings.clock == "fabric":\n        return 1\n    return net.timebase.name != "wall"\n'
+    assert sorted(_asks_the_clock(ast.parse(code))) == [(2, "'fabric'"), (2, "clock"), (4, "'wall'")]
 
 
 def test_the_settings_choose_the_timebase_once_and_it_names_the_engines_loop():
     assert Timebase.of(RunSettings(clock="fabric")) is FabricTime
     assert Timebase.of(RunSettings(clock="wall")) is WallTime
     assert (FabricTime.loop, WallTime.loop) == ("fabric", "wall")
-    assert FabricTime.exact and not WallTime.exact
 
 
 def test_what_each_clock_admits():

@@ -130,7 +130,9 @@ class WallLoop(Loop):
         self.lateness = Lateness()
         self.running = True
         self.sync: Windows | None = None  # the windows of a split fabric (over its channels to the other workers)
-        self.gather = False  # a reader emptied its socket after a burst: wait GATHER_S before the next look
+        # A reader emptied its socket after a burst: wait GATHER_S before the next look. Set by the worker's
+        # readers on either loop; only this loop's run_forever reads it (the fabric clock's runs its own turns).
+        self.gather = False
 
     def begin(self, at: float | None = None) -> float:
         """A job starts (emu.dataplane.job): on the wall clock, now, or a split job's part at `at`, the

@@ -63,10 +63,10 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 PACKET_STATISTICS = 6
-# Frames taken from one port's ring in a turn; a turn of YIELD_AFTER or more that empties it lets the
-# hosts run (_yield_to_hosts).
+# Frames taken from one port's ring in a turn; a turn of GATHER_AFTER or more that empties it lets the
+# hosts run (_gather_after).
 RX_BURST = 32
-YIELD_AFTER = 16
+GATHER_AFTER = 16
 # Jobs a worker runs inside itself, by kind: "module:function" taking (JobHost, params)
 # and returning an object with `finished`, `error`, `result()`. Imported by name when first asked
 # for: the engine knows no endpoint code, and imports stay downward.
@@ -308,7 +308,7 @@ class Worker:
 
             def on_burst() -> None:
                 n = kport.read(clock(), RX_BURST)
-                _yield_to_hosts(loop, n)
+                _gather_after(loop, n)
                 if self.fabric and loop.busy:  # type: ignore[attr-defined]
                     loop.kernel_frames += n  # type: ignore[attr-defined]
                 if kport.truncated:
@@ -329,7 +329,7 @@ class Worker:
                     pcap.write(now, frame)
                 entry(now, frame)
                 n += 1
-            _yield_to_hosts(loop, n)
+            _gather_after(loop, n)
             if self.fabric and loop.busy:  # type: ignore[attr-defined]
                 loop.kernel_frames += n  # type: ignore[attr-defined]
             if ring.truncated:
@@ -741,8 +741,8 @@ def _raise_priority() -> None:
         pass
 
 
-def _yield_to_hosts(loop: WallLoop, frames: int) -> None:
-    """After a turn that took `frames` from one ring: if it took YIELD_AFTER or more and emptied the ring
+def _gather_after(loop: WallLoop, frames: int) -> None:
+    """After a turn that took `frames` from one ring: if it took GATHER_AFTER or more and emptied the ring
     (fewer than RX_BURST), the wall loop waits a moment before it looks again (WallLoop.gather): the
     hosts run meanwhile and the next frames gather, where each would have woken the worker on its own.
 
@@ -751,7 +751,7 @@ def _yield_to_hosts(loop: WallLoop, frames: int) -> None:
     whenever the hosts held both cores, and yielding after them (as this did before) held the sender
     back; going on, the engine delivered all the sender sent, up to 200k pps, and what was lost was
     lost at the receiver's socket, which a slow host loses on a real switch too (UdpRcvbufErrors)."""
-    if YIELD_AFTER <= frames < RX_BURST:
+    if GATHER_AFTER <= frames < RX_BURST:
         loop.gather = True
 
 

@@ -46,12 +46,10 @@ KERNEL_PACE_D = 1000.0  # fabric clock: the D the kernels' own frames cross at b
 
 
 class Timebase(ABC):
-    """One run's clock. `name`: "fabric" or "wall" (the result's `clock`); `exact`: nothing that keeps
-    fabric time can be late, so the figures are the same on any machine, idle or loaded. A clock is a
-    subclass that says, for each abstract method, how it runs and judges that."""
+    """One run's clock. `name`: "fabric" or "wall" (the result's `clock`). A clock is a subclass that
+    says, for each abstract method, how it runs and judges that."""
 
     name: ClassVar[str] = ""
-    exact: ClassVar[bool] = False
     loop: ClassVar[str] = "wall"  # the engine workers' event loop (EngineSpec.clock): "wall" or "fabric"
 
     def __init__(self, net: FabricNet) -> None:
@@ -276,7 +274,6 @@ class FabricTime(Timebase):
     endpoints run inside it."""
 
     name = "fabric"
-    exact = True
     loop = "fabric"
 
     @classmethod

@@ -848,7 +848,8 @@ cdef class Device:
         if spray not in SPRAYS:
             raise RoceError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
         if io is None:
-            raise RoceError("the compiled device runs on the fabric clock only (its ports are the engine's)")
+            raise RoceError("the compiled device's ports are the engine's (FabricIO, on either clock): kernel "
+                            "sockets are the Python device's")
         if len(addrs) > MAXP:
             raise RoceError(f"the compiled device has at most {MAXP} planes, not {len(addrs)}")
         self.spray = spray

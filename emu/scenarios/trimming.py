@@ -19,8 +19,9 @@ NACKs it at once, the sender resends it on the spot and takes it as a CNP).
 Per way and pattern: every flow's completion (p50, p99, max), the victims'
 rate, pause frames, cuts, drops, retransmissions and how many of those a
 timer sent. The result names the way that finished the incast first and by
-how much. On the wall clock (BMv2) only the incast's writers run, without
-victims: writes between many pairs at once are the engine's (fabric clock).
+how much. On BMv2 only the incast's writers run, without victims: writes
+between many pairs at once are the engine's own (on its switches, either
+clock), and on BMv2 each writer is a process in its host.
 """
 
 from __future__ import annotations
@@ -115,8 +116,8 @@ class Trimming(Scenario):
         nbytes, n = self.as_size("bytes"), self.per_leaf
         trim_dscp = settings.trim[1] if settings.trim else None
         hot = [(f"gpu{n + i}", "gpu0") for i in range(self.senders)]
-        if not net.timebase.exact:
-            # As the hosts' own processes, a host's port 4791 holds one endpoint: many pairs at once (a
+        if not net.timebase.endpoints_inside():
+            # As the hosts' own processes (BMv2), a host's port 4791 holds one endpoint: many pairs at once (a
             # host both writing and written to) are the engine's. The incast's writers write to one server.
             before = net.engine.stats()
             run = net.roce.perf([a for a, _ in hot], "gpu0", nbytes=nbytes, cc=self.cc)
