@@ -299,7 +299,8 @@ class ReplicasJob(Job):
         self.dead = -1 if not self.fail_spec else int(self.fail_spec["rank"])
         self.reports: dict[int, dict[str, Any]] = {}
         self.failed_at = -1.0
-        self.begin()
+
+    def kick(self) -> None:
         if self.fail_spec:
             self.loop.at(self.t0 + float(self.fail_spec["after_s"]), self._kill, None)
         for r, (ep, m) in enumerate(zip(self.endpoints, self.members, strict=True)):

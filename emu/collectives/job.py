@@ -59,7 +59,10 @@ class CollectiveJob(Job):
             ring.connect(everyone)
         self.k = -1
         self.left = 0
-        self.started = self.begin()
+        self.started = 0.0
+
+    def kick(self) -> None:
+        self.started = self.t0
         self._next_size(self.t0)
 
     def _next_size(self, t: float) -> None:
@@ -133,13 +136,17 @@ class Together(Job):
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
-        self.begin()
         self.parts: list[CollectiveJob] = []
         for i, p in enumerate(params["jobs"]):
-            job = CollectiveJob(_Part(host, self, i), {**p, "joined_at": self.t0})  # type: ignore[arg-type]
+            job = CollectiveJob(_Part(host, self, i), {**p, "joined_at": None})  # type: ignore[arg-type]
             job.on_finish.append(self._part_done)
             self.parts.append(job)
         self.participants = [x for job in self.parts for x in job.participants]
+
+    def kick(self) -> None:
+        for job in self.parts:  # each starts at the whole's instant
+            job.params["joined_at"] = self.t0
+            job.go()
         self._part_done()
 
     def _part_done(self) -> None:
@@ -229,8 +236,11 @@ class ReplayJob(Job):
         self.issued_at: list[dict[int, float]] = [{} for _ in range(n)]
         self.coll_start = [0.0] * len(self.colls)
         self.busy_s = [0.0] * n
-        self.started = self.begin()
-        for r in range(n):
+        self.started = 0.0
+
+    def kick(self) -> None:
+        self.started = self.t0
+        for r in range(len(self.nodes)):
             if self.local[r]:
                 for nid, count in sorted(self.waiting[r].items()):
                     if count == 0:

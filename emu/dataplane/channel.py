@@ -13,11 +13,12 @@ each window's frames sent in one batch before its barrier.
 Between jobs, fabric time follows each worker's wall clock (FabricLoop's idle mode); frames cross
 at once and land at their time, or now if that has passed (as the kernel's frames do).
 
-On the wall clock (`wall`: workers on several machines, fabric time = wall time / D) there are no
-windows: a frame crosses at once, stamped with the time it arrives on the machines' common clock,
-CLOCK_REALTIME (each machine's monotonic clock is its own), and lands then; if that has passed it
-runs at once and its lateness counts in the receiver's fidelity, as any late event's does. That
-holds only as far as the machines' clocks agree (PTP), so each worker measures its peers' clocks,
+On the wall clock (`wall`: fabric time = wall time / D, workers on one machine or several) there are
+no windows: a frame crosses at once, stamped with the time it arrives on the workers' common clock
+(on one machine the monotonic clock they share; across machines CLOCK_REALTIME, each machine's
+monotonic clock being its own), and lands then; if that has passed it runs at once and its lateness
+counts in the receiver's fidelity, as any late event's does. Across machines that holds only as far
+as the machines' clocks agree (PTP), so each worker measures its peers' clocks,
 a round of `CLOCK` messages every second from connect on (NTP's way: offset = peer - midpoint of
 the round trip, to within half the round trip), and reports the widest bound, |offset| + round
 trip / 2, of the rounds since the measurement began; the fidelity verdict counts it as one more
@@ -74,6 +75,14 @@ def realtime() -> float:
     return time.time() + CLOCK_OFFSET_S
 
 
+def common_offset(across_machines: bool) -> float:
+    """What to add to this machine's monotonic time for the workers' common clock: across machines
+    CLOCK_REALTIME's (`realtime`); on one machine nothing, as its workers share the monotonic clock
+    (converting there would move each frame by the jitter between two clock reads, and a tie between
+    two frames, which the fabric breaks by order, would fall by that instead)."""
+    return realtime() - time.monotonic() if across_machines else 0.0
+
+
 @dataclass
 class _Peer:
     index: int
@@ -89,9 +98,10 @@ class Channels:
 
     def __init__(self, index: int, workers: int, lookahead: float, loop: Any,
                  deliver: Callable[[int, float, int, bytes], None], machine: Callable[[int], str],
-                 wall: bool = False) -> None:
+                 wall: bool = False, across_machines: bool = False) -> None:
         self.index, self.workers, self.lookahead = index, workers, lookahead
         self.wall = wall
+        self.across = across_machines
         self.clock_sent: dict[tuple[int, int], float] = {}  # (peer, probe) -> when the probe left (realtime)
         self.clock_round = -1
         self.clocks: dict[int, tuple[float, float]] = {}  # peer -> (offset s, round trip s): this round's best
@@ -217,15 +227,15 @@ class Channels:
     # -- sending ----------------------------------------------------------------------
 
     def send_frame(self, peer: int, pid: int, t_arrive: float, frame: Any) -> None:
-        if self.wall:  # on the machines' common clock
-            t_arrive += realtime() - time.monotonic()
+        if self.wall:  # on the workers' common clock
+            t_arrive += common_offset(self.across)
         self._put(peer, FRAME, t_arrive, pid, bytes(frame))
 
     def send_note(self, job: int, t: float, payload: Any) -> None:
         """A job's message to its parts on every other worker, due at `t` (at least one lookahead on)."""
         data = json.dumps(payload).encode()
-        if self.wall:  # on the machines' common clock, as a frame's time (and read back so in _message)
-            t += realtime() - time.monotonic()
+        if self.wall:  # on the workers' common clock, as a frame's time (and read back so in _message)
+            t += common_offset(self.across)
         for j in list(self.peers):
             self._put(j, NOTE, t, job, data)
 
@@ -335,7 +345,7 @@ class Channels:
                     self.clocks[p.index] = (t - (sent + back) / 2, rtt)
         elif self.wall:  # at its time on this machine's clock; if that has passed, at once and late
             self.wall_handed += 1
-            self.deliver(kind, t - (realtime() - time.monotonic()), a, payload)
+            self.deliver(kind, t - common_offset(self.across), a, payload)
         elif window == IDLE:  # between jobs: due now if its time has passed
             now = self.loop.clock()
             self.deliver(kind, t if t > now else now, a, payload)

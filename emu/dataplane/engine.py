@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from emu.dataplane.channel import realtime
+from emu.dataplane.channel import common_offset
 from emu.dataplane.protocol import (
     Connect,
     Degrade,
@@ -39,6 +39,7 @@ from emu.dataplane.protocol import (
     SetPace,
     SetPort,
     SetTables,
+    StartJob,
     Stats,
     encode,
 )
@@ -444,31 +445,38 @@ class Engine:
             if not r.get("ok"):
                 raise EngineError(f"the engine refused the {kind} job: {r.get('error')}")
             return int(r["job"])
-        at = self._common_start()
+        # Split: every worker builds its part (however long that takes), then all start at one instant.
         ids = set()
         for i in range(self.spec.workers):
-            r = self.request(i, RunJob(kind, params, at), timeout=60)
+            r = self.request(i, RunJob(kind, params, hold=True), timeout=300)
             if not r.get("ok"):
                 raise EngineError(f"engine worker {self.spec.worker_name(i)} refused the {kind} job: {r.get('error')}"
-                                  + ("" if i == 0 else "; the parts already started cannot run without it: "
+                                  + ("" if i == 0 else "; the parts already built cannot run without it: "
                                      "stop this fabric"))
             ids.add(int(r["job"]))
         if len(ids) != 1:
             raise EngineError(f"the workers numbered the {kind} job differently ({sorted(ids)}): stop this fabric")
-        return ids.pop()
+        job = ids.pop()
+        at = self._common_start()
+        for i in range(self.spec.workers):
+            r = self.request(i, StartJob(job, at), timeout=60)
+            if not r.get("ok"):
+                raise EngineError(f"engine worker {self.spec.worker_name(i)} could not start its part of the {kind} "
+                                  f"job: {r.get('error')}; stop this fabric")
+        return job
 
-    # Wall seconds from asking the workers of a wall-clock fabric for a job's parts to their start: time for
-    # every request to arrive, on this machine's control sockets or ssh's (milliseconds each).
-    WALL_START_S = 0.2
+    # Wall seconds from asking the workers of a wall-clock fabric to start a job's built parts to their start:
+    # time for every request to arrive, on this machine's control sockets or ssh's (milliseconds each).
+    WALL_START_S = 0.05
 
     def _common_start(self) -> float:
-        """The instant every part of a split job starts at (RunJob.at). On the fabric clock, the next whole
+        """The instant every part of a split job starts at (StartJob.at). On the fabric clock, the next whole
         second at least half a second of fabric time after the furthest worker's now (its idle time
         follows the wall, so the requests arrive well before it). On the wall clock, WALL_START_S from
-        now on the machines' common clock (emu.dataplane.channel.realtime; a part asked after that starts
+        now on the workers' common clock (emu.dataplane.channel.common_offset; a part asked after that starts
         late, and its lateness counts in the verdict)."""
         if self.spec.clock == "wall":
-            return realtime() + self.WALL_START_S
+            return time.monotonic() + common_offset(bool(self.spec.machines)) + self.WALL_START_S
         now = max(float(self.request(i, Ping())["now"]) for i in range(self.spec.workers))
         return math.floor(now + 0.5) + 1.0
 

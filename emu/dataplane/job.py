@@ -95,10 +95,16 @@ class Participant(Protocol):
 
 
 class Job:
-    """A job's life inside the engine: it begins at one instant (the loop's begin), fails with its reason
-    if it has not finished within `params["budget_s"]` of fabric time (stuck, not slow: on the fabric
-    clock nothing can be slow), and once finished hands fabric time back to the wall. Subclasses fill
-    `participants`, say what they do (`what()`), give their `result()` and call finish() when done."""
+    """A job's life inside the engine: it is built (its constructor: endpoints, memory, plans, the costly
+    part), then started (`go`): it begins at one instant (the loop's begin) and does what comes first
+    (`kick`). It fails with its reason if it has not finished within `params["budget_s"]` of fabric time
+    (stuck, not slow: on the fabric clock nothing can be slow), and once finished hands fabric time back
+    to the wall. Subclasses fill `participants`, say what they do (`what()`), give their `result()`
+    and call finish() when done.
+
+    Built and started apart so that the parts of a split job can all be built before any starts: their
+    common start instant is then chosen once every part is ready (Engine.start_job), and building one,
+    however long it takes, makes none late."""
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         self.host = host
@@ -109,7 +115,16 @@ class Job:
         self.finished = False
         self.participants: list[Participant] = []
         self.t0 = 0.0
+        self.begun = False  # started (go): its times count from t0
         self.on_finish: list[Callable[[], None]] = []  # the engine's meter of the job's cost, stopped at its end
+
+    def go(self) -> None:
+        """Start: begin at one instant, then do what comes first."""
+        self.begin()
+        self.kick()
+
+    def kick(self) -> None:
+        """What the job does at its start instant (t0): its first sends, its endpoints' first operations."""
 
     def begin(self) -> float:
         """Start at one fabric instant; schedule the budget's end and the job's port events
@@ -120,6 +135,7 @@ class Job:
         # whole, not the part, hands fabric time back to the wall.
         joined = self.params.get("joined_at")
         self.t0 = float(joined) if joined is not None else self.loop.begin(self.params.get("at"))
+        self.begun = True
         self.loop.at(self.t0 + self.loop_s(float(self.params["budget_s"])), self._budget, None)
         for after, up, ports in self.params.get("port_events", []):
             self.loop.at(self.t0 + self.loop_s(float(after)), self._set_ports, (bool(up), ports))

@@ -100,13 +100,21 @@ class QueueSamples:
 @dataclass(frozen=True)
 class RunJob:
     """Run a job of the project's own inside the engine (`kind`: one of the worker's JOBS, e.g.
-    "collective"), with its parameters; answers a job id at once."""
+    "collective"), with its parameters; answers a job id once it is built. `hold`: built, not started
+    (a split fabric's part, started by StartJob once every part is built)."""
 
     kind: str
     params: dict[str, Any]
-    # A split fabric's: the start every worker agreed on, in fabric seconds on the fabric clock, on the
-    # machines' common clock (emu.dataplane.channel.realtime, wall seconds) on the wall clock.
-    at: float | None = None
+    hold: bool = False
+
+
+@dataclass(frozen=True)
+class StartJob:
+    """Start a held job (RunJob.hold) at `at`, the instant every worker agreed on: fabric seconds on the
+    fabric clock, the workers' common clock (emu.dataplane.channel.common_offset, wall seconds) on the wall."""
+
+    job: int
+    at: float
 
 
 @dataclass(frozen=True)
@@ -138,9 +146,9 @@ class Stop:
 
 
 Request = (Ping | Stats | ResetFidelity | SetPort | Degrade | SetTables | SetHeadroom | Probe | ProbeResult | SampleQueues | QueueSamples
-           | RunJob | JobResult | SetPace | Connect | Stop)
+           | RunJob | StartJob | JobResult | SetPace | Connect | Stop)
 REQUESTS: dict[str, type] = {c.__name__: c for c in (Ping, Stats, ResetFidelity, SetPort, Degrade, SetTables, SetHeadroom, Probe,
-                                                      ProbeResult, SampleQueues, QueueSamples, RunJob, JobResult,
+                                                      ProbeResult, SampleQueues, QueueSamples, RunJob, StartJob, JobResult,
                                                       SetPace, Connect, Stop)}
 
 
@@ -168,4 +176,4 @@ def decode(line: bytes) -> Request:
 
 
 __all__ = ["REQUESTS", "Connect", "JobResult", "RunJob", "Ping", "Probe", "ProbeResult", "ProtocolError", "QueueSamples", "Request", "ResetFidelity", "SampleQueues",
-           "SetHeadroom", "SetPace", "SetPort", "Degrade", "SetTables", "Stats", "Stop", "decode", "encode"]
+           "SetHeadroom", "SetPace", "SetPort", "Degrade", "SetTables", "StartJob", "Stats", "Stop", "decode", "encode"]

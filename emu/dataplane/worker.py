@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any
 
 from emu.control.model import SwitchTables
-from emu.dataplane.channel import FRAME, Channels, port_id, realtime
+from emu.dataplane.channel import FRAME, Channels, common_offset, port_id
 from emu.dataplane.core import check_native
 from emu.dataplane.host import HostDelivery
 from emu.dataplane.loop import FabricLoop, WallLoop
@@ -50,6 +50,7 @@ from emu.dataplane.protocol import (
     SetPace,
     SetPort,
     SetTables,
+    StartJob,
     Stats,
     Stop,
     decode,
@@ -133,7 +134,7 @@ class Worker:
         self.channel_addr: tuple[str, int] | None = None
         if self.split:
             self.channels = Channels(index, spec.workers, spec.lookahead_s(), self.loop, self._from_peer,
-                                     spec.worker_name, wall=not self.fabric)
+                                     spec.worker_name, wall=not self.fabric, across_machines=bool(spec.machines))
             self.loop.split_over(self.channels.sync)
             self.channel_addr = self.channels.listen(spec.channel_host(index))
         self.opened = self._open_ports()
@@ -440,41 +441,57 @@ class Worker:
             raise KeyError(f"worker {self.index} runs neither {switch} nor the host end of {switch}/{port}")
         return out
 
-    def _run_job(self, kind: str, params: dict[str, Any], at: float | None = None) -> dict[str, Any]:
+    def _run_job(self, kind: str, params: dict[str, Any], hold: bool = False) -> dict[str, Any]:
+        """Build a job; start it at once, or (`hold`: a split fabric's part) when StartJob says."""
         if not self.fabric and kind not in WALL_JOBS:
             raise ValueError(f"a {kind} job runs inside the engine on the fabric clock only")
         target = JOBS.get(kind)
         if target is None:
             raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
-        if self.split and at is None:
-            raise ValueError("a job on a split fabric starts at an instant every worker agreed on (RunJob.at)")
-        if at is not None:
-            params = {**params, "at": self._loop_time(float(at))}
+        if self.split and not hold:
+            raise ValueError("a job on a split fabric is built on every worker first (RunJob.hold), then started "
+                             "at one instant (StartJob)")
         module, fn = target.split(":")
         meter = _Meter(self)
         job = getattr(importlib.import_module(module), fn)(self, params)
-        job.on_finish.append(meter.stop)
-        if job.finished:  # ended as it began (nothing to do, or failed at once)
-            meter.stop()
+        job.on_finish.append(meter.stop)  # (Job.finish calls it, from the job's start on)
         job_id = len(self.jobs) + 1  # the same on every worker: each is asked for every job, in order
         self.jobs[job_id] = job
         self.meters[job_id] = meter
+        if not hold:
+            self._go(job)
+        return {"ok": True, "job": job_id}
+
+    def _start_job(self, job_id: int, at: float) -> dict[str, Any]:
+        """A held job's part starts at `at` (StartJob): on the wall clock an instant of the machines' common
+        clock, read on this one's, when it comes; on the fabric clock fabric seconds, at once (its loop's
+        begin moves fabric time there and opens the windows)."""
+        job = self.jobs.get(job_id)
+        if job is None or job.begun:
+            raise ValueError(f"no job {job_id} waiting to start")
+        job.params["at"] = at if self.fabric else at - common_offset(bool(self.spec.machines))
+        self.loop.start_at(job.params["at"], lambda: self._go(job))
+        return {"ok": True, "job": job_id}
+
+    def _go(self, job: Any) -> None:
+        """Start a built job. Run by an event on the wall clock, where an error cannot go back to a request:
+        it fails the job with its reason, for whoever asks (JobResult), and not the worker."""
+        try:
+            job.go()
+        except Exception as exc:
+            if self.fabric:
+                raise
+            job.fail(f"{type(exc).__name__}: {exc}")
         if self.sampler_idle:
             self.sampler_idle = False
             self.loop.at(self.loop.now, self._sample, None)
-        return {"ok": True, "job": job_id}
-
-    def _loop_time(self, at: float) -> float:
-        """A split job's start instant (RunJob.at) on this worker's loop: fabric seconds already on the
-        fabric clock; on the wall clock an instant of the machines' common clock, read on this one's."""
-        return at if self.fabric else at - (realtime() - time.monotonic())
 
     def _job_result(self, job_id: int) -> dict[str, Any]:
         job = self.jobs.get(job_id)
         if job is None:
             raise KeyError(f"no job {job_id}")
         if not job.finished:
-            return {"ok": True, "done": False, "fabric_s": job.since(self.loop.now),
+            return {"ok": True, "done": False, "fabric_s": job.since(self.loop.now) if job.begun else 0.0,
                     "events": getattr(self.loop, "events", 0)}
         if job.error:
             return {"ok": False, "done": True, "error": job.error}
@@ -551,7 +568,7 @@ class Worker:
                            if self.channels else {}),
                         "for_no_kernel": self.for_no_kernel,
                         # What runs inside (the live view's job line): each job's progress and its fabric time.
-                        "jobs": [{"job": i, "what": job.progress(), "fabric_s": job.since(self.loop.now)}
+                        "jobs": [{"job": i, "what": job.progress(), "fabric_s": job.since(self.loop.now) if job.begun else 0.0}
                                  for i, job in self.jobs.items() if not job.finished],
                         "switches": {n: sw.stats(now) for n, sw in self.switches.items()},
                         "host_ends": {f"{e.switch}/{e.name}": e.stats(now) for e in self.host_ends.values()}}
@@ -591,8 +608,10 @@ class Worker:
                         "samples": [((t - self.t0) / d, q) for t, q, _ in self.samples],
                         "paused": [((t - self.t0) / d, [x / d for x in p]) for t, _, p in self.samples],
                         "origin_s": self.t0 / d}
-            case RunJob(kind, params, at):
-                return self._run_job(kind, params, at)
+            case RunJob(kind, params, hold):
+                return self._run_job(kind, params, hold)
+            case StartJob(job, at):
+                return self._start_job(job, at)
             case Connect(peers):
                 if self.channels is None:
                     raise ValueError("this worker's fabric is not split: it has no peers")

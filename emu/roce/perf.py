@@ -180,9 +180,11 @@ class PerfJob(WritersJob):
             ops.append(writes(ep.dev, qp, mr, smr.info(), message=int(params["message"]),
                               lat_iters=int(params["lat_iters"]), name=f"client {i}"))
         self.results: list[dict[str, Any] | None] = [None] * len(self.clients)
-        self.begin()
-        for i, (ep, op) in enumerate(zip(self.clients, ops, strict=True)):
-            if self.here(params["clients"][i]):
+        self.ops = ops
+
+    def kick(self) -> None:
+        for i, (ep, op) in enumerate(zip(self.clients, self.ops, strict=True)):
+            if self.here(self.params["clients"][i]):
                 ep.start(op, self.t0, lambda out, t, i=i: self._done(i, out))
 
     def what(self) -> str:
@@ -238,9 +240,11 @@ class WritesJob(WritersJob):
             self.ends.append((dmr, seed + i))
             ops.append(writes(src, qp, mr, dmr.info(), message=int(params["message"]), lat_iters=0, name=f"{a}->{b}"))
         self.results: list[dict[str, Any] | None] = [None] * len(pairs)
-        self.begin()
-        for i, ((a, _), op) in enumerate(zip(pairs, ops, strict=True)):
-            if self.here(params["hosts"][a]):
+        self.ops = ops
+
+    def kick(self) -> None:
+        for i, ((a, _), op) in enumerate(zip(self.pairs, self.ops, strict=True)):
+            if self.here(self.params["hosts"][a]):
                 self.eps[a].start(op, self.t0, lambda out, t, i=i: self._done(i, out))
 
     def what(self) -> str:

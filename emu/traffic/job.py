@@ -75,7 +75,8 @@ class UdpJob(Job):
             per_pkt = self.loop_s((int(f["size"]) + udp_headers(v6) + 24) * 8 / float(f["rate_bps"]))
             self.senders.append({"send": send, "frames": frames, "count": count, "i": 0, "per_pkt": per_pkt,
                                  "size": int(f["size"]), "sent_bytes": 0})
-        self.begin()
+
+    def kick(self) -> None:
         for s in self.senders:
             if s is not None:
                 self.sending += 1
