@@ -1,5 +1,6 @@
-"""One rank of a ring collective over MetaRoCE: in a host's namespace on the wall clock, or inside the
-engine on the fabric clock (emu.collectives.job), the same ring either way.
+"""One rank of a ring collective over MetaRoCE: inside the engine on either clock (emu.collectives.job),
+or, where frames must cross a kernel (BMv2), in a host's namespace on the wall clock; the same ring
+either way.
 
     python -m emu.collectives.rank DIR --rank R --nranks N --op allreduce --sizes 65536,1048576
 
@@ -298,7 +299,7 @@ class Ring:
 
 
 class WallRank:
-    """A rank in its own process on the wall clock: rendezvous and barriers through files."""
+    """A rank in its own process on the wall clock (BMv2): rendezvous and barriers through files."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.a = args

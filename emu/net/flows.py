@@ -3,9 +3,9 @@
 Two ways to run the same flows, both giving `wait()` the same answer: per
 flow what it sent, per receiver what arrived (by source and in time bins),
 every time in fabric seconds. `EngineFlows` runs them inside the engine
-(emu.traffic.job) on the fabric clock: exact. `KernelFlows` runs them as
-paced processes in the hosts (emu.traffic.udp) whose frames cross the hosts'
-kernels at 1/D of the fabric's speed, and converts what they measured in
+(emu.traffic.job), on either clock: on the fabric clock, exact. `KernelFlows`
+runs them (on BMv2) as paced processes in the hosts (emu.traffic.udp) whose
+frames cross the hosts' kernels at 1/D of the fabric's speed, and converts what they measured in
 wall seconds: D is applied here and nowhere above. Which one a run uses is
 its timebase's choice (emu.net.timebase); a test that wants the kernel's
 frames on any clock names `KernelFlows`.
