@@ -166,6 +166,7 @@ def test_a_job_that_cannot_finish_fails_with_its_reason_and_the_fabric_goes_on(n
     what each endpoint was doing, and the engine carries the next job and the kernel's traffic."""
     from emu import FabricNet, FPFTopo
     from emu.dataplane.engine import EngineError
+    from emu.roce.perf import PerfJob
     from emu.roce.run import EnginePerf
 
     with FabricNet(FPFTopo(gpus=2, planes=1), clock="fabric") as net:
@@ -173,7 +174,7 @@ def test_a_job_that_cannot_finish_fails_with_its_reason_and_the_fabric_goes_on(n
         params = {"nbytes": 1 << 20, "message": 1 << 20, "cc": "none", "mtu": 1024, "seed": 1, "lat_iters": 0,
                   "server": planes["gpu1"], "clients": [planes["gpu0"]], "budget_s": 1e-6}  # 1 MiB in 1 us
         with pytest.raises(EngineError, match=r"did not complete in 1e-06 s of fabric time; client 0: QP"):
-            net.engine.wait_job(net.engine.start_job("perf", params))
+            net.engine.wait_job(net.engine.start_job(PerfJob, params))
         client, server = EnginePerf(net.engine, planes["gpu0"], planes["gpu1"], nbytes=1 << 20, lat_iters=0).wait()
         assert server["data_ok"] and client["completions_ok"] == 1
         assert " 0% packet loss" in net.get("gpu0").cmd("ping -c1 -W2 10.0.1.2")

@@ -274,6 +274,8 @@ class Member(Ring):
 
 
 class ReplicasJob(Job):
+    clocks = ("fabric",)  # its heartbeats are written for the fabric clock's loop
+
     """params: size, steps, slice, mtu, seed, heartbeat_s, retry_limit (None: never), ranks (each: name, planes), fail
     ({"rank", "after_s", "ports": [[switch, port], ...]} or None: that rank's host dies then), budget_s."""
 
@@ -336,7 +338,3 @@ class ReplicasJob(Job):
             return {"error": self.error}
         return {"members": [self.reports[r] for r in sorted(self.reports)], "t0_s": self.t0,
                 "failed_at_s": self.failed_at, "dead": self.dead, "fabric_s": self.loop.now - self.t0}
-
-
-def start(host: Attach, params: dict[str, Any]) -> ReplicasJob:
-    return ReplicasJob(host, params)

@@ -110,10 +110,6 @@ class CollectiveJob(Job):
                 "fabric_s": self.since(self.loop.now)}
 
 
-def start(host: Attach, params: dict[str, Any]) -> CollectiveJob:
-    return CollectiveJob(host, params)
-
-
 class _Part:
     """What one collective of a Together attaches to: the worker itself, except that what it tells its
     other parts (on other workers) goes through the Together, which the worker knows by id."""
@@ -166,10 +162,6 @@ class Together(Job):
         if self.error:
             return {"error": self.error}
         return {"jobs": [j.result() for j in self.parts], "fabric_s": self.since(self.loop.now)}
-
-
-def start_together(host: Attach, params: dict[str, Any]) -> Together:
-    return Together(host, params)
 
 
 class ReplayJob(Job):
@@ -403,7 +395,3 @@ class ReplayJob(Job):
                            "retransmits": sum(qp.retransmits for qp in self.endpoints[r].dev.qps.values())}
                           for r in range(self.n) if self.local[r]],
                 "fabric_s": self.since(self.loop.now)}
-
-
-def start_replay(host: Attach, params: dict[str, Any]) -> ReplayJob:
-    return ReplayJob(host, params)

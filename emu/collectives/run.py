@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from emu.collectives import algorithms
+from emu.collectives.job import CollectiveJob, Together
 from emu.collectives.rank import SLICE
 from emu.launch import python_module, scratch_dir
 from emu.roce.transport import HEADERS, WINDOW
@@ -170,7 +171,7 @@ def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int],
     fabric instant. Every rank's report, as run_ranks gives them, and how many frames the kernel sent
     into the fabric while the job ran. EngineError with the job's reason if it fails."""
     params = job_params(hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray, algo=algo)
-    state = engine.wait_job(engine.start_job("collective", params))
+    state = engine.wait_job(engine.start_job(CollectiveJob, params))
     # A fabric split over workers: each ran the ranks of its own hosts.
     ranks = [r for part in state.get("parts", [state.get("result")]) for r in part["ranks"]]
     return sorted(ranks, key=lambda r: r["rank"]), int(state["kernel_frames"])
@@ -199,7 +200,7 @@ def run_together_in_engine(engine: Any, jobs: list[dict[str, Any]]) -> tuple[lis
     shared = sorted({h for h in hosts if hosts.count(h) > 1})
     if shared:
         raise ValueError(f"collectives run together need hosts of their own: {', '.join(shared)} in more than one")
-    state = engine.wait_job(engine.start_job("collectives", {"jobs": jobs,
+    state = engine.wait_job(engine.start_job(Together, {"jobs": jobs,
                                                              "budget_s": max(j["budget_s"] for j in jobs)}))
     parts = state.get("parts", [state.get("result")])
     out = [sorted((r for part in parts for r in part["jobs"][i]["ranks"]), key=lambda r: r["rank"])

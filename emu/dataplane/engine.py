@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from emu.dataplane.channel import common_offset
+from emu.dataplane.job import Job
 from emu.dataplane.protocol import (
     Connect,
     Degrade,
@@ -433,36 +434,36 @@ class Engine:
         """The most memory each worker has held at once (VmHWM), summed: what a large fabric costs."""
         return sum(peak_rss(p.pid) for p in self.procs)
 
-    def start_job(self, kind: str, params: dict[str, Any]) -> int:
-        """Start a job of ours inside the engine (see worker.JOBS), a part on each worker; its id. `before_job`
+    def start_job(self, kind: type[Job], params: dict[str, Any]) -> int:
+        """Start a job of ours inside the engine (a Job subclass), a part on each worker; its id. `before_job`
         runs first: a control plane keeps its timers on the wall clock, so an update still pending when
         a job starts would land at a fabric time that depends on the machine's speed (a plane restored
         just before a write was still unrouted during it, and its packets looped)."""
         if self.before_job is not None:
             self.before_job()
         if not self.split:
-            r = self.request(0, RunJob(kind, params), timeout=60)
+            r = self.request(0, RunJob(kind.kind(), params), timeout=60)
             if not r.get("ok"):
-                raise EngineError(f"the engine refused the {kind} job: {r.get('error')}")
+                raise EngineError(f"the engine refused the {kind.__name__}: {r.get('error')}")
             return int(r["job"])
         # Split: every worker builds its part (however long that takes), then all start at one instant.
         ids = set()
         for i in range(self.spec.workers):
-            r = self.request(i, RunJob(kind, params, hold=True), timeout=300)
+            r = self.request(i, RunJob(kind.kind(), params, hold=True), timeout=300)
             if not r.get("ok"):
-                raise EngineError(f"engine worker {self.spec.worker_name(i)} refused the {kind} job: {r.get('error')}"
+                raise EngineError(f"engine worker {self.spec.worker_name(i)} refused the {kind.__name__}: {r.get('error')}"
                                   + ("" if i == 0 else "; the parts already built cannot run without it: "
                                      "stop this fabric"))
             ids.add(int(r["job"]))
         if len(ids) != 1:
-            raise EngineError(f"the workers numbered the {kind} job differently ({sorted(ids)}): stop this fabric")
+            raise EngineError(f"the workers numbered the {kind.__name__} differently ({sorted(ids)}): stop this fabric")
         job = ids.pop()
         at = self._common_start()
         for i in range(self.spec.workers):
             r = self.request(i, StartJob(job, at), timeout=60)
             if not r.get("ok"):
-                raise EngineError(f"engine worker {self.spec.worker_name(i)} could not start its part of the {kind} "
-                                  f"job: {r.get('error')}; stop this fabric")
+                raise EngineError(f"engine worker {self.spec.worker_name(i)} could not start its part of the "
+                                  f"{kind.__name__}: {r.get('error')}; stop this fabric")
         return job
 
     # Wall seconds from asking the workers of a wall-clock fabric to start a job's built parts to their start:

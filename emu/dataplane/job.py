@@ -16,7 +16,7 @@ emu.collectives, emu.traffic) imports it downward.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 
 class Attach(Protocol):
@@ -105,6 +105,15 @@ class Job:
     Built and started apart so that the parts of a split job can all be built before any starts: their
     common start instant is then chosen once every part is ready (Engine.start_job), and building one,
     however long it takes, makes none late."""
+
+    # The engine loops (emu.dataplane.loop's MODE) the kind runs on: its durations go through loop_s and
+    # since, so either; a kind written for the fabric clock's loop alone says so.
+    clocks: ClassVar[tuple[str, ...]] = ("fabric", "wall")
+
+    @classmethod
+    def kind(cls) -> str:
+        """How a request names this kind (RunJob.kind): where its class is, "module:Class"."""
+        return f"{cls.__module__}:{cls.__qualname__}"
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         self.host = host

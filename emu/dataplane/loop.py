@@ -114,6 +114,7 @@ class TimerFd:
 # much after it came, only while the worker is behind by a burst already. The fabric clock's loop, which
 # runs its jobs' turns its own way, does not wait.
 GATHER_S = 30e-6
+GATHER_AFTER = 16  # frames a reader's turn must take, emptying its ring, for the loop to wait GATHER_S
 
 
 class WallLoop(Loop):
@@ -121,8 +122,12 @@ class WallLoop(Loop):
 
     MODE = "wall"
 
-    def __init__(self, sched: Any = None, *, core: str = "python", idle_dilation: float = 1.0) -> None:
+    def __init__(self, sched: Any = None, *, core: str = "python", idle_dilation: float = 1.0,
+                 to_common: Callable[[], float] = lambda: 0.0) -> None:
         super().__init__(sched, core=core, idle_dilation=idle_dilation)
+        # What to add to this loop's time for the workers' common clock (emu.dataplane.channel.common_offset):
+        # a split job's start instant (start_at) is given on it.
+        self.to_common = to_common
         tight_timers()
         self.epoll = select.epoll()
         self.timer = TimerFd()
@@ -130,6 +135,7 @@ class WallLoop(Loop):
         self.handlers: dict[int, Callable[[], None]] = {}
         self.lateness = Lateness()
         self.running = True
+        self._origin = self.clock()
         self.sync: Windows | None = None  # the windows of a split fabric (over its channels to the other workers)
         # Jobs running on this loop. While one does, Python's cyclic garbage collector waits: a full collection
         # held a worker of a split fabric for 28-39 ms (the jobs' endpoints are many objects), every event
@@ -137,8 +143,7 @@ class WallLoop(Loop):
         # 1 MiB allreduce came out 0.6 % fast or slow from run to run. What a job frees is freed by reference
         # counting as before; its few cycles wait for its end. The fabric clock's loop is never late.
         self.running_jobs = 0
-        # A reader emptied its socket after a burst: wait GATHER_S before the next look. Set by the worker's
-        # readers on either loop; only this loop's run_forever reads it (the fabric clock's runs its own turns).
+        # A reader emptied its socket after a burst: wait GATHER_S before the next look (took_from_kernel).
         self.gather = False
 
     def begin(self, at: float | None = None) -> float:
@@ -161,10 +166,34 @@ class WallLoop(Loop):
         if not self.running_jobs:
             gc.enable()
 
-    def start_at(self, at: float, start: Callable[[], None]) -> None:
-        """A split job's part starts at `at` (this loop's time), the instant every part agreed on: on the
-        wall clock by an event then, so that what it sends as it starts leaves then (its begin(at))."""
-        self.at(at, lambda t, _: start(), None)
+    def start_at(self, at: float, start: Callable[[float], None]) -> None:
+        """A split job's part starts at `at`, the instant every part agreed on, on the workers' common clock:
+        start(t) by an event at that instant on this loop (t), so that what it sends as it starts leaves
+        then (its begin(t))."""
+        t = at - self.to_common()
+        self.at(t, lambda t, _: start(t), None)
+
+    @property
+    def origin(self) -> float:
+        """Where the fabric time of samples and captures counts from: on the wall clock the worker's start."""
+        return self._origin
+
+    @property
+    def measuring(self) -> bool:
+        """Whether what happens now is the fabric's measured time (queue samples are taken): always here."""
+        return True
+
+    def took_from_kernel(self, frames: int, emptied: bool) -> None:
+        """A reader's turn took `frames` from a kernel's ring (`emptied`: fewer than a burst, none left).
+        After GATHER_AFTER or more that emptied it, the loop waits a moment before it looks again
+        (`gather`): the hosts run meanwhile and the next frames gather, where each would have woken the
+        worker on its own. A whole burst (more waiting) goes on at once: the switch keeps up first.
+        Measured under `emu bench engine`'s load (2026-12-05): waiting after whole bursts too lost frames
+        at the worker's own ring whenever the hosts held both cores, and yielding after them held the
+        sender back; going on, the engine delivered all the sender sent, up to 200k pps, and what was lost
+        was lost at the receiver's socket, which a slow host loses on a real switch too."""
+        if emptied and frames >= GATHER_AFTER:
+            self.gather = True
 
     def split_over(self, windows: Windows) -> None:
         """This worker runs one part of a fabric split over several: on the fabric clock its jobs advance
@@ -293,10 +322,26 @@ class FabricLoop(WallLoop):
         sched.busy += 1
         return sched.now
 
-    def start_at(self, at: float, start: Callable[[], None]) -> None:
-        """On the fabric clock at once: the job's begin(at) moves fabric time to `at` (not in this worker's
-        past) and opens the windows there."""
-        start()
+    def start_at(self, at: float, start: Callable[[float], None]) -> None:
+        """On the fabric clock `at` is fabric seconds, and the start is at once: the job's begin(at) moves
+        fabric time there (not in this worker's past) and opens the windows."""
+        start(at)
+
+    @property
+    def origin(self) -> float:
+        """Fabric time's own zero: a sample's fabric time is then the same in every run."""
+        return 0.0
+
+    @property
+    def measuring(self) -> bool:
+        """While a job runs: between jobs fabric time only follows the wall."""
+        return self.sched.busy > 0
+
+    def took_from_kernel(self, frames: int, emptied: bool) -> None:
+        """Counted while a job runs (`kernel_frames`): their timing is not the fabric's. This loop runs
+        its jobs' turns its own way and never waits to gather."""
+        if self.sched.busy:
+            self.kernel_frames += frames
 
     def windows_over(self, t: float) -> None:
         """Split fabric: no worker has a job left; fabric time follows the wall from `t`, the same

@@ -99,8 +99,8 @@ class QueueSamples:
 
 @dataclass(frozen=True)
 class RunJob:
-    """Run a job of the project's own inside the engine (`kind`: one of the worker's JOBS, e.g.
-    "collective"), with its parameters; answers a job id once it is built. `hold`: built, not started
+    """Run a job of the project's own inside the engine (`kind`: its class, Job.kind(), e.g.
+    "emu.collectives.job:CollectiveJob"), with its parameters; answers a job id once it is built. `hold`: built, not started
     (a split fabric's part, started by StartJob once every part is built)."""
 
     kind: str

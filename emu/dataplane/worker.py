@@ -31,6 +31,7 @@ from emu.control.model import SwitchTables
 from emu.dataplane.channel import FRAME, Channels, common_offset, port_id
 from emu.dataplane.core import check_native
 from emu.dataplane.host import HostDelivery
+from emu.dataplane.job import Job
 from emu.dataplane.loop import FabricLoop, WallLoop
 from emu.dataplane.pcap import PcapWriter
 from emu.dataplane.pipeline import HostEnd, Switch
@@ -64,23 +65,16 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 PACKET_STATISTICS = 6
-# Frames taken from one port's ring in a turn; a turn of GATHER_AFTER or more that empties it lets the
-# hosts run (_gather_after).
+# Frames taken from one port's ring in a turn (a turn that takes fewer emptied it: WallLoop.took_from_kernel).
 RX_BURST = 32
-GATHER_AFTER = 16
-# Jobs a worker runs inside itself, by kind: "module:function" taking (JobHost, params)
-# and returning an object with `finished`, `error`, `result()`. Imported by name when first asked
-# for: the engine knows no endpoint code, and imports stay downward.
-JOBS = {"collective": "emu.collectives.job:start", "perf": "emu.roce.perf:start", "udp": "emu.traffic.job:start",
-        "writes": "emu.roce.perf:start_writes", "replicas": "emu.collectives.elastic:start",
-        "collectives": "emu.collectives.job:start_together", "replay": "emu.collectives.job:start_replay"}
-# On a fabric split over workers every job runs a part on each, for its own hosts (Job.here); the
-# parts agree through notes (Job.tell: on the wall clock a note crosses at once, due a lookahead on,
-# and is late if it arrives after that, as a frame is), and each kind's `merge` joins their results.
-# The kinds a wall-clock worker runs too: UDP flows and the MetaRoCE endpoints (collective ranks,
-# writers), whose twins as processes in the hosts are for frames that must cross a kernel (BMv2's).
-# The replicas' heartbeats are written for the fabric clock's loop only.
-WALL_JOBS = frozenset({"collective", "collectives", "replay", "perf", "writes", "udp"})
+# A job of the project's own runs inside a worker, named by its class (Job.kind: "module:Class", a
+# subclass of emu.dataplane.job.Job in the emu package), imported when first asked for: the engine knows
+# no endpoint code, imports stay downward, and a new kind needs no line here. On a fabric split over
+# workers every job runs a part on each, for its own hosts (Job.here); the parts agree through notes
+# (Job.tell: on the wall clock a note crosses at once, due a lookahead on, and is late if it arrives
+# after that, as a frame is), and each kind's `merge` joins their results. These are the project's own,
+# loaded at a fabric-clock worker's start so that a job's wall time is its own work.
+PRELOAD = ("emu.traffic.job", "emu.roce.perf", "emu.collectives.job", "emu.collectives.elastic")
 
 
 def _captured(pcap: PcapWriter, f: Callable[[float, Any], None]) -> Callable[[float, Any], None]:
@@ -101,7 +95,7 @@ class Worker:
         self.index = index
         self.fabric = spec.clock == "fabric"
         self.loop: WallLoop = (FabricLoop(spec.idle_dilation, core=spec.core) if self.fabric
-                               else WallLoop(core=spec.core))
+                               else WallLoop(core=spec.core, to_common=partial(common_offset, bool(spec.machines))))
         # (switch, port index) -> what its host is handed (a job's endpoint or receiver there, else the kernel)
         self.deliveries: dict[tuple[str, int], Any] = {}
         self.core = spec.core  # the core a job's endpoints run on (Attach.core)
@@ -117,9 +111,7 @@ class Worker:
         self.rx_sockets: list[tuple[socket.socket, Any]] = []
         self.tx_sockets: list[socket.socket] = []
         self.rings: list[RxRing] = []
-        # What samples and captures are stamped from: on the fabric clock its own zero (a sample's fabric time
-        # is then the same in every run), on the wall clock the worker's start.
-        self.t0 = 0.0 if self.fabric else self.loop.clock()
+        self.t0 = self.loop.origin  # what samples and captures are stamped from
         self._probes = 0
         self.sampled: list[tuple[Switch, int]] = []
         self.sample_names: list[str] = []
@@ -309,9 +301,7 @@ class Worker:
 
             def on_burst() -> None:
                 n = kport.read(clock(), RX_BURST)
-                _gather_after(loop, n)
-                if self.fabric and loop.busy:  # type: ignore[attr-defined]
-                    loop.kernel_frames += n  # type: ignore[attr-defined]
+                loop.took_from_kernel(n, n < RX_BURST)
                 if kport.truncated:
                     port.drops["rx_truncated"] = port.drops.get("rx_truncated", 0) + kport.truncated
                     kport.truncated = 0
@@ -330,9 +320,7 @@ class Worker:
                     pcap.write(now, frame)
                 entry(now, frame)
                 n += 1
-            _gather_after(loop, n)
-            if self.fabric and loop.busy:  # type: ignore[attr-defined]
-                loop.kernel_frames += n  # type: ignore[attr-defined]
+            loop.took_from_kernel(n, n < RX_BURST)
             if ring.truncated:
                 port.drops["rx_truncated"] = port.drops.get("rx_truncated", 0) + ring.truncated
                 ring.truncated = 0
@@ -443,17 +431,14 @@ class Worker:
 
     def _run_job(self, kind: str, params: dict[str, Any], hold: bool = False) -> dict[str, Any]:
         """Build a job; start it at once, or (`hold`: a split fabric's part) when StartJob says."""
-        if not self.fabric and kind not in WALL_JOBS:
-            raise ValueError(f"a {kind} job runs inside the engine on the fabric clock only")
-        target = JOBS.get(kind)
-        if target is None:
-            raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(JOBS)}")
+        cls = job_class(kind)
+        if self.loop.MODE not in cls.clocks:
+            raise ValueError(f"a {cls.__name__} runs inside the engine on the {' or '.join(cls.clocks)} clock only")
         if self.split and not hold:
             raise ValueError("a job on a split fabric is built on every worker first (RunJob.hold), then started "
                              "at one instant (StartJob)")
-        module, fn = target.split(":")
         meter = _Meter(self)
-        job = getattr(importlib.import_module(module), fn)(self, params)
+        job = cls(self, params)
         job.on_finish.append(meter.stop)  # (Job.finish calls it, from the job's start on)
         job_id = len(self.jobs) + 1  # the same on every worker: each is asked for every job, in order
         self.jobs[job_id] = job
@@ -469,18 +454,19 @@ class Worker:
         job = self.jobs.get(job_id)
         if job is None or job.begun:
             raise ValueError(f"no job {job_id} waiting to start")
-        job.params["at"] = at if self.fabric else at - common_offset(bool(self.spec.machines))
-        self.loop.start_at(job.params["at"], lambda: self._go(job))
+        def start(t: float) -> None:
+            job.params["at"] = t
+            self._go(job)
+
+        self.loop.start_at(at, start)
         return {"ok": True, "job": job_id}
 
     def _go(self, job: Any) -> None:
-        """Start a built job. Run by an event on the wall clock, where an error cannot go back to a request:
-        it fails the job with its reason, for whoever asks (JobResult), and not the worker."""
+        """Start a built job. An error fails the job with its reason, for whoever asks (JobResult), and not
+        the worker (on the wall clock the start is an event, and no request waits for it)."""
         try:
             job.go()
         except Exception as exc:
-            if self.fabric:
-                raise
             job.fail(f"{type(exc).__name__}: {exc}")
         if self.sampler_idle:
             self.sampler_idle = False
@@ -640,7 +626,7 @@ class Worker:
     def _sample(self, t: float, _: Any) -> None:
         if not self.sampled:
             return
-        if self.fabric and not self.loop.busy:  # type: ignore[attr-defined]
+        if not self.loop.measuring:
             self.sampler_idle = True  # nothing of ours runs: sample again when a job starts
             return
         self.samples.append((t, [sw.ports[i].tx.queued() for sw, i in self.sampled],
@@ -698,6 +684,20 @@ def _paused(port: Any, t: float) -> float:
     transmitter's pauses, and a host port's NIC model's (the host held by the switch's own XOFF)."""
     held = sum(port.tx.paused_seconds(t))
     return held + sum(port.nic.paused_seconds(t)) if port.nic is not None else held
+
+
+def job_class(kind: str) -> type[Job]:
+    """The Job subclass a request names ("module:Class", in the emu package); one error otherwise."""
+    module, _, name = kind.partition(":")
+    if not module.startswith("emu.") or not name:
+        raise ValueError(f"a job kind is a Job subclass of the emu package, as \"module:Class\"; got {kind!r}")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        raise ValueError(f"no job kind {kind!r}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Job)):
+        raise ValueError(f"{kind!r} is not a Job")
+    return cls
 
 
 class _Meter:
@@ -758,20 +758,6 @@ def _raise_priority() -> None:
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     except OSError:
         pass
-
-
-def _gather_after(loop: WallLoop, frames: int) -> None:
-    """After a turn that took `frames` from one ring: if it took GATHER_AFTER or more and emptied the ring
-    (fewer than RX_BURST), the wall loop waits a moment before it looks again (WallLoop.gather): the
-    hosts run meanwhile and the next frames gather, where each would have woken the worker on its own.
-
-    A whole burst (more waiting) goes on at once: the switch keeps up first. Measured under `emu bench
-    engine`'s load (2026-12-05): waiting after whole bursts too lost frames at the worker's own ring
-    whenever the hosts held both cores, and yielding after them (as this did before) held the sender
-    back; going on, the engine delivered all the sender sent, up to 200k pps, and what was lost was
-    lost at the receiver's socket, which a slow host loses on a real switch too (UdpRcvbufErrors)."""
-    if GATHER_AFTER <= frames < RX_BURST:
-        loop.gather = True
 
 
 def _raise_open_files() -> None:
@@ -856,8 +842,8 @@ def main(argv: list[str] | None = None) -> int:
 
         worker.loop.add_reader(owner, owner_gone)
     if worker.fabric:  # the jobs' code loaded now, in the bring-up: a job's wall time is its own work
-        for target in JOBS.values():
-            importlib.import_module(target.split(":")[0])
+        for module in PRELOAD:
+            importlib.import_module(module)
         if worker.native:
             importlib.import_module("emu.roce._device")
     print(f"worker {index} ready: {', '.join(sorted(worker.switches))}", flush=True)

@@ -109,7 +109,7 @@ class EngineFlows:
                   "budget_s": 100 * sum(f.wire_bytes for f in flows) * 8 / min(f.rate_bps for f in flows) + 0.01}
         # The receivers in the job's order (one a destination host, UDP port and family), as results are keyed.
         self.keys = list(dict.fromkeys((f.dst, f.port, ":" in f.dst_ip) for f in flows))
-        self.job = net.engine.start_job("udp", params)
+        self.job = net.engine.start_job(UdpJob, params)
         self.kernel_frames = 0
         self.failed_at_s: float | None = None
 

@@ -38,6 +38,7 @@ from emu.net.flows import EngineFlows, Flow, KernelFlows
 if TYPE_CHECKING:
     from emu.collectives.run import Tenant
     from emu.collectives.trace import Trace
+    from emu.dataplane.job import Job
     from emu.net.fabric import FabricNet
     from emu.net.switch import RunSettings
 
@@ -175,6 +176,16 @@ class Timebase(ABC):
         engine (on the fabric clock, always)."""
         return True
 
+    def run_job(self, kind: type[Job], params: dict[str, Any]) -> dict[str, Any]:
+        """A job of `kind` (an engine Job subclass) inside the engine, on whichever clock this is, waited
+        for: its final state, `result` joined over a split fabric's parts (kind.merge) and
+        `kernel_frames`. What a new endpoint kind's verb on FabricNet calls (docs/architecture.md)."""
+        if not self.endpoints_inside():
+            raise ValueError(f"a {kind.__name__} runs inside the engine: on its own switches (--backend native), "
+                             "not BMv2's")
+        engine = self.net.engine
+        return engine.wait_job(engine.start_job(kind, params), kind.merge)
+
     def collectives(self, tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
         """Several collectives started at one fabric instant, each on its own hosts (and planes), each
         summarised on its own (the engine's counters and packet-hops are the fabric's, shared)."""
@@ -219,6 +230,7 @@ class Timebase(ABC):
         """Execution trace `trace` replayed, rank r on hosts[r] (default: the fabric's hosts in order),
         summarised (emu.collectives.playback)."""
         from emu.collectives import playback
+        from emu.collectives.job import ReplayJob
         from emu.collectives.run import MTU, pick
         from emu.roce.transport import HEADERS
 
@@ -231,7 +243,7 @@ class Timebase(ABC):
         sent = playback.params(ranks, trace, algo=algo, cc=cc, seed=seed, trim_dscp=trim, spray=spray)
         ranks = ranks[:len(trace.ranks)]
         net.engine.reset_fidelity()
-        state = net.engine.wait_job(net.engine.start_job("replay", sent))
+        state = net.engine.wait_job(net.engine.start_job(ReplayJob, sent))
         parts = state.get("parts", [state.get("result")])
         results = sorted((r for part in parts for r in part["ranks"]), key=lambda r: r["rank"])
         stats = net.engine.stats()

@@ -203,10 +203,6 @@ class PerfJob(WritersJob):
         return {**Job.merge(parts), "server": next(p["server"] for p in parts if p["server"] is not None)}
 
 
-def start(host: Attach, params: dict[str, Any]) -> PerfJob:
-    return PerfJob(host, params)
-
-
 class WritesJob(WritersJob):
     """Writes between pairs of hosts at once, on the fabric clock (a traffic pattern: an incast with
     victim flows beside it, a permutation): params hosts ({name: planes}), pairs ([[src, dst], ...];
@@ -263,10 +259,6 @@ class WritesJob(WritersJob):
         pairs = [next(p["pairs"][i] for p in parts if p["pairs"][i]["data_ok"] is not None)
                  for i in range(len(parts[0]["pairs"]))]
         return {**Job.merge(parts), "pairs": pairs}
-
-
-def start_writes(host: Attach, params: dict[str, Any]) -> WritesJob:
-    return WritesJob(host, params)
 
 
 def main(argv: list[str] | None = None) -> int:

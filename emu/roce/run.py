@@ -77,7 +77,7 @@ class EngineWrites:
                   # 100 times every byte through one host's ports: stuck, not slow.
                   "budget_s": 100 * nbytes * 8 * len(pairs) / rate + 0.01}
         self.engine = engine
-        self.job = engine.start_job("writes", params)
+        self.job = engine.start_job(WritesJob, params)
         self.kernel_frames = 0
 
     def wait(self) -> list[dict[str, Any]]:
@@ -110,7 +110,7 @@ class EnginePerf:
                   "budget_s": 100 * (nbytes * 8 * len(clients) / rate + lat_iters * 20e-6) + 0.01}
         self.engine = engine
         self.t0_fabric_s = 0.0
-        self.job = engine.start_job("perf", params)
+        self.job = engine.start_job(PerfJob, params)
         self.kernel_frames = 0
 
     def wait(self) -> tuple[Any, dict[str, Any]]:

@@ -88,7 +88,7 @@ class ReplicaExclusion(Scenario):
                                                         in zip(h.switch_ports, h.ports, strict=True)]}
                             for h in hosts]}
         try:
-            state = net.engine.wait_job(net.engine.start_job("replicas", params), ReplicasJob.merge)
+            state = net.timebase.run_job(ReplicasJob, params)
         finally:
             for sw, port in (fail or {}).get("ports", []):
                 net.engine.set_port(sw, port, True)

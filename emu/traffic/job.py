@@ -192,7 +192,3 @@ class UdpJob(Job):
             return [next(p[field][i] for p in parts if p[field][i] is not None) for i in range(len(parts[0][field]))]
 
         return {**Job.merge(parts), "sent": pick("sent"), "received": pick("received")}
-
-
-def start(host: Attach, params: dict[str, Any]) -> UdpJob:
-    return UdpJob(host, params)
