@@ -213,7 +213,7 @@ class Job:
         self.finished = True
         for p in self.participants:
             p.stop()
-        if self.params.get("joined_at") is None:
+        if self.begun and self.params.get("joined_at") is None:  # a job that never began holds no loop
             self.loop.end()
         for f in self.on_finish:
             f()

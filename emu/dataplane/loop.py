@@ -138,10 +138,10 @@ class WallLoop(Loop):
         self._origin = self.clock()
         self.sync: Windows | None = None  # the windows of a split fabric (over its channels to the other workers)
         # Jobs running on this loop. While one does, Python's cyclic garbage collector waits: a full collection
-        # held a worker of a split fabric for 28-39 ms (the jobs' endpoints are many objects), every event
-        # due meanwhile ran that late, and at D = 20 000 (1.9 us of fabric time, p99 untouched) the FPF 4 x 2
-        # 1 MiB allreduce came out 0.6 % fast or slow from run to run. What a job frees is freed by reference
-        # counting as before; its few cycles wait for its end. The fabric clock's loop is never late.
+        # took 28-39 ms in a worker of a split fabric (gc.callbacks, FPF 4 x 2 1 MiB allreduce), and any event
+        # due meanwhile would run that late (1.9 us of fabric time at D = 20 000). What a job frees is freed
+        # by reference counting as before; its few cycles wait for its end (a 4 MiB allreduce's peak memory
+        # did not grow). The fabric clock's loop is never late.
         self.running_jobs = 0
         # A reader emptied its socket after a burst: wait GATHER_S before the next look (took_from_kernel).
         self.gather = False

@@ -448,12 +448,13 @@ class Worker:
         return {"ok": True, "job": job_id}
 
     def _start_job(self, job_id: int, at: float) -> dict[str, Any]:
-        """A held job's part starts at `at` (StartJob): on the wall clock an instant of the machines' common
-        clock, read on this one's, when it comes; on the fabric clock fabric seconds, at once (its loop's
-        begin moves fabric time there and opens the windows)."""
+        """A held job's part starts at `at` (StartJob): on the wall clock an instant of the workers' common
+        clock, when it comes; on the fabric clock fabric seconds, at once (its loop's begin moves fabric
+        time there and opens the windows). The loop says which (start_at)."""
         job = self.jobs.get(job_id)
         if job is None or job.begun:
             raise ValueError(f"no job {job_id} waiting to start")
+
         def start(t: float) -> None:
             job.params["at"] = t
             self._go(job)
