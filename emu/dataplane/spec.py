@@ -198,7 +198,7 @@ class EngineSpec:
     # no job of ours runs (kernel traffic only). "wall": fabric time = wall time / dilation.
     clock: str = "wall"
     idle_dilation: float = 1000.0
-    # A split fabric-clock fabric: where each worker runs and listens for its channels (its machine's
+    # A split fabric (either clock): where each worker runs and listens for its channels (its machine's
     # address; none: this machine, on loopback), and its machine's name, for errors.
     hosts: tuple[str, ...] = ()
     machines: tuple[str, ...] = ()
