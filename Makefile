@@ -12,7 +12,9 @@ APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump pyt
 
 setup: $(VENV)/.done
 
-$(VENV)/.done: pyproject.toml
+# Set-up runs again when what builds the package or the compiled core changes: an edited .pyx is rebuilt,
+# never tested as its old build (emu.dataplane.core also refuses a build older than its source).
+$(VENV)/.done: pyproject.toml setup.py $(wildcard emu/*/*.pyx emu/*/*.pxd)
 	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null && command -v chromium >/dev/null && command -v promtool >/dev/null \
 	  && command -v sudo >/dev/null && test -x /usr/sbin/sshd \
 	  && command -v ping >/dev/null && command -v brctl >/dev/null && /usr/bin/python3 -c 'import venv, mininet' 2>/dev/null \

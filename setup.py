@@ -1,9 +1,15 @@
-"""The compiled core (emu.dataplane._core and what builds on it), made with Cython and the system's C
-compiler when `pip install` builds the package. Optional: where it cannot be built (no compiler, no
-Python headers), set-up says so in one line and the Python reference core runs instead."""
+"""The compiled core (emu.dataplane._core, emu.roce._device), made with Cython and the system's C compiler
+when `pip install` builds the package.
+
+Where a C compiler is present the build must succeed: a failure stops set-up with the compiler's error,
+since a suite that quietly fell back to the Python core would pass with the compiled core untested.
+Where there is no compiler (or the user asked for the Python core alone, EMU_CORE=python), set-up says so
+in one line and the Python reference core runs instead (the same figures, slower)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 
 from setuptools import setup
@@ -13,6 +19,21 @@ MODULES = ["emu/dataplane/_core.pyx", "emu/roce/_device.pyx"]
 # IEEE arithmetic exactly as Python does it: no fused multiply-add, no fast-math, so the compiled
 # core's floating-point sums are the reference's, bit for bit.
 CFLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math"]
+FALLBACK = "the Python reference core will run (same figures, slower)"
+
+
+def required() -> bool:
+    """The compiled core must build: a C compiler is here and the Python core alone was not asked for."""
+    compiler = os.environ.get("CC", "cc").split()[0]
+    return os.environ.get("EMU_CORE") != "python" and (shutil.which(compiler) or shutil.which("gcc")) is not None
+
+
+def optional(what: str, exc: BaseException) -> None:
+    """A build step failed: stop set-up where the core is required, else say so in one line."""
+    if required():
+        raise SystemExit(f"emu: the compiled core did not build ({what}: {exc}). Fix the error above, or set "
+                         "EMU_CORE=python to install and test the Python core alone")
+    print(f"emu: the compiled core was not built ({what}: {exc}); {FALLBACK}", file=sys.stderr)
 
 
 class OptionalBuild(build_ext):
@@ -20,23 +41,23 @@ class OptionalBuild(build_ext):
         try:
             super().run()
         except Exception as exc:  # noqa: BLE001 (any failure of the toolchain)
-            print(f"emu: the compiled core was not built ({exc}); the Python reference core will run "
-                  "(same figures, slower)", file=sys.stderr)
+            optional("build_ext", exc)
 
     def build_extension(self, ext) -> None:  # type: ignore[no-untyped-def]
         try:
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
-            print(f"emu: the compiled core was not built ({exc}); the Python reference core will run "
-                  "(same figures, slower)", file=sys.stderr)
+            optional(ext.name, exc)
 
 
 def extensions() -> list:
+    if os.environ.get("EMU_CORE") == "python":
+        print(f"emu: EMU_CORE=python: the compiled core is not built; {FALLBACK}", file=sys.stderr)
+        return []
     try:
         from Cython.Build import cythonize
-    except ImportError:
-        print("emu: Cython is not installed: the compiled core is not built; the Python reference core "
-              "will run (same figures, slower)", file=sys.stderr)
+    except ImportError as exc:
+        optional("Cython is not installed", exc)
         return []
     from setuptools import Extension
 
@@ -44,8 +65,7 @@ def extensions() -> list:
     try:
         return cythonize(exts, compiler_directives={"language_level": 3}, quiet=True)
     except Exception as exc:  # noqa: BLE001 (a Cython that cannot translate it)
-        print(f"emu: the compiled core was not built (Cython: {exc}); the Python reference core will run "
-              "(same figures, slower)", file=sys.stderr)
+        optional("Cython", exc)
         return []
 
 

@@ -40,6 +40,18 @@ def _tree(paths: tuple[str, ...]) -> dict[str, str]:
 
 def pytest_configure(config):
     config._emu_machine_state = _tree(MACHINE_STATE)
+    _require_compiled_core()
+
+
+def _require_compiled_core() -> None:
+    """The suite tests both cores: without the compiled one it stops, saying why, unless the user asked for
+    the Python core alone (EMU_CORE=python). Otherwise the tests comparing the two would skip or drop their
+    compiled case, and a green suite would have left the compiled core untested."""
+    from emu.dataplane.core import native, why_not
+
+    if os.environ.get("EMU_CORE") != "python" and native() is None:
+        pytest.exit(f"{why_not()}. The suite tests the compiled core: build it (`make setup`), or set "
+                    "EMU_CORE=python to test the Python core alone", returncode=3)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -20,16 +20,35 @@ _native: Any = None
 _why_not = ""
 
 
+COMPILED = ("emu.dataplane._core", "emu.roce._device")  # the compiled core's modules, built together
+
+
 def native() -> Any:
-    """The compiled core's module, or None where it was not built (`why_not()` says why)."""
+    """The compiled core's module, or None where it was not built or is older than its source (`why_not()`
+    says why): an edited .pyx tested as its old build would compare the reference with a stale twin."""
     global _native, _why_not
     if _native is None and not _why_not:
         try:
-            _native = importlib.import_module("emu.dataplane._core")
+            mods = [importlib.import_module(name) for name in COMPILED]
         except ImportError as exc:
             _why_not = (f"the compiled core was not built ({exc}): `make setup` builds it with Cython and "
                         "gcc; the Python reference core runs instead, the same figures, slower")
+            return None
+        stale = [m.__name__ for m in mods if _older_than_source(m)]
+        if stale:
+            _why_not = (f"the compiled core is older than its source ({', '.join(stale)}): `make setup` "
+                        "rebuilds it")
+            return None
+        _native = mods[0]
     return _native
+
+
+def _older_than_source(mod: Any) -> bool:
+    """Whether a compiled module's .pyx or .pxd beside it (an editable checkout) is newer than its build."""
+    built = getattr(mod, "__file__", None) or ""
+    base = os.path.join(os.path.dirname(built), mod.__name__.rsplit(".", 1)[-1])
+    sources = [base + ext for ext in (".pyx", ".pxd") if os.path.exists(base + ext)]
+    return bool(built) and any(os.path.getmtime(src) > os.path.getmtime(built) for src in sources)
 
 
 def why_not() -> str:
