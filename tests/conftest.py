@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from emu.net.cleanup import clean
+from tests.helpers import on_time
 
 # The machine's learnt state (what --dilation auto learnt) and its kept logs are the user's: the suite
 # and every process it starts use folders of their own (EMU_CACHE_DIR and EMU_LOG_DIR are inherited),
@@ -179,7 +180,8 @@ def incast_native(tmp_path_factory):
     out = tmp_path_factory.mktemp("incast")
     base = RunSettings(backend="native", links="auto", buffer_per_port=256 << 10)
     params = {"senders": "5", "bytes": "512KiB"}
-    return {pfc: run_scenario("incast", params, replace(base, pfc=pfc), dilation=20000, out_dir=str(out))
+    return {pfc: on_time(lambda d, pfc=pfc: run_scenario("incast", params, replace(base, pfc=pfc), dilation=d,
+                                                         out_dir=str(out)), 20000)
             for pfc in (True, False)}, out
 
 

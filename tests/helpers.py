@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from emu.control.model import Group, NextHop, Route, SwitchTables
 from emu.dataplane.spec import EngineSpec, PortSpec, QosSpec, SwitchSpec
@@ -105,3 +107,27 @@ class Live:
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
+
+
+# A wall-clock test written at one D runs again at KEPT_D_FACTOR x that D where the run's verdict says it
+# was late: machines of this project's kind differ 3-4x in speed, and a figure asserted of a late run is
+# the emulator's. A run late even then is what the verdict says it is, and the test reports that.
+KEPT_D_FACTOR = 4
+
+
+def on_time(run: Callable[[float], dict[str, Any]], dilation: float) -> dict[str, Any]:
+    """`run(D)`'s result at `dilation`, or at KEPT_D_FACTOR x it where the first was judged late (fidelity
+    NOT OK). A result judged ok or unknown is returned to be asserted on. Late at both: the verdict must
+    name what fell behind, and the test is skipped saying so (its figures are not the fabric's to check)."""
+    import pytest
+
+    tried = []
+    for d in (dilation, dilation * KEPT_D_FACTOR):
+        r = run(d)
+        fid = r["fidelity"]
+        if fid["ok"] is not False:
+            return r
+        assert fid["behind"] or fid.get("emulator_drops"), fid  # NOT OK says why
+        tried.append(f"D={d:g}: {', '.join(fid['behind'][:3]) or 'the emulator lost packets'}")
+    pytest.skip(f"this machine kept neither D (the verdicts said NOT OK, {'; '.join(tried)}): "
+                "nothing asserted of the fabric's figures")

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from emu.dataplane.loop import FabricLoop
+from emu.dataplane.loop import EngineLoop
 
 FPF = {"gpus": "4", "planes": "2", "leaves": "1", "sizes": "256KiB,1MiB"}
 
 
 def test_a_job_starts_at_the_next_whole_fabric_second_after_what_was_due():
-    loop = FabricLoop(idle_dilation=1000.0)
+    loop = EngineLoop(1000.0)
     ran: list[tuple[float, str]] = []
     loop.at(0.25, lambda t, a: ran.append((t, a)), "idle timer")
     loop.at(0.5, lambda t, a: ran.append((t, a)), "first of a tie")
@@ -36,7 +36,7 @@ def test_a_paced_job_takes_the_wall_time_asked_for_and_runs_the_same_events():
     import time
 
     def run(pace: float) -> tuple[float, list[float]]:
-        loop = FabricLoop(idle_dilation=1000.0)
+        loop = EngineLoop(1000.0)
         start = loop.begin()
         loop.set_pace(pace)
         ran: list[float] = []
@@ -51,7 +51,7 @@ def test_a_paced_job_takes_the_wall_time_asked_for_and_runs_the_same_events():
     assert paced[1] == fast[1] == [round(i * 1e-4, 9) for i in range(1, 11)]
     assert paced[0] >= 0.29 and fast[0] < paced[0]
     with pytest.raises(ValueError, match="pace"):
-        FabricLoop(idle_dilation=1000.0).set_pace(-1.0)
+        EngineLoop(1000.0).set_pace(-1.0)
 
 
 def _run(**settings: Any) -> dict[str, Any]:
@@ -227,7 +227,7 @@ def _write_after(pause_s: float, pace: float = 0.0) -> tuple[float, float, int, 
 @pytest.mark.root
 @pytest.mark.mininet
 def test_the_same_fabric_after_any_pause_and_at_any_pace(no_leftovers):
-    """Issue 41: a job left frames, queues and timers behind; they drain on the schedule (FabricLoop's
+    """Issue 41: a job left frames, queues and timers behind; they drain on the schedule (EngineLoop's
     DRAIN_S), so the next job finds the same fabric whether it starts at once or after a wall-clock pause
     long enough for the idle clock to run the drain's fabric time many times over. And `--pace` (a fabric
     second taking 2000 wall seconds here, for the live view) changes the wall time only, on a real job,

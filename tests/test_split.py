@@ -195,7 +195,7 @@ def test_the_wall_clocks_bound_is_the_widest_round_since_the_last_reset(monkeypa
     a, b = socket.socketpair()
     now = [100.0]
     monkeypatch.setattr(ch.time, "time", lambda: now[0])
-    c = ch.Channels(0, 2, math.inf, _Loop(), lambda *x: None, str, wall=True)
+    c = ch.Channels(0, 2, math.inf, _Loop(), lambda *x: None, str, paced=True)
     peer = ch._Peer(1, a, bytearray(), bytearray())
     c.peers[1] = peer
 

@@ -62,6 +62,7 @@ cdef class Schedule:
     cdef public double idle_dilation
     cdef public double anchor_f
     cdef public double anchor_w
+    cdef public bint paced
     cdef int push(self, double t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1
     cdef int push_seq(self, double t, int64_t seq, EventFn fn, object obj, object parg, void* varg,
                       int64_t iarg, int held=*) except -1

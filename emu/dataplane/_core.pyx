@@ -176,6 +176,7 @@ cdef class Schedule:
         self.idle_dilation = idle_dilation
         self.anchor_f = 0.0
         self.anchor_w = monotonic()
+        self.paced = False
 
     def __dealloc__(self):
         cdef Py_ssize_t i
@@ -335,6 +336,14 @@ cdef class Schedule:
     def clock(self):
         return self.cclock()
 
+    def stamp(self):
+        if self.mode != FABRIC:
+            return self.cclock()
+        if not self.paced and (self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until)):
+            return self.now
+        cdef double f = self.anchor_f + (monotonic() - self.anchor_w) / self.idle_dilation
+        return f if f > self.now else self.now
+
     cdef inline int _run(self, Event* e) except -1:
         """Run a popped event (a Python callback's objects are let go of after it)."""
         if e.fn != NULL:
@@ -392,6 +401,25 @@ cdef class Schedule:
             self.now = e.t
             self._run(&e)
             n += 1
+        return n
+
+    def run_paced(self, late, double limit):
+        cdef Event e
+        cdef long long n = 0
+        cdef double anchor_f = self.anchor_f, anchor_w = self.anchor_w, d = self.idle_dilation
+        cdef double wall = monotonic()
+        cdef double due = anchor_f + (wall - anchor_w) / d
+        add = late.add
+        while self.n and self.kt[0] <= due and self.kt[0] < limit:
+            self._pop(&e)
+            if e.t > self.now:
+                self.now = e.t
+            add(wall - (anchor_w + (e.t - anchor_f) * d))
+            self._run(&e)
+            n += 1
+            if n & 63 == 0:
+                wall = monotonic()
+                due = anchor_f + (wall - anchor_w) / d
         return n
 
     def run_wall(self, late):

@@ -13,12 +13,13 @@ each window's frames sent in one batch before its barrier.
 Between jobs, fabric time follows each worker's wall clock (FabricLoop's idle mode); frames cross
 at once and land at their time, or now if that has passed (as the kernel's frames do).
 
-On the wall clock (`wall`: fabric time = wall time / D, workers on one machine or several) there are
-no windows: a frame crosses at once, stamped with the time it arrives on the workers' common clock
-(on one machine the monotonic clock they share; across machines CLOCK_REALTIME, each machine's
-monotonic clock being its own), and lands then; if that has passed it runs at once and its lateness
-counts in the receiver's fidelity, as any late event's does. Across machines that holds only as far
-as the machines' clocks agree (PTP), so each worker measures its peers' clocks,
+On the wall clock (`paced`: every worker's loop paced at D, workers on one machine or several) the
+frames and windows are the same: a frame carries the fabric instant it arrives at, and a job runs in
+windows as on the fabric clock, each worker's events waiting for the wall as well. The workers' pacers
+agree as far as their clocks do: fabric time 0 is one instant of their common clock (on one machine
+the monotonic clock they share; across machines CLOCK_REALTIME, each machine's monotonic clock being
+its own), and so is a job's start. Across machines that holds only as far as the machines' clocks
+agree (PTP), so each worker measures its peers' clocks,
 a round of `CLOCK` messages every second from connect on (NTP's way: offset = peer - midpoint of
 the round trip, to within half the round trip), and reports the widest bound, |offset| + round
 trip / 2, of the rounds since the measurement began; the fidelity verdict counts it as one more
@@ -98,9 +99,9 @@ class Channels:
 
     def __init__(self, index: int, workers: int, lookahead: float, loop: Any,
                  deliver: Callable[[int, float, int, bytes], None], machine: Callable[[int], str],
-                 wall: bool = False, across_machines: bool = False) -> None:
+                 paced: bool = False, across_machines: bool = False) -> None:
         self.index, self.workers, self.lookahead = index, workers, lookahead
-        self.wall = wall
+        self.paced = paced  # the wall clock: the peers' clocks are measured, and a dead peer's links go down
         self.across = across_machines
         self.clock_sent: dict[tuple[int, int], float] = {}  # (peer, probe) -> when the probe left (realtime)
         self.clock_round = -1
@@ -115,8 +116,8 @@ class Channels:
         # The fabric clock's windows (emu.dataplane.windows), over these channels.
         self.sync = Windows(lookahead, lambda: len(self.peers), self._send_barrier, deliver,
                             lambda t: loop.windows_over(t), lambda j: f"engine worker {machine(j)}")
-        self.wall_handed = 0  # messages received on the wall clock (no windows)
-        self.dead: dict[int, int] = {}  # wall clock: a peer whose channel closed -> messages for it dropped since
+        self.idle_handed = 0  # messages received between jobs (no windows)
+        self.dead: dict[int, int] = {}  # paced: a peer whose channel closed -> messages for it dropped since
 
     @property
     def windows(self) -> int:
@@ -124,8 +125,8 @@ class Channels:
 
     @property
     def handed(self) -> int:
-        """Messages received in windows (on the wall clock: all)."""
-        return self.sync.handed + self.wall_handed
+        """Messages received, in windows and between jobs."""
+        return self.sync.handed + self.idle_handed
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -146,7 +147,7 @@ class Channels:
             s = socket.create_connection((host, port), timeout=10)
             s.sendall(HEADER.pack(HELLO, IDLE, 0.0, self.index, 0))
             self._add(j, s)
-        if self.wall:
+        if self.paced:
             self.loop.at(self.loop.clock(), self._clock_round, 0)
 
     def _clock_round(self, t: float, r: int) -> None:
@@ -227,15 +228,11 @@ class Channels:
     # -- sending ----------------------------------------------------------------------
 
     def send_frame(self, peer: int, pid: int, t_arrive: float, frame: Any) -> None:
-        if self.wall:  # on the workers' common clock
-            t_arrive += common_offset(self.across)
         self._put(peer, FRAME, t_arrive, pid, bytes(frame))
 
     def send_note(self, job: int, t: float, payload: Any) -> None:
         """A job's message to its parts on every other worker, due at `t` (at least one lookahead on)."""
         data = json.dumps(payload).encode()
-        if self.wall:  # on the workers' common clock, as a frame's time (and read back so in _message)
-            t += common_offset(self.across)
         for j in list(self.peers):
             self._put(j, NOTE, t, job, data)
 
@@ -296,7 +293,7 @@ class Channels:
         to a dead process is: what this worker sends it is dropped and counted (`dead`), and the rest of
         the fabric goes on (a control plane can route around what died)."""
         err = self._lost(p, exc)
-        if not self.wall:
+        if not self.paced:
             raise err
         print(f"worker {self.index}: {err}; the links to it are down from here", flush=True)
         self.by_fd.pop(p.sock.fileno(), None)
@@ -343,10 +340,8 @@ class Channels:
                 best = self.clocks.get(p.index)
                 if best is None or rtt < best[1]:
                     self.clocks[p.index] = (t - (sent + back) / 2, rtt)
-        elif self.wall:  # at its time on this machine's clock; if that has passed, at once and late
-            self.wall_handed += 1
-            self.deliver(kind, t - common_offset(self.across), a, payload)
         elif window == IDLE:  # between jobs: due now if its time has passed
+            self.idle_handed += 1
             now = self.loop.clock()
             self.deliver(kind, t if t > now else now, a, payload)
         else:

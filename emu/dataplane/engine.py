@@ -127,6 +127,8 @@ class Engine:
         try:
             if self.remote:
                 self.spec = replace(self.spec, hosts=self._channel_hosts())
+            if self.spec.paced:  # fabric time 0 at one instant for every worker's pacer
+                self.spec = replace(self.spec, origin=time.monotonic() + common_offset(bool(self.spec.machines)))
             spec_path = os.path.join(self.run_dir, "engine.json")
             with open(spec_path, "w") as f:
                 f.write(self.spec.to_json())
@@ -301,7 +303,7 @@ class Engine:
         self.check()
         out: dict[str, Any] = {"dilation": self.spec.dilation, "switches": {}, "workers": []}
         ends: dict[str, dict[str, Any]] = {}  # a cut host cable's NIC, counted where its host runs
-        if self.spec.clock == "fabric" and self.spec.workers > 1:
+        if self.spec.channelled:
             out["lookahead_s"] = self.spec.lookahead_s()  # the window the workers advance in together
         for i in range(self.spec.workers):
             r = self.request(i, Stats())
@@ -380,12 +382,12 @@ class Engine:
         spacing = max(0.001 / wall_d, 1e-6)  # fabric s: at least 1 ms of wall, and 1 us of fabric
         delay = next((p.delay_s for s in self.spec.switches if s.name == switch for p in s.ports if p.ifname == port), 0.0)
         timeout += (count * spacing + 4 * 2 * delay) * wall_d
-        pid = self._ask(switch, Probe(switch, port, count, spacing * self.spec.dilation))["probe"]
+        pid = self._ask(switch, Probe(switch, port, count, spacing))["probe"]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             rtts = self._ask(switch, ProbeResult(switch, pid))["rtts_s"]
             if len(rtts) >= count:
-                return [r / self.spec.dilation for r in rtts]
+                return rtts
             time.sleep(0.01)
         raise EngineError(f"{switch}/{port}: probes did not come back within {timeout:.0f}s (is the peer a switch?)")
 
@@ -458,9 +460,9 @@ class Engine:
         if len(ids) != 1:
             raise EngineError(f"the workers numbered the {kind.__name__} differently ({sorted(ids)}): stop this fabric")
         job = ids.pop()
-        at = self._common_start()
+        at, wall_at = self._common_start()
         for i in range(self.spec.workers):
-            r = self.request(i, StartJob(job, at), timeout=60)
+            r = self.request(i, StartJob(job, at, wall_at), timeout=60)
             if not r.get("ok"):
                 raise EngineError(f"engine worker {self.spec.worker_name(i)} could not start its part of the "
                                   f"{kind.__name__}: {r.get('error')}; stop this fabric")
@@ -470,16 +472,15 @@ class Engine:
     # time for every request to arrive, on this machine's control sockets or ssh's (milliseconds each).
     WALL_START_S = 0.05
 
-    def _common_start(self) -> float:
-        """The instant every part of a split job starts at (StartJob.at). On the fabric clock, the next whole
-        second at least half a second of fabric time after the furthest worker's now (its idle time
-        follows the wall, so the requests arrive well before it). On the wall clock, WALL_START_S from
-        now on the workers' common clock (emu.dataplane.channel.common_offset; a part asked after that starts
-        late, and its lateness counts in the verdict)."""
-        if self.spec.clock == "wall":
-            return time.monotonic() + common_offset(bool(self.spec.machines)) + self.WALL_START_S
+    def _common_start(self) -> tuple[float, float]:
+        """The instant every part of a split job starts at (StartJob.at): the next whole second at least half a
+        second of fabric time after the furthest worker's now (its time between jobs follows the wall, so
+        the requests arrive well before it). Paced, also the wall instant the start maps to (wall_at):
+        WALL_START_S from now on the workers' common clock (emu.dataplane.channel.common_offset; a part
+        asked after that starts late, and its lateness counts in the verdict); else -1."""
         now = max(float(self.request(i, Ping())["now"]) for i in range(self.spec.workers))
-        return math.floor(now + 0.5) + 1.0
+        wall_at = time.monotonic() + common_offset(bool(self.spec.machines)) + self.WALL_START_S if self.spec.paced else -1.0
+        return math.floor(now + 0.5) + 1.0, wall_at
 
     def job_state(self, job: int) -> dict[str, Any]:
         """{"done": False, "fabric_s": ...} while it runs; then {"done": True, "result": ...}; EngineError

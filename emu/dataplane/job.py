@@ -143,7 +143,8 @@ class Job:
         # A part of a job of several (emu.collectives.job.Together) starts at the whole's instant, and the
         # whole, not the part, hands fabric time back to the wall.
         joined = self.params.get("joined_at")
-        self.t0 = float(joined) if joined is not None else self.loop.begin(self.params.get("at"))
+        self.t0 = float(joined) if joined is not None else self.loop.begin(self.params.get("at"),
+                                                                            self.params.get("wall_at"))
         self.begun = True
         self.loop.at(self.t0 + self.loop_s(float(self.params["budget_s"])), self._budget, None)
         for after, up, ports in self.params.get("port_events", []):

@@ -44,7 +44,7 @@ class PartitionedFabric:
                if p.peer_kind == "switch" and part[p.peer_switch] != part[s.name]]
         if not cut or min(p.delay_s for _, p in cut) <= 0:
             raise SpecError("partition: the partitions must be joined by links with a propagation delay > 0")
-        self.lookahead = min(p.delay_s for _, p in cut) * spec.dilation if lookahead is None else lookahead
+        self.lookahead = min(p.delay_s for _, p in cut) if lookahead is None else lookahead
         self.part = part
         self.loops = [Loop() for _ in range(n)]
         self.sync = [Windows(self.lookahead, lambda: n - 1, partial(self._barrier, i), partial(self._deliver, i),

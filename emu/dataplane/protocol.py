@@ -110,11 +110,13 @@ class RunJob:
 
 @dataclass(frozen=True)
 class StartJob:
-    """Start a held job (RunJob.hold) at `at`, the instant every worker agreed on: fabric seconds on the
-    fabric clock, the workers' common clock (emu.dataplane.channel.common_offset, wall seconds) on the wall."""
+    """Start a held job (RunJob.hold) at `at`, the fabric instant every worker agreed on; paced (the wall
+    clock), the wall meets it at `wall_at`, an instant of the workers' common clock
+    (emu.dataplane.channel.common_offset, wall seconds)."""
 
     job: int
     at: float
+    wall_at: float = -1.0
 
 
 @dataclass(frozen=True)

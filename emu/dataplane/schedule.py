@@ -50,6 +50,9 @@ class Schedule:
         self.idle_dilation = idle_dilation
         self.anchor_f = 0.0
         self.anchor_w = time.monotonic()
+        # Paced (the wall clock): fabric time follows the wall at 1/idle_dilation through the anchor, jobs
+        # or not; events run when the wall reaches them (run_paced), and outside input is stamped there.
+        self.paced = False
 
     def at(self, t: float, fn: Callback, arg: Any = None) -> None:
         heapq.heappush(self.heap, (t, next(self._seq), fn, arg))
@@ -73,6 +76,18 @@ class Schedule:
             return time.monotonic()
         heap = self.heap
         if self.busy or self.windowed or (heap and heap[0][0] < self.drain_until):
+            return self.now
+        f = self.mapped(time.monotonic())
+        return f if f > self.now else self.now
+
+    def stamp(self) -> float:
+        """The fabric instant at which input from outside the schedule (a kernel's frame) enters it: the
+        wall mapped to fabric time where fabric time follows the wall (paced, or between jobs), never
+        before the last event; `now` while an unpaced job runs (nothing outside can keep its time)."""
+        if self.mode != FABRIC:
+            return self.clock()
+        heap = self.heap
+        if not self.paced and (self.busy or self.windowed or (heap and heap[0][0] < self.drain_until)):
             return self.now
         f = self.mapped(time.monotonic())
         return f if f > self.now else self.now
@@ -132,6 +147,30 @@ class Schedule:
             self.now = t
             fn(t, arg)
             n += 1
+        return n
+
+    def run_paced(self, late: Any, limit: float) -> int:
+        """Paced at D (idle_dilation): every event before `limit` (exclusive: a split fabric's window) that
+        the wall has reached through the anchor, in (time, order) as unpaced, each one's lateness (wall s
+        past its deadline anchor_w + (t - anchor_f) x D) added to `late`; the clock never goes back, and
+        the wall is read again every 64 events."""
+        heap = self.heap
+        pop = heapq.heappop
+        monotonic = time.monotonic
+        anchor_f, anchor_w, d = self.anchor_f, self.anchor_w, self.idle_dilation
+        wall = monotonic()
+        due = anchor_f + (wall - anchor_w) / d
+        n = 0
+        while heap and heap[0][0] <= due and heap[0][0] < limit:
+            t, _, fn, arg = pop(heap)
+            if t > self.now:
+                self.now = t
+            late.add(wall - (anchor_w + (t - anchor_f) * d))
+            fn(t, arg)
+            n += 1
+            if n & 63 == 0:
+                wall = monotonic()
+                due = anchor_f + (wall - anchor_w) / d
         return n
 
     def run_wall(self, late: Any) -> int:

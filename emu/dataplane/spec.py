@@ -193,11 +193,14 @@ class EngineSpec:
     run_dir: str = "/run/emu"
     pcap_dir: str = ""
     workers: int = 1
-    # "fabric": fabric time is the loop's own (emu.dataplane.loop.FabricLoop): the switches run at D = 1
-    # (dilation must be 1) in one worker, and `idle_dilation` maps the wall clock to fabric time while
-    # no job of ours runs (kernel traffic only). "wall": fabric time = wall time / dilation.
+    # Every worker's loop keeps fabric seconds (emu.dataplane.loop.EngineLoop). "fabric": a job's events as
+    # fast as the CPU allows (dilation must be 1), and `idle_dilation` maps the wall clock to fabric time
+    # while no job of ours runs (kernel traffic only). "wall": paced at `dilation`, jobs or not.
     clock: str = "wall"
     idle_dilation: float = 1000.0
+    # Paced: the instant (wall seconds on the workers' common clock, emu.dataplane.channel.common_offset)
+    # at which fabric time is 0 on every worker, so that their pacers agree; set when the engine starts.
+    origin: float = -1.0
     # A split fabric (either clock): where each worker runs and listens for its channels (its machine's
     # address; none: this machine, on loopback), and its machine's name, for errors.
     hosts: tuple[str, ...] = ()
@@ -230,9 +233,15 @@ class EngineSpec:
                     peer = by_name.get(p.peer_switch)
                     if peer is None or p.peer_port >= len(peer.ports):
                         raise SpecError(f"{s.name}/{p.ifname}: peer {p.peer_switch}:{p.peer_port} does not exist")
-        if self.clock == "fabric" and self.workers > 1 and self.lookahead_s() <= 0:
-            raise SpecError("a fabric-clock fabric split over workers needs a propagation delay > 0 on every link "
-                            "between them: that delay is how far one worker may run ahead of another")
+        if self.workers > 1 and self.lookahead_s() <= 0:
+            raise SpecError("a fabric split over workers needs a propagation delay > 0 on every link between "
+                            "them: that delay is how far one worker may run ahead of another")
+
+    @property
+    def paced(self) -> bool:
+        """The wall clock: every worker's loop paced at D (emu.dataplane.loop.EngineLoop), in fabric seconds
+        as on the fabric clock."""
+        return self.clock == "wall"
 
     @property
     def channelled(self) -> bool:
@@ -255,7 +264,7 @@ class EngineSpec:
 
     def lookahead_s(self) -> float:
         """How far (engine s) a worker may run ahead of another: the least delay of the links between them."""
-        return min((p.delay_s * self.dilation for _, p in self.cut_links()), default=math.inf)
+        return min((p.delay_s for _, p in self.cut_links()), default=math.inf)
 
     def channel_host(self, worker: int) -> str:
         return self.hosts[worker] if self.hosts else "127.0.0.1"
@@ -273,6 +282,7 @@ class EngineSpec:
                 "workers": self.workers,
                 "clock": self.clock,
                 "idle_dilation": self.idle_dilation,
+                "origin": self.origin,
                 "hosts": list(self.hosts),
                 "machines": list(self.machines),
                 "core": self.core,
@@ -321,6 +331,7 @@ class EngineSpec:
             workers=d["workers"],
             clock=d.get("clock", "wall"),
             idle_dilation=d.get("idle_dilation", 1000.0),
+            origin=d.get("origin", -1.0),
             hosts=tuple(d.get("hosts", ())),
             machines=tuple(d.get("machines", ())),
             core=d.get("core", "python"),

@@ -32,7 +32,7 @@ from emu.dataplane.channel import FRAME, Channels, common_offset, port_id
 from emu.dataplane.core import check_native
 from emu.dataplane.host import HostDelivery
 from emu.dataplane.job import Job
-from emu.dataplane.loop import FabricLoop, WallLoop
+from emu.dataplane.loop import EngineLoop
 from emu.dataplane.pcap import PcapWriter
 from emu.dataplane.pipeline import HostEnd, Switch
 from emu.dataplane.protocol import (
@@ -65,7 +65,7 @@ ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 PACKET_STATISTICS = 6
-# Frames taken from one port's ring in a turn (a turn that takes fewer emptied it: WallLoop.took_from_kernel).
+# Frames taken from one port's ring in a turn (a turn that takes fewer emptied it: EngineLoop.took_from_kernel).
 RX_BURST = 32
 # A job of the project's own runs inside a worker, named by its class (Job.kind: "module:Class", a
 # subclass of emu.dataplane.job.Job in the emu package), imported when first asked for: the engine knows
@@ -93,13 +93,16 @@ class Worker:
     def __init__(self, spec: EngineSpec, index: int) -> None:
         self.spec = spec
         self.index = index
-        self.fabric = spec.clock == "fabric"
-        self.loop: WallLoop = (FabricLoop(spec.idle_dilation, core=spec.core) if self.fabric
-                               else WallLoop(core=spec.core, to_common=partial(common_offset, bool(spec.machines))))
+        # One loop in fabric seconds, paced at D on the wall clock (its workers' fabric time 0 at one common
+        # instant, spec.origin), unpaced on the fabric clock.
+        self.across = bool(spec.machines)
+        origin = spec.origin - common_offset(self.across) if spec.paced and spec.origin >= 0 else None
+        self.loop = EngineLoop(spec.dilation if spec.paced else spec.idle_dilation, core=spec.core,
+                               paced=spec.paced, origin=origin)
         # (switch, port index) -> what its host is handed (a job's endpoint or receiver there, else the kernel)
         self.deliveries: dict[tuple[str, int], Any] = {}
         self.core = spec.core  # the core a job's endpoints run on (Attach.core)
-        self.dilation = spec.dilation  # the loop's seconds a fabric second (Attach.dilation): 1 on the fabric clock
+        self.dilation = 1.0  # the loop's seconds a fabric second (Attach.dilation): the loop keeps fabric time
         self.native = check_native() if spec.core == "native" else None  # its module, emu.dataplane._core
         self.jobs: dict[int, Any] = {}
         self.meters: dict[int, _Meter] = {}
@@ -126,7 +129,7 @@ class Worker:
         self.channel_addr: tuple[str, int] | None = None
         if self.split:
             self.channels = Channels(index, spec.workers, spec.lookahead_s(), self.loop, self._from_peer,
-                                     spec.worker_name, wall=not self.fabric, across_machines=bool(spec.machines))
+                                     spec.worker_name, paced=spec.paced, across_machines=self.across)
             self.loop.split_over(self.channels.sync)
             self.channel_addr = self.channels.listen(spec.channel_host(index))
         self.opened = self._open_ports()
@@ -173,8 +176,7 @@ class Worker:
             for ps in s.ports:
                 if ps.host_worker == self.index:
                     pid = port_id(place[s.name], ps.index)
-                    end = HostEnd(s, ps, self.loop, dilation=self.spec.dilation,
-                                  to_switch=out_to(s.worker, pid, ps.delay_s * self.spec.dilation))
+                    end = HostEnd(s, ps, self.loop, dilation=1.0, to_switch=out_to(s.worker, pid, ps.delay_s))
                     end.deliver = self._kernel_port(s.name, ps, end.from_host, end)
                     self.host_ends[(s.name, ps.index)] = end
                     self.ingress_of[pid] = end.arrive
@@ -259,7 +261,7 @@ class Worker:
         if not self.spec.pcap_dir:
             return None
         os.makedirs(self.spec.pcap_dir, exist_ok=True)  # on another machine, the folder may be new there
-        w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{switch}-{ps.ifname}.pcap"), self.t0, self.spec.dilation)
+        w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{switch}-{ps.ifname}.pcap"), self.t0, 1.0)
         self.pcaps.append(w)
         self.pcap_of[ps.ifname] = w
         return w
@@ -292,7 +294,7 @@ class Worker:
         the compiled core (KernelPort), Python once per burst."""
         sock, ring, tx = self.opened[ps.ifname]
         pcap = self._pcap(switch, ps)
-        clock = self.loop.clock  # the wall clock, or the fabric time at which the engine takes the frame
+        clock = self.loop.sched.stamp  # the instant a frame enters the schedule (Schedule.stamp)
         frames_ready = ring.frames_ready
         loop = self.loop
         if compiled is not None and pcap is None:
@@ -447,16 +449,17 @@ class Worker:
             self._go(job)
         return {"ok": True, "job": job_id}
 
-    def _start_job(self, job_id: int, at: float) -> dict[str, Any]:
-        """A held job's part starts at `at` (StartJob): on the wall clock an instant of the workers' common
-        clock, when it comes; on the fabric clock fabric seconds, at once (its loop's begin moves fabric
-        time there and opens the windows). The loop says which (start_at)."""
+    def _start_job(self, job_id: int, at: float, wall_at: float) -> dict[str, Any]:
+        """A held job's part starts at fabric instant `at` (StartJob), at once: its loop's begin moves fabric
+        time there and opens the windows; paced, the wall meets it at `wall_at` (the workers' common clock)."""
         job = self.jobs.get(job_id)
         if job is None or job.begun:
             raise ValueError(f"no job {job_id} waiting to start")
 
         def start(t: float) -> None:
             job.params["at"] = t
+            if wall_at >= 0:
+                job.params["wall_at"] = wall_at - common_offset(self.across)
             self._go(job)
 
         self.loop.start_at(at, start)
@@ -548,7 +551,7 @@ class Worker:
                 return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "uptime_s": now - self.t0,
                         "fidelity": self.loop.lateness.summary(),
                         **({"channel": {"windows": self.channels.windows, "received": self.channels.handed,
-                                        **({"clocks": self.channels.clock_bounds()} if not self.fabric else {}),
+                                        **({"clocks": self.channels.clock_bounds()} if self.spec.paced else {}),
                                         # peers whose channel closed (wall clock): messages for them dropped
                                         **({"dead": {str(j): n for j, n in self.channels.dead.items()}}
                                            if self.channels.dead else {})}}
@@ -587,18 +590,17 @@ class Worker:
                 self.sampled = [self._port(sw, port) for sw, port in ports]
                 self.sample_names = [f"{sw}/{port}" for sw, port in ports]
                 self.samples = deque(maxlen=int(most))
-                self.sample_every = float(interval_s) * self.spec.dilation
+                self.sample_every = float(interval_s)
                 self.loop.at(now, self._sample, None)
             case QueueSamples():
-                d = self.spec.dilation
                 return {"ok": True, "ports": self.sample_names,
-                        "samples": [((t - self.t0) / d, q) for t, q, _ in self.samples],
-                        "paused": [((t - self.t0) / d, [x / d for x in p]) for t, _, p in self.samples],
-                        "origin_s": self.t0 / d}
+                        "samples": [(t - self.t0, q) for t, q, _ in self.samples],
+                        "paused": [(t - self.t0, p) for t, _, p in self.samples],
+                        "origin_s": 0.0}
             case RunJob(kind, params, hold):
                 return self._run_job(kind, params, hold)
-            case StartJob(job, at):
-                return self._start_job(job, at)
+            case StartJob(job, at, wall_at):
+                return self._start_job(job, at, wall_at)
             case Connect(peers):
                 if self.channels is None:
                     raise ValueError("this worker's fabric is not split: it has no peers")
@@ -606,8 +608,6 @@ class Worker:
             case JobResult(job):
                 return self._job_result(int(job))
             case SetPace(wall_s):
-                if not isinstance(self.loop, FabricLoop):
-                    raise ValueError("pace is the fabric clock's: on the wall clock, D sets it")
                 self.loop.set_pace(float(wall_s))
             case Stop():
                 self.loop.running = False
@@ -842,11 +842,10 @@ def main(argv: list[str] | None = None) -> int:
             worker.loop.running = False
 
         worker.loop.add_reader(owner, owner_gone)
-    if worker.fabric:  # the jobs' code loaded now, in the bring-up: a job's wall time is its own work
-        for module in PRELOAD:
-            importlib.import_module(module)
-        if worker.native:
-            importlib.import_module("emu.roce._device")
+    for module in PRELOAD:  # the jobs' code loaded now, in the bring-up: a job's wall time is its own work
+        importlib.import_module(module)
+    if worker.native:
+        importlib.import_module("emu.roce._device")
     print(f"worker {index} ready: {', '.join(sorted(worker.switches))}", flush=True)
     try:
         worker.loop.run_forever()

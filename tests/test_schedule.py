@@ -1,0 +1,101 @@
+"""One suite of the schedule, run over both cores and both pacings (as ns-3 runs its simulator's tests over
+every scheduler): unpaced (the fabric clock: events as fast as the CPU allows) and paced at D (the wall
+clock: each event no earlier than the wall mapped to its fabric time). No root, no namespaces."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import pytest
+
+from emu.dataplane.core import make_schedule, native
+from emu.fidelity import Lateness
+
+CORES = ["python"] + (["native"] if native() is not None else [])
+D = 2000.0  # paced: a fabric microsecond is 2 ms of wall
+
+
+@pytest.fixture(params=[(c, p) for c in CORES for p in ("unpaced", "paced")], ids=lambda cp: f"{cp[0]}-{cp[1]}")
+def sched(request):
+    core, pacing = request.param
+    s = make_schedule(core, "fabric", D)
+    if pacing == "paced":
+        s.paced = True
+        s.anchor_f, s.anchor_w = 0.0, time.monotonic()  # fabric 0 is now
+    else:
+        s.busy = 1  # a job runs: unpaced, the schedule is the time
+    return s
+
+
+def run_all(s, late: Lateness | None = None) -> int:
+    """Every event, the way the schedule's pacing runs them."""
+    late = late or Lateness()
+    n = 0
+    deadline = time.monotonic() + 10
+    while len(s) and time.monotonic() < deadline:
+        n += s.run_paced(late, math.inf) if s.paced else s.run_job(1 << 20)
+    assert not len(s), "events left"
+    return n
+
+
+def test_events_run_in_time_order_and_ties_in_the_order_scheduled(sched):
+    rnd = random.Random(7)
+    ran = []
+    times = [rnd.choice([1e-6, 2e-6, 3e-6, 2.5e-6]) for _ in range(200)]
+    for i, t in enumerate(times):
+        sched.at(t, lambda t, i: ran.append((t, i)), i)
+    assert run_all(sched) == 200
+    assert ran == sorted(((t, i) for i, t in enumerate(times)), key=lambda x: (x[0], x[1]))
+    assert sched.now == max(times)
+
+
+def test_an_event_scheduled_by_an_event_at_its_own_time_runs_after_those_already_there(sched):
+    ran = []
+
+    def first(t, _):
+        ran.append("first")
+        sched.at(t, lambda t, _: ran.append("scheduled by first"), None)
+
+    sched.at(1e-6, first, None)
+    sched.at(1e-6, lambda t, _: ran.append("second"), None)
+    run_all(sched)
+    assert ran == ["first", "second", "scheduled by first"]
+
+
+def test_a_paced_run_never_reorders_events_even_when_late(sched):
+    """A slow event makes those after it late: they run late, in the same order as unpaced."""
+    ran = []
+    for i in range(20):
+        sched.at(i * 0.5e-6, lambda t, i: (ran.append(i), time.sleep(0.004 if i == 3 else 0)), i)
+    late = Lateness()
+    run_all(sched, late)
+    assert ran == list(range(20))
+    if sched.paced:  # 4 ms of wall is 2 us of fabric at D = 2000: the next events are late, and counted
+        assert late.count == 20 and late.max >= 0.003
+    else:
+        assert late.count == 0
+
+
+def test_a_paced_event_never_runs_before_the_wall_reaches_it(sched):
+    if not sched.paced:
+        pytest.skip("unpaced: fabric time is the schedule's own, the wall does not hold it")
+    when = []
+    for i in range(1, 6):
+        sched.at(i * 1e-6, lambda t, _: when.append((t, time.monotonic())), None)
+    run_all(sched)
+    for t, wall in when:
+        assert wall >= sched.anchor_w + (t - sched.anchor_f) * D
+
+
+def test_outside_input_is_stamped_at_the_fabric_instant_the_wall_maps_to(sched):
+    sched.at(5e-6, lambda t, _: None, None)
+    run_all(sched)
+    stamp = sched.stamp()
+    if sched.paced:  # the wall mapped, never before the last event
+        assert stamp >= sched.now
+        time.sleep(0.01)
+        assert sched.stamp() >= stamp + 0.009 / D
+    else:  # a job runs unpaced: nothing outside keeps its time, input enters now
+        assert stamp == sched.now == 5e-6
