@@ -1,0 +1,111 @@
+"""A user's own P4 program on BMv2 (`--p4 PROG.p4 --p4-tables HOOK.py`): the example forwards IPv6 with
+ECMP on FPF; a program that does not compile and a hook that fails each say so in one line and leave
+nothing behind."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from emu.backends.bmv2.program import P4ProgramError, compile_program, first_error, load_hook
+from emu.net.switch import RunSettings
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "p4"
+PROGRAM, HOOK = str(EXAMPLES / "ipv6_ecmp.p4"), str(EXAMPLES / "ipv6_ecmp_tables.py")
+HAVE_P4C = shutil.which("p4c-bm2-ss") is not None
+HAVE_BMV2 = HAVE_P4C and all(shutil.which(t) for t in ("simple_switch", "simple_switch_CLI"))
+needs_p4c = pytest.mark.skipif(not HAVE_P4C, reason="needs p4c (p4c-bm2-ss): see README, BMv2 and p4c")
+needs_bmv2 = pytest.mark.skipif(not HAVE_BMV2,
+                                reason="needs BMv2 (simple_switch, simple_switch_CLI) and p4c: see README, BMv2")
+
+
+def _bad_program(tmp_path: Path) -> str:
+    bad = tmp_path / "bad.p4"
+    bad.write_text(Path(PROGRAM).read_text().replace("default_action = drop();", "default_action = drop()", 1))
+    return str(bad)
+
+
+def test_settings_say_what_goes_with_what():
+    with pytest.raises(ValueError, match="bmv2"):
+        RunSettings(p4=PROGRAM)
+    with pytest.raises(ValueError, match="goes with --p4"):
+        RunSettings(backend="bmv2", p4_tables=HOOK)
+    with pytest.raises(ValueError, match="configure fabric.p4"):
+        RunSettings(backend="bmv2", p4=PROGRAM, ecn=(20_000, 200_000, 0.2))
+    RunSettings(backend="bmv2", p4=PROGRAM, p4_tables=HOOK)
+
+
+def test_first_error_is_one_line():
+    stderr = ("x.p4(95):syntax error, unexpected IDENTIFIER, expecting ;\n        size\n        ^^^^\n"
+              "[--Werror=overlimit] error: 1 errors encountered, aborting compilation\n")
+    assert first_error(stderr) == "x.p4(95):syntax error, unexpected IDENTIFIER, expecting ;"
+
+
+@needs_p4c
+def test_compile_error_names_p4cs_first_error(tmp_path):
+    bad = _bad_program(tmp_path)
+    with pytest.raises(P4ProgramError) as exc:
+        compile_program(bad)
+    assert re.search(r"does not compile: .*bad\.p4\(\d+\):syntax error", str(exc.value)), exc.value
+    assert "\n" not in str(exc.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.p4"]  # nothing built beside it
+
+
+def test_hook_that_does_not_import_is_said(tmp_path):
+    hook = tmp_path / "hook.py"
+    hook.write_text("import no_such_module_here\n")
+    with pytest.raises(P4ProgramError, match="does not import: ModuleNotFoundError"):
+        load_hook(str(hook))
+    hook.write_text("x = 1\n")
+    with pytest.raises(P4ProgramError, match="defines no function tables"):
+        load_hook(str(hook))
+
+
+def _up(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "emu.cli.main", "up", "fpf", "--gpus", "2", "--planes", "1",
+                           "--backend", "bmv2", "--test", "pingall", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+def test_program_that_does_not_compile_builds_nothing(tmp_path, no_leftovers):
+    r = _up("--p4", _bad_program(tmp_path), "--p4-tables", HOOK)
+    assert r.returncode == 1
+    lines = [line for line in r.stderr.splitlines() if "does not compile" in line]
+    assert len(lines) == 1 and re.search(r"bad\.p4\(\d+\):syntax error", lines[0]), r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+def test_failing_hook_names_the_switch_and_leaves_nothing(tmp_path, no_leftovers):
+    hook = tmp_path / "hook.py"
+    hook.write_text("def tables(switch):\n"
+                    "    if switch.device_id == 1:\n"
+                    "        raise ValueError(f'boom on {switch.name}')\n"
+                    "    return []\n")
+    r = _up("--p4", PROGRAM, "--p4-tables", str(hook))
+    assert r.returncode == 1
+    assert re.search(r"emu up: (\S+): the table hook \S+ failed: ValueError: boom on \1$", r.stderr, re.M), r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+def test_example_program_pings_all_over_ipv6_with_ecmp(no_leftovers):
+    """FPF 4 x 2 with every switch running examples/p4/ipv6_ecmp.p4, its tables from the example hook."""
+    from emu.net.fabric import FabricNet
+    from emu.topo.fpf import FPFTopo
+
+    with FabricNet(FPFTopo(gpus=4, planes=2), backend="bmv2", p4=PROGRAM, p4_tables=HOOK) as net:
+        ping = net.pingall_planes(6)
+        leaf = net.get("p0l0").engine.procs["p0l0"].load(["table_dump Route.routes"])
+    assert ping.sent > 0 and ping.loss == 0, ping
+    assert re.search(r"set_group\s*-\s*base=\S+,\s*size=0*2\b", leaf) or "0x0002" in leaf, leaf
