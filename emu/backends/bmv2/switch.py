@@ -267,7 +267,8 @@ class Bmv2Process:
         if self.cli is None:
             self.cli = CliSession(self.name, self.thrift_port, self.namespace)
         out = self.cli.run(commands)
-        bad = [line for line in out.splitlines() if "Error" in line or "Invalid" in line]
+        bad = [line.replace("RuntimeCmd: ", "").strip() for line in out.splitlines()
+               if "Error" in line or "Invalid" in line]  # less the CLI's prompts, which share its line
         if bad:
             raise Bmv2Error(f"{self.name}: simple_switch_CLI refused entries: {'; '.join(bad[:5])}")
         return out
@@ -343,7 +344,8 @@ def netem_available() -> bool:
 
 
 class Bmv2Backend:
-    """simple_switch per switch, running p4/fabric.p4 with entries from the table model (emu.net.backend)."""
+    """simple_switch per switch, running p4/fabric.p4 with entries from the table model (emu.net.backend),
+    or the user's own program (RunSettings.p4) with entries from their hook (emu.backends.bmv2.program)."""
 
     def check(self, settings, switches: list[str]) -> None:
         """The link mode, the program and the binaries (each switch's Thrift port is in its own namespace).
