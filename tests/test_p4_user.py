@@ -53,7 +53,10 @@ def test_compile_error_names_p4cs_first_error(tmp_path):
         compile_program(bad)
     assert re.search(r"does not compile: .*bad\.p4\(\d+\):syntax error", str(exc.value)), exc.value
     assert "\n" not in str(exc.value)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.p4"]  # nothing built beside it
+    good = tmp_path / "good.p4"
+    good.write_text(Path(PROGRAM).read_text())
+    assert '"pipelines"' in compile_program(str(good))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.p4", "good.p4"]  # nothing built beside them
 
 
 def test_hook_that_does_not_import_is_said(tmp_path):
@@ -80,6 +83,17 @@ def test_program_that_does_not_compile_builds_nothing(tmp_path, no_leftovers):
     assert r.returncode == 1
     lines = [line for line in r.stderr.splitlines() if "does not compile" in line]
     assert len(lines) == 1 and re.search(r"bad\.p4\(\d+\):syntax error", lines[0]), r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+def test_fabricnet_refuses_a_program_that_does_not_compile_before_building(tmp_path, no_leftovers):
+    from emu.net.fabric import FabricNet
+    from emu.topo.fpf import FPFTopo
+
+    with pytest.raises(P4ProgramError, match=r"does not compile: .*bad\.p4\(\d+\):syntax error"):
+        FabricNet(FPFTopo(gpus=2, planes=1), backend="bmv2", p4=_bad_program(tmp_path), p4_tables=HOOK)
 
 
 @pytest.mark.root
