@@ -17,6 +17,7 @@ import ipaddress
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -145,6 +146,7 @@ def load_hook(path: str) -> Callable[[SwitchFacts], list[str]]:
     if spec is None or spec.loader is None:
         raise P4ProgramError(f"--p4-tables {path}: cannot be imported as Python")
     module: ModuleType = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import would: a dataclass in the hook looks its module up there
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
@@ -205,8 +207,8 @@ def switch_facts(switches: list, specs: list, attachments: list, bmv2_port: Call
                                        _bare(p.ipv4[0]) if p.ipv4 else "", _bare(p.ipv6[0]) if p.ipv6 else "",
                                        rate_bps=p.rate_bps, delay_s=p.delay_s))
         groups = {g.id: g for g in spec.tables.groups}
-        hops = {r.prefix: tuple(sorted({bmv2_port(m.port) for m in groups[r.group].members}))
-                for r in spec.tables.routes}
+        hops = {str(ipaddress.ip_network(r.prefix, strict=False)):
+                tuple(sorted({bmv2_port(m.port) for m in groups[r.group].members})) for r in spec.tables.routes}
         facts.append(SwitchFacts(sw.name, n, getattr(sw, "shard", None), spec.loopback4, spec.loopback6,
                                  tuple(ports), tuple(out_hosts), hops))
     return facts
