@@ -118,8 +118,10 @@ def test_example_program_pings_all_over_ipv6_with_ecmp(no_leftovers):
     from emu.net.fabric import FabricNet
     from emu.topo.fpf import FPFTopo
 
-    with FabricNet(FPFTopo(gpus=4, planes=2), backend="bmv2", p4=PROGRAM, p4_tables=HOOK) as net:
+    with FabricNet(FPFTopo(gpus=4, planes=2), backend="bmv2", links="engine", p4=PROGRAM, p4_tables=HOOK) as net:
         ping = net.pingall_planes(6)
         leaf = net.get("p0l0").engine.procs["p0l0"].load(["table_dump Route.routes"])
+        host_port = net.stats().port("p0l0", "p0l0-eth3")  # counted at the engine's MAC (no fabric.p4 counters)
     assert ping.sent > 0 and ping.loss == 0, ping
+    assert host_port.rx_packets > 0 and host_port.tx_packets > 0, host_port
     assert re.search(r"set_group - \w+, 0*2$", leaf, re.M), leaf  # a destination with two equal-cost hops

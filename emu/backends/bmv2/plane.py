@@ -183,12 +183,16 @@ class Bmv2DataPlane:
             engine = self.wires.engine.stats()
             out["workers"] = engine["workers"]
             macs = engine["switches"]
-        if self.user_program:  # fabric.p4's counters are not there: ports and their state only
-            out["counters"] = "the program's own: counter_read through simple_switch_CLI"
+        if self.user_program:  # fabric.p4's counters are not there: the MAC's where the engine carries the links
+            out["counters"] = "the links' (engine links only); the program's own: counter_read"
             for name, s in self.specs.items():
-                out["switches"][name] = {"queue_drops": 0, "ports": {p.ifname: {
-                    "up": (name, p.ifname) not in self.down, "rx_packets": 0, "rx_bytes": 0, "tx_packets": 0,
-                    "tx_bytes": 0} for p in s.ports}}
+                ports = {}
+                for p in s.ports:
+                    mac = macs.get(name, {}).get("ports", {}).get(p.ifname, {})
+                    ports[p.ifname] = {"up": (name, p.ifname) not in self.down,
+                                       **{k: mac.get(k, 0) for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")},
+                                       "drops": dict(mac.get("drops", {}))}
+                out["switches"][name] = {"queue_drops": 0, "ports": ports}
             return out
         counters = (("FabricIngress.rx_port", "rx"), ("FabricEgress.tx_port", "tx"),
                     ("FabricEgress.ecn_marked", "ecn"), ("FabricIngress.pfc_rx", "pfc"),
