@@ -69,6 +69,49 @@ def test_hook_that_does_not_import_is_said(tmp_path):
         load_hook(str(hook))
 
 
+def test_facts_name_each_ports_peer_and_the_next_hops():
+    """A leaf with two spines above and a host below: what its hook is told (Mininet's switches faked)."""
+    from types import SimpleNamespace
+
+    from emu.backends.bmv2.cli import bmv2_port
+    from emu.backends.bmv2.program import switch_facts
+    from emu.control.model import Group, NextHop, Route, SwitchTables
+    from emu.control.routes import Attachment
+    from emu.dataplane.spec import PortSpec, SwitchSpec
+
+    def port(i, name, mac, **kw):
+        return PortSpec(index=i, ifname=name, mac=mac, rate_bps=100e9, delay_s=1e-8, **kw)
+
+    tables = SwitchTables(groups=[Group(1, (NextHop(2, "0a:00:00:00:00:02"),)),
+                                  Group(2, (NextHop(0, "0b:00:00:00:00:00"), NextHop(1, "0c:00:00:00:00:00")))],
+                          routes=[Route("fd00:0:0::2/128", 1), Route("fd00:0:1::2/128", 2)])
+    leaf = SwitchSpec("l0", (port(0, "l0-eth1", "02:00:00:00:00:01", peer_kind="switch", peer_switch="s0", peer_port=0),
+                             port(1, "l0-eth2", "02:00:00:00:00:02", peer_kind="switch", peer_switch="s1", peer_port=0),
+                             port(2, "l0-eth3", "02:00:00:00:00:03", peer_kind="host", peer_mac="0a:00:00:00:00:02",
+                                  ipv4=("10.0.0.1/24",), ipv6=("fd00::1/64",))),
+                      tables=tables, loopback6="fd00:ff::1")
+    spines = [SwitchSpec(n, (port(0, f"{n}-eth1", mac, peer_kind="switch", peer_switch="l0", peer_port=k),),
+                         loopback6=f"fd00:ff::8{k}")
+              for k, (n, mac) in enumerate((("s0", "0b:00:00:00:00:00"), ("s1", "0c:00:00:00:00:00")))]
+    gpu = SimpleNamespace(node=SimpleNamespace(name="gpu0"))
+    host_intf = SimpleNamespace(node=SimpleNamespace(name="l0"))
+    host_intf.link = SimpleNamespace(intf1=host_intf, intf2=gpu)
+    switches = [SimpleNamespace(name="l0", shard=0, intf=lambda name: host_intf),
+                SimpleNamespace(name="s0", shard=0), SimpleNamespace(name="s1", shard=0)]
+    attachments = [Attachment("10.0.0.2/32", "l0", 2, "0a:00:00:00:00:02"),
+                   Attachment("fd00::2/128", "l0", 2, "0a:00:00:00:00:02"), Attachment("fd00:ff::1/128", "l0")]
+    facts = switch_facts(switches, [leaf, *spines], attachments, bmv2_port)[0]
+    assert (facts.name, facts.plane, facts.loopback6) == ("l0", 0, "fd00:ff::1")
+    up, host = facts.port(2), facts.port(3)
+    assert (up.peer, up.peer_kind, up.peer_mac, up.peer_port, up.peer_ipv6) == (
+        "s1", "switch", "0c:00:00:00:00:00", 1, ("fd00:ff::81",))
+    assert (host.peer, host.peer_kind, host.peer_mac, host.peer_ipv4, host.peer_ipv6, host.gateway_ipv6) == (
+        "gpu0", "host", "0a:00:00:00:00:02", ("10.0.0.2",), ("fd00::2",), "fd00::1")
+    assert facts.host_ports == (host,)
+    assert [(h.host, h.address, h.port) for h in facts.hosts] == [("gpu0", "10.0.0.2", 3), ("gpu0", "fd00::2", 3)]
+    assert facts.next_hops == {"fd00::2/128": (3,), "fd00:0:1::2/128": (1, 2)}
+
+
 def _up(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "emu.cli.main", "up", "fpf", "--gpus", "2", "--planes", "1",
                            "--backend", "bmv2", "--test", "pingall", *args], capture_output=True, text=True,
