@@ -41,7 +41,8 @@ def test_settings_say_what_goes_with_what():
 
 
 def test_first_error_is_one_line():
-    stderr = ("x.p4(95):syntax error, unexpected IDENTIFIER, expecting ;\n        size\n        ^^^^\n"
+    stderr = ("x.p4(3): [--Wwarn=unused] warning: an error-prone name\n"
+              "x.p4(95):syntax error, unexpected IDENTIFIER, expecting ;\n        size\n        ^^^^\n"
               "[--Werror=overlimit] error: 1 errors encountered, aborting compilation\n")
     assert first_error(stderr) == "x.p4(95):syntax error, unexpected IDENTIFIER, expecting ;"
 

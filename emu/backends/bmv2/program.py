@@ -106,7 +106,7 @@ def first_error(stderr: str) -> str:
     """p4c's first error in one line: the line that names the file and line, with what it says."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for line in lines:
-        if "error" in line.lower() and "errors encountered" not in line:
+        if "error" in line.lower() and "errors encountered" not in line and "warning" not in line.lower():
             return line
     return lines[0] if lines else "no message"
 
