@@ -60,7 +60,8 @@ def _settings(args: argparse.Namespace):
                            measured_headroom=args.measured_headroom, ecn=ecn, backend=args.backend,
                            links=args.links, clock=_clock(args), trim=trim, pace=args.pace,
                            machines=_machines(args.machines), core=args.core or "",
-                           kernel=_kernel(args, _clock(args)))
+                           kernel=_kernel(args, _clock(args)), p4=getattr(args, "p4", None) or "",
+                           p4_tables=getattr(args, "p4_tables", None) or "")
     _check_backend(settings)
     return settings
 
@@ -595,6 +596,12 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                        epilog="Each topology's parameters: `emu up TOPOLOGY --help` or `emu topologies`.")
     p.add_argument("topology")
     p.add_argument("--test", choices=("none", "pingall"), help="headless: build, test, tear down")
+    p.add_argument("--p4", metavar="PROG.p4",
+                   help="with --backend bmv2: every switch runs this P4 program (v1model) instead of p4/fabric.p4, "
+                        "compiled with p4c-bm2-ss into the run's own folder (docs/p4.md, \"Your own program\")")
+    p.add_argument("--p4-tables", metavar="HOOK.py",
+                   help="with --p4: a Python file defining tables(switch) -> list of simple_switch_CLI commands, "
+                        "called once per switch with the topology's facts")
     p.add_argument("--web", metavar="[ADDR:]PORT", help="serve the live view (127.0.0.1 unless ADDR; the URL has a token)")
     p.add_argument("--web-control", action="store_true",
                    help="the live view may fail and restore planes, links and switches (default: read-only)")

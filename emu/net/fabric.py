@@ -29,6 +29,7 @@ from emu.cluster.remote import RemoteFabricHost, RemoteFabricSwitch, host_addres
 from emu.control.runtime import FabricController
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.launch import LOCAL_MACHINES, stop_on_signals
+from emu.net.backend import backend
 from emu.net.cleanup import make_way, netns_id, record
 from emu.net.flows import EngineFlows, Flow, KernelFlows
 from emu.net.link import FabricLink, no_kernel, node_netlink, root_netlink
@@ -307,6 +308,9 @@ class FabricNet(Mininet):
         What can be known wrong before (a pcap folder that cannot be written) is said before."""
         if self.settings.pcap_dir:
             _writable_dir(self.settings.pcap_dir)
+        # The backend's own checks (tools, link modes, a user's P4 program compiled, their table hook
+        # imported) before any host exists; batchStartup asks again for a plain Mininet's switches.
+        backend(self.settings.backend).check(self.settings, [])
         if hasattr(self.topo, "check_fits"):  # the memory and sockets of what will be built, before it is
             self.topo.check_fits(kernel=self.settings.kernel)
         # SIGTERM and SIGHUP (a cancelled CI job, systemd, a closed terminal) unwind as Ctrl-C does, so

@@ -66,6 +66,10 @@ class RunSettings:
     backend: str = "native"  # or "bmv2": simple_switch running p4/fabric.p4
     links: str = "auto"  # bmv2 only: netem, engine, or auto (engine with PFC on, else netem where the kernel has it)
     p4_json: str = ""  # bmv2 only: the compiled P4 program (default p4/build/fabric.json; a lab gives its own)
+    # bmv2 only: the user's own P4 program (source), compiled and run by every switch instead of fabric.p4,
+    # and the Python file whose tables(switch) gives each switch's table entries (emu.backends.bmv2.program).
+    p4: str = ""
+    p4_tables: str = ""
     # "fabric": fabric time is a clock of its own (every switch in one worker, the project's endpoints
     # inside it, nothing late, results the same on any machine); `dilation` then only paces the kernel's
     # traffic while none of ours runs. "wall": fabric time = wall time / dilation (kernel traffic, BMv2).
@@ -112,8 +116,14 @@ class RunSettings:
             kmin, kmax, pmax = self.ecn
             if not (0 <= kmin < kmax and 0 < pmax <= 1):
                 raise ValueError(f"ECN needs 0 <= KMIN < KMAX and 0 < PMAX <= 1, got {kmin}, {kmax}, {pmax}")
-        if self.backend == "native" and self.p4_json:
+        if self.backend == "native" and (self.p4_json or self.p4 or self.p4_tables):
             raise ValueError("a P4 program is for --backend bmv2: the native engine does not run one")
+        if self.p4_tables and not self.p4:
+            raise ValueError("--p4-tables goes with --p4 PROG.p4: fabric.p4's tables are the control plane's")
+        if self.p4 and self.p4_json:
+            raise ValueError("--p4 (a program to compile) or p4_json (one compiled), not both")
+        if self.p4 and (self.ecn is not None or self.trim is not None):
+            raise ValueError("--ecn and --trim configure fabric.p4; with --p4 your program does its own")
         check_clock(self.clock)
         if not 0.0 <= self.pace <= 1e6:
             raise ValueError(f"pace: wall seconds per fabric second in [0, 1e6] (1e6: a fabric microsecond a "

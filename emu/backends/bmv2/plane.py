@@ -104,8 +104,12 @@ class Bmv2DataPlane:
     def __init__(self, specs: list[SwitchSpec], procs: dict[str, Any], *, dilation: float, wires: Any = None,
                  run_dir: str = "", ecn_red: dict[str, dict[int, tuple[int, int, int]]] | None = None,
                  pfc: dict[str, dict[int, tuple[int, int, int]]] | None = None,
-                 trim: dict[str, dict[int, tuple[int, int]]] | None = None) -> None:
+                 trim: dict[str, dict[int, tuple[int, int]]] | None = None, user_program: bool = False) -> None:
         self.specs = {s.name: s for s in specs}
+        # The switches run the user's program (RunSettings.p4): its tables are its hook's, written once at
+        # start; the control plane's routes (fabric.p4's tables) are not written, and fabric.p4's counters
+        # are not read.
+        self.user_program = user_program
         self.procs = procs
         self.dilation = dilation
         self.wires = wires  # EngineLinks, when the engine carries the links
@@ -128,6 +132,10 @@ class Bmv2DataPlane:
                               trim=self.trim.get(switch))
 
     def set_tables(self, switch: str, tables: dict[str, Any] | SwitchTables, extra: list[str] | None = None) -> None:
+        if self.user_program:
+            if extra:
+                self.procs[switch].load(list(extra))
+            return
         t = tables if isinstance(tables, SwitchTables) else SwitchTables.from_dict(tables)
         inst = self.installed[switch]
         cmds, adds = inst.update(self.commands(switch, t))
@@ -175,6 +183,17 @@ class Bmv2DataPlane:
             engine = self.wires.engine.stats()
             out["workers"] = engine["workers"]
             macs = engine["switches"]
+        if self.user_program:  # fabric.p4's counters are not there: the MAC's where the engine carries the links
+            out["counters"] = "the links' (engine links only); the program's own: counter_read"
+            for name, s in self.specs.items():
+                ports = {}
+                for p in s.ports:
+                    mac = macs.get(name, {}).get("ports", {}).get(p.ifname, {})
+                    ports[p.ifname] = {"up": (name, p.ifname) not in self.down,
+                                       **{k: mac.get(k, 0) for k in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")},
+                                       "drops": dict(mac.get("drops", {}))}
+                out["switches"][name] = {"queue_drops": 0, "ports": ports}
+            return out
         counters = (("FabricIngress.rx_port", "rx"), ("FabricEgress.tx_port", "tx"),
                     ("FabricEgress.ecn_marked", "ecn"), ("FabricIngress.pfc_rx", "pfc"),
                     ("FabricIngress.pfc_xoff_sent", "xoff"), ("FabricIngress.pfc_xon_sent", "xon"),

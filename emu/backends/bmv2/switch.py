@@ -39,6 +39,7 @@ from emu.backends.bmv2.cli import (
 )
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.plane import Bmv2DataPlane
+from emu.backends.bmv2.program import compile_program, load_hook, run_hook, switch_facts
 from emu.dataplane.engine import RUN_ROOT
 from emu.launch import Supervisor, die_with_parent, private_dir
 from emu.net.cleanup import BMV2_LOG_DIR, switch_namespace
@@ -78,6 +79,12 @@ def listening(pid: int, port: int, namespace: str) -> bool:
             if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN on local :port
                 return True
     return False
+
+
+def check_tools(name: str) -> None:
+    for tool in ("simple_switch", "simple_switch_CLI"):
+        if shutil.which(tool) is None:
+            raise Bmv2Error(f"{name}: {tool} not found: {INSTALL_HINT}")
 
 
 _NOTIFICATIONS: bool | None = None
@@ -198,9 +205,7 @@ class Bmv2Process:
             raise Bmv2Error(f"{self.name}: {self.json_path} does not exist: {INSTALL_HINT}") from None
         except ValueError as exc:
             raise Bmv2Error(f"{self.name}: {self.json_path} is not valid JSON ({exc}); recompile with `make p4`") from None
-        for tool in ("simple_switch", "simple_switch_CLI"):
-            if shutil.which(tool) is None:
-                raise Bmv2Error(f"{self.name}: {tool} not found: {INSTALL_HINT}")
+        check_tools(self.name)
 
     def command(self, notifications: bool) -> list[str]:
         """simple_switch's arguments (inside its namespace); `notifications`: the build takes
@@ -262,7 +267,8 @@ class Bmv2Process:
         if self.cli is None:
             self.cli = CliSession(self.name, self.thrift_port, self.namespace)
         out = self.cli.run(commands)
-        bad = [line for line in out.splitlines() if "Error" in line or "Invalid" in line]
+        bad = [line.replace("RuntimeCmd: ", "").strip() for line in out.splitlines()
+               if "Error" in line or "Invalid" in line]  # less the CLI's prompts, which share its line
         if bad:
             raise Bmv2Error(f"{self.name}: simple_switch_CLI refused entries: {'; '.join(bad[:5])}")
         return out
@@ -338,44 +344,62 @@ def netem_available() -> bool:
 
 
 class Bmv2Backend:
-    """simple_switch per switch, running p4/fabric.p4 with entries from the table model (emu.net.backend)."""
+    """simple_switch per switch, running p4/fabric.p4 with entries from the table model (emu.net.backend),
+    or the user's own program (RunSettings.p4) with entries from their hook (emu.backends.bmv2.program)."""
 
     def check(self, settings, switches: list[str]) -> None:
-        """The link mode, the program and the binaries (each switch's Thrift port is in its own namespace)."""
+        """The link mode, the program and the binaries (each switch's Thrift port is in its own namespace).
+        A user's program (settings.p4) is compiled here, and their table hook imported: either's error
+        comes before anything is built."""
         try:
-            choose_links(settings.links, netem=netem_available(), pfc=settings.pfc)
+            choose_links(settings.links, netem=netem_available(), pfc=_pfc_on(settings))
         except LinkModeError as exc:
             raise Bmv2Error(str(exc)) from None
+        if settings.p4:
+            compile_program(settings.p4)  # kept in memory for start()
+            if settings.p4_tables:
+                load_hook(settings.p4_tables)
+            check_tools((switches or ["check"])[0])
+            return
         Bmv2Process((switches or ["check"])[0], [], json_path=settings.p4_json or DEFAULT_JSON).check()
 
     def start(self, switches: tuple, built, settings) -> Bmv2DataPlane:
-        links = choose_links(settings.links, netem=netem_available(), pfc=settings.pfc)
+        links = choose_links(settings.links, netem=netem_available(), pfc=_pfc_on(settings))
+        json_path = settings.p4_json or DEFAULT_JSON
+        hook = None
+        if settings.p4:  # the user's program, into the run's own directory, which goes with the run
+            json_path = os.path.join(built.spec.run_dir, "program.json")
+            with open(json_path, "w") as f:
+                f.write(compile_program(settings.p4))
+            hook = load_hook(settings.p4_tables) if settings.p4_tables else None
         _static_neighbours(switches)
         wires = EngineLinks(built.spec) if links == "engine" else None
         specs = list(built.spec.switches)
         depth = max(64, settings.buffer_per_port // 1500)  # BMv2 queues count packets
         pfc = {}
-        if settings.pfc and wires is not None:
+        if _pfc_on(settings) and wires is not None:
             pfc = {s.name: _pfc(s, depth * 1500, settings.dilation) for s in specs}
-        elif settings.pfc:
+        elif _pfc_on(settings):
             print("emu: PFC is off on this BMv2 fabric: with --links netem nothing honours a pause frame "
                   "(--links engine makes the engine each port's MAC)", file=sys.stderr)
         own_dir = "" if switches[0].run_dir else built.spec.run_dir  # a FabricNet removes its own
         plane = Bmv2DataPlane(specs, {}, dilation=settings.dilation, wires=wires, run_dir=own_dir,
                               ecn_red={s.name: _ecn_red(s) for s in specs}, pfc=pfc,
-                              trim={s.name: _trim(s, depth) for s in specs if s.qos.trim is not None})
+                              trim={s.name: _trim(s, depth) for s in specs if s.qos.trim is not None},
+                              user_program=bool(settings.p4))
         try:
+            facts = switch_facts(list(switches), specs, built.attachments, bmv2_port) if settings.p4 else []
             taken = wires.start() if wires is not None else {}
             for n, (sw, spec) in enumerate(zip(switches, specs, strict=True)):
                 ports = [(bmv2_port(p.index), taken.get((sw.name, p.index), p.ifname)) for p in spec.ports]
-                proc = Bmv2Process(sw.name, ports, json_path=settings.p4_json or DEFAULT_JSON,
-                                   log_dir=built.spec.run_dir, device_id=n)
+                proc = Bmv2Process(sw.name, ports, json_path=json_path, log_dir=built.spec.run_dir, device_id=n)
                 plane.procs[sw.name] = proc
                 proc.start()
                 if plane.supervisor is None:
                     plane.supervisor = Supervisor(built.spec.run_dir)
                 plane.supervisor.watch(proc.proc, f"BMv2 switch {sw.name} (simple_switch; log {proc.log_path})")
-                queues = hash_commands(spec.seed) + (mirror_commands([p.index for p in spec.ports]) if pfc else [])
+                queues = [] if settings.p4 else hash_commands(spec.seed)
+                queues += mirror_commands([p.index for p in spec.ports]) if pfc else []
                 for p in spec.ports:
                     queues += queue_commands(p.index, rate_bps=p.rate_bps, dilation=settings.dilation,
                                              depth_pkts=depth)
@@ -386,11 +410,20 @@ class Bmv2Backend:
                             host_if = _peer_intf(sw, p.ifname)
                             _netem_link(host_if.name, rate_bps=p.rate_bps, delay_s=p.delay_s,
                                         dilation=settings.dilation, node=host_if.node)
-                plane.set_tables(sw.name, spec.tables, extra=queues)
+                if settings.p4:  # the user's hook writes the tables; the control plane's routes are fabric.p4's
+                    mine = run_hook(hook, facts[n], settings.p4_tables) if hook is not None else []
+                    proc.load(queues + mine)
+                else:
+                    plane.set_tables(sw.name, spec.tables, extra=queues)
         except BaseException:
             plane.stop()
             raise
         return plane
+
+
+def _pfc_on(settings) -> bool:
+    """PFC is fabric.p4's (its thresholds, its pause frames): a user's program runs without it."""
+    return settings.pfc and not settings.p4
 
 
 def _ecn_red(spec) -> dict[int, tuple[int, int, int]]:
