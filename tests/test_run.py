@@ -1,0 +1,305 @@
+"""Issue 53: distributed jobs across the hosts (`emu run`, `net.run`, the CLI's `run`), Open MPI's mpirun
+through our rsh agent, and the ranks' clocks at fabric time (libfaketime) on the wall clock."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from emu.net.ranks import RankFailed, exit_code, fabric_time_env, mpi_networks, rank_env
+from tests.helpers import EMU, Live
+
+SMALL = ["fpf", "--gpus", "3", "--planes", "2", "--leaves", "1"]
+
+
+# Processes a job of ours may leave: node shells, engine workers, ranks, mpirun and its daemons, iperf3.
+_KINDS = re.compile(r"mininet:| -m emu\.|sleep 4242|orted|mpirun|iperf3|allreduce|python3 -c import time")
+_OTHERS = ("/work/main/", "/work/wt53p4/")  # fabrics of other checkouts on this machine: not this test's
+
+
+def _mine(before: set[int]) -> list[str]:
+    """New processes of our kinds that are this process's descendants or orphans (ppid 1), not another
+    checkout's: what this test started and did not stop. (Not conftest's no_leftovers: its clean() would
+    take down fabrics that other suites on this machine are running.)"""
+    from emu.launch import proc_stat
+
+    me = os.getpid()
+    out = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        pid = int(p)
+        if pid in before or pid == me:
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if not _KINDS.search(cmd) or any(o in cmd for o in _OTHERS) or "pytest" in cmd:
+            continue
+        up, seen = pid, 0
+        while up not in (me, 1, 0, -1) and seen < 64:
+            up, seen = proc_stat(up, 1), seen + 1
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if up in (me, 1) and not zombie:
+            out.append(f"{pid} {cmd[:100]}")
+    return out
+
+
+@pytest.fixture
+def nothing_left():
+    """After the test, no process it started still runs (checked for 5 s), and no scratch folder of a job."""
+    before = {int(p) for p in os.listdir("/proc") if p.isdigit()}
+    yield
+    deadline = time.monotonic() + 5
+    while _mine(before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _mine(before)
+    for line in left:
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"the test left processes behind: {left}"
+
+
+def emu_run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*EMU, "run", *args], capture_output=True, text=True, timeout=timeout)
+
+
+# -- no namespaces --------------------------------------------------------------------------------
+
+
+def test_a_rank_gets_what_torchrun_gives_and_every_address():
+    env = rank_env(2, ["10.0.0.2", "10.0.0.3", "10.0.1.2"])
+    assert env == {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "2",
+                   "MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "29500", "EMU_HOSTS": "10.0.0.2,10.0.0.3,10.0.1.2"}
+
+
+def test_fabric_time_is_libfaketime_at_one_over_d_with_monotonic_faked_too():
+    env = fabric_time_env(1000)
+    assert env["FAKETIME"] == "+0 x0.001" and env["FAKETIME_NO_CACHE"] == "1"
+    assert env["LD_PRELOAD"].endswith("libfaketimeMT.so.1") and os.path.exists(env["LD_PRELOAD"])
+    assert "FAKETIME_DONT_FAKE_MONOTONIC" not in env
+
+
+def test_a_programs_clock_and_sleep_run_at_one_over_d():
+    """Outside any fabric: a sleep of 2 ms and two monotonic reads around it, at D = 500: about a wall second."""
+    code = "import time; t = time.monotonic(); time.sleep(0.002); print(time.monotonic() - t)"
+    t0 = time.monotonic()
+    out = subprocess.run(["python3", "-c", code], env=dict(os.environ, **fabric_time_env(500)), capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    wall = time.monotonic() - t0
+    assert 0.002 <= float(out) < 0.0025, out
+    assert 1.0 <= wall < 5.0, wall
+
+
+def test_mpi_is_told_the_subnets_of_the_ranks_planes():
+    assert mpi_networks([["10.0.0.2/24", "10.1.0.2/24"], ["10.0.1.2/24", "10.1.1.2/24"]]) == [
+        "10.0.0.0/24", "10.0.1.0/24", "10.1.0.0/24", "10.1.1.0/24"]
+
+
+def test_the_jobs_code_is_its_first_failing_ranks():
+    from emu.net.ranks import RankResult
+
+    rs = [RankResult(0, "a", 0, "", ""), RankResult(1, "b", 3, "", ""), RankResult(2, "c", -15, "", "")]
+    assert exit_code(rs) == 3 and exit_code(rs[2:]) == 128 + 15 and exit_code(rs[:1]) == 0
+
+
+def test_emu_run_says_what_is_wrong_before_building_anything():
+    r = emu_run(*SMALL, "--hosts", "gpu0,gpu9", "--", "true")
+    assert r.returncode == 1 and "no host 'gpu9' in fpf; hosts: gpu0, gpu1, gpu2" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = emu_run(*SMALL)
+    assert r.returncode == 1 and "give the program after --" in r.stderr, r.stderr
+    r = emu_run(*SMALL, "--clock", "fabric", "--", "true")
+    assert r.returncode == 1 and "wall clock" in r.stderr, r.stderr
+
+
+# -- on a fabric ----------------------------------------------------------------------------------
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_each_rank_has_its_environment_and_its_tagged_lines(nothing_left):
+    r = emu_run(*SMALL, "--hosts", "gpu2,gpu0", "--", "sh", "-c",
+                "echo $RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT $EMU_HOSTS; echo oops >&2")
+    assert r.returncode == 0, r.stderr
+    lines = sorted(r.stdout.splitlines())
+    # gpu2 is rank 0: MASTER_ADDR is its first plane's address; EMU_HOSTS lists the ranks' in rank order.
+    assert lines == ["[rank 0] 0 2 0 10.0.0.4 29500 10.0.0.4,10.0.0.2",
+                     "[rank 1] 1 2 0 10.0.0.4 29500 10.0.0.4,10.0.0.2"], r.stdout
+    assert sorted(r.stderr.splitlines()) == ["[rank 0] oops", "[rank 1] oops"], r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_failing_rank_is_named_in_one_line_and_its_code_is_the_jobs(nothing_left):
+    r = emu_run(*SMALL, "-np", "3", "--", "sh", "-c", 'test "$RANK" != 1 || exit 3; echo fine')
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert r.stderr.strip().splitlines()[-1] == "emu run: rank 1 on gpu1 exited with code 3", r.stderr
+    assert "[rank 0] fine" in r.stdout and "[rank 2] fine" in r.stdout  # the others ended on their own
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_the_api_returns_each_ranks_result_and_raises_on_a_failure(nothing_left):
+    from emu import FabricNet, FPFTopo
+
+    with FabricNet(FPFTopo(gpus=2, planes=1, leaves=1), dilation=1000) as net:
+        rs = net.run(["sh", "-c", "echo $RANK; hostname >/dev/null"], np=2, env={"EXTRA": "x"})
+        assert [(r.rank, r.host, r.code, r.stdout) for r in rs] == [(0, "gpu0", 0, "0\n"), (1, "gpu1", 0, "1\n")]
+        with pytest.raises(ValueError, match="no host 'nope'"):
+            net.run(["true"], hosts=["nope"])
+        with pytest.raises(RankFailed, match="rank 0 on gpu0 exited with code 7") as caught:
+            net.run(["sh", "-c", 'exit $((7 - 7 * RANK))'])
+        assert caught.value.code == 7 and [r.code for r in caught.value.results] == [7, 0]
+        # The host's clock at fabric time: a 3 ms sleep is 3 wall seconds at D = 1000, and reads as 3 ms.
+        code = "import time; t = time.monotonic(); w = time.time(); time.sleep(0.003); " \
+               "print(time.monotonic() - t, time.time() - w)"
+        t0 = time.monotonic()
+        (r,) = net.run(["python3", "-c", code], hosts=["gpu1"])
+        wall = time.monotonic() - t0
+        mono, real = map(float, r.stdout.split())
+        assert 0.003 <= mono < 0.0035 and 0.003 <= real < 0.0035, r.stdout
+        assert 3.0 <= wall < 8.0, wall
+        (r,) = net.run(["python3", "-c", code], hosts=["gpu1"], dilate_time=False)
+        assert 0.003 <= float(r.stdout.split()[0]) < 0.5, r.stdout  # the wall's own
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_the_mininet_cli_runs_a_job(nothing_left):
+    live = Live("fpf", "--gpus", "2", "--planes", "1", "--leaves", "1")
+    try:
+        out = live.do("run -np 2 -- sh -c 'echo hello from $RANK of $WORLD_SIZE'", timeout=120)
+        assert "[rank 0] hello from 0 of 2" in out and "[rank 1] hello from 1 of 2" in out, out
+        assert "2 ranks, every one exited 0" in out, out
+        out = live.do("run --hosts gpu1,nope -- true", timeout=60)
+        assert "*** no host 'nope'" in out, out
+    finally:
+        assert live.close() == 0
+
+
+def _job_processes() -> list[str]:
+    """What a job may leave: the ranks (a sleep here), mpirun and its daemons, node shells, workers."""
+    out = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if re.search(r"sleep 4242|orted|mpirun|mininet:| -m emu\.", cmd) and "pytest" not in cmd:
+            out.append(f"{p} {cmd[:100]}")
+    return out
+
+
+@pytest.mark.parametrize("mpi, sig", [(False, signal.SIGTERM), (False, signal.SIGINT), (True, signal.SIGTERM)])
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_signal_mid_job_leaves_nothing(mpi, sig, nothing_left):
+    proc = subprocess.Popen([*EMU, "run", *SMALL, *(["--mpi"] if mpi else []), "--", "sleep", "4242"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if sum("sleep 4242" in p and "mpirun" not in p for p in _job_processes()) >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read()
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (128 + sig, 130), err
+    assert "Traceback" not in err, err
+    deadline = time.monotonic() + 5
+    while _job_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _job_processes() == []
+    assert not [d for d in os.listdir("/run/emu/scratch") if d.startswith("mpi-")]
+
+
+ALLREDUCE_C = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+/* The kernel's clock, asked directly: libfaketime sees libc's clock calls, not a raw system call. */
+static double kernel_clock(void) { struct timespec t; syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &t);
+                                   return t.tv_sec + t.tv_nsec * 1e-9; }
+int main(int argc, char **argv) {
+  int n = atoi(argv[1]), iters = atoi(argv[2]), rank, size;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &size);
+  float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
+  for (int i = 0; i < n; i++) in[i] = rank + 1;
+  MPI_Allreduce(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double k0 = kernel_clock(), t0 = MPI_Wtime();
+  for (int i = 0; i < iters; i++) MPI_Allreduce(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t1 = MPI_Wtime(), k1 = kernel_clock();
+  int ok = out[n - 1] == size * (size + 1) / 2.0f;
+  char host[64]; gethostname(host, sizeof host);
+  printf("host %s ok %d elapsed %.9f wall %.9f\n", host, ok, t1 - t0, k1 - k0);
+  MPI_Finalize();
+  return ok ? 0 : 1;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def allreduce_program(tmp_path_factory) -> str:
+    if shutil.which("mpicc") is None:
+        pytest.skip("needs Open MPI (apt-get install openmpi-bin libopenmpi-dev; make setup installs them)")
+    d = tmp_path_factory.mktemp("mpi")
+    (d / "allreduce.c").write_text(ALLREDUCE_C)
+    subprocess.run(["mpicc", "-O2", "-o", str(d / "allreduce"), str(d / "allreduce.c")], check=True, timeout=120)
+    return str(d / "allreduce")
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_an_mpi_allreduce_times_itself_in_fabric_time_at_two_dilations(allreduce_program, nothing_left):
+    """A C program of MPI_Allreduce (1 Mi floats, 4 MiB, 5 times) between two FPF hosts over 2 planes, through
+    `emu run --mpi`: each rank's MPI_Wtime interval is fabric time, i.e. the same interval of the
+    kernel's clock (read by a raw system call) / D; at D = 1000 and 2000 the figures agree within 5 %."""
+    elapsed = {}
+    for d in ("1000", "2000"):
+        r = emu_run("fpf", "--gpus", "2", "--planes", "2", "--leaves", "1", "--dilation", d, "--mpi", "--",
+                    allreduce_program, "1048576", "5", timeout=180)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        rows = re.findall(r"^\[rank (\d)\] host (\S+) ok 1 elapsed ([\d.]+) wall ([\d.]+)$", r.stdout, re.M)
+        assert sorted((rank, host) for rank, host, _, _ in rows) == [("0", "gpu0"), ("1", "gpu1")], r.stdout
+        for _, _, fabric, wall in rows:
+            assert float(fabric) == pytest.approx(float(wall) / float(d), rel=0.05), (d, r.stdout)
+        elapsed[d] = float(rows[0][2])
+    assert elapsed["2000"] == pytest.approx(elapsed["1000"], rel=0.05), elapsed
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_iperf3s_own_report_reads_the_fabric_rate_at_d_1000(nothing_left):
+    """iperf3 in two hosts on one leaf, over one 100G link each, at D = 1000 (100 Mb/s of wall): its own
+    receiver figure, read as printed, is TCP's goodput of 100 Gb/s: 1448 B of payload in 1538 B on the
+    wire, 0.94 of the line rate (within 2 %)."""
+    script = ('if [ "$RANK" = 1 ]; then exec iperf3 -s -1; fi; sleep 0.002; '
+              'exec iperf3 -c "${EMU_HOSTS#*,}" -n 24M -f g')
+    r = emu_run("fpf", "--gpus", "2", "--planes", "1", "--leaves", "1", "--dilation", "1000", "--", "sh", "-c",
+                script, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    got = re.search(r"^\[rank 0\] .*\s([\d.]+) Gbits/sec\s+receiver$", r.stdout, re.M)
+    assert got, r.stdout
+    assert float(got.group(1)) == pytest.approx(0.94 * 100, rel=0.02), r.stdout
