@@ -93,13 +93,13 @@ class FabricCLI(CLI):
               f"{client['retransmits']} retransmits, data {'ok' if server['data_ok'] else 'WRONG'}")
 
     def do_run(self, line: str) -> None:
-        """run [-np N] [--hosts H1,H2] [--mpi] [--no-dilate-time] [--timeout S] -- PROG ARGS: a distributed
-        job, one rank per host (RANK, WORLD_SIZE, MASTER_ADDR, EMU_HOSTS, ...), each line tagged [rank I];
+        """run [-np N] [--hosts H1,H2] [--mpi [--mpi-planes P,..]] [--no-dilate-time] [--timeout S] -- PROG ARGS: a
+        distributed job, one rank per host (RANK, WORLD_SIZE, MASTER_ADDR, EMU_HOSTS, ...), each line tagged [rank I];
         on the wall clock the ranks' clocks run at fabric time (libfaketime) unless --no-dilate-time."""
         import argparse
         import shlex
 
-        from emu.cli.runjob import job_options, print_line
+        from emu.cli.runjob import job_options, mpi_planes, print_line
         from emu.net.ranks import RankFailed
 
         words = shlex.split(line)
@@ -112,8 +112,8 @@ class FabricCLI(CLI):
         try:
             args = p.parse_args(words[:cut])
             hosts = args.hosts.split(",") if args.hosts else None
-            results = self.mn.run(words[cut + 1:], np=args.np, hosts=hosts, mpi=args.mpi, timeout=args.timeout,
-                                  dilate_time=not args.no_dilate_time, sink=print_line)
+            results = self.mn.run(words[cut + 1:], np=args.np, hosts=hosts, mpi=args.mpi, planes=mpi_planes(args),
+                                  timeout=args.timeout, dilate_time=not args.no_dilate_time, sink=print_line)
         except RankFailed as exc:
             print(f"*** {exc}")
             return

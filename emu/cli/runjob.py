@@ -28,10 +28,22 @@ def job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mpi", action="store_true",
                    help="start the ranks with Open MPI's mpirun (in rank 0's host; its rsh agent enters the hosts' "
                         "namespaces, no ssh; TCP transport over the hosts' fabric interfaces)")
+    p.add_argument("--mpi-planes", metavar="P[,P...]",
+                   help="with --mpi: only these planes' interfaces carry the job (default every plane)")
     p.add_argument("--no-dilate-time", action="store_true",
                    help="the ranks' clocks and sleeps keep the wall's time (default: fabric time, 1/D of the wall, "
                         "through libfaketime)")
     p.add_argument("--timeout", type=float, default=None, help="wall seconds before the job is stopped (default none)")
+
+
+def mpi_planes(args: argparse.Namespace) -> list[int] | None:
+    """--mpi-planes 0,2 -> [0, 2]; None if not given."""
+    if not args.mpi_planes:
+        return None
+    try:
+        return [int(p) for p in args.mpi_planes.split(",")]
+    except ValueError:
+        raise ValueError(f"--mpi-planes takes plane numbers, e.g. 0 or 0,1; got {args.mpi_planes!r}") from None
 
 
 def run_job(topology: str, params: dict[str, str], settings: RunSettings, args: argparse.Namespace,
@@ -56,8 +68,8 @@ def run_job(topology: str, params: dict[str, str], settings: RunSettings, args: 
     setLogLevel("warning")
     with FabricNet(topo, settings=settings) as net:
         try:
-            results = net.run(command, np=args.np, hosts=hosts, mpi=args.mpi, dilate_time=not args.no_dilate_time,
-                              timeout=args.timeout, sink=print_line)
+            results = net.run(command, np=args.np, hosts=hosts, mpi=args.mpi, planes=mpi_planes(args),
+                              dilate_time=not args.no_dilate_time, timeout=args.timeout, sink=print_line)
         except RankFailed as exc:
             print(f"emu run: {exc}", file=sys.stderr, flush=True)
             return exc.code

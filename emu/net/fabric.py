@@ -597,13 +597,15 @@ class FabricNet(Mininet):
 
     def run(self, argv: Sequence[str], *, np: int | None = None, hosts: Sequence[str] | None = None,
             env: dict[str, str] | None = None, timeout: float | None = None, mpi: bool = False,
-            dilate_time: bool = True, sink: Callable[[int, str, str], None] | None = None) -> list[RankResult]:
+            planes: Sequence[int] | None = None, dilate_time: bool = True,
+            sink: Callable[[int, str, str], None] | None = None) -> list[RankResult]:
         """A distributed job: `argv` started once per host in the hosts' namespaces, rank i on hosts[i]
         (default: the first `np` hosts in order, np default all), each with RANK, WORLD_SIZE, LOCAL_RANK,
         MASTER_ADDR (rank 0's first address), MASTER_PORT and EMU_HOSTS (the ranks' addresses in order),
         and `env` on top. `mpi`: through Open MPI's mpirun (its rsh agent enters the hosts' namespaces;
-        its TCP transport on their fabric interfaces). On the wall clock with `dilate_time`, the ranks'
-        clocks and waits run at fabric speed (libfaketime: emu.net.ranks). `timeout`: wall seconds.
+        its TCP transport on their fabric interfaces; `planes`: only these of each host's planes, by
+        index, e.g. [0] for one plane, where the default is all). On the wall clock with `dilate_time`,
+        the ranks' clocks and waits run at fabric speed (libfaketime: emu.net.ranks). `timeout`: wall s.
         Every rank's result in rank order; RankFailed (one line: which rank, host, code) if one failed,
         the others stopped; `sink(rank, "out"|"err", line)` sees each line as it comes (rank -1: mpirun's)."""
         from emu.net.ranks import fabric_time_env, run_mpi, run_ranks
@@ -623,16 +625,24 @@ class FabricNet(Mininet):
             if hosts is not None and np != len(names):
                 raise ValueError(f"-np {np} but {len(names)} hosts named: one rank per host")
         nodes = [self.nameToNode[n] for n in names]
-        planes = {n: [i.link.fabric.host_ip4 for i in self.nameToNode[n].intfList()
+        by_host = {n: [i.link.fabric.host_ip4 for i in self.nameToNode[n].intfList()
                       if isinstance(getattr(i, "link", None), FabricLink) and i.link.fabric.host_ip4] for n in names}
-        if not all(planes.values()):
-            raise ValueError(f"{next(n for n in names if not planes[n])} has no IPv4 fabric interface to run a job on")
-        addresses = [planes[n][0].split("/")[0] for n in names]
+        if not all(by_host.values()):
+            raise ValueError(f"{next(n for n in names if not by_host[n])} has no IPv4 fabric interface to run a job on")
+        addresses = [by_host[n][0].split("/")[0] for n in names]
+        if planes is not None:
+            if not mpi:
+                raise ValueError("planes= is for an MPI job (mpi=True): its transport is told which interfaces")
+            width = min(len(v) for v in by_host.values())
+            bad = [p for p in planes if not 0 <= p < width]
+            if bad or not planes:
+                raise ValueError(f"planes: the hosts have planes 0..{width - 1}, not {list(planes)}")
+            by_host = {n: [v[p] for p in planes] for n, v in by_host.items()}
         extra = dict(env or {})
         if dilate_time and self.settings.clock == "wall":
             extra.update(fabric_time_env(self.settings.dilation))
         if mpi:
-            return run_mpi(nodes, addresses, [planes[n] for n in names], list(argv), env=extra, timeout=timeout,
+            return run_mpi(nodes, addresses, [by_host[n] for n in names], list(argv), env=extra, timeout=timeout,
                            sink=sink)
         return run_ranks(nodes, addresses, list(argv), env=extra, timeout=timeout, sink=sink)
 

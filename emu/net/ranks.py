@@ -223,7 +223,9 @@ def mpirun_argv(hosts: Sequence[tuple[str, int]], argv: Sequence[str], networks:
     nets = ",".join(networks)
     mca = {"plm_rsh_agent": agent, "plm_rsh_no_tree_spawn": "1", "btl": "tcp,self", "btl_tcp_if_include": nets,
            "oob_tcp_if_include": nets, "orte_tmpdir_base": folder, "pml": "ob1",
-           "btl_tcp_disable_family": "6", "oob_tcp_disable_family": "6"}
+           "btl_tcp_disable_family": "6", "oob_tcp_disable_family": "6",
+           # every host is on one machine: a rank waiting on the network yields the core to the engine
+           "mpi_yield_when_idle": "1"}
     out = [shutil.which("mpirun") or "mpirun", "--allow-run-as-root", "-np", str(len(hosts)), "--hostfile", hostfile,
            "--map-by", "node", "--tag-output"]
     for k, v in mca.items():
