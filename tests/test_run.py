@@ -180,6 +180,21 @@ def test_the_mininet_cli_runs_a_job(nothing_left):
         assert live.close() == 0
 
 
+@pytest.mark.root
+@pytest.mark.mininet
+def test_an_mpi_job_through_our_rsh_agent_has_the_same_environment_and_names_its_failing_rank(nothing_left):
+    if shutil.which("mpirun") is None:
+        pytest.skip("needs Open MPI (apt-get install openmpi-bin; make setup installs it)")
+    r = emu_run(*SMALL, "--mpi", "--", "sh", "-c",
+                'echo $RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $EMU_HOSTS $(hostname) $OMPI_COMM_WORLD_RANK; '
+                'test "$RANK" != 2 || exit 5')
+    assert r.returncode == 5, (r.stdout, r.stderr)
+    hosts = "10.0.0.2,10.0.0.3,10.0.0.4"
+    assert sorted(r.stdout.splitlines()) == [f"[rank {i}] {i} 3 0 10.0.0.2 {hosts} gpu{i} {i}" for i in range(3)], r.stdout
+    assert r.stderr.strip().splitlines()[-1] == "emu run: rank 2 on gpu2 exited with code 5", r.stderr
+    assert "[mpirun] " in r.stderr  # mpirun's own account, tagged as its
+
+
 @pytest.mark.parametrize("mpi, sig", [(False, signal.SIGTERM), (False, signal.SIGINT), (True, signal.SIGTERM)])
 @pytest.mark.root
 @pytest.mark.mininet

@@ -232,7 +232,11 @@ def mpirun_argv(hosts: Sequence[tuple[str, int]], argv: Sequence[str], networks:
         out += ["--mca", k, v]
     for k, v in env.items():
         out += ["-x", f"{k}={v}"]
-    return [*out, *shlex.split(os.environ.get("EMU_MPIRUN_ARGS", "")), *argv]
+    # Each rank learns its rank from Open MPI's variables; torchrun's names are set from them as the rank starts.
+    torch = ("RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK "
+             "LOCAL_WORLD_SIZE=$OMPI_COMM_WORLD_LOCAL_SIZE GROUP_RANK=$OMPI_COMM_WORLD_RANK; "
+             "export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK; exec \"$@\"")
+    return [*out, *shlex.split(os.environ.get("EMU_MPIRUN_ARGS", "")), "sh", "-c", torch, "sh", *argv]
 
 
 _TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$")
