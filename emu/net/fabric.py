@@ -607,7 +607,9 @@ class FabricNet(Mininet):
         index, e.g. [0] for one plane, where the default is all). On the wall clock with `dilate_time`,
         the ranks' clocks and waits run at fabric speed (libfaketime: emu.net.ranks). `timeout`: wall s.
         Every rank's result in rank order; RankFailed (one line: which rank, host, code) if one failed,
-        the others stopped; `sink(rank, "out"|"err", line)` sees each line as it comes (rank -1: mpirun's)."""
+        the others stopped; `sink(rank, "out"|"err", line)` sees each line as it comes (rank -1: mpirun's).
+        (Mininet's own `run(test)`, a start-test-stop cycle that nothing here or in Mininet calls, gives
+        way: a FabricNet starts and stops with `with`.)"""
         from emu.net.ranks import fabric_time_env, run_mpi, run_ranks
 
         if not self.settings.kernel:
