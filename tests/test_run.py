@@ -105,6 +105,14 @@ def test_the_jobs_code_is_its_first_failing_ranks():
     assert exit_code(rs) == 3 and exit_code(rs[2:]) == 128 + 15 and exit_code(rs[:1]) == 0
 
 
+def test_doctor_says_whether_jobs_have_mpi_and_fabric_time():
+    import json
+
+    d = json.loads(subprocess.run([*EMU, "doctor", "--json"], capture_output=True, text=True, timeout=120).stdout)
+    assert d["mpi"] == (shutil.which("mpirun") is not None and shutil.which("mpicc") is not None)
+    assert d["faketime"] == os.path.exists(fabric_time_env(1000)["LD_PRELOAD"])
+
+
 def test_emu_run_says_what_is_wrong_before_building_anything():
     r = emu_run(*SMALL, "--hosts", "gpu0,gpu9", "--", "true")
     assert r.returncode == 1 and "no host 'gpu9' in fpf; hosts: gpu0, gpu1, gpu2" in r.stderr, r.stderr
