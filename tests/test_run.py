@@ -170,6 +170,9 @@ def test_the_api_returns_each_ranks_result_and_raises_on_a_failure(nothing_left)
         mono, real = map(float, r.stdout.split())
         assert 0.003 <= mono < 0.0035 and 0.003 <= real < 0.0035, r.stdout
         assert 3.0 <= wall < 8.0, wall
+        # The shell's tools too, and across processes: two `date` calls around coreutils' sleep of 2 ms.
+        (r,) = net.run(["sh", "-c", "a=$(date +%s%N); sleep 0.002; b=$(date +%s%N); echo $((b - a))"], hosts=["gpu0"])
+        assert 2_000_000 <= int(r.stdout) < 2_500_000, r.stdout
         (r,) = net.run(["python3", "-c", code], hosts=["gpu1"], dilate_time=False)
         assert 0.003 <= float(r.stdout.split()[0]) < 0.5, r.stdout  # the wall's own
 
