@@ -176,8 +176,9 @@ def run_ranks(hosts: Sequence[Any], addresses: Sequence[str], argv: Sequence[str
                for i, (h, p, (o, e)) in enumerate(zip(hosts, procs, outs, strict=True))]
     if failed is not None:
         r = results[failed]
-        # mnexec says why it could not exec (no such program) and exits 1
-        why = r.stderr.strip().splitlines()[-1] if r.code == 1 and "mnexec" in r.stderr else ""
+        # mnexec says why it could not start the program (on stderr, exit 1): that is the one line's end
+        last = r.stderr.strip().splitlines()[-1:] if r.code == 1 else []
+        why = last[0] if last and last[0].endswith(("No such file or directory", "Permission denied")) else ""
         raise RankFailed(f"rank {r.rank} on {r.host} {_how(r.code)}" + (f": {why}" if why else ""),
                          exit_code([r]), results)
     return results
@@ -241,6 +242,7 @@ def mpirun_argv(hosts: Sequence[tuple[str, int]], argv: Sequence[str], networks:
 
 _TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$")
 _FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
+_SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 
 
 def run_mpi(hosts: Sequence[Any], addresses: Sequence[str], planes: Sequence[Sequence[str]], argv: Sequence[str], *,
@@ -275,8 +277,11 @@ def run_mpi(hosts: Sequence[Any], addresses: Sequence[str], planes: Sequence[Seq
         clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "FAKETIME"))
                      and k != "LD_PRELOAD"}  # mpirun and its daemons keep the wall's time
         clean_env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HOME=folder)
-        p = hosts[0].popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                           env=clean_env, text=True, errors="replace")
+        try:
+            p = hosts[0].popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               env=clean_env, text=True, errors="replace")
+        except OSError as exc:
+            raise ValueError(f"cannot start mpirun in {hosts[0].name}: {exc.strerror or exc}") from None
         readers = [_reader(p.stdout, 0, "out", [], route), _reader(p.stderr, 0, "err", [], route)]
         try:
             _wait_all([p], timeout)
@@ -289,6 +294,7 @@ def run_mpi(hosts: Sequence[Any], addresses: Sequence[str], planes: Sequence[Seq
     said = "".join(own)
     codes = [0] * n
     failed = [(int(r), int(c)) for r, c in _FAILED.findall(said) if int(r) < n]
+    failed += [(int(r), -int(sig)) for r, sig in _SIGNALLED.findall(said) if int(r) < n]
     for r, c in failed:
         codes[r] = c
     if p.returncode and not failed:
