@@ -282,8 +282,8 @@ def test_an_mpi_allreduce_times_itself_in_fabric_time_at_two_dilations(allreduce
     through `emu run --mpi`: each rank's MPI_Wtime interval is fabric time, i.e. the same interval of the
     kernel's clock (read by a raw system call) / D, within 5 % (it is within 0.01 %). At D = 1000 and
     2000 the loop's figure agrees within 15 %, not the 5 % aimed at: the same loop at one D varies
-    from run to run by up to 10 % here (an allreduce of Open MPI's over TCP takes 1.2 to 1.5 fabric ms
-    at random, at any D: docs/performance.md, "Jobs in the hosts"), so 5 % between two single runs
+    from run to run by up to 10 % here, at any D and without libfaketime too (two clusters, about 4.0
+    and 4.35 fabric ms: docs/performance.md, "Jobs in the hosts"), so 5 % between two single runs
     would fail about half the time whatever D does."""
     elapsed = {}
     for d in DILATIONS:
