@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 
 from emu.net.switch import RunSettings
+
+_PRINTING = threading.Lock()  # every rank's output has a reader thread: one whole line at a time
 
 
 def print_line(rank: int, kind: str, line: str) -> None:
     """A rank's line, tagged with its rank; mpirun's own lines (rank -1) tagged [mpirun], on stderr."""
     tag = "[mpirun]" if rank < 0 else f"[rank {rank}]"
-    print(f"{tag} {line}", file=sys.stdout if kind == "out" and rank >= 0 else sys.stderr, flush=True)
+    out = sys.stdout if kind == "out" and rank >= 0 else sys.stderr
+    with _PRINTING:
+        out.write(f"{tag} {line}\n")
+        out.flush()
 
 
 def job_options(p: argparse.ArgumentParser) -> None:
