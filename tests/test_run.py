@@ -283,7 +283,8 @@ def test_an_mpi_allreduce_times_itself_in_fabric_time_at_two_dilations(allreduce
     kernel's clock (read by a raw system call) / D, within 5 % (it is within 0.01 %). At D = 1000 and
     2000 the loop's figure agrees within 15 %, not the 5 % aimed at: the same loop at one D varies
     from run to run by up to 10 % here, at any D and without libfaketime too (two clusters, about 4.0
-    and 4.35 fabric ms: docs/performance.md, "Jobs in the hosts"), so 5 % between two single runs
+    and 4.35 fabric ms: docs/performance.md, "Jobs in the hosts"; with 8 MiB, 15 %: the stalls do not
+    shrink with the message), so 5 % between two runs
     would fail about half the time whatever D does."""
     elapsed = {}
     for d in DILATIONS:

@@ -68,8 +68,14 @@ def step_ring(work, net: FabricNet) -> str:
     return f"{GPUS} ranks, each its next one's address"
 
 
+SAMPLE = "allreduce bytes 2097152 ranks 4 iterations 3 seconds 0.000530123 ok 1\n"
+
+
 def step_time(work, net: FabricNet) -> str:
     """Step 2: the program's own figure"""
+    said = work.seconds_per_allreduce(SAMPLE)  # a known line first (a TODO stops here, before any job runs)
+    if said != 0.000530123:
+        raise StepFailed(f"from {SAMPLE.strip()!r}, seconds_per_allreduce said {said!r}, not 0.000530123")
     out = []
     for planes in ([0], list(range(PLANES))):
         stdout = _job(net, planes)
@@ -85,6 +91,7 @@ def step_busbw(work, net: FabricNet) -> str:
     """Step 3: bus bandwidth"""
     out = []
     nbytes = FLOATS * 4
+    work.busbw_gbps(nbytes, GPUS, 1e-3)  # a TODO stops here, before any job runs
     for planes in ([0], list(range(PLANES))):
         s = _seconds(_job(net, planes))
         truth = nbytes * 8 / s * 2 * (GPUS - 1) / GPUS / 1e9
