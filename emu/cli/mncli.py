@@ -100,11 +100,11 @@ class FabricCLI(CLI):
         import shlex
 
         from emu.cli.runjob import job_options, mpi_planes, print_line
-        from emu.net.ranks import RankFailed
 
         words = shlex.split(line)
         if "--" not in words or words.index("--") == len(words) - 1:
-            print("usage: run [-np N] [--hosts H1,H2] [--mpi] [--no-dilate-time] [--timeout S] -- PROG [ARGS]")
+            print("usage: run [-np N] [--hosts H1,H2] [--mpi [--mpi-planes P,..]] [--no-dilate-time] [--timeout S] "
+                  "-- PROG [ARGS]")
             return
         cut = words.index("--")
         p = argparse.ArgumentParser(prog="run", add_help=False, exit_on_error=False)
@@ -114,10 +114,7 @@ class FabricCLI(CLI):
             hosts = args.hosts.split(",") if args.hosts else None
             results = self.mn.run(words[cut + 1:], np=args.np, hosts=hosts, mpi=args.mpi, planes=mpi_planes(args),
                                   timeout=args.timeout, dilate_time=not args.no_dilate_time, sink=print_line)
-        except RankFailed as exc:
-            print(f"*** {exc}")
-            return
-        except (argparse.ArgumentError, ValueError, RuntimeError, OSError) as exc:
+        except (argparse.ArgumentError, ValueError, RuntimeError, OSError) as exc:  # RankFailed: one line too
             print(f"*** {exc}")
             return
         print(f"*** {len(results)} ranks, every one exited 0")
