@@ -1,12 +1,14 @@
 # Two commands: `make demo` and `make test`. Both set up what is missing first.
 # prometheus is installed for its promtool (the Grafana dashboard's queries are tested with it),
 # openssh-server and sudo for the cluster's namespace machines (each runs its own sshd; Mininet's
-# cluster edition calls sudo); the servers the packages start are not left running unless they
+# cluster edition calls sudo); Open MPI and libfaketime for `emu run` (mpirun, mpicc; the ranks' fabric time);
+# the servers the packages start are not left running unless they
 # were there before.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EMU := $(VENV)/bin/emu
-APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool chromium prometheus openssh-server openssh-client sudo
+APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool chromium prometheus openssh-server openssh-client sudo \
+  openmpi-bin libopenmpi-dev libfaketime faketime
 
 .PHONY: setup demo test lint clean p4
 
@@ -17,6 +19,8 @@ setup: $(VENV)/.done
 $(VENV)/.done: pyproject.toml setup.py $(wildcard emu/*/*.pyx emu/*/*.pxd)
 	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null && command -v chromium >/dev/null && command -v promtool >/dev/null \
 	  && command -v sudo >/dev/null && test -x /usr/sbin/sshd \
+	  && command -v mpirun >/dev/null && command -v mpicc >/dev/null && command -v faketime >/dev/null \
+	  && ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 \
 	  && command -v ping >/dev/null && command -v brctl >/dev/null && /usr/bin/python3 -c 'import venv, mininet' 2>/dev/null \
 	  || { had_prometheus=$$(command -v prometheus || true); had_sshd=$$(test -x /usr/sbin/sshd && echo yes || true); \
 	       apt-get update -qq \

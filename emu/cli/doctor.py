@@ -58,4 +58,15 @@ def doctor() -> dict[str, bool]:
         "bmv2": shutil.which("simple_switch") is not None and shutil.which("simple_switch_CLI") is not None,
         "p4c": shutil.which("p4c-bm2-ss") is not None or shutil.which("p4c") is not None,
         "tshark": shutil.which("tshark") is not None,
+        "mpi": shutil.which("mpirun") is not None and shutil.which("mpicc") is not None,  # emu run --mpi
+        "faketime": _has_faketime(),  # the ranks' fabric time (emu run)
     }
+
+
+def _has_faketime() -> bool:
+    from emu.net.ranks import faketime_lib
+
+    try:
+        return bool(faketime_lib())
+    except ValueError:
+        return False

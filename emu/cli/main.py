@@ -162,6 +162,15 @@ def cmd_up(args: argparse.Namespace, extra: list[str]) -> int:
               web_control=args.web_control)
 
 
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    from emu.cli.runjob import run_job
+
+    _need_root()
+    if not args.program:
+        raise ValueError("give the program after --, e.g. emu run fpf --gpus 4 -np 4 -- ./a.out")
+    return run_job(args.topology, _topo_params(extra), _settings(args), args, args.program)
+
+
 def cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
     from emu.cli.doctor import doctor
 
@@ -612,6 +621,20 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     if topology:
         _topology_help(p, topology)
     p.set_defaults(fn=cmd_up)
+    p = sub.add_parser("run", help="a distributed job: one process per host of a fabric built for it (-np N -- PROG)",
+                       usage="emu run TOPOLOGY [topology and run options] [-np N] [--hosts H1,H2] [--mpi] "
+                             "[--no-dilate-time] -- PROG [ARGS...]",
+                       epilog="Each rank gets RANK, WORLD_SIZE, LOCAL_RANK (0), MASTER_ADDR, MASTER_PORT and EMU_HOSTS; "
+                              "its lines are printed tagged [rank I]; the exit code is the first failing rank's. "
+                              "On the wall clock only (the hosts' kernels carry the job).")
+    p.add_argument("topology")
+    from emu.cli.runjob import job_options
+
+    job_options(p)
+    _run_options(p)
+    if topology:
+        _topology_help(p, topology)
+    p.set_defaults(fn=cmd_run, program=[])
     p = sub.add_parser("doctor", help="what this machine offers the emulator")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_doctor)
@@ -733,10 +756,17 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    program: list[str] = []
+    if argv and argv[0] == "run" and "--" in argv:  # `emu run ... -- PROG ARGS`: PROG's own options are its
+        cut = argv.index("--")
+        argv, program = argv[:cut], argv[cut + 1:]
     asks_help = len(argv) > 1 and ("-h" in argv or "--help" in argv)
     named = argv[1] if asks_help else ""
-    args, extra = parser(named if argv[0] == "up" else "", named if argv[0] == "scenario" else "").parse_known_args(argv)
-    if extra and args.command not in ("up", "scenario", "bench", "replay"):
+    args, extra = parser(named if argv[0] in ("up", "run") else "",
+                         named if argv[0] == "scenario" else "").parse_known_args(argv)
+    if args.command == "run":
+        args.program = program
+    if extra and args.command not in ("up", "scenario", "bench", "replay", "run"):
         parser().error(f"unrecognised arguments: {' '.join(extra)}")
     from emu.cli.progress import work_progress
     from emu.launch import Stopped, stop_on_signals

@@ -92,6 +92,33 @@ class FabricCLI(CLI):
         print(f"*** {client['bytes']} B at {client['bw_fabric_bps'] / 1e9:.1f} Gb/s (fabric), "
               f"{client['retransmits']} retransmits, data {'ok' if server['data_ok'] else 'WRONG'}")
 
+    def do_run(self, line: str) -> None:
+        """run [-np N] [--hosts H1,H2] [--mpi [--mpi-planes P,..]] [--no-dilate-time] [--timeout S] -- PROG ARGS: a
+        distributed job, one rank per host (RANK, WORLD_SIZE, MASTER_ADDR, EMU_HOSTS, ...), each line tagged [rank I];
+        on the wall clock the ranks' clocks run at fabric time (libfaketime) unless --no-dilate-time."""
+        import argparse
+        import shlex
+
+        from emu.cli.runjob import job_options, mpi_planes, print_line
+
+        words = shlex.split(line)
+        if "--" not in words or words.index("--") == len(words) - 1:
+            print("usage: run [-np N] [--hosts H1,H2] [--mpi [--mpi-planes P,..]] [--no-dilate-time] [--timeout S] "
+                  "-- PROG [ARGS]")
+            return
+        cut = words.index("--")
+        p = argparse.ArgumentParser(prog="run", add_help=False, exit_on_error=False)
+        job_options(p)
+        try:
+            args = p.parse_args(words[:cut])
+            hosts = args.hosts.split(",") if args.hosts else None
+            results = self.mn.run(words[cut + 1:], np=args.np, hosts=hosts, mpi=args.mpi, planes=mpi_planes(args),
+                                  timeout=args.timeout, dilate_time=not args.no_dilate_time, sink=print_line)
+        except (argparse.ArgumentError, ValueError, RuntimeError, OSError) as exc:  # RankFailed: one line too
+            print(f"*** {exc}")
+            return
+        print(f"*** {len(results)} ranks, every one exited 0")
+
     def do_pingplanes(self, line: str) -> None:
         """pingplanes [6]: ping every address of every other host, on every plane."""
         r = self.mn.pingall_planes(6 if line.strip() == "6" else 4)

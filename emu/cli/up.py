@@ -85,7 +85,7 @@ def up(name: str, params: dict[str, str], settings: RunSettings, *, test: str | 
             console.print(f"live view: {result['web']}", markup=False, highlight=False)
         if test is None:
             console.print(f"[green]{name} is up[/green] in {result['up_s']} s at D={settings.dilation:g}; "
-                          "extra commands: stats, fail, restore, pingplanes")
+                          "extra commands: stats, fail, restore, pingplanes, run")
             FabricCLI(net)
         elif test == "pingall":
             with console.status("pinging every host on every plane (IPv4 and IPv6)"):

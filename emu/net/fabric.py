@@ -49,6 +49,7 @@ from emu.units import parse_rate, parse_time
 if TYPE_CHECKING:
     from emu.collectives.run import CollectiveResult, RankHost, Tenant
     from emu.collectives.trace import Trace
+    from emu.net.ranks import RankResult
 
 
 @dataclass(frozen=True)
@@ -597,6 +598,59 @@ class FabricNet(Mininet):
         """What died while the fabric ran (engine workers, BMv2 switches), one line each; each was also
         reported the moment it happened (to stderr, or `net.engine.on_death`)."""
         return self.engine.deaths
+
+    def run(self, argv: Sequence[str], *, np: int | None = None, hosts: Sequence[str] | None = None,
+            env: dict[str, str] | None = None, timeout: float | None = None, mpi: bool = False,
+            planes: Sequence[int] | None = None, dilate_time: bool = True,
+            sink: Callable[[int, str, str], None] | None = None) -> list[RankResult]:
+        """A distributed job: `argv` started once per host in the hosts' namespaces, rank i on hosts[i]
+        (default: the first `np` hosts in order, np default all), each with RANK, WORLD_SIZE, LOCAL_RANK,
+        MASTER_ADDR (rank 0's first address), MASTER_PORT and EMU_HOSTS (the ranks' addresses in order),
+        and `env` on top. `mpi`: through Open MPI's mpirun (its rsh agent enters the hosts' namespaces;
+        its TCP transport on their fabric interfaces; `planes`: only these of each host's planes, by
+        index, e.g. [0] for one plane, where the default is all). On the wall clock with `dilate_time`,
+        the ranks' clocks and waits run at fabric speed (libfaketime: emu.net.ranks). `timeout`: wall s.
+        Every rank's result in rank order; RankFailed (one line: which rank, host, code) if one failed,
+        the others stopped; `sink(rank, "out"|"err", line)` sees each line as it comes (rank -1: mpirun's).
+        (Mininet's own `run(test)`, a start-test-stop cycle that nothing here or in Mininet calls, gives
+        way: a FabricNet starts and stops with `with`.)"""
+        from emu.net.ranks import fabric_time_env, run_mpi, run_ranks
+
+        if not self.settings.kernel:
+            raise ValueError("this fabric's hosts have no kernel (kernel=False): nothing to run processes in")
+        names = list(hosts) if hosts is not None else [h.name for h in self.hosts]
+        missing = [n for n in names if self.nameToNode.get(n) not in self.hosts]
+        if missing:
+            raise ValueError(f"no host {missing[0]!r} in this fabric; hosts: {', '.join(h.name for h in self.hosts)}")
+        if len(set(names)) != len(names):
+            raise ValueError("a host is named twice: one rank per host")
+        if np is not None:
+            if not 1 <= np <= len(names):
+                raise ValueError(f"-np {np}: this job has {len(names)} host(s) to run on (one rank per host)")
+            names = names[:np] if hosts is None else names
+            if hosts is not None and np != len(names):
+                raise ValueError(f"-np {np} but {len(names)} hosts named: one rank per host")
+        nodes = [self.nameToNode[n] for n in names]
+        by_host = {n: [i.link.fabric.host_ip4 for i in self.nameToNode[n].intfList()
+                      if isinstance(getattr(i, "link", None), FabricLink) and i.link.fabric.host_ip4] for n in names}
+        if not all(by_host.values()):
+            raise ValueError(f"{next(n for n in names if not by_host[n])} has no IPv4 fabric interface to run a job on")
+        addresses = [by_host[n][0].split("/")[0] for n in names]
+        if planes is not None:
+            if not mpi:
+                raise ValueError("planes= is for an MPI job (mpi=True): its transport is told which interfaces")
+            width = min(len(v) for v in by_host.values())
+            bad = [p for p in planes if not 0 <= p < width]
+            if bad or not planes:
+                raise ValueError(f"planes: the hosts have planes 0..{width - 1}, not {list(planes)}")
+            by_host = {n: [v[p] for p in planes] for n, v in by_host.items()}
+        extra = dict(env or {})
+        if dilate_time and self.settings.clock == "wall":
+            extra.update(fabric_time_env(self.settings.dilation))
+        if mpi:
+            return run_mpi(nodes, addresses, [by_host[n] for n in names], list(argv), env=extra, timeout=timeout,
+                           sink=sink)
+        return run_ranks(nodes, addresses, list(argv), env=extra, timeout=timeout, sink=sink)
 
     def host_addresses(self, family: int = 4) -> dict[str, list[str]]:
         """Every address of every host (one per plane interface), read from the hosts."""

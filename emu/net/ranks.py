@@ -1,0 +1,311 @@
+"""A distributed job's ranks: one process per host, in the host's namespace (`emu run`, `net.run`).
+
+Each rank gets what a PyTorch or MPI program expects to find (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT, and EMU_HOSTS, the ranks' addresses in order). With `mpi`, Open MPI's own
+`mpirun` starts them: it runs in rank 0's host, so that the daemons it starts in the other hosts can
+reach it over the fabric (a host's namespace has no way to the root namespace), and it reaches the
+hosts through an rsh agent of ours that enters a host's namespace by its shell's pid instead of ssh.
+
+On the wall clock a rank's clocks, sleeps and timeouts can run at fabric speed, 1/D of the wall:
+libfaketime, preloaded into the rank (fabric_time_env). The kernel's own timers (TCP's
+retransmission timeout, delayed ACKs) and the stamps it puts in packets cannot be: they keep the
+wall's (docs/architecture.md, "Fabric time in the hosts' processes").
+"""
+
+from __future__ import annotations
+
+import glob
+import ipaddress
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from emu.launch import scratch_dir
+
+MASTER_PORT = 29500  # PyTorch's default: every host is a namespace of its own, so it is free
+FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1", "/usr/lib/*/faketime/libfaketimeMT.so.1",
+                 "/usr/local/lib/faketime/libfaketimeMT.so.1")
+FAILED_GRACE_S = 1.0  # wall seconds the other ranks have to end on their own once one has failed
+# Where a rank says what it wrote: "out" or "err".
+LineSink = Callable[[int, str, str], None]
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank of a job as it ended: its exit code (negative: killed by that signal), what it wrote."""
+
+    rank: int
+    host: str
+    code: int
+    stdout: str
+    stderr: str
+
+
+class RankFailed(RuntimeError):
+    """A rank exited non-zero: the first one that did, in one line; `results` has every rank's."""
+
+    def __init__(self, message: str, code: int, results: list[RankResult]) -> None:
+        super().__init__(message)
+        self.code = code
+        self.results = results
+
+
+def faketime_lib() -> str:
+    """libfaketime's multithreaded library (Debian's libfaketime), or ValueError saying what to install."""
+    for pattern in FAKETIME_LIBS:
+        for path in sorted(glob.glob(pattern)):
+            if os.path.exists(path):
+                return path
+    raise ValueError("libfaketime is not installed (apt-get install libfaketime): needed to give the ranks fabric "
+                     "time; --no-dilate-time runs them on the wall's")
+
+
+def fabric_time_env(dilation: float) -> dict[str, str]:
+    """The environment that makes a dynamically linked program's clocks (clock_gettime, MONOTONIC too,
+    gettimeofday, time) and waits (sleep, nanosleep, poll, select, epoll_wait timeouts) run at 1/D of the
+    wall: a fabric second is D wall seconds, as for the fabric's links. Not cached (FAKETIME_NO_CACHE),
+    so every read is the wall's now, scaled; the clock starts at the wall's time when the process does."""
+    rate = f"{1.0 / dilation:.12g}"
+    return {"LD_PRELOAD": faketime_lib(), "FAKETIME": f"+0 x{rate}", "FAKETIME_NO_CACHE": "1"}
+
+
+def rank_env(rank: int, addresses: Sequence[str], port: int = MASTER_PORT) -> dict[str, str]:
+    """What torchrun gives a rank (one rank per host: LOCAL_RANK 0), and EMU_HOSTS: every rank's address."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(len(addresses)), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+            "GROUP_RANK": str(rank), "MASTER_ADDR": addresses[0], "MASTER_PORT": str(port),
+            "EMU_HOSTS": ",".join(addresses)}
+
+
+def exit_code(results: Sequence[RankResult]) -> int:
+    """The job's exit code: its first failing rank's (128 + N for a signal N), 0 if every rank's was 0."""
+    for r in results:
+        if r.code:
+            return r.code if r.code > 0 else 128 - r.code
+    return 0
+
+
+def _reader(stream: Any, rank: int, kind: str, into: list[str], sink: LineSink | None) -> threading.Thread:
+    def read() -> None:
+        for line in stream:
+            into.append(line)
+            if sink is not None:
+                sink(rank, kind, line.rstrip("\n"))
+        stream.close()
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return t
+
+
+def _stop(procs: Sequence[subprocess.Popen]) -> None:
+    """Each still running process and what it started (its session: mnexec -d made it a leader):
+    SIGTERM, then SIGKILL a second later."""
+    for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+        live = [p for p in procs if p.poll() is None]
+        for p in live:
+            try:
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait
+        for p in live:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _wait_all(procs: list[subprocess.Popen], timeout: float | None) -> int | None:
+    """Wait until every process ends or one fails (then the others are stopped, as mpirun does: a job
+    whose rank is gone would wait for it forever); the index of the first that failed, or None."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    failed = None
+    try:
+        while any(p.poll() is None for p in procs):
+            for i, p in enumerate(procs):
+                if failed is None and p.poll() not in (None, 0):
+                    failed = i
+            if failed is not None:
+                grace = time.monotonic() + FAILED_GRACE_S  # the others may be ending on their own: their codes
+                while time.monotonic() < grace and any(p.poll() is None for p in procs):
+                    time.sleep(0.02)
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the job ran over its {timeout:g} s (wall): its ranks were stopped")
+            time.sleep(0.02)
+    finally:
+        _stop(procs)  # nothing of a job outlives it: an exception or a signal on the way out included
+    if failed is None:
+        failed = next((i for i, p in enumerate(procs) if p.returncode != 0), None)
+    return failed
+
+
+def run_ranks(hosts: Sequence[Any], addresses: Sequence[str], argv: Sequence[str], *, env: dict[str, str] | None = None,
+              timeout: float | None = None, sink: LineSink | None = None) -> list[RankResult]:
+    """Rank i on Mininet host hosts[i] (whose address is addresses[i]), all started at once, each
+    `argv` with its rank's environment and `env` on top of this one. Every rank's result, in rank
+    order; RankFailed if one exited non-zero (the others are stopped then)."""
+    procs: list[subprocess.Popen] = []
+    outs: list[tuple[list[str], list[str]]] = []
+    readers: list[threading.Thread] = []
+    try:
+        for i, h in enumerate(hosts):
+            e = dict(os.environ, **rank_env(i, addresses), **(env or {}))
+            try:
+                p = h.popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env=e, text=True, errors="replace")
+            except OSError as exc:
+                raise ValueError(f"rank {i} on {h.name}: cannot start {argv[0]}: {exc.strerror or exc}") from None
+            procs.append(p)
+            outs.append(([], []))
+            readers += [_reader(p.stdout, i, "out", outs[-1][0], sink), _reader(p.stderr, i, "err", outs[-1][1], sink)]
+        failed = _wait_all(procs, timeout)
+    finally:
+        _stop(procs)
+    for t in readers:
+        t.join(5)
+    results = [RankResult(i, h.name, p.returncode, "".join(o), "".join(e))
+               for i, (h, p, (o, e)) in enumerate(zip(hosts, procs, outs, strict=True))]
+    if failed is not None:
+        r = results[failed]
+        # mnexec says why it could not start the program (on stderr, exit 1): that is the one line's end
+        last = r.stderr.strip().splitlines()[-1:] if r.code == 1 else []
+        why = last[0] if last and last[0].endswith(("No such file or directory", "Permission denied")) else ""
+        raise RankFailed(f"rank {r.rank} on {r.host} {_how(r.code)}" + (f": {why}" if why else ""),
+                         exit_code([r]), results)
+    return results
+
+
+def _how(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+
+
+# -- Open MPI ---------------------------------------------------------------------------------------
+
+AGENT = """#!/bin/sh
+# mpirun's rsh agent for one emu job: `agent HOST COMMAND...` runs COMMAND (one shell line, as ssh
+# would) in HOST's network namespace, with HOST as its host name (each host a UTS namespace of its own).
+host=$1; shift
+case "$host" in
+{cases}
+*) echo "emu rsh agent: no host $host in this job" >&2; exit 255;;
+esac
+exec mnexec -a "$pid" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
+"""
+
+
+def mpi_networks(addresses: Sequence[Sequence[str]]) -> list[str]:
+    """The subnets of the ranks' fabric interfaces (IPv4, "10.0.0.0/24", ...): what Open MPI's TCP
+    transport and its daemons' own channel are told to use (interface names differ per host)."""
+    nets = {str(ipaddress.ip_interface(a).network) for per_host in addresses for a in per_host}
+    return sorted(nets, key=lambda n: ipaddress.ip_network(n))
+
+
+def mpirun_argv(hosts: Sequence[tuple[str, int]], argv: Sequence[str], networks: Sequence[str], folder: str,
+                env: dict[str, str]) -> list[str]:
+    """mpirun's command line for one rank per host: (name, shell pid) each, in rank order; the hostfile
+    and the rsh agent written in `folder`; `env` exported to every rank (-x)."""
+    hostfile = os.path.join(folder, "hostfile")
+    with open(hostfile, "w") as f:
+        f.writelines(f"{name} slots=1 max_slots=1\n" for name, _ in hosts)
+    agent = os.path.join(folder, "agent")
+    cases = "\n".join(f"{shlex.quote(name)}) pid={pid};;" for name, pid in hosts)
+    with open(agent, "w") as f:
+        f.write(AGENT.format(cases=cases))
+    os.chmod(agent, 0o700)
+    nets = ",".join(networks)
+    mca = {"plm_rsh_agent": agent, "plm_rsh_no_tree_spawn": "1", "btl": "tcp,self", "btl_tcp_if_include": nets,
+           "oob_tcp_if_include": nets, "orte_tmpdir_base": folder, "pml": "ob1",
+           "btl_tcp_disable_family": "6", "oob_tcp_disable_family": "6",
+           # every host is on one machine: a rank waiting on the network yields the core to the engine
+           "mpi_yield_when_idle": "1"}
+    out = [shutil.which("mpirun") or "mpirun", "--allow-run-as-root", "-np", str(len(hosts)), "--hostfile", hostfile,
+           "--map-by", "node", "--tag-output"]
+    for k, v in mca.items():
+        out += ["--mca", k, v]
+    for k, v in env.items():
+        out += ["-x", f"{k}={v}"]
+    # Each rank learns its rank from Open MPI's variables; torchrun's names are set from them as the rank starts.
+    torch = ("RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK "
+             "LOCAL_WORLD_SIZE=$OMPI_COMM_WORLD_LOCAL_SIZE GROUP_RANK=$OMPI_COMM_WORLD_RANK; "
+             "export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK; exec \"$@\"")
+    return [*out, *shlex.split(os.environ.get("EMU_MPIRUN_ARGS", "")), "sh", "-c", torch, "sh", *argv]
+
+
+_TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$")
+_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
+_SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
+
+
+def run_mpi(hosts: Sequence[Any], addresses: Sequence[str], planes: Sequence[Sequence[str]], argv: Sequence[str], *,
+            env: dict[str, str] | None = None, timeout: float | None = None,
+            sink: LineSink | None = None) -> list[RankResult]:
+    """The job through Open MPI's mpirun, started in rank 0's host: its lines sorted to their ranks
+    (--tag-output), each rank's exit code as mpirun reports it (the failed rank's, the others 0 or
+    mpirun's own code). `planes`: each rank's interface addresses with their prefix lengths."""
+    if shutil.which("mpirun") is None:
+        raise ValueError("mpirun not found: apt-get install openmpi-bin libopenmpi-dev (make setup installs them)")
+    folder = scratch_dir("mpi")
+    n = len(hosts)
+    outs: list[tuple[list[str], list[str]]] = [([], []) for _ in range(n)]
+    own: list[str] = []  # mpirun's own lines (its errors), not a rank's
+
+    def route(_rank: int, kind: str, line: str) -> None:
+        m = _TAG.match(line)
+        if m and int(m.group(1)) < n:
+            r, k = int(m.group(1)), "out" if m.group(2) == "stdout" else "err"
+            outs[r][0 if k == "out" else 1].append(m.group(3) + "\n")
+            if sink is not None:
+                sink(r, k, m.group(3))
+            return
+        own.append(line + "\n")
+        if sink is not None and line.strip():
+            sink(-1, kind, line)
+
+    try:
+        job_env = dict(env or {})
+        job_env.update({"EMU_HOSTS": ",".join(addresses), "MASTER_ADDR": addresses[0], "MASTER_PORT": str(MASTER_PORT)})
+        cmd = mpirun_argv([(h.name, h.pid) for h in hosts], argv, mpi_networks(planes), folder, job_env)
+        clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "FAKETIME"))
+                     and k != "LD_PRELOAD"}  # mpirun and its daemons keep the wall's time
+        clean_env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HOME=folder)
+        try:
+            p = hosts[0].popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               env=clean_env, text=True, errors="replace")
+        except OSError as exc:
+            raise ValueError(f"cannot start mpirun in {hosts[0].name}: {exc.strerror or exc}") from None
+        readers = [_reader(p.stdout, 0, "out", [], route), _reader(p.stderr, 0, "err", [], route)]
+        try:
+            _wait_all([p], timeout)
+        finally:
+            _stop([p])
+            for t in readers:
+                t.join(5)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    said = "".join(own)
+    codes = [0] * n
+    failed = [(int(r), int(c)) for r, c in _FAILED.findall(said) if int(r) < n]
+    failed += [(int(r), -int(sig)) for r, sig in _SIGNALLED.findall(said) if int(r) < n]
+    for r, c in failed:
+        codes[r] = c
+    if p.returncode and not failed:
+        codes = [p.returncode] * n  # mpirun failed before or besides any rank: each rank's is unknown
+    results = [RankResult(i, h.name, codes[i], "".join(o), "".join(e))
+               for i, (h, (o, e)) in enumerate(zip(hosts, outs, strict=True))]
+    if p.returncode:
+        if failed:
+            r = results[failed[0][0]]
+            raise RankFailed(f"rank {r.rank} on {r.host} {_how(r.code)}", exit_code([r]), results)
+        last = [ln for ln in own if ln.strip()]
+        raise RankFailed(f"mpirun in {hosts[0].name} {_how(p.returncode)}"
+                         + (f": {last[-1].strip()}" if last else ""), exit_code([results[0]]), results)
+    return results
