@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,45 @@ def test_the_same_flows_on_either_clock_come_back_in_fabric_units(no_leftovers):
     assert inside["failed_after_s"] == pytest.approx(fabric["failed_after_s"], rel=0.05), (fabric, inside)
     for r in (fabric, wall, inside):
         assert r["plane0"] == flows[0].wire_bytes and 0 < r["plane1"] < flows[1].wire_bytes, r
+
+
+# D in one place (issue 50, item 3): the pacer (emu.dataplane.loop, the schedule's run_paced and stamp) and
+# the edges. What still converts with D are the harnesses of processes in the hosts (BMv2's endpoints, whose
+# transport runs on the wall clock in its own process) and the control plane's wall-clock timers: listed
+# here so that the list can only shrink, and no new model code converts.
+MODEL = ("emu/roce", "emu/dataplane", "emu/collectives", "emu/traffic", "emu/net/flows.py", "emu/control")
+PACER = ("emu/dataplane/loop.py", "emu/dataplane/schedule.py")
+STILL_CONVERTING = {"emu/roce/transport.py", "emu/roce/_device.pyx", "emu/roce/perf.py", "emu/roce/run.py",
+                    "emu/net/flows.py", "emu/control/runtime.py", "emu/collectives/rank.py",
+                    "emu/collectives/run.py"}
+_BY_D = re.compile(r"\*\s*(\w+\.)*dilation\b|\bdilation\s*/|/\s*(\w+\.)*dilation\b")
+
+
+def converting_with_d(root: Path) -> set[str]:
+    """The model files with a line that multiplies or divides by a dilation (the compiled schedule's own
+    class, the pacer, left out)."""
+    found = set()
+    for top in MODEL:
+        for path in sorted((root / top).rglob("*.py*")) if (root / top).is_dir() else [root / top]:
+            rel = str(path.relative_to(root))
+            if rel in PACER or path.suffix not in (".py", ".pyx") or not path.exists():
+                continue
+            text = path.read_text()
+            if rel == "emu/dataplane/_core.pyx":  # its Schedule is the compiled pacer
+                start = text.index("cdef class Schedule")
+                text = text[:start] + text[text.index("\ncdef ", start + 1):]
+            if any(_BY_D.search(line) for line in text.splitlines() if not line.lstrip().startswith("#")):
+                found.add(rel)
+    return found
+
+
+def test_d_is_applied_by_the_pacer_and_the_hosts_harnesses_only():
+    found = converting_with_d(ROOT)
+    assert found <= STILL_CONVERTING, f"model code converting with D: {sorted(found - STILL_CONVERTING)}"
+    assert found == STILL_CONVERTING, f"no longer converting (shrink the list): {sorted(STILL_CONVERTING - found)}"
+
+
+def test_the_d_check_finds_a_conversion_where_there_is_one(tmp_path):
+    (tmp_path / "emu" / "dataplane").mkdir(parents=True)
+    (tmp_path / "emu" / "dataplane" / "pipe.py").write_text("rate = spec.rate_bps / self.dilation\n")
+    assert converting_with_d(tmp_path) == {"emu/dataplane/pipe.py"}

@@ -255,7 +255,7 @@ class ReplayJob(Job):
             return
         nid = heapq.heappop(self.compute_queue[r])
         self.computing[r] = True
-        self.loop.at(t + self.loop_s(float(self.nodes[r][nid][3])), self._computed, (r, nid, t))
+        self.loop.at(t + float(self.nodes[r][nid][3]), self._computed, (r, nid, t))
 
     def _computed(self, t: float, arg: tuple[int, int, float]) -> None:
         r, nid, began = arg

@@ -36,10 +36,9 @@ cdef inline double monotonic() noexcept nogil:
 
 cdef enum:
     VIRTUAL = 0
-    WALL = 1
     FABRIC = 2
 
-MODES = {"virtual": VIRTUAL, "wall": WALL, "fabric": FABRIC}
+MODES = {"virtual": VIRTUAL, "fabric": FABRIC}
 
 
 # -- frames ------------------------------------------------------------------------------------------
@@ -326,8 +325,6 @@ cdef class Schedule:
     cdef double cclock(self):
         if self.mode == VIRTUAL:
             return self.now
-        if self.mode == WALL:
-            return monotonic()
         if self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until):
             return self.now
         cdef double f = self.anchor_f + (monotonic() - self.anchor_w) / self.idle_dilation
@@ -420,21 +417,6 @@ cdef class Schedule:
             if n & 63 == 0:
                 wall = monotonic()
                 due = anchor_f + (wall - anchor_w) / d
-        return n
-
-    def run_wall(self, late):
-        cdef Event e
-        cdef long long n = 0
-        cdef double now = monotonic()
-        add = late.add
-        while self.n and self.kt[0] <= now:
-            self._pop(&e)
-            self.now = e.t
-            add(now - e.t)
-            self._run(&e)
-            n += 1
-            if n & 63 == 0:
-                now = monotonic()
         return n
 
 

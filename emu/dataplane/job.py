@@ -4,11 +4,9 @@ A job lives inside an engine worker (emu.dataplane.worker starts it by kind,
 from a module above this one): the worker hands it its loop and the host
 ports it may attach to (`Attach`), and the job's base (`Job`) keeps its life:
 one start instant, a budget of fabric time, the failures it schedules, and
-the end that hands fabric time back to the wall. On the fabric clock the
-loop's time is fabric time; on the wall clock it is wall time, `dilation`
-wall seconds a fabric second, as for the switches the worker builds: a job
-states its durations in fabric seconds and converts them here (`Job.loop_s`,
-`Job.since`), once.
+the end that hands fabric time back to the wall. The loop's time is fabric
+seconds on either clock (emu.dataplane.loop: the wall clock paces it at D),
+so a job states and schedules its durations in fabric seconds as they are.
 It sits here, beside the worker, so that every kind of job (emu.roce,
 emu.collectives, emu.traffic) imports it downward.
 """
@@ -25,7 +23,6 @@ class Attach(Protocol):
 
     loop: Any
     core: str  # "native" or "python" (emu.dataplane.core): which endpoints a job builds on it
-    dilation: float  # loop seconds a fabric second: 1 on the fabric clock, D on the wall clock
 
     def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
@@ -67,7 +64,6 @@ class Detached:
     def __init__(self, host: Attach) -> None:
         self.loop = host.loop
         self.core = host.core
-        self.dilation = host.dilation
 
     def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
@@ -106,8 +102,8 @@ class Job:
     common start instant is then chosen once every part is ready (Engine.start_job), and building one,
     however long it takes, makes none late."""
 
-    # The engine loops (emu.dataplane.loop's MODE) the kind runs on: its durations go through loop_s and
-    # since, so either; a kind written for the fabric clock's loop alone says so.
+    # The clocks the kind runs on (EngineSpec.clock): both, as its durations are fabric seconds on either;
+    # a kind written for the fabric clock alone says so.
     clocks: ClassVar[tuple[str, ...]] = ("fabric", "wall")
 
     @classmethod
@@ -118,7 +114,6 @@ class Job:
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         self.host = host
         self.loop = host.loop
-        self.d = host.dilation
         self.params = params
         self.error = ""
         self.finished = False
@@ -146,18 +141,14 @@ class Job:
         self.t0 = float(joined) if joined is not None else self.loop.begin(self.params.get("at"),
                                                                             self.params.get("wall_at"))
         self.begun = True
-        self.loop.at(self.t0 + self.loop_s(float(self.params["budget_s"])), self._budget, None)
+        self.loop.at(self.t0 + float(self.params["budget_s"]), self._budget, None)
         for after, up, ports in self.params.get("port_events", []):
-            self.loop.at(self.t0 + self.loop_s(float(after)), self._set_ports, (bool(up), ports))
+            self.loop.at(self.t0 + float(after), self._set_ports, (bool(up), ports))
         return self.t0
 
-    def loop_s(self, fabric_s: float) -> float:
-        """`fabric_s` fabric seconds in the loop's time (the same number on the fabric clock)."""
-        return fabric_s * self.d  # exact at 1: the fabric clock's figures are unchanged
-
     def since(self, t: float, start: float | None = None) -> float:
-        """Fabric seconds from `start` (the job's start by default) to loop time `t`."""
-        return (t - (self.t0 if start is None else start)) / self.d
+        """Fabric seconds from `start` (the job's start by default) to `t`."""
+        return t - (self.t0 if start is None else start)
 
     def _set_ports(self, t: float, arg: tuple[bool, list[list[str]]]) -> None:
         up, ports = arg

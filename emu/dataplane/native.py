@@ -28,8 +28,8 @@ class NativeSwitch(_core.SwitchBase, Switch):
     Lpm = _core.Lpm
     GroupState = _core.GroupState
 
-    def __init__(self, spec: SwitchSpec, loop: Any, *, dilation: float) -> None:
-        Switch.__init__(self, spec, loop, dilation=dilation)
+    def __init__(self, spec: SwitchSpec, loop: Any) -> None:
+        Switch.__init__(self, spec, loop)
         self.compile()
 
     def _on_dequeue(self, port: int) -> Any:

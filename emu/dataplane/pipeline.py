@@ -122,11 +122,10 @@ class Switch:
     Lpm = Lpm
     GroupState = GroupState
 
-    def __init__(self, spec: SwitchSpec, loop: Any, *, dilation: float) -> None:
+    def __init__(self, spec: SwitchSpec, loop: Any) -> None:
         self.spec = spec
         self.name = spec.name
         self.loop = loop
-        self.dilation = dilation
         qos = spec.qos
         self.dscp_tc = list(qos.dscp_to_tc)
         self.lossless = [q in qos.lossless for q in range(NQ)]
@@ -151,8 +150,8 @@ class Switch:
             p = self.Port(ps.index, ps.ifname, pk.mac_bytes(ps.mac), ps.peer_kind)
             if ps.peer_mac:
                 p.peer_mac = pk.mac_bytes(ps.peer_mac)
-            p.rate_bps = ps.rate_bps / dilation
-            p.delay = ps.delay_s * dilation
+            p.rate_bps = ps.rate_bps
+            p.delay = ps.delay_s
             for a in ps.ipv4:
                 ip = ipaddress.IPv4Interface(a).ip
                 p.ip4[int(ip)] = ip.packed
@@ -270,7 +269,7 @@ class Switch:
                 # A user's seed goes in as text, which Python's random hashes (SHA-512): mixed into the
                 # integer as high bits, as it was, seed 1 on port 1 drew what seed 0 drew (Mersenne
                 # Twister seeds [2] and [2, 1] start alike). Seed 0 keeps the integer: the same frames.
-                _degrade(tx, self.dilation, f"{base}/{seed}" if seed else base,
+                _degrade(tx, f"{base}/{seed}" if seed else base,
                          loss=loss, rate_bps=rate_bps, delay_s=delay_s)
 
     def from_host(self, port: int, t: float, frame: bytes) -> None:
@@ -704,30 +703,29 @@ class Switch:
                 "over_kmax": list(p.q_over_kmax),
                 "pfc_tx": p.pfc_tx,
                 "pfc_rx": p.pfc_rx,
-                "paused_s": [x / self.dilation for x in p.tx.paused_seconds(t)],
+                "paused_s": p.tx.paused_seconds(t),
                 "queue_hwm": list(p.tx.qhwm),
                 "queue_bytes": list(p.tx.qbytes),
                 "q_tx_packets": list(p.tx.q_tx_packets),
                 "up": p.up,
             }
             if p.nic is not None:
-                d["host_nic"] = _nic_stats(p.nic, self.dilation, t)
+                d["host_nic"] = _nic_stats(p.nic, t)
             if p.tx.loss or p.tx.rate_bps != p.tx.base[0] or p.tx.delay != p.tx.base[1]:
-                d["degraded"] = {"loss": p.tx.loss, "rate_bps": p.tx.rate_bps * self.dilation,
-                                 "delay_s": p.tx.delay / self.dilation}
+                d["degraded"] = {"loss": p.tx.loss, "rate_bps": p.tx.rate_bps, "delay_s": p.tx.delay}
             ports[p.name] = d
         return {"ports": ports, "buffer_used": self.mmu.used, "buffer_size": self.mmu.size}
 
 
-def _degrade(tx: Transmitter, dilation: float, seed: int | str, *, loss: float, rate_bps: float, delay_s: float) -> None:
-    """A wire degraded in fabric units (all zero: as built), its losses seeded by `seed`."""
-    tx.degrade(loss=loss, rate_bps=rate_bps / dilation if rate_bps else 0.0, extra_delay=delay_s * dilation, seed=seed)
+def _degrade(tx: Transmitter, seed: int | str, *, loss: float, rate_bps: float, delay_s: float) -> None:
+    """A wire degraded (all zero: as built), its losses seeded by `seed`."""
+    tx.degrade(loss=loss, rate_bps=rate_bps, extra_delay=delay_s, seed=seed)
 
 
-def _nic_stats(nic: Transmitter, dilation: float, t: float) -> dict[str, Any]:
+def _nic_stats(nic: Transmitter, t: float) -> dict[str, Any]:
     """A host NIC model's counters (a port's `host_nic`)."""
     return {"tx_packets": nic.tx_packets, "tx_bytes": nic.tx_bytes,
-            "paused_s": [x / dilation for x in nic.paused_seconds(t)], "queue_hwm": list(nic.qhwm),
+            "paused_s": nic.paused_seconds(t), "queue_hwm": list(nic.qhwm),
             "degraded_loss": nic.lost}  # lost on the host's way in
 
 
@@ -750,11 +748,11 @@ class WireBox(Switch):
 
     CREDIT_BATCH = 6000  # bytes returned per credit frame at most; less once the queue is empty
 
-    def __init__(self, spec: SwitchSpec, loop: Any, *, dilation: float) -> None:
+    def __init__(self, spec: SwitchSpec, loop: Any) -> None:
         self.egress_limit_bytes = spec.qos.buffer_per_port
         self.nlinks = len(spec.ports) // 2  # ports 0..n-1 face the links, n..2n-1 the P4 switch
         self.credit: dict[tuple[int, int], int] = {}  # (link port, port << 3 | priority) -> bytes owed
-        super().__init__(spec, loop, dilation=dilation)
+        super().__init__(spec, loop)
         self.wire_to = list(spec.wires)
 
     def _on_dequeue(self, port: int) -> Callable[..., Any] | None:
@@ -836,17 +834,15 @@ class HostEnd:
     cable's delay). What the switch sends comes back through `arrive`: its PFC pauses this NIC, as
     Switch.send_pfc pauses the NIC it holds, and every frame goes on to the host (`deliver`)."""
 
-    def __init__(self, spec: SwitchSpec, ps: PortSpec, loop: Any, *, dilation: float,
-                 to_switch: Callable[[float, Any], None]) -> None:
+    def __init__(self, spec: SwitchSpec, ps: PortSpec, loop: Any, *, to_switch: Callable[[float, Any], None]) -> None:
         self.switch, self.index, self.name = spec.name, ps.index, ps.ifname
         self.seed = spec.seed
-        self.dilation = dilation
         self.dscp_tc = list(spec.qos.dscp_to_tc)
         self.up = True
         self.drops: dict[str, int] = {}
         self.drops_tc = [0] * NQ
         self.deliver: Callable[[float, Any], None] = _unwired  # to the host: wired by the worker
-        self.nic = Transmitter(loop, name=f"{spec.name}:{ps.ifname}:host-nic", rate_bps=ps.rate_bps / dilation,
+        self.nic = Transmitter(loop, name=f"{spec.name}:{ps.ifname}:host-nic", rate_bps=ps.rate_bps,
                                delay=0.0, deliver=to_switch, strict=spec.qos.strict, weights=spec.qos.weights,
                                limit_bytes=spec.qos.host_nic_limit)
 
@@ -873,10 +869,10 @@ class HostEnd:
 
     def degrade(self, *, loss: float, rate_bps: float, delay_s: float, seed: int = 0) -> None:
         """As Switch.degrade_port degrades the NIC it holds (the same loss seed)."""
-        _degrade(self.nic, self.dilation, (self.seed * 1_000_003 + 2 * self.index + 1) ^ seed << 32,
+        _degrade(self.nic, (self.seed * 1_000_003 + 2 * self.index + 1) ^ seed << 32,
                  loss=loss, rate_bps=rate_bps, delay_s=delay_s)
 
     def stats(self, t: float) -> dict[str, Any]:
         """The port's `host_nic` counters, as Switch.stats gives them for a NIC it holds, and the drops
         at the host's end (Switch.from_host counts them on the port)."""
-        return {**_nic_stats(self.nic, self.dilation, t), "drops": dict(self.drops)}
+        return {**_nic_stats(self.nic, t), "drops": dict(self.drops)}

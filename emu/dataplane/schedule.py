@@ -2,20 +2,21 @@
 
 Every part that keeps fabric time (links, switches, endpoints, jobs) schedules
 through one `Schedule` (`at(t, fn, arg)`) and reads the time from it
-(`clock()`); the loops of emu.dataplane.loop decide when its events run (on a
-virtual clock, against the wall, or as fast as the CPU allows on the fabric
-clock) by calling one of its `run_*` methods, each the inner loop of one kind
-of loop. This file is the reference: emu.dataplane._core's Schedule (the
+(`clock()`), in fabric seconds; the loops of emu.dataplane.loop decide when
+its events run (on a virtual clock, paced against the wall, or as fast as the
+CPU allows) by calling one of its `run_*` methods, each the inner loop of one
+pacing. This file is the reference: emu.dataplane._core's Schedule (the
 compiled core) runs the same events in the same order, ties broken by the
 order they were scheduled, and tests hold the two to the same figures bit
 for bit (tests/test_cores.py).
 
 `clock()` is the time a part takes as "now" when it decides something (a
 link delivers a frame in line rather than through the schedule if its
-arrival has already passed by this clock): the virtual time; the machine's
-monotonic clock on the wall clock; on the fabric clock the schedule's own
-time while a job runs, its windows are open or what a job left drains, and
-between jobs the wall mapped to fabric time at 1/idle_dilation.
+arrival has already passed by this clock): the virtual time; in a worker the
+schedule's own time while a job runs, its windows are open or what a job left
+drains, and otherwise the wall mapped to fabric time at 1/idle_dilation.
+`stamp()` is the instant at which input from outside (a kernel's frame)
+enters: the wall mapped, on the paced (wall) clock even while a job runs.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from typing import Any
 
 Callback = Callable[[float, Any], None]
 
-VIRTUAL, WALL, FABRIC = 0, 1, 2  # what clock() reads
-MODES = {"virtual": VIRTUAL, "wall": WALL, "fabric": FABRIC}
+VIRTUAL, FABRIC = 0, 2  # what clock() reads
+MODES = {"virtual": VIRTUAL, "fabric": FABRIC}
 
 
 class Schedule:
@@ -72,8 +73,6 @@ class Schedule:
         mode = self.mode
         if mode == VIRTUAL:
             return self.now
-        if mode == WALL:
-            return time.monotonic()
         heap = self.heap
         if self.busy or self.windowed or (heap and heap[0][0] < self.drain_until):
             return self.now
@@ -171,22 +170,4 @@ class Schedule:
             if n & 63 == 0:
                 wall = monotonic()
                 due = anchor_f + (wall - anchor_w) / d
-        return n
-
-    def run_wall(self, late: Any) -> int:
-        """The wall clock: every event due by the monotonic clock, its lateness (wall s) added to
-        `late` (emu.fidelity.Lateness); the clock is read again every 64 events."""
-        heap = self.heap
-        pop = heapq.heappop
-        monotonic = time.monotonic
-        now = monotonic()
-        n = 0
-        while heap and heap[0][0] <= now:
-            t, _, fn, arg = pop(heap)
-            self.now = t
-            late.add(now - t)
-            fn(t, arg)
-            n += 1
-            if n & 63 == 0:
-                now = monotonic()
         return n

@@ -34,7 +34,7 @@ def build_switches(spec: EngineSpec, loop: Any, worker: int | None, external: Ex
     # The one place a switch's kind is chosen: a wire box for a P4 switch's links (on the reference
     # core: its frames cross to BMv2, whose speed bounds them), else the pipeline of the run's core.
     pipeline = switch_class(spec.core)
-    switches = {s.name: (WireBox if s.wires else pipeline)(s, loop, dilation=1.0) for s in mine}
+    switches = {s.name: (WireBox if s.wires else pipeline)(s, loop) for s in mine}
     for sw in switches.values():
         for ps in sw.spec.ports:
             peer = switches.get(ps.peer_switch) if ps.peer_kind == "switch" else None

@@ -102,7 +102,6 @@ class Worker:
         # (switch, port index) -> what its host is handed (a job's endpoint or receiver there, else the kernel)
         self.deliveries: dict[tuple[str, int], Any] = {}
         self.core = spec.core  # the core a job's endpoints run on (Attach.core)
-        self.dilation = 1.0  # the loop's seconds a fabric second (Attach.dilation): the loop keeps fabric time
         self.native = check_native() if spec.core == "native" else None  # its module, emu.dataplane._core
         self.jobs: dict[int, Any] = {}
         self.meters: dict[int, _Meter] = {}
@@ -176,7 +175,7 @@ class Worker:
             for ps in s.ports:
                 if ps.host_worker == self.index:
                     pid = port_id(place[s.name], ps.index)
-                    end = HostEnd(s, ps, self.loop, dilation=1.0, to_switch=out_to(s.worker, pid, ps.delay_s))
+                    end = HostEnd(s, ps, self.loop, to_switch=out_to(s.worker, pid, ps.delay_s))
                     end.deliver = self._kernel_port(s.name, ps, end.from_host, end)
                     self.host_ends[(s.name, ps.index)] = end
                     self.ingress_of[pid] = end.arrive
@@ -261,7 +260,7 @@ class Worker:
         if not self.spec.pcap_dir:
             return None
         os.makedirs(self.spec.pcap_dir, exist_ok=True)  # on another machine, the folder may be new there
-        w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{switch}-{ps.ifname}.pcap"), self.t0, 1.0)
+        w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{switch}-{ps.ifname}.pcap"), self.t0)
         self.pcaps.append(w)
         self.pcap_of[ps.ifname] = w
         return w
@@ -434,7 +433,7 @@ class Worker:
     def _run_job(self, kind: str, params: dict[str, Any], hold: bool = False) -> dict[str, Any]:
         """Build a job; start it at once, or (`hold`: a split fabric's part) when StartJob says."""
         cls = job_class(kind)
-        if self.loop.MODE not in cls.clocks:
+        if self.spec.clock not in cls.clocks:
             raise ValueError(f"a {cls.__name__} runs inside the engine on the {' or '.join(cls.clocks)} clock only")
         if self.split and not hold:
             raise ValueError("a job on a split fabric is built on every worker first (RunJob.hold), then started "
@@ -724,7 +723,9 @@ class _Meter:
         """CPU split as the kernel counts it: the process's own work, and the kernel's on its behalf (most
         of it mapping the memory the job touches first: the endpoints' regions)."""
         wall, user, system, hops, events = self.done or (0.0, 0.0, 0.0, 0, 0)
-        return {"core": self.worker.core, "wall_s": wall, "cpu_s": user + system, "user_s": user, "system_s": system,
+        # The core that ran, as the worker's schedule is (not the setting it was given).
+        ran = "native" if type(self.worker.loop.sched).__module__ == "emu.dataplane._core" else "python"
+        return {"core": ran, "wall_s": wall, "cpu_s": user + system, "user_s": user, "system_s": system,
                 "packet_hops": hops, "events": events}
 
 

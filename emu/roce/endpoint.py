@@ -66,7 +66,7 @@ class Endpoint:
     def attached(cls, host: Attach, planes: list[list[Any]], fail: Callable[[str], None], name: str,
                  **device: Any) -> Endpoint:
         """A device on the host's ports `planes` ([switch, port, IPv6 address, rate b/s] each, in plane
-        order), on the engine's loop (in its time: `host.dilation` loop seconds a fabric second);
+        order), on the engine's loop (fabric seconds, on either clock);
         `device`: Device's other settings. On the
         compiled core, its compiled twin (emu.roce._device: the same events, the same figures)."""
         if host.core == "native":
@@ -80,7 +80,7 @@ class Endpoint:
             sends.append(send)
             host_macs.append(host_mac)
             switch_macs.append(switch_mac)
-        dev = Device([p[2] for p in planes], dilation=host.dilation, plane_rate_bps=min(p[3] for p in planes),
+        dev = Device([p[2] for p in planes], dilation=1.0, plane_rate_bps=min(p[3] for p in planes),
                      clock=host.loop, io=FabricIO(sends, host_macs, switch_macs), **device)
         box.append(cls(host.loop, dev, fail, name))
         return box[0]

@@ -38,8 +38,7 @@ class UdpJob(Job):
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
         self.bin_s = float(params["bin_s"])
-        self.bin_loop = self.loop_s(self.bin_s)  # a bin in the loop's time
-        self.quiet = self.loop_s(max(IDLE_S, float(params.get("quiet_s", 0.0))))
+        self.quiet = max(IDLE_S, float(params.get("quiet_s", 0.0)))
         self.senders: list[dict[str, Any] | None] = []  # per flow; None: another worker's host sends it
         # One receiver per host and UDP port, as one socket would be, on every port its flows arrive at.
         self.receivers: dict[tuple[str, int, bool], dict[str, Any] | None] = {}
@@ -72,7 +71,7 @@ class UdpJob(Job):
             send, host_mac, switch_mac = host.attach(f["src"][0], f["src"][1], lambda t, frame: None)
             frames = [self._frame(host_mac, switch_mac, f, int(f.get("sport", 40000)) + i)
                       for i in range(max(1, int(f.get("flows", 1))))]
-            per_pkt = self.loop_s((int(f["size"]) + udp_headers(v6) + 24) * 8 / float(f["rate_bps"]))
+            per_pkt = (int(f["size"]) + udp_headers(v6) + 24) * 8 / float(f["rate_bps"])
             self.senders.append({"send": send, "frames": frames, "count": count, "i": 0, "per_pkt": per_pkt,
                                  "size": int(f["size"]), "sent_bytes": 0})
 
@@ -120,7 +119,7 @@ class UdpJob(Job):
         r["received_bytes"] += n
         r["by_source"][src] = r["by_source"].get(src, 0) + n
         bins = r["bins"].setdefault(src, {})
-        k = int((t - r["first_s"]) / self.bin_loop)
+        k = int((t - r["first_s"]) / self.bin_s)
         bins[k] = bins.get(k, 0) + n
         self.last_arrival = t
         if self.unsent == 0 and self._complete():
@@ -177,12 +176,12 @@ class UdpJob(Job):
             first, last = r["first_s"], r["last"]
             got.append({"udp_port": udp_port,
                         # first_s on the t0_fabric_s clock (the loop's time in fabric seconds)
-                        **{k: (v / self.d if k == "first_s" and v is not None else v) for k, v in r.items()
+                        **{k: v for k, v in r.items()
                            if k not in ("last", "by_source", "bins")},
                         "by_source": {str(ip(a)): n for a, n in r["by_source"].items()},
                         "bins": {str(ip(a)): b for a, b in r["bins"].items()},
                         "duration_s": self.since(last, first) if first is not None and last is not None else 0.0})
-        return {"sent": sent, "received": got, "fabric_s": self.since(self.loop.now), "t0_fabric_s": self.t0 / self.d}
+        return {"sent": sent, "received": got, "fabric_s": self.since(self.loop.now), "t0_fabric_s": self.t0}
 
     @staticmethod
     def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
