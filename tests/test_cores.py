@@ -61,14 +61,16 @@ def _scenario(name: str, core: str, out: Path) -> dict[str, Any]:
 
 
 def _compare(name: str, python: Any, compiled: Any) -> None:
-    """Both cores' figures equal, and equal to those recorded (EMU_RECORD_FIGURES=1 records the reference's:
-    done once, before a change that must not move them)."""
+    """Both cores' figures equal, and equal to those recorded. EMU_RECORD_FIGURES=1 records the reference's
+    once the cores agree (done once, before a change that must not move them), and then the test skips:
+    what it just wrote is no check."""
     a, b = figures(python), figures(compiled)
     recorded = RECORDED / f"{name}.json"
+    assert a == b, f"{name}: the cores disagree: {_first_difference(a, b)}"
     if os.environ.get("EMU_RECORD_FIGURES"):
         recorded.parent.mkdir(parents=True, exist_ok=True)
         recorded.write_text(json.dumps(a, indent=1, sort_keys=True) + "\n")
-    assert a == b, f"{name}: the cores disagree: {_first_difference(a, b)}"
+        pytest.skip(f"{name}: figures recorded (EMU_RECORD_FIGURES); run again without it to compare")
     assert recorded.is_file(), f"no recorded figures for {name} (EMU_RECORD_FIGURES=1 records them)"
     want = figures(json.loads(recorded.read_text()))
     assert json.loads(json.dumps(a)) == want, f"{name}: not the recorded figures: {_first_difference(want, a)}"
@@ -114,24 +116,34 @@ def test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_r
     args = {"topo": topo, "sizes": ",".join(sizes), **{k: str(v) for k, v in params.items()}}
     out = {core: run(op, args, settings=RunSettings(clock="fabric", core=core, kernel=False))
            for core in ("python", "native")}
-    assert out["python"]["core"] == "python" and out["native"]["core"] == "native"
+    for core, r in out.items():  # the setting, and what the worker's schedule says ran
+        assert r["core"] == core and r["fidelity"]["speed"]["core"] == core, (core, r["fidelity"]["speed"])
     _compare(name, out["python"], out["native"])
 
 
+# Every lab that runs on the fabric clock (tests/test_labs.py checks the two lists against the labs' CLOCKS),
+# but those too costly on the Python core for the suite, each with why.
 LABS = ("congestion-spreading", "ecn-dcqcn", "metaroce", "pfc-headroom", "planes", "srv6-te", "trimming", "wcmp")
+NOT_COMPARED = {"collectives": "step 2 moves 16 MiB over 16 ranks: 47 s on the Python core (4 s compiled); the "
+                               "same algorithms are compared on both cores above (COLLECTIVES)"}
 
 
 @pytest.mark.parametrize("lab", LABS)
 def test_a_lab_solution_measures_the_same_on_both_cores(lab, no_leftovers, lab_solution):
     """Each step's detail is what the checker measured (counters, times, shares): the same on both cores.
     Run as a student runs it (`emu lab check NAME --solution --json`, the lab's own clock, the fabric's
-    for these), the core chosen by EMU_CORE, the checker's draws (which plane fails) from one seed: the
-    native core's run is the suite's one (conftest's lab_solution, which test_labs judges too)."""
+    for these), each core named (EMU_CORE, not inherited), the checker's draws (which plane fails) from one
+    seed: the native core's run is the suite's one where the suite runs the default core (conftest's
+    lab_solution, which test_labs judges too)."""
     out = {}
     seed = lab_solution.seed
-    native_run, _ = lab_solution(lab)
-    python_run = subprocess.run([*EMU, "lab", "check", lab, "--solution", "--json", "--seed", str(seed)],
-                                capture_output=True, text=True, env={**os.environ, "EMU_CORE": "python"}, timeout=600)
+
+    def check(core: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*EMU, "lab", "check", lab, "--solution", "--json", "--seed", str(seed)],
+                              capture_output=True, text=True, env={**os.environ, "EMU_CORE": core}, timeout=600)
+
+    native_run = lab_solution(lab)[0] if os.environ.get("EMU_CORE", "native") == "native" else check("native")
+    python_run = check("python")
     for core, r in (("python", python_run), ("native", native_run)):
         result = json.loads(r.stdout)
         assert result["passed"] and result["seed"] == seed and result["clock"] == "fabric", \

@@ -132,6 +132,12 @@ WRONG = {
     "collectives": ("collectives.py", [
         ("    return n * 2 * (size / g) / 2", "    return n * 2 * (size / g)"),  # the way back counted twice
     ], {"Step 3": "you predicted"}),
+    "mpi-planes": ("mpi_planes.py", [
+        ('return hosts[(int(env["RANK"]) + 1) % int(env["WORLD_SIZE"])]',
+         'return hosts[(int(env["RANK"]) - 1) % int(env["WORLD_SIZE"])]'),  # the ring's other way
+        ("return nbytes * 8 / seconds * 2 * (ranks - 1) / ranks / 1e9", "return nbytes * 8 / seconds / 1e9"),  # algbw
+        ("(planes * rate_bps * TCP_SHARE)", "(planes * rate_bps)"),  # the line rate, not TCP's goodput
+    ], {"Step 1": "ring_peer said", "Step 3": "busbw = algbw x 2 (n - 1) / n", "Step 4": "ideal_seconds said"}),
     "p4-ecn": ("ecn_decide.p4", [
         ("if (r < (depth - kmin) * step) { mark = 1; }", "mark = 1;"),  # a step at kmin, not RED's slope
     ], {"Step 3": "mark when random(0..65535) < (depth - kmin) x step"}),
@@ -159,3 +165,11 @@ def test_a_wrong_but_running_answer_fails_the_right_step_with_its_hint(name, tmp
     assert sorted(failed) == sorted(hints), json.dumps(result, indent=1)
     for step, words in hints.items():
         assert words in failed[step] and "raised" not in failed[step], (step, failed[step])
+
+
+def test_every_fabric_clock_lab_is_compared_on_both_cores():
+    """tests/test_cores.py runs each lab whose clock can be the fabric's on both cores, or says why not."""
+    from tests.test_cores import LABS as COMPARED
+    from tests.test_cores import NOT_COMPARED
+
+    assert sorted([*COMPARED, *NOT_COMPARED]) == sorted(n for n in LABS if "fabric" in labs.clocks(n))

@@ -197,6 +197,8 @@ def test_bench_engine_measures_the_engine_against_a_bridge_in_one_run(no_leftove
     assert out["web_snapshots_per_s"] > 1.0  # the page took snapshots while the engine was measured
     # web_cost is of the unrounded rates, rounded to 3 places: the printed rates give it within 1e-3
     assert out["web_cost"] == pytest.approx(1 - out["engine_web_pps"] / out["engine_pps"], abs=1.5e-3)
+    if not bmv2:  # said, not passed over: the run checked the engine and the bridge, not simple_switch
+        pytest.skip("the engine and the bridge checked; BMv2's figures not: simple_switch or p4c is not installed")
 
 
 def test_bench_roce_and_sync_measure_what_the_readme_says(no_leftovers):

@@ -183,16 +183,16 @@ def test_bad_trim_options_are_one_clear_error_before_anything_is_built():
 TRIM_DSCP = 11
 
 
-def _trimmed_write(cc: str, trims: int, nbytes: int = 64 << 10) -> tuple[list[tuple], Any, bool]:
+def _trimmed_write(core: str, cc: str, trims: int, nbytes: int = 64 << 10) -> tuple[list[tuple], Any, bool]:
     """Two MetaRoCE devices on two planes, joined by a wire of 1 us each way in virtual time; the first
     `trims` data packets host a sends on plane 0 arrive marked with the trim DSCP, as a trimming switch
     delivers them. What crossed each wire (time, from, plane, PSN, opcode, trimmed), a's queue pair, and
-    whether b's memory holds the write."""
+    whether b's memory holds the write. `core`: the endpoints' and the schedule's (both_cores)."""
     from emu.dataplane.loop import Loop
     from emu.roce import wire
     from emu.roce.endpoint import Endpoint
 
-    loop = Loop()
+    loop = Loop(core=core)
     log: list[tuple] = []
     hosts: dict[str, Any] = {}
     data_ops = {0x06, 0x07, 0x08, 0x0A, 0x0B}  # RDMA write first, middle, last, only, only with immediate
@@ -209,11 +209,8 @@ def _trimmed_write(cc: str, trims: int, nbytes: int = 64 << 10) -> tuple[list[tu
         loop.at(loop.now + 1e-6, lambda t, fr: peer.deliver[plane](t, fr), bytes(f))
 
     class Host:
-        core = "python"
-        dilation = 1.0
-
         def __init__(self, name: str) -> None:
-            self.name, self.loop, self.deliver = name, loop, {}
+            self.name, self.loop, self.deliver, self.core = name, loop, {}, core
             hosts[name] = self
 
         def attach(self, switch: str, port: str, deliver: Any) -> tuple[Any, bytes, bytes]:
@@ -243,11 +240,11 @@ def _trimmed_write(cc: str, trims: int, nbytes: int = 64 << 10) -> tuple[list[tu
     return log, qa, bytes(dst.buf) == bytes(src.buf)
 
 
-def test_a_nacked_packet_is_resent_at_once_on_the_other_plane():
+def test_a_nacked_packet_is_resent_at_once_on_the_other_plane(both_cores):
     """Packet in, packet out: a data packet that arrives trimmed is NACKed by the receiver, and the sender
     sends that PSN again on the other plane (the trimming plane's queue was full a moment ago), long
     before any retransmission timer; the write is whole."""
-    log, qa, whole = _trimmed_write("none", trims=1)
+    log, qa, whole = _trimmed_write(both_cores, "none", trims=1)
     (t_cut, _, _, psn, _, _), = [x for x in log if x[5]]
     again = [x for x in log if x[1] == "a" and x[3] == psn and x[4] != 0x11 and x[0] > t_cut]
     assert whole and qa.trim_nacks == 1 and qa.timeouts == 0
@@ -255,12 +252,12 @@ def test_a_nacked_packet_is_resent_at_once_on_the_other_plane():
     assert again[0][0] - t_cut < 10e-6, again  # a round trip and the NACK's turn, not an RTO (200 us)
 
 
-def test_a_trim_counts_as_a_cnp_at_most_once_a_cnp_interval():
+def test_a_trim_counts_as_a_cnp_at_most_once_a_cnp_interval(both_cores):
     """With DCQCN a trim cuts the rate as a CNP does (DCQCN's only way down), but two trims within one CNP
     interval cut it once, as the receiver paces its CNPs; without congestion control nothing is cut."""
-    _, one, _ = _trimmed_write("dcqcn", trims=1)
-    _, two, _ = _trimmed_write("dcqcn", trims=2)
-    _, none, _ = _trimmed_write("none", trims=2)
+    _, one, _ = _trimmed_write(both_cores, "dcqcn", trims=1)
+    _, two, _ = _trimmed_write(both_cores, "dcqcn", trims=2)
+    _, none, _ = _trimmed_write(both_cores, "none", trims=2)
     assert one.cc.cnps == 1 and one.trim_nacks == 1 and min(r for _, r in one.rate_trace) < 100e9 * 2
     assert two.trim_nacks == 2 and two.cc.cnps == 1
     assert none.trim_nacks == 2 and none.cc.cnps == 0
