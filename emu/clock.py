@@ -1,16 +1,15 @@
-"""Time behind one interface, wall or fabric.
+"""Time behind one interface, in fabric seconds.
 
 Everything that keeps fabric time (the engine's switches and links, MetaRoCE
 endpoints, collective ranks) reads the time and schedules work through a
 `Clock`: `clock()` is now, in that clock's seconds, and `at(t, fn, arg)`
-runs `fn(t, arg)` at t. Three implement it (emu.dataplane.loop): `Loop`, a
-virtual schedule for unit tests; `WallLoop`, the same schedule on the
-machine's monotonic clock, dilated by D; and `FabricLoop`, fabric time as a
-clock of its own, advanced from event to event as fast as the CPU allows
-while the project's own traffic runs, so nothing can be late and a result
-cannot depend on the machine's speed or load. `WALL` is the plain wall
-clock for a part that drives itself (an endpoint in its own process, which
-sleeps in select() rather than on a schedule).
+runs `fn(t, arg)` at t. Two implement it (emu.dataplane.loop): `Loop`, a
+virtual schedule for unit tests, and `EngineLoop`, an engine worker's, in
+fabric seconds under one of two pacings: unpaced (the fabric clock: a job's
+events as fast as the CPU allows, so nothing can be late and a result cannot
+depend on the machine's speed or load) or paced at D (the wall clock).
+`WALL` is the plain wall clock for a part that drives itself (an endpoint in
+its own process on BMv2, which sleeps in select() rather than on a schedule).
 """
 
 from __future__ import annotations

@@ -129,3 +129,20 @@ def test_windows_refuse_a_message_inside_the_window_that_closed():
     a.end_window(2.0, True)
     with pytest.raises(LookaheadError, match="lookahead was broken"):
         b.end_window(2.0, True)
+
+
+def test_a_window_waiting_for_a_peer_that_died_goes_on_without_it():
+    """Paced (the wall clock), a worker outlives a peer whose channel closed: a window already waiting for
+    that peer's barrier completes once it is forgotten, with what the peer had sent before."""
+    from emu.dataplane.windows import Windows
+
+    peers = [1]
+    got: list[tuple[float, int, object]] = []
+    w = Windows(1.0, lambda: peers[0], lambda *_: None, lambda kind, t, a, p: got.append((t, a, p)), lambda t: None)
+    w.start(0.0)
+    w.arrive(1, w.window, 1.5, 1, 3, "sent before it died")
+    w.end_window(2.0, True)
+    assert w.waiting and not got
+    peers[0] = 0  # the channel closed: no peer left
+    w.forget(1)
+    assert not w.waiting and got == [(1.5, 3, "sent before it died")] and w.horizon == 2.0 + 1.0

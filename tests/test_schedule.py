@@ -93,9 +93,39 @@ def test_outside_input_is_stamped_at_the_fabric_instant_the_wall_maps_to(sched):
     sched.at(5e-6, lambda t, _: None, None)
     run_all(sched)
     stamp = sched.stamp()
-    if sched.paced:  # the wall mapped, never before the last event
+    if sched.paced:  # the wall mapped (never before the last event)
         assert stamp >= sched.now
         time.sleep(0.01)
-        assert sched.stamp() >= stamp + 0.009 / D
+        before = sched.anchor_f + (time.monotonic() - sched.anchor_w) / D
+        stamp = sched.stamp()
+        after = sched.anchor_f + (time.monotonic() - sched.anchor_w) / D
+        assert before <= stamp <= after
     else:  # a job runs unpaced: nothing outside keeps its time, input enters now
         assert stamp == sched.now == 5e-6
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_a_paced_loop_starts_a_job_at_a_whole_fabric_second_and_the_wall_meets_it_there(core):
+    """The wall clock's loop: a job starts at the next whole fabric second, as on the fabric clock, and its
+    events are paced from there; the cyclic collector waits while it runs; a second job started during
+    the first starts at the fabric instant the wall maps to, not at the last event's time."""
+    import gc
+
+    from emu.dataplane.loop import EngineLoop
+
+    loop = EngineLoop(D, core=core, paced=True)
+    try:
+        t0 = loop.begin()
+        sched = loop.sched
+        assert t0 == 1.0 and sched.anchor_f == 1.0 and abs(sched.anchor_w - time.monotonic()) < 0.01
+        assert not gc.isenabled()
+        time.sleep(0.01)  # 5 fabric us at D = 2000
+        t1 = loop.begin()
+        assert t1 == sched.now and 1.0 + 0.009 / D <= t1 <= sched.stamp()
+        loop.end()
+        loop.end()
+        assert gc.isenabled() and loop.running_jobs == 0 and sched.busy == 0
+    finally:
+        gc.enable()
+        loop.epoll.close()
+        loop.timer.close()

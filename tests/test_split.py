@@ -176,6 +176,9 @@ class _Loop:
     def clock(self) -> float:
         return 0.0
 
+    def fabric_s_of_wall(self, wall_s: float) -> float:
+        return wall_s / 1000.0  # paced at D = 1000
+
     def add_reader(self, fd: int, handler: object) -> None:
         pass
 
@@ -206,6 +209,8 @@ def test_the_wall_clocks_bound_is_the_widest_round_since_the_last_reset(monkeypa
         c._message(peer, ch.CLOCK_REPLY, ch.IDLE, 100.0 + r + rtt / 2 + offset, r * ch.CLOCK_SAMPLES + k, b"")
 
     c._clock_round(0.0, 0)
+    # The rounds keep wall time on a loop in fabric seconds: a round a wall second, at D = 1000 a fabric ms.
+    assert [t for t, fn, _ in c.loop.events if fn == c._clock_round] == [pytest.approx(1e-3)]
     sample(0, 0, offset=20e-6, rtt=400e-6)  # a slow round trip: its sample is not the best
     sample(0, 1, offset=10e-6, rtt=100e-6)
     (got,) = c.clock_bounds().values()

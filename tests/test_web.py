@@ -26,7 +26,7 @@ def fabric() -> tuple[Topology, list[dict]]:
 
     def stats(t: float, sent: int, queue: int, up: bool = True) -> dict:
         # 10 us of fabric time apart: gpu0 -> p0l0 and p0l0 -> gpu1 carry `sent` bytes each.
-        return {"dilation": 1.0, "workers": [{"uptime_s": t, "fidelity": {"p99_s": 0.0}}],
+        return {"dilation": 1.0, "workers": [{"fabric_now_s": t, "fidelity": {"p99_s": 0.0}}],
                 "switches": {"p0l0": {"ports": {"p0l0-eth0": port(0, sent, 0, up), "p0l0-eth1": port(sent, 0, queue)}}}}
 
     return topo, [stats(0.0, 0, 0), stats(10e-6, 62_500, 4096), stats(20e-6, 93_750, 0, up=False)]
@@ -565,7 +565,7 @@ def _scrapes(n: int) -> list[str]:
     out = []
     for i in range(n):
         s = copy.deepcopy(series[1])
-        s["workers"][0]["uptime_s"] = 1.0 + i * 10e-6
+        s["workers"][0]["fabric_now_s"] = 1.0 + i * 10e-6
         ports = s["switches"]["p0l0"]["ports"]
         ports["p0l0-eth1"]["tx_bytes"] = ports["p0l0-eth0"]["host_nic"]["tx_bytes"] = i * 31_250
         ports["p0l0-eth0"]["up"] = i < n - 1

@@ -25,7 +25,7 @@ def stats_table(stats: dict[str, Any], *, only_active: bool = True) -> Table:
             drops = ", ".join(f"{k}={v}" for k, v in sorted(p.get("drops", {}).items())) or "-"
             t.add_row(
                 sw, port, str(p["rx_packets"]), str(p["tx_packets"]), format_size(p["tx_bytes"]), drops,
-                str(p["ecn_marked"]), f"{p.get('pfc_tx', '-')}/{p['pfc_rx']}",
+                str(p.get("ecn_marked", "-")), f"{p.get('pfc_tx', '-')}/{p.get('pfc_rx', '-')}",
                 format_time(sum(p["paused_s"])) if "paused_s" in p else "-",
                 format_size(max(p["queue_hwm"])) if "queue_hwm" in p else "-",
             )

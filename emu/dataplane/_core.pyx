@@ -404,19 +404,19 @@ cdef class Schedule:
         cdef Event e
         cdef long long n = 0
         cdef double anchor_f = self.anchor_f, anchor_w = self.anchor_w, d = self.idle_dilation
-        cdef double wall = monotonic()
-        cdef double due = anchor_f + (wall - anchor_w) / d
+        cdef double wall, t
         add = late.add
-        while self.n and self.kt[0] <= due and self.kt[0] < limit:
+        while self.n:
+            t = self.kt[0]
+            wall = monotonic()
+            if t >= limit or t > anchor_f + (wall - anchor_w) / d:
+                break
             self._pop(&e)
             if e.t > self.now:
                 self.now = e.t
             add(wall - (anchor_w + (e.t - anchor_f) * d))
             self._run(&e)
             n += 1
-            if n & 63 == 0:
-                wall = monotonic()
-                due = anchor_f + (wall - anchor_w) / d
         return n
 
 

@@ -10,7 +10,7 @@ While a job runs, the workers advance in windows (emu.dataplane.windows, the one
 emu.dataplane.partition runs in one process against one schedule): these channels are its transport,
 each window's frames sent in one batch before its barrier.
 
-Between jobs, fabric time follows each worker's wall clock (FabricLoop's idle mode); frames cross
+Between jobs, fabric time follows each worker's wall clock (EngineLoop, unpaced, between jobs); frames cross
 at once and land at their time, or now if that has passed (as the kernel's frames do).
 
 On the wall clock (`paced`: every worker's loop paced at D, workers on one machine or several) the
@@ -153,7 +153,13 @@ class Channels:
     def _clock_round(self, t: float, r: int) -> None:
         """A round of CLOCK probes to every peer (the wall clock's agreement, measured NTP's way), one
         every CLOCK_EVERY_S; the round before is finished: its best sample is kept if its bound is the
-        widest since the last reset."""
+        widest since the last reset. Over a job's jump to its start (EngineLoop.jump_to) the rounds resume
+        after it: a wall second of rounds per fabric microsecond skipped (D = 1e6) would otherwise all run."""
+        wall = self.loop.fabric_s_of_wall  # the rounds keep wall time: the loop's seconds are the fabric's
+        jump = getattr(self.loop, "jump_to", None)
+        if jump is not None:
+            self.loop.at(jump + wall(CLOCK_EVERY_S), self._clock_round, r)
+            return
         for j, (off, rtt) in self.clocks.items():
             if abs(off) + rtt / 2 >= _bound(self.worst.get(j)):
                 self.worst[j] = (off, rtt)
@@ -161,10 +167,12 @@ class Channels:
         self.clock_sent.clear()
         self.clock_round = r
         for k in range(CLOCK_SAMPLES):
-            self.loop.at(t + 0.005 * k, self._probe_clocks, r * CLOCK_SAMPLES + k)
-        self.loop.at(t + CLOCK_EVERY_S, self._clock_round, r + 1)
+            self.loop.at(t + wall(0.005 * k), self._probe_clocks, r * CLOCK_SAMPLES + k)
+        self.loop.at(t + wall(CLOCK_EVERY_S), self._clock_round, r + 1)
 
     def _probe_clocks(self, t: float, probe: int) -> None:
+        if getattr(self.loop, "jump_to", None) is not None:
+            return  # skipped fabric time: no wall passes in it
         for j in list(self.peers):
             self.clock_sent[(j, probe)] = realtime()
             self._put(j, CLOCK, 0.0, probe, b"")
@@ -244,12 +252,28 @@ class Channels:
         if peer is None:
             raise ChannelError(f"no channel to engine worker {self.machine(j)}")
         sync = self.sync
+        if kind in (CLOCK, CLOCK_REPLY):  # no fabric event: outside the windows, sent now if the socket takes it
+            peer.tx += HEADER.pack(kind, IDLE, t, a, len(data))
+            self._send_now(peer)
+            return
         peer.tx += HEADER.pack(kind, sync.window if sync.active else IDLE, t, a, len(data))
         peer.tx += data
         if sync.active:
             sync.sent(t)
         else:
             self.flush()
+
+    def _send_now(self, p: _Peer) -> None:
+        """What is queued for `p`, as far as its socket takes it without waiting (the rest goes with the
+        next flush): never reading meanwhile, so a clock probe answered inside a read cannot recurse."""
+        try:
+            n = p.sock.send(p.tx)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._broken(p, exc)
+            return
+        del p.tx[:n]
 
     def _send_barrier(self, window: int, t: float, busy: bool) -> None:
         for p in self.peers.values():
@@ -301,6 +325,7 @@ class Channels:
         p.sock.close()
         del self.peers[p.index]
         self.dead[p.index] = 0
+        self.sync.forget(p.index)  # a window waiting for its barrier goes on without it
 
     def _readable(self, p: _Peer) -> None:
         if p.index not in self.peers:

@@ -309,7 +309,7 @@ class Engine:
             r = self.request(i, Stats())
             out["switches"].update(r["switches"])
             ends.update(r.get("host_ends", {}))
-            out["workers"].append({"worker": i, "fidelity": r["fidelity"], "uptime_s": r["uptime_s"],
+            out["workers"].append({"worker": i, "fidelity": r["fidelity"], "fabric_now_s": r["fabric_now_s"],
                                    "jobs": r.get("jobs", []),
                                    **({"machine": self.machine(i)} if self.spec.machines else {}),
                                    **({"channel": r["channel"]} if "channel" in r else {})})

@@ -195,24 +195,25 @@ class EngineLoop(Loop):
         self.events = 0  # unpaced: callbacks run while a job ran
         self.pace = 0.0
         self._pace_f, self._pace_w = 0.0, sched.anchor_w  # where a watched job's fabric time meets the wall
-        self._jumping = False  # a job's begin is running what was due before its start
+        # While a job's begin runs what was due before its start, the start it jumps to: what keeps wall time
+        # on this schedule (the channels' clock probes) is not replayed over the skipped fabric time.
+        self.jump_to: float | None = None
 
     @property
     def busy(self) -> int:
         return self.sched.busy
 
     @property
-    def origin(self) -> float:
-        """Where the fabric time of samples and captures counts from: fabric time's own zero, so that a
-        sample's fabric time is the same in every run."""
-        return 0.0
-
-    @property
     def measuring(self) -> bool:
         """Whether what happens now is the fabric's measured time (queue samples are taken): while a job
         runs; paced, always (the wall clock measures what the kernels do too), but for a job's jump to its
         start."""
-        return self.sched.busy > 0 or (self.paced and not self._jumping)
+        return self.sched.busy > 0 or (self.paced and self.jump_to is None)
+
+    def fabric_s_of_wall(self, wall_s: float) -> float:
+        """The fabric seconds during which `wall_s` of wall time passes where fabric time follows the wall
+        (paced; unpaced, between jobs): for what keeps wall time on this loop (the channels' clock probes)."""
+        return wall_s / self.dilation
 
     def _anchor(self) -> None:
         """Unpaced: fabric time follows the wall again from here."""
@@ -240,11 +241,11 @@ class EngineLoop(Loop):
             start = math.floor(self.clock()) + 1.0 if at is None else at
             if start < self.clock():
                 raise RuntimeError(f"the job's start {start!r} is in this worker's past ({self.clock()!r})")
-            self._jumping = True
+            self.jump_to = start
             try:
                 sched.run_due(start)
             finally:
-                self._jumping = False
+                self.jump_to = None
             sched.now = start
             self._pace_f, self._pace_w = start, time.monotonic()
             if self.paced:
@@ -254,6 +255,10 @@ class EngineLoop(Loop):
             if self.sync is not None:
                 self.sync.start(start)
                 sched.windowed = True
+        elif self.paced:  # another job runs: this one starts at the instant the wall maps to, not the last event's
+            f = sched.stamp()
+            if f > sched.now:
+                sched.now = f
         sched.busy += 1
         self.running_jobs += self.paced
         return sched.now

@@ -10,17 +10,16 @@ _REC = struct.Struct("<IIII")
 
 
 class PcapWriter:
-    """Nanosecond pcap; a frame at fabric time t is stamped start + (t - t0): the capture's start (the
-    wall's date when it opened) plus fabric seconds, so a tool's timings are the fabric's."""
+    """Nanosecond pcap; a frame at fabric time t is stamped the wall's date when the capture opened plus t:
+    a tool's timings are the fabric's."""
 
-    def __init__(self, path: str, t0: float) -> None:
+    def __init__(self, path: str) -> None:
         self.f = open(path, "wb", buffering=1 << 16)  # noqa: SIM115 (closed by close())
         self.f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1))
-        self.t0 = t0
         self.base = time.time()
 
     def write(self, t: float, frame: Any) -> None:
-        ts = self.base + (t - self.t0)
+        ts = self.base + t
         sec = int(ts)
         n = len(frame)
         self.f.write(_REC.pack(sec, int((ts - sec) * 1e9), n, n))

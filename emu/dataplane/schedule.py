@@ -151,23 +151,22 @@ class Schedule:
     def run_paced(self, late: Any, limit: float) -> int:
         """Paced at D (idle_dilation): every event before `limit` (exclusive: a split fabric's window) that
         the wall has reached through the anchor, in (time, order) as unpaced, each one's lateness (wall s
-        past its deadline anchor_w + (t - anchor_f) x D) added to `late`; the clock never goes back, and
-        the wall is read again every 64 events."""
+        past its deadline anchor_w + (t - anchor_f) x D) added to `late`; the clock never goes back. The
+        wall is read before each event, so an event behind a slow one is judged by when it ran."""
         heap = self.heap
         pop = heapq.heappop
         monotonic = time.monotonic
         anchor_f, anchor_w, d = self.anchor_f, self.anchor_w, self.idle_dilation
-        wall = monotonic()
-        due = anchor_f + (wall - anchor_w) / d
         n = 0
-        while heap and heap[0][0] <= due and heap[0][0] < limit:
-            t, _, fn, arg = pop(heap)
+        while heap:
+            t = heap[0][0]
+            wall = monotonic()
+            if t >= limit or t > anchor_f + (wall - anchor_w) / d:
+                break
+            _, _, fn, arg = pop(heap)
             if t > self.now:
                 self.now = t
             late.add(wall - (anchor_w + (t - anchor_f) * d))
             fn(t, arg)
             n += 1
-            if n & 63 == 0:
-                wall = monotonic()
-                due = anchor_f + (wall - anchor_w) / d
         return n

@@ -84,11 +84,18 @@ class Windows:
         self.barriers.setdefault(window, {})[peer] = (t, busy)
         self._complete()
 
+    def forget(self, peer: int) -> None:
+        """A peer is gone (the wall clock goes on without it): the window no longer waits for its barrier
+        (`peers()` has already dropped it); what it sent before stays."""
+        for got in self.barriers.values():
+            got.pop(peer, None)
+        self._complete()
+
     def _complete(self) -> None:
         """Once every peer's barrier of this window is in: schedule what came, and set the next window."""
         if not self.waiting or len(self.barriers.get(self.window, ())) < self.peers():
             return
-        theirs = self.barriers.pop(self.window)
+        theirs = self.barriers.pop(self.window, {})
         got = sorted(self.inbox.pop(self.window, []), key=lambda m: m[:3])
         for t, peer, _, kind, a, payload in got:
             if t < self.horizon:

@@ -113,7 +113,6 @@ class Worker:
         self.rx_sockets: list[tuple[socket.socket, Any]] = []
         self.tx_sockets: list[socket.socket] = []
         self.rings: list[RxRing] = []
-        self.t0 = self.loop.origin  # what samples and captures are stamped from
         self._probes = 0
         self.sampled: list[tuple[Switch, int]] = []
         self.sample_names: list[str] = []
@@ -176,7 +175,8 @@ class Worker:
                 if ps.host_worker == self.index:
                     pid = port_id(place[s.name], ps.index)
                     end = HostEnd(s, ps, self.loop, to_switch=out_to(s.worker, pid, ps.delay_s))
-                    end.deliver = self._kernel_port(s.name, ps, end.from_host, end)
+                    end.deliver = (self._kernel_port(s.name, ps, end.from_host, end) if ps.kernel
+                                   else self._no_kernel_port(s.name, ps, end))
                     self.host_ends[(s.name, ps.index)] = end
                     self.ingress_of[pid] = end.arrive
 
@@ -260,7 +260,7 @@ class Worker:
         if not self.spec.pcap_dir:
             return None
         os.makedirs(self.spec.pcap_dir, exist_ok=True)  # on another machine, the folder may be new there
-        w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{switch}-{ps.ifname}.pcap"), self.t0)
+        w = PcapWriter(os.path.join(self.spec.pcap_dir, f"{switch}-{ps.ifname}.pcap"))
         self.pcaps.append(w)
         self.pcap_of[ps.ifname] = w
         return w
@@ -269,15 +269,19 @@ class Worker:
         if self.split and (ps.peer_kind == "switch" or self.spec.host_side(sw.spec, ps) != self.index):
             return lambda t, frame: None  # a channel, wired once every switch exists (_cut_links)
         if ps.peer_kind == "host" and not ps.kernel:  # only jobs' endpoints: nothing goes to a kernel
-            port = sw.ports[ps.index]
-            deliver = (self.native.HostPort if self.native else HostDelivery)(
-                self._no_kernel, port, self._pcap(sw.name, ps))
-            self.deliveries[(sw.name, ps.index)] = deliver
-            return deliver
+            return self._no_kernel_port(sw.name, ps, sw.ports[ps.index])
         entry = sw.from_host if ps.peer_kind == "host" else sw.ingress
         compiled = (sw, ps.index, ps.peer_kind == "host") if self.native and isinstance(sw, self.native.SwitchBase) \
             else None
         return self._kernel_port(sw.name, ps, partial(entry, ps.index), sw.ports[ps.index], compiled)
+
+    def _no_kernel_port(self, switch: str, ps: PortSpec, port: Any) -> Callable[[float, Any], None]:
+        """What arrives for a host with no kernel interface (the fabric clock's hosts, made for the jobs'
+        endpoints alone): to a job's endpoint attached there, else counted (`_no_kernel`). `port` keeps the
+        drop counters (a Port, or the HostEnd of a host whose cable is cut)."""
+        deliver = (self.native.HostPort if self.native else HostDelivery)(self._no_kernel, port, self._pcap(switch, ps))
+        self.deliveries[(switch, ps.index)] = deliver
+        return deliver
 
     def _no_kernel(self, frame: Any) -> None:
         """A frame for a host's kernel where the host has none (PFC to a host's NIC, which the NIC model
@@ -466,7 +470,7 @@ class Worker:
 
     def _go(self, job: Any) -> None:
         """Start a built job. An error fails the job with its reason, for whoever asks (JobResult), and not
-        the worker (on the wall clock the start is an event, and no request waits for it)."""
+        the worker (a split job's part starts on StartJob, whose answer does not wait for the job)."""
         try:
             job.go()
         except Exception as exc:
@@ -547,7 +551,7 @@ class Worker:
                         "peers": self.channels.connected if self.channels else 0}
             case Stats():
                 self._collect_socket_drops()
-                return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "uptime_s": now - self.t0,
+                return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "fabric_now_s": now,
                         "fidelity": self.loop.lateness.summary(),
                         **({"channel": {"windows": self.channels.windows, "received": self.channels.handed,
                                         **({"clocks": self.channels.clock_bounds()} if self.spec.paced else {}),
@@ -593,8 +597,8 @@ class Worker:
                 self.loop.at(now, self._sample, None)
             case QueueSamples():
                 return {"ok": True, "ports": self.sample_names,
-                        "samples": [(t - self.t0, q) for t, q, _ in self.samples],
-                        "paused": [(t - self.t0, p) for t, _, p in self.samples],
+                        "samples": [(t, q) for t, q, _ in self.samples],
+                        "paused": [(t, p) for t, _, p in self.samples],
                         "origin_s": 0.0}
             case RunJob(kind, params, hold):
                 return self._run_job(kind, params, hold)

@@ -635,7 +635,6 @@ class FabricNet(Mininet):
                       if isinstance(getattr(i, "link", None), FabricLink) and i.link.fabric.host_ip4] for n in names}
         if not all(by_host.values()):
             raise ValueError(f"{next(n for n in names if not by_host[n])} has no IPv4 fabric interface to run a job on")
-        addresses = [by_host[n][0].split("/")[0] for n in names]
         if planes is not None:
             if not mpi:
                 raise ValueError("planes= is for an MPI job (mpi=True): its transport is told which interfaces")
@@ -644,6 +643,7 @@ class FabricNet(Mininet):
             if bad or not planes:
                 raise ValueError(f"planes: the hosts have planes 0..{width - 1}, not {list(planes)}")
             by_host = {n: [v[p] for p in planes] for n, v in by_host.items()}
+        addresses = [by_host[n][0].split("/")[0] for n in names]  # on the job's first plane
         extra = dict(env or {})
         if dilate_time and self.settings.clock == "wall":
             extra.update(fabric_time_env(self.settings.dilation))

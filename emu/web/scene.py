@@ -229,9 +229,8 @@ def _tx_bytes(sw: dict[str, Any], src: End, dst: End) -> int | None:
 
 
 def fabric_time(stats: dict[str, Any]) -> float:
-    """The fabric's time now: the workers' uptime in fabric seconds (on the wall clock, wall / D)."""
-    up = max((w["uptime_s"] for w in stats.get("workers", [])), default=0.0)
-    return up / float(stats.get("dilation", 1.0) or 1.0)
+    """The fabric's time now: the furthest worker's, in fabric seconds on either clock (its loop's own)."""
+    return max((w["fabric_now_s"] for w in stats.get("workers", [])), default=0.0)
 
 
 def fidelity_line(stats: dict[str, Any], clock: str = "wall") -> str:
