@@ -169,6 +169,7 @@ class _Loop:
 
     def __init__(self) -> None:
         self.events: list[tuple[float, object, object]] = []
+        self.jump_to = None
 
     def at(self, t: float, fn: object, arg: object = None) -> None:
         self.events.append((t, fn, arg))

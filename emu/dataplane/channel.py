@@ -156,7 +156,7 @@ class Channels:
         widest since the last reset. Over a job's jump to its start (EngineLoop.jump_to) the rounds resume
         after it: a wall second of rounds per fabric microsecond skipped (D = 1e6) would otherwise all run."""
         wall = self.loop.fabric_s_of_wall  # the rounds keep wall time: the loop's seconds are the fabric's
-        jump = getattr(self.loop, "jump_to", None)
+        jump = self.loop.jump_to
         if jump is not None:
             self.loop.at(jump + wall(CLOCK_EVERY_S), self._clock_round, r)
             return
@@ -171,7 +171,7 @@ class Channels:
         self.loop.at(t + wall(CLOCK_EVERY_S), self._clock_round, r + 1)
 
     def _probe_clocks(self, t: float, probe: int) -> None:
-        if getattr(self.loop, "jump_to", None) is not None:
+        if self.loop.jump_to is not None:
             return  # skipped fabric time: no wall passes in it
         for j in list(self.peers):
             self.clock_sent[(j, probe)] = realtime()

@@ -223,7 +223,7 @@ class EngineLoop(Loop):
         return self.sched.next_time() < self.sched.drain_until
 
     def _deadline(self, t: float) -> float:
-        """Paced: the monotonic instant at which fabric time `t` is due."""
+        """The monotonic instant at which fabric time `t` is due where fabric time follows the wall."""
         sched = self.sched
         return sched.anchor_w + (t - sched.anchor_f) * self.dilation
 
@@ -262,11 +262,6 @@ class EngineLoop(Loop):
         sched.busy += 1
         self.running_jobs += self.paced
         return sched.now
-
-    def start_at(self, at: float, start: Callable[[float], None]) -> None:
-        """A split job's part starts at `at` (fabric seconds), at once: its begin(at) moves fabric time there
-        (not in this worker's past) and opens the windows."""
-        start(at)
 
     def end(self) -> None:
         """A job ended. Unpaced, once none runs, what it left drains, then fabric time follows the wall
@@ -433,5 +428,5 @@ class EngineLoop(Loop):
         if sched.busy:
             return
         if len(sched):
-            self.timer.arm(sched.anchor_w + (sched.next_time() - sched.anchor_f) * self.dilation)
+            self.timer.arm(self._deadline(sched.next_time()))
         self._dispatch(self.epoll.poll(1.0))

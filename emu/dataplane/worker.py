@@ -458,14 +458,10 @@ class Worker:
         job = self.jobs.get(job_id)
         if job is None or job.begun:
             raise ValueError(f"no job {job_id} waiting to start")
-
-        def start(t: float) -> None:
-            job.params["at"] = t
-            if wall_at >= 0:
-                job.params["wall_at"] = wall_at - common_offset(self.across)
-            self._go(job)
-
-        self.loop.start_at(at, start)
+        job.params["at"] = at
+        if wall_at >= 0:
+            job.params["wall_at"] = wall_at - common_offset(self.across)
+        self._go(job)
         return {"ok": True, "job": job_id}
 
     def _go(self, job: Any) -> None:
