@@ -29,6 +29,8 @@ from array import array
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from emu.clock import ClockKind, check_clock
+
 # p99 lateness allowed, in packet times (one MTU frame on the fastest link of the run).
 THRESHOLD_PACKET_TIMES = 2.0
 # A paced sender that is late starts its next slot late: its mean lateness, in packet times, is
@@ -268,17 +270,23 @@ def fabric_clock_verdict(*, packet_s: float, kernel_frames: int = 0) -> dict[str
     What it cannot vouch for is said: frames the hosts' kernels sent into the fabric while the run
     went on (ping, ARP/ND, TCP) were stamped when the engine took them, so their timing is not the
     fabric's, and a run they crossed is not reproducible bit for bit."""
-    return {"ok": True, "clock": "fabric", "dilation": 1.0, "statistic": STATISTIC,
+    return {"ok": True, "clock": ClockKind.FABRIC, "dilation": 1.0, "statistic": STATISTIC,
             "threshold": {"packet_times": THRESHOLD_PACKET_TIMES, "fabric_ns": THRESHOLD_PACKET_TIMES * packet_s * 1e9,
                           "packet_fabric_ns": packet_s * 1e9, "paced_mean_packet_times": PACED_MEAN_PACKET_TIMES},
             "worst": None, "behind": [], "missing": [], "parts": [], "kernel_frames": kernel_frames}
+
+
+def on_fabric_clock(fid: dict[str, Any]) -> bool:
+    """Whether a verdict (made here, or read back from a result's JSON, where the kind is its name) is the
+    fabric clock's; a wall-clock verdict names no clock."""
+    return check_clock(fid.get("clock", ClockKind.WALL)) is ClockKind.FABRIC
 
 
 def combine(fids: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One verdict for a result made of several runs (e.g. with and without DCQCN), by run name:
     ok only if every run was, the worst part of all, every part named with its run."""
     runs = list(fids.items())
-    if all(f.get("clock") == "fabric" for _, f in runs):
+    if all(on_fabric_clock(f) for _, f in runs):
         first = runs[0][1]
         speeds = [f["speed"] for _, f in runs if f.get("speed")]
         return first | {"kernel_frames": sum(f.get("kernel_frames", 0) for _, f in runs)} \
@@ -321,7 +329,7 @@ def line(fid: dict[str, Any] | None) -> str:
     """The verdict in one line, as the CLI prints it."""
     if not fid:
         return "fidelity: not measured for this result"
-    if fid.get("clock") == "fabric":
+    if on_fabric_clock(fid):
         kernel = fid.get("kernel_frames", 0)
         return ("fidelity: exact (fabric clock: every part kept the engine's schedule, nothing can be late)"
                 + speed_line(fid.get("speed"))

@@ -33,6 +33,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from emu.clock import ClockKind, check_clock
+
 LABS_DIR = Path(os.environ.get("EMU_LABS", Path(__file__).resolve().parent.parent / "labs"))
 
 
@@ -100,16 +102,20 @@ def _load(path: Path, module_name: str) -> ModuleType:
     return module
 
 
-def clocks(name: str) -> tuple[str, ...]:
-    """The clocks lab `name`'s checker can run its fabric on, its default first (check.py's `CLOCKS`)."""
-    return tuple(getattr(_checker(name), "CLOCKS", ("wall",)))
+def clocks(name: str) -> tuple[ClockKind, ...]:
+    """The clocks lab `name`'s checker can run its fabric on, its default first (check.py's `CLOCKS`, names)."""
+    return _clocks_of(_checker(name))
+
+
+def _clocks_of(checker: ModuleType) -> tuple[ClockKind, ...]:
+    return tuple(check_clock(c) for c in getattr(checker, "CLOCKS", (ClockKind.WALL,)))
 
 
 def _checker(name: str) -> ModuleType:
     return _load(lab_dir(name) / "check.py", f"emu_lab_check_{name.replace('-', '_')}")
 
 
-def check(name: str, *, solution: bool = False, work_dir: str | None = None, clock: str | None = None,
+def check(name: str, *, solution: bool = False, work_dir: str | None = None, clock: str | ClockKind | None = None,
           seed: int | None = None, progress: Callable[[StepResult], None] | None = None) -> dict[str, Any]:
     """Run every step of lab `name` on the student's work (their folder, default ./lab-NAME) or on the
     lab's solution, on `clock` (default: the lab's first; see clocks()); {"lab", "clock", "seed",
@@ -120,8 +126,8 @@ def check(name: str, *, solution: bool = False, work_dir: str | None = None, clo
     random.seed(seed)
     folder = lab_dir(name)
     checker = _checker(name)
-    can = tuple(getattr(checker, "CLOCKS", ("wall",)))
-    clock = clock or can[0]
+    can = _clocks_of(checker)
+    clock = check_clock(clock) if clock else can[0]
     if clock not in can:
         raise LabError(f"lab {name} runs on the {' or '.join(can)} clock, not {clock}"
                        + (f": {checker.CLOCK_NOTE}" if hasattr(checker, "CLOCK_NOTE") else ""))

@@ -20,7 +20,7 @@ D = 2000.0  # paced: a fabric microsecond is 2 ms of wall
 @pytest.fixture(params=[(c, p) for c in CORES for p in ("unpaced", "paced")], ids=lambda cp: f"{cp[0]}-{cp[1]}")
 def sched(request):
     core, pacing = request.param
-    s = make_schedule(core, "fabric", D)
+    s = make_schedule(core, "engine", D)
     if pacing == "paced":
         s.paced = True
         s.anchor_f, s.anchor_w = 0.0, time.monotonic()  # fabric 0 is now

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from emu.clock import ClockKind
+from emu.dataplane.spec import EngineSpec, SpecError
 from emu.net.switch import RunSettings
 from emu.net.timebase import FabricTime, Timebase, WallTime, clock_label
 
@@ -55,7 +58,38 @@ def test_the_check_finds_a_branch_where_there_is_one():
 def test_the_settings_choose_the_timebase_once_and_it_names_the_engines_loop():
     assert Timebase.of(RunSettings(clock="fabric")) is FabricTime
     assert Timebase.of(RunSettings(clock="wall")) is WallTime
-    assert (FabricTime.loop, WallTime.loop) == ("fabric", "wall")
+    assert (FabricTime.clock, WallTime.clock) == (ClockKind.FABRIC, ClockKind.WALL)
+    assert not FabricTime.clock.paced and WallTime.clock.paced
+
+
+def test_a_clocks_name_becomes_its_kind_once_where_it_is_given():
+    """RunSettings and EngineSpec make a name the kind (a record read back gives the name); a wrong name
+    is one clear error; the kind still reads as its name in results and JSON."""
+    settings = RunSettings(clock="fabric")
+    assert settings.clock is ClockKind.FABRIC
+    spec = EngineSpec(switches=(), dilation=1.0, clock="fabric")
+    assert spec.clock is ClockKind.FABRIC and not spec.paced
+    assert EngineSpec.from_json(spec.to_json()).clock is ClockKind.FABRIC
+    assert json.loads(json.dumps({"clock": ClockKind.WALL})) == {"clock": "wall"}
+    with pytest.raises(ValueError, match="unknown clock 'sundial'"):
+        RunSettings(clock="sundial")
+    with pytest.raises(SpecError, match="unknown clock 'sundial'"):
+        EngineSpec(switches=(), clock="sundial")
+
+
+def _compares_a_clock_name(tree: ast.AST) -> list[int]:
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
+            and any(isinstance(side, ast.Constant) and side.value in CLOCK_NAMES
+                    for side in (node.left, *node.comparators))]
+
+
+def test_no_code_compares_a_clocks_name_past_the_parsing():
+    """Issue 50, item 6: past argument parsing the clock is a ClockKind, asked `.paced` or compared by
+    identity; a comparison with "fabric" or "wall" anywhere in emu/ is a second, untyped decision."""
+    found = {str(path.relative_to(ROOT)): lines for path in sorted(ROOT.glob("emu/**/*.py"))
+             if (lines := _compares_a_clock_name(ast.parse(path.read_text())))}
+    assert not found, f"comparisons with a clock's name: {found}"
+    assert _compares_a_clock_name(ast.parse('if x.clock != "wall": pass')) == [1]
 
 
 def test_what_each_clock_admits():

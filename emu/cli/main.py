@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from emu.clock import CLOCKS
+from emu.clock import CLOCKS, ClockKind, check_clock
 from emu.collectives import OPS
 from emu.collectives.algorithms import ALGOS, AUTO, DESCRIBED
 
@@ -87,31 +87,31 @@ def _trim(text: str | None) -> tuple[int, int] | None:
         raise ValueError(f"--trim needs SIZE[,DSCP] in bytes and a DSCP, e.g. 64,11; got {text!r}") from None
 
 
-def _kernel(args: argparse.Namespace, clock: str) -> bool:
+def _kernel(args: argparse.Namespace, clock: ClockKind) -> bool:
     """Whether the hosts get kernels: asked for (--kernel), or needed (the wall clock, BMv2, several machines,
     `up` and its commands); a scenario's, benchmark's or replay's fabric-clock run, whose traffic is all the
     engine's, builds without them (nothing in the kernel to make: a fabric of hundreds of GPUs in seconds)."""
-    if getattr(args, "kernel", False) or clock != "fabric" or args.command not in ("scenario", "bench", "replay"):
+    if getattr(args, "kernel", False) or clock.paced or args.command not in ("scenario", "bench", "replay"):
         return True
     return bool(getattr(args, "backend", "native") != "native" or getattr(args, "machines", None))
 
 
-def _clock(args: argparse.Namespace) -> str:
+def _clock(args: argparse.Namespace) -> ClockKind:
     """--clock, else the fabric clock for a scenario that runs all its traffic inside the engine (with the
     native engine), else the wall clock; over machines, the fabric clock unless the scenario is the
     wall clock's (its clocks then must agree: docs/cluster.md)."""
     if args.clock:
-        return args.clock
+        return check_clock(args.clock)
     if args.command == "scenario" and args.backend == "native":
         from emu.scenarios import scenario_class
 
         try:
-            return "fabric" if scenario_class(args.name).fabric_clock else "wall"
+            return ClockKind.FABRIC if scenario_class(args.name).fabric_clock else ClockKind.WALL
         except ValueError:
-            return "wall"  # an unknown name is said where the scenario is looked up
+            return ClockKind.WALL  # an unknown name is said where the scenario is looked up
     if getattr(args, "machines", None):
-        return "fabric"  # a fabric over machines keeps one fabric time across them
-    return "wall"
+        return ClockKind.FABRIC  # a fabric over machines keeps one fabric time across them
+    return ClockKind.WALL
 
 
 def _check_backend(settings: Any) -> None:
@@ -323,7 +323,8 @@ def cmd_replay(args: argparse.Namespace, extra: list[str]) -> int:
     trace = read(args.trace, groups)  # a bad trace is refused before anything is built
     topo = make_topo(args.topo, _topo_params(extra))
     hosts = args.hosts.split(",") if args.hosts else None
-    settings = RunSettings(clock=args.clock, kernel=_kernel(args, args.clock), core=args.core or "",
+    clock = check_clock(args.clock)
+    settings = RunSettings(clock=clock, kernel=_kernel(args, clock), core=args.core or "",
                            dilation=float(args.dilation))
     with FabricNet(topo, settings=settings) as net:
         result = net.replay(trace, hosts=hosts, algo=args.algo, seed=args.seed)
@@ -370,8 +371,8 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     if args.name == "collective":
         from emu.net.switch import RunSettings
 
-        clock = args.clock or ("fabric" if args.backend == "native" else "wall")
-        clock = "fabric" if args.machines and not args.clock else clock
+        clock = check_clock(args.clock) if args.clock else \
+            (ClockKind.FABRIC if args.backend == "native" or args.machines else ClockKind.WALL)
         settings = RunSettings(backend=args.backend, links=args.links, clock=clock, trim=_trim(args.trim),
                                pfc=not args.trim, workers=args.workers,  # a trimmed class is lossy: no PFC to count
                                machines=_machines(args.machines), core=args.core or "", kernel=_kernel(args, clock))

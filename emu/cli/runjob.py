@@ -61,7 +61,7 @@ def run_job(topology: str, params: dict[str, str], settings: RunSettings, args: 
     from emu.net.ranks import RankFailed, exit_code
     from emu.topo import make_topo
 
-    if settings.clock != "wall":
+    if not settings.clock.paced:
         raise ValueError("emu run keeps the wall clock: the hosts' kernels carry the job's traffic")
     if settings.machines:
         raise ValueError("emu run runs on one machine: --machines is for up, scenario and bench")

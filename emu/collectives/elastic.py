@@ -36,6 +36,7 @@ import random
 from collections.abc import Generator
 from typing import Any
 
+from emu.clock import ClockKind
 from emu.collectives.rank import SLICE, Ring, put_pattern, wrong
 from emu.dataplane.job import Attach, Job
 from emu.roce.endpoint import Endpoint, Wait
@@ -274,10 +275,10 @@ class Member(Ring):
 
 
 class ReplicasJob(Job):
-    clocks = ("fabric",)  # its heartbeats are written for the fabric clock's loop
-
     """params: size, steps, slice, mtu, seed, heartbeat_s, retry_limit (None: never), ranks (each: name, planes), fail
     ({"rank", "after_s", "ports": [[switch, port], ...]} or None: that rank's host dies then), budget_s."""
+
+    clocks = (ClockKind.FABRIC,)  # its heartbeats are written for the fabric clock's loop
 
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)

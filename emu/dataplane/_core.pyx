@@ -36,9 +36,9 @@ cdef inline double monotonic() noexcept nogil:
 
 cdef enum:
     VIRTUAL = 0
-    FABRIC = 2
+    ENGINE = 2
 
-MODES = {"virtual": VIRTUAL, "fabric": FABRIC}
+MODES = {"virtual": VIRTUAL, "engine": ENGINE}
 
 
 # -- frames ------------------------------------------------------------------------------------------
@@ -334,7 +334,7 @@ cdef class Schedule:
         return self.cclock()
 
     def stamp(self):
-        if self.mode != FABRIC:
+        if self.mode != ENGINE:
             return self.cclock()
         if not self.paced and (self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until)):
             return self.now

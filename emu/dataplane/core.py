@@ -74,7 +74,8 @@ def check_core(name: str) -> str:
 
 
 def make_schedule(core: str, mode: str, idle_dilation: float = 1.0) -> Any:
-    """A schedule of `core` reading the clock of `mode`: virtual (unit tests) or fabric (a worker's)."""
+    """A schedule of `core` reading the clock of `mode`: virtual (unit tests) or engine (a worker's, on either
+    clock: paced or not is how its loop runs it, not a mode)."""
     if core == "native":
         return check_native().Schedule(mode, idle_dilation)
     from emu.dataplane.schedule import Schedule

@@ -350,7 +350,7 @@ class Engine:
     def set_pace(self, wall_s: float) -> None:
         """Fabric clock: a job's fabric second takes at least `wall_s` wall seconds (0: no limit), to be
         watched; results do not change. The wall clock's pace is D, set at start."""
-        if self.spec.clock != "fabric":
+        if self.spec.paced:
             raise ValueError("pace is for the fabric clock; on the wall clock, D (--dilation) is the pace")
         if not 0.0 <= wall_s <= 1e6:
             raise ValueError(f"pace: wall seconds per fabric second in [0, 1e6], got {wall_s}")
@@ -378,7 +378,7 @@ class Engine:
         # Wall seconds a fabric second takes now: D on the wall clock; on the fabric clock, with no job
         # running, the D its idle time follows (a 1 ms spacing there would be 1 ms of fabric time, 10 s
         # of wall at D = 10 000).
-        wall_d = self.spec.idle_dilation if self.spec.clock == "fabric" else self.spec.dilation
+        wall_d = self.spec.dilation if self.spec.paced else self.spec.idle_dilation
         spacing = max(0.001 / wall_d, 1e-6)  # fabric s: at least 1 ms of wall, and 1 us of fabric
         delay = next((p.delay_s for s in self.spec.switches if s.name == switch for p in s.ports if p.ifname == port), 0.0)
         timeout += (count * spacing + 4 * 2 * delay) * wall_d

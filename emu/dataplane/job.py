@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
+from emu.clock import ClockKind
+
 
 class Attach(Protocol):
     """What the engine gives a fabric-clock job (emu.dataplane.worker.Worker): its loop, its core, and a
@@ -104,7 +106,7 @@ class Job:
 
     # The clocks the kind runs on (EngineSpec.clock): both, as its durations are fabric seconds on either;
     # a kind written for the fabric clock alone says so.
-    clocks: ClassVar[tuple[str, ...]] = ("fabric", "wall")
+    clocks: ClassVar[tuple[ClockKind, ...]] = tuple(ClockKind)
 
     @classmethod
     def kind(cls) -> str:

@@ -154,7 +154,7 @@ class EngineLoop(Loop):
     in the schedule, so the compiled core reads it where it decides.
     """
 
-    MODE = "fabric"
+    MODE = "engine"
     # Events between two looks at the sockets while an unpaced job runs: a look costs some microseconds,
     # and the compiled core runs a batch of 2048 in about a millisecond, the longest a request then waits.
     BATCH = 2048

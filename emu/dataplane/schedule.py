@@ -30,8 +30,8 @@ from typing import Any
 
 Callback = Callable[[float, Any], None]
 
-VIRTUAL, FABRIC = 0, 2  # what clock() reads
-MODES = {"virtual": VIRTUAL, "fabric": FABRIC}
+VIRTUAL, ENGINE = 0, 2  # what clock() reads: a unit test's virtual time, or an engine worker's
+MODES = {"virtual": VIRTUAL, "engine": ENGINE}
 
 
 class Schedule:
@@ -83,7 +83,7 @@ class Schedule:
         """The fabric instant at which input from outside the schedule (a kernel's frame) enters it: the
         wall mapped to fabric time where fabric time follows the wall (paced, or between jobs), never
         before the last event; `now` while an unpaced job runs (nothing outside can keep its time)."""
-        if self.mode != FABRIC:
+        if self.mode != ENGINE:
             return self.clock()
         heap = self.heap
         if not self.paced and (self.busy or self.windowed or (heap and heap[0][0] < self.drain_until)):

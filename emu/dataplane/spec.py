@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from emu.clock import ClockKind, check_clock
 from emu.control.model import SwitchTables
 from emu.dataplane.core import CORES
 from emu.units import Dilation
@@ -196,7 +197,7 @@ class EngineSpec:
     # Every worker's loop keeps fabric seconds (emu.dataplane.loop.EngineLoop). "fabric": a job's events as
     # fast as the CPU allows (dilation must be 1), and `idle_dilation` maps the wall clock to fabric time
     # while no job of ours runs (kernel traffic only). "wall": paced at `dilation`, jobs or not.
-    clock: str = "wall"
+    clock: ClockKind = ClockKind.WALL  # a name given is made the kind (emu.clock.check_clock)
     idle_dilation: float = 1000.0
     # Paced: the instant (wall seconds on the workers' common clock, emu.dataplane.channel.common_offset)
     # at which fabric time is 0 on every worker, so that their pacers agree; set when the engine starts.
@@ -211,9 +212,11 @@ class EngineSpec:
         Dilation(self.dilation)
         if self.core not in CORES:
             raise SpecError(f"core must be one of {', '.join(CORES)}, got {self.core!r}")
-        if self.clock not in ("wall", "fabric"):
-            raise SpecError(f"clock must be wall or fabric, got {self.clock!r}")
-        if self.clock == "fabric" and self.dilation != 1.0:
+        try:
+            object.__setattr__(self, "clock", check_clock(self.clock))
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        if not self.clock.paced and self.dilation != 1.0:
             raise SpecError("the fabric clock runs its switches at dilation 1")
         for what in (self.hosts, self.machines):
             if what and len(what) != self.workers:
@@ -241,7 +244,7 @@ class EngineSpec:
     def paced(self) -> bool:
         """The wall clock: every worker's loop paced at D (emu.dataplane.loop.EngineLoop), in fabric seconds
         as on the fabric clock."""
-        return self.clock == "wall"
+        return self.clock.paced
 
     @property
     def channelled(self) -> bool:
@@ -329,7 +332,7 @@ class EngineSpec:
             run_dir=d["run_dir"],
             pcap_dir=d["pcap_dir"],
             workers=d["workers"],
-            clock=d.get("clock", "wall"),
+            clock=d.get("clock", ClockKind.WALL),
             idle_dilation=d.get("idle_dilation", 1000.0),
             origin=d.get("origin", -1.0),
             hosts=tuple(d.get("hosts", ())),

@@ -645,7 +645,7 @@ class FabricNet(Mininet):
             by_host = {n: [v[p] for p in planes] for n, v in by_host.items()}
         addresses = [by_host[n][0].split("/")[0] for n in names]  # on the job's first plane
         extra = dict(env or {})
-        if dilate_time and self.settings.clock == "wall":
+        if dilate_time and self.settings.clock.paced:
             extra.update(fabric_time_env(self.settings.dilation))
         if mpi:
             return run_mpi(nodes, addresses, [by_host[n] for n in names], list(argv), env=extra, timeout=timeout,

@@ -16,7 +16,7 @@ from typing import Any
 
 from mininet.node import Host, Node, Switch
 
-from emu.clock import check_clock
+from emu.clock import ClockKind, check_clock
 from emu.control.model import MySid
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.control.runtime import ControlTiming, FabricController
@@ -46,7 +46,6 @@ from emu.net.link import (
     node_netlink,
     root_netlink,
 )
-from emu.net.timebase import Timebase
 from emu.units import Dilation, UnitError
 
 
@@ -75,7 +74,7 @@ class RunSettings:
     # traffic while none of ours runs. "wall": fabric time = wall time / dilation (kernel traffic, BMv2).
     # `workers` > 1 splits the fabric at its longest links into that many workers joined by channels
     # (emu.dataplane.channel; on the fabric clock kept in step by windows); 0 is one worker.
-    clock: str = "wall"
+    clock: ClockKind = ClockKind.WALL  # a name given is made the kind here (check_clock)
     # Packet trimming (size in bytes after the Ethernet header, the trimmed packets' DSCP), or None:
     # MetaRoCE's data (DSCP 24 in this mode) is cut instead of dropped (emu.dataplane.spec.TrimSpec).
     trim: tuple[int, int] | None = None
@@ -97,7 +96,8 @@ class RunSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "core", check_core(self.core or default_core()))
-        if not self.kernel and (self.clock != "fabric" or self.backend != "native" or self.machines):
+        object.__setattr__(self, "clock", check_clock(self.clock))
+        if not self.kernel and (self.clock.paced or self.backend != "native" or self.machines):
             raise ValueError("a fabric without the hosts' kernels (kernel=False) runs the native engine on the "
                              "fabric clock, on one machine: its hosts are only the jobs the engine runs")
         try:
@@ -124,11 +124,10 @@ class RunSettings:
             raise ValueError("--p4 (a program to compile) or p4_json (one compiled), not both")
         if self.p4 and (self.ecn is not None or self.trim is not None):
             raise ValueError("--ecn and --trim configure fabric.p4; with --p4 your program does its own")
-        check_clock(self.clock)
         if not 0.0 <= self.pace <= 1e6:
             raise ValueError(f"pace: wall seconds per fabric second in [0, 1e6] (1e6: a fabric microsecond a "
                              f"second), got {self.pace}")
-        if self.pace and self.clock != "fabric":
+        if self.pace and self.clock.paced:
             raise ValueError("--pace is for the fabric clock (--clock fabric); on the wall clock, D is the pace")
         if self.trim is not None:
             try:
@@ -154,7 +153,7 @@ class RunSettings:
             raise ValueError(f"placement names machines not in --machines: {', '.join(unknown)}")
         if self.backend != "native" and self.workers > 1:
             raise ValueError("BMv2's links are carried by one engine worker: --workers is the native engine's")
-        if self.clock == "fabric" and self.backend != "native":
+        if self.clock is ClockKind.FABRIC and self.backend != "native":
             raise ValueError("the fabric clock is the native engine's: BMv2's simple_switch keeps wall time "
                              "(use --clock wall with --backend bmv2)")
 
@@ -397,8 +396,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     # One worker unless asked: it holds the whole fabric, and no second worker competes with the hosts'
     # own processes for the cores. Split or not, the project's endpoints run inside the engine
     # (compiled, frames crossing no kernel: Timebase.endpoints_inside).
-    loop = Timebase.of(settings).loop  # the engine's event loop under this run's clock (emu.dataplane.loop)
-    fabric_clock = loop == "fabric"
+    fabric_clock = settings.clock is ClockKind.FABRIC
     place: dict[str, int] = {}
     host_home: dict[str, int] = {}  # a host whose switches are on several workers runs on one of them
     if settings.machines:  # a worker a machine, for the nodes FabricNet placed there
@@ -448,7 +446,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
         run_dir=switches[0].run_dir or new_run_dir(),
         pcap_dir=settings.pcap_dir,
         workers=workers,
-        clock=loop,
+        clock=settings.clock,
         idle_dilation=settings.dilation,
         machines=settings.machines,
         core=settings.core,

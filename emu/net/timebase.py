@@ -32,6 +32,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from emu.clock import ClockKind, check_clock
 from emu.fidelity import add_speeds, fabric_clock_verdict, fabric_fidelity, packet_time_s
 from emu.net.flows import EngineFlows, Flow, KernelFlows
 
@@ -47,18 +48,17 @@ KERNEL_PACE_D = 1000.0  # fabric clock: the D the kernels' own frames cross at b
 
 
 class Timebase(ABC):
-    """One run's clock. `name`: "fabric" or "wall" (the result's `clock`). A clock is a subclass that
-    says, for each abstract method, how it runs and judges that."""
+    """One run's clock. `clock`: its kind (the result's `clock`, and the engine's pacing: EngineSpec.clock).
+    A clock is a subclass that says, for each abstract method, how it runs and judges that."""
 
-    name: ClassVar[str] = ""
-    loop: ClassVar[str] = "wall"  # the engine workers' event loop (EngineSpec.clock): "wall" or "fabric"
+    clock: ClassVar[ClockKind]
 
     def __init__(self, net: FabricNet) -> None:
         self.net = net
 
     @staticmethod
     def of(settings: RunSettings) -> type[Timebase]:
-        return TIMEBASES[settings.clock]
+        return TIMEBASES[check_clock(settings.clock)]
 
     # -- before a fabric exists --------------------------------------------------------------
 
@@ -78,7 +78,7 @@ class Timebase(ABC):
     @classmethod
     def result_fields(cls, settings: RunSettings) -> dict[str, Any]:
         """What a result says of the clock it was measured on."""
-        return {"clock": cls.name, "dilation": settings.dilation}
+        return {"clock": cls.clock, "dilation": settings.dilation}
 
     @classmethod  # noqa: B027 (a clock where the CPU is not the limit adds nothing)
     def with_speed(cls, fidelity: dict[str, Any], costs: list[dict[str, Any]]) -> None:
@@ -153,7 +153,7 @@ class Timebase(ABC):
         rate = min(rate for h in ranks for _, rate in h.ports)  # the slowest plane's: one packet's time
         fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=results,
                                 stats=stats)
-        return {**summarise(op, ranks, sizes, results, stats, fidelity, clock=self.name,
+        return {**summarise(op, ranks, sizes, results, stats, fidelity, clock=self.clock,
                             dilation=self.result_fields(net.settings)["dilation"], seed=seed, algo=algo),
                 **({"algo_why": why} if why else {})}
 
@@ -221,7 +221,7 @@ class Timebase(ABC):
             rate = min(rate for h in r for _, rate in h.ports)
             fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=res,
                                     stats=stats)
-            out.append({**summarise(t.op, r, sz, res, stats, fidelity, clock=self.name, dilation=dilation, seed=t.seed,
+            out.append({**summarise(t.op, r, sz, res, stats, fidelity, clock=self.clock, dilation=dilation, seed=t.seed,
                                     algo=a), "hosts": [h.name for h in r], "together": len(tenants)})
         return out
 
@@ -285,8 +285,7 @@ class FabricTime(Timebase):
     """Fabric time is a clock of its own, advanced by the engine from event to event while the project's
     endpoints run inside it."""
 
-    name = "fabric"
-    loop = "fabric"
+    clock = ClockKind.FABRIC
 
     @classmethod
     def run_at(cls, dilation: float | str | None, at: Callable[[float], R], auto: Callable[[], R],
@@ -301,7 +300,7 @@ class FabricTime(Timebase):
 
     @classmethod
     def result_fields(cls, settings: RunSettings) -> dict[str, Any]:
-        out: dict[str, Any] = {"clock": cls.name, "dilation": 1.0}  # fabric time is the engine's own
+        out: dict[str, Any] = {"clock": cls.clock, "dilation": 1.0}  # fabric time is the engine's own
         if settings.workers > 1:
             out["workers"] = settings.workers  # the fabric split over that many, in windows
         return out
@@ -332,7 +331,7 @@ class WallTime(Timebase):
     its own switches carry them (`endpoints_inside`), and on BMv2 as processes in the hosts, their
     frames the kernels' and simple_switch's."""
 
-    name = "wall"
+    clock = ClockKind.WALL
 
     @classmethod
     def run_at(cls, dilation: float | str | None, at: Callable[[float], R], auto: Callable[[], R],
@@ -403,12 +402,12 @@ class WallTime(Timebase):
                                frame_bytes=frame_bytes, senders=senders, endpoints=endpoints)
 
 
-TIMEBASES: dict[str, type[Timebase]] = {"fabric": FabricTime, "wall": WallTime}
+TIMEBASES: dict[ClockKind, type[Timebase]] = {tb.clock: tb for tb in (FabricTime, WallTime)}
 
 
 def clock_label(result: dict[str, Any], *, long: bool = False) -> str:
     """How a plot's title (or, `long`, a table's heading) names the clock a result was measured on, from
     the result alone."""
-    if result.get("clock") != FabricTime.name:
+    if check_clock(result.get("clock", ClockKind.WALL)) is not ClockKind.FABRIC:  # read back, it is a name
         return f"D={result['dilation']:g}"
     return f"the fabric clock (exact; seed {result.get('seed', 0)})" if long else "fabric clock"

@@ -30,6 +30,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from emu.clock import ClockKind, check_clock
 from emu.web.replay import counters_of, series_of
 from emu.web.scene import FabricCollector, Snapshots, Topology
 
@@ -76,7 +77,7 @@ def target_of(body: Any) -> tuple[str, dict[str, Any]]:
     return body["verb"], {given[0]: value}
 
 
-def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *, clock: str = "wall",
+def make_app(topo: Topology, stats: Callable[[], dict[str, Any]], token: str, *, clock: str | ClockKind = ClockKind.WALL,
              period_s: float = PERIOD_S, control: Control | None = None) -> Starlette:
     """`stats()`: the engine's counters now (engine.stats), called at each snapshot and scrape;
     `control`: how to fail and restore (None: the view is read-only)."""
@@ -155,7 +156,7 @@ def make_replay_app(result: dict[str, Any], name: str, token: str) -> Starlette:
 def _recording_app(rec: dict[str, Any], name: str, token: str) -> Starlette:
     page = resources.files("emu.web").joinpath("static/index.html").read_text()
     script = resources.files("emu.web").joinpath("static/view.js").read_text()
-    topology = {**rec["topology"], "clock": rec.get("clock", "wall"), "control": False, "recorded": name}
+    topology = {**rec["topology"], "clock": check_clock(rec.get("clock", ClockKind.WALL)), "control": False, "recorded": name}
     return Starlette(routes=[
         Route("/", _guarded(lambda r: HTMLResponse(page), token)),
         Route("/view.js", lambda r: Response(script, media_type="text/javascript")),  # code, no data: open
@@ -178,9 +179,9 @@ class Recorder:
 
     MAX_SNAPSHOTS = 20_000
 
-    def __init__(self, topo: Topology, stats: Callable[[], dict[str, Any]], *, clock: str = "wall",
+    def __init__(self, topo: Topology, stats: Callable[[], dict[str, Any]], *, clock: str | ClockKind = ClockKind.WALL,
                  period_s: float = PERIOD_S) -> None:
-        self.topo, self.clock, self.period_s = topo, clock, period_s
+        self.topo, self.clock, self.period_s = topo, check_clock(clock), period_s
         self.snaps = Snapshots(topo, clock)
         self.taken: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.MAX_SNAPSHOTS)
         self.stats = stats

@@ -13,6 +13,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from emu.clock import ClockKind, check_clock
+
 
 @dataclass(frozen=True)
 class Node:
@@ -164,8 +166,8 @@ class Snapshots:
     time. A direction is counted where the engine sees it: a switch port's transmitter, or for a
     host's way in, the host NIC model at the switch port."""
 
-    def __init__(self, topo: Topology, clock: str = "wall") -> None:
-        self.topo, self.clock = topo, clock
+    def __init__(self, topo: Topology, clock: str | ClockKind = ClockKind.WALL) -> None:
+        self.topo, self.clock = topo, check_clock(clock)
         self.last: dict[tuple[int, str], tuple[float, int]] = {}  # (link, direction) -> (fabric s, bytes)
         self.last_paused: dict[str, list[float]] = {}
 
@@ -233,9 +235,9 @@ def fabric_time(stats: dict[str, Any]) -> float:
     return max((w["fabric_now_s"] for w in stats.get("workers", [])), default=0.0)
 
 
-def fidelity_line(stats: dict[str, Any], clock: str = "wall") -> str:
+def fidelity_line(stats: dict[str, Any], clock: ClockKind = ClockKind.WALL) -> str:
     """The running fabric's fidelity in one line: on the fabric clock nothing can be late."""
-    if clock == "fabric":
+    if clock is ClockKind.FABRIC:
         return "fabric clock: exact (the engine keeps its own time; nothing can be late)"
     d = float(stats.get("dilation", 1.0))
     worst = max((w.get("fidelity", {}).get("p99_s", 0.0) or 0.0 for w in stats.get("workers", [])), default=0.0)
