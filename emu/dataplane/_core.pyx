@@ -2,7 +2,7 @@
 """The compiled core: the schedule, the links and NIC models and the switch pipeline's hot path.
 
 Each class here is the compiled twin of a Python reference class (emu.dataplane.schedule.Schedule,
-link.Transmitter, buffer.SharedBuffer, switch.Switch's forwarding) and does what it does in the
+pipe.Transmitter, buffer.SharedBuffer, pipeline.Switch's forwarding) and does what it does in the
 same order: the same events, scheduled in the same sequence, the same floating-point sums, the same
 random numbers (Python's Mersenne Twister, its state handed over), so a run gives the same figures on
 either core bit for bit (tests/test_cores.py). What differs is the cost: events are C structs in a

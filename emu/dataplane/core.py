@@ -1,7 +1,7 @@
 """Which core runs the hot path: the Python reference, or the compiled one built from it.
 
 The schedule, the links and NIC models and the switch pipeline exist twice:
-in Python (emu.dataplane.schedule, link, switch: the reference a reader
+in Python (emu.dataplane.schedule, pipe, pipeline: the reference a reader
 reads) and compiled (emu.dataplane._core, built by the project's set-up
 with Cython and gcc). Both run the same events in the same order and give
 the same figures bit for bit (tests/test_cores.py runs every fabric-clock
