@@ -95,3 +95,55 @@ def test_fpf_shape():
     assert len(topo.hosts()) == 8 and len(topo.switches()) == 4 * (2 + 2)
     assert len(topo.links()) == 8 * 4 + 4 * 2 * 2
     assert FPFTopo(gpus=8).uplink_rate == "200G"
+
+
+def test_tables_to_dict_is_asdict_and_a_bad_prefix_is_refused_every_time():
+    """SwitchTables.to_dict is written out for speed: it must equal dataclasses.asdict, and the remembered
+    prefix check must refuse a bad prefix however often it is given."""
+    import dataclasses
+
+    from emu.control.model import EncapPolicy, MySid
+
+    t = SwitchTables(groups=[Group(0, (NextHop(0, "02:00:00:00:00:09", 2.5), NextHop(3, "02:00:00:00:00:0a")),
+                                   mode="spray")],
+                     routes=[Route("10.0.0.2/32", 0), Route("fdee::/16", 0)],
+                     my_sids=[MySid("fc00::e", "End.X", 0), MySid("fc00::d6", "End.DT6")],
+                     encaps=[EncapPolicy("fdee::/16", ("fc00::1", "fc00::2"), "fc00::9")])
+    assert t.to_dict() == dataclasses.asdict(t)
+    assert SwitchTables.from_dict(t.to_dict()) == t
+    for _ in range(2):
+        with pytest.raises(TableError, match="route prefix '10.0.0.300/32'"):
+            Route("10.0.0.300/32", 0)
+
+
+def _lookup(tables, addr: str):
+    """The members a switch's tables send `addr` to (None: no route), by longest prefix."""
+    import ipaddress
+
+    best = None
+    for r in tables.routes:
+        net = ipaddress.ip_network(r.prefix)
+        if ipaddress.ip_address(addr) in net and (best is None or net.prefixlen > best[0].prefixlen):
+            best = (net, r.group)
+    return None if best is None else next(g.members for g in tables.groups if g.id == best[1])
+
+
+def test_a_subnet_of_one_switch_is_one_route_elsewhere_and_forwards_as_its_hosts_routes():
+    """Leaf l1's hosts share 10.0.1.0/24 and fd00:1::/64: every other switch routes each as one prefix, to the
+    same next hops as each host's own route; a subnet with addresses on two leaves (10.0.9.0/24), or holding
+    another switch's loopback (10.0.2.0/24, l0's 10.0.2.9), stays a route per host."""
+    atts = [Attachment("10.0.1.2/32", "l1", 0, "h1", "10.0.1.0/24"), Attachment("10.0.1.3/32", "l1", 3, "h2", "10.0.1.0/24"),
+            Attachment("fd00:1::2/128", "l1", 0, "h1", "fd00:1::/64"), Attachment("fd00:1::3/128", "l1", 3, "h2", "fd00:1::/64"),
+            Attachment("10.0.9.2/32", "l1", 4, "h3", "10.0.9.0/24"), Attachment("10.0.9.3/32", "l0", 4, "h4", "10.0.9.0/24"),
+            Attachment("10.0.2.2/32", "l1", 5, "h5", "10.0.2.0/24"), Attachment("10.0.2.9/32", "l0"),
+            Attachment("10.255.0.1/32", "l1")]
+    whole = compute_tables(clos(), atts)
+    each = compute_tables(clos(), atts, aggregate=False)
+    for sw in ("l0", "l1", "s0", "s1"):
+        for a in atts:
+            addr = a.prefix.split("/")[0]
+            assert _lookup(whole[sw], addr) == _lookup(each[sw], addr), (sw, addr)
+    assert {r.prefix for r in whole["s0"].routes} == {"10.0.1.0/24", "fd00:1::/64", "10.0.9.2/32", "10.0.9.3/32",
+                                                      "10.0.2.2/32", "10.0.2.9/32", "10.255.0.1/32"}
+    assert {r.prefix for r in whole["l1"].routes} >= {"10.0.1.2/32", "10.0.1.3/32"}  # its own hosts, each to its port
+    assert len(each["s0"].routes) == len(atts)

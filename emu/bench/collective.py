@@ -48,7 +48,7 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
         raise ValueError("a collective needs at least 2 hosts")
     algorithms.check(algo or algorithms.default(op), op, n)  # before anything is built
     sizes = whole_chunks(sizes, n)
-    ports = {h: host_ports(topo, h) for h in topo.hosts()}
+    ports = host_ports(topo)
 
     def at(d: float) -> dict[str, Any]:
         return _measure(op, topo, topo_name, params, sizes, cc, d, settings, seed, algo)

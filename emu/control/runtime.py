@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from emu.control.model import EncapPolicy
+from emu.control.model import EncapPolicy, SwitchTables
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.units import FIBRE_S_PER_M, WIRE_OVERHEAD_BYTES, pfc_headroom
 
@@ -57,7 +57,10 @@ class ControlTiming:
 class FabricController:
     def __init__(self, engine: TablePusher, graph: FabricGraph, attachments: list[Attachment], *,
                  port_names: dict[tuple[str, int], str], dilation: float, spray: bool = False,
-                 timing: ControlTiming | None = None, local: dict[str, LocalEntries] | None = None) -> None:
+                 timing: ControlTiming | None = None, local: dict[str, LocalEntries] | None = None,
+                 pushed: dict[str, SwitchTables] | None = None) -> None:
+        """`pushed`: the tables the switches started with, where the caller computed them from this graph
+        and these attachments (build_spec does: computing them again was 9 s of an FPF 512 x 8 bring-up)."""
         self.engine = engine
         self.graph = graph
         self.attachments = attachments
@@ -66,7 +69,9 @@ class FabricController:
         self.spray = spray
         self.timing = timing or ControlTiming()
         self.local = local or {}
-        self.pushed = {sw: t.to_dict() for sw, t in self.tables().items()}
+        if pushed is None or set(pushed) != set(graph.graph.nodes):
+            pushed = self.tables()
+        self.pushed = {sw: t.to_dict() for sw, t in pushed.items()}
         self.updates = 0
         self.recomputes = 0
         self.error = ""  # the first route update a data plane refused since the last settle()

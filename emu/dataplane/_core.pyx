@@ -1333,15 +1333,15 @@ cdef class Lpm:
         self.nlen = 0
 
     def add(self, str prefix, value):
-        import ipaddress
+        from emu.dataplane.tables import parse_prefix
 
-        net = ipaddress.ip_network(prefix, strict=False)
-        if net.max_prefixlen != self.bits:
+        bits, plen_, network = parse_prefix(prefix)
+        if bits != self.bits:
             raise ValueError(f"{prefix} is not an IPv{4 if self.bits == 32 else 6} prefix")
-        cdef int plen = net.prefixlen
+        cdef int plen = plen_
         cdef int shift = self.bits - plen
         cdef uint64_t hi, lo
-        _split(int(net.network_address) >> shift, &hi, &lo)
+        _split(network >> shift, &hi, &lo)
         table = self.by_len.get(plen)
         if table is None:
             table = self.by_len[plen] = Table()

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import ipaddress
+from functools import lru_cache
 from typing import Any
 
 from emu.control.model import Group, NextHop
+
+
+@lru_cache(maxsize=1 << 16)
+def parse_prefix(prefix: str) -> tuple[int, int, int]:
+    """(address bits, prefix length, network as an integer) of `prefix`, host bits cleared. Remembered: a
+    worker's switches load the same prefixes (FPF 512 x 8: 429 312 routes of 16 384 prefixes, 5.5 s of
+    its start parsing each); both cores' Lpm use it."""
+    net = ipaddress.ip_network(prefix, strict=False)
+    return net.max_prefixlen, net.prefixlen, int(net.network_address)
 
 
 class Lpm:
@@ -19,12 +29,11 @@ class Lpm:
         self.order: list[tuple[int, dict[int, Any]]] = []
 
     def add(self, prefix: str, value: Any) -> None:
-        net = ipaddress.ip_network(prefix, strict=False)
-        if net.max_prefixlen != self.bits:
+        bits, plen, network = parse_prefix(prefix)
+        if bits != self.bits:
             raise ValueError(f"{prefix} is not an IPv{4 if self.bits == 32 else 6} prefix")
-        plen = net.prefixlen
         shift = self.bits - plen
-        self.tables.setdefault(plen, {})[int(net.network_address) >> shift] = value
+        self.tables.setdefault(plen, {})[network >> shift] = value
         self.order = [(self.bits - p, self.tables[p]) for p in sorted(self.tables, reverse=True)]
 
 

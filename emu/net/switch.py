@@ -10,6 +10,7 @@ This works under FabricNet, a plain Mininet() and `mn --custom`.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -158,6 +159,14 @@ class RunSettings:
                              "(use --clock wall with --backend bmv2)")
 
 
+def _subnet(gateway: str, address: str) -> str:
+    """The host link's subnet (its gateway's network), if the host's address is in it; else none."""
+    if not gateway:
+        return ""
+    net = ipaddress.ip_interface(gateway).network
+    return str(net) if ipaddress.ip_interface(address).ip in net else ""
+
+
 def default_settings() -> RunSettings:
     """The settings of a fabric built without any: the native engine at EMU_DILATION, else D = 1000."""
     text = os.environ.get("EMU_DILATION", "1000")
@@ -212,7 +221,7 @@ class FabricSwitch(Switch):
         try:
             control = FabricController(plane, built.graph, built.attachments, port_names=built.port_names,
                                        dilation=settings.dilation, spray=settings.spray, timing=settings.control,
-                                       local=built.local)
+                                       local=built.local, pushed={s.name: s.tables for s in built.spec.switches})
         except BaseException:
             plane.stop()
             raise
@@ -382,9 +391,10 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
                                   ipv4=(lp.gw4,) if lp.gw4 else (), ipv6=(lp.gw6,) if lp.gw6 else (),
                                   headroom=lp.headroom, kernel=kernel))
             if ip4:
-                attachments.append(Attachment(ip4.split("/")[0] + "/32", sw.name, i, host_mac))
+                attachments.append(Attachment(ip4.split("/")[0] + "/32", sw.name, i, host_mac, _subnet(lp.gw4, ip4)))
             if lp.host_ip6:
-                attachments.append(Attachment(lp.host_ip6.split("/")[0] + "/128", sw.name, i, host_mac))
+                attachments.append(Attachment(lp.host_ip6.split("/")[0] + "/128", sw.name, i, host_mac,
+                                              _subnet(lp.gw6, lp.host_ip6)))
             if kernel:
                 host_ports.setdefault(peer.node, []).append(HostPort(peer.name, lp))
             host_node[peer.node.name] = peer.node
