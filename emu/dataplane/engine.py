@@ -268,9 +268,11 @@ class Engine:
         for i in range(len(self.procs)):
             self._check_alive(i)
 
-    def request(self, index: int, msg: Request, timeout: float = 5.0) -> dict[str, Any]:
+    def request(self, index: int, msg: Request, timeout: float | None = 5.0) -> dict[str, Any]:
         """Worker `index`'s answer to `msg`; EngineError naming the worker (and its log) if it is dead
-        or does not answer, never a bare socket error."""
+        or does not answer, never a bare socket error. `timeout` None: for as long as the worker lives (a
+        request whose work grows with the fabric, such as building a job of 32 768 ranks, has no fixed
+        bound that holds on every machine and size)."""
         try:
             return self._exchange(index, msg, timeout)
         except (OSError, ValueError) as exc:
@@ -285,18 +287,26 @@ class Engine:
             raise EngineError(f"engine worker {index} did not answer {type(msg).__name__} ({exc}); "
                               f"log: {self._log_where(index)}") from None
 
-    def _exchange(self, index: int, msg: Request, timeout: float) -> dict[str, Any]:
+    def _exchange(self, index: int, msg: Request, timeout: float | None) -> dict[str, Any]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
+            s.settimeout(5.0 if timeout is None else timeout)
             s.connect(control_path(self.run_dir, index))
             s.sendall(encode(msg))
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(1 << 20)
+            if timeout is None:
+                s.settimeout(1.0)
+            chunks: list[bytes] = []
+            while not chunks or not chunks[-1].endswith(b"\n"):
+                try:
+                    chunk = s.recv(1 << 20)
+                except TimeoutError:
+                    if timeout is not None or index >= len(self.procs):  # not ours to watch: no waiting on
+                        raise
+                    self._check_alive(index)  # still working on it: wait on, unless it died
+                    continue
                 if not chunk:
                     break
-                data += chunk
-        return json.loads(data)
+                chunks.append(chunk)
+        return json.loads(b"".join(chunks))
 
     def stats(self) -> dict[str, Any]:
         """Counters of every switch, and each worker's fidelity, in one dict."""
@@ -444,14 +454,14 @@ class Engine:
         if self.before_job is not None:
             self.before_job()
         if not self.split:
-            r = self.request(0, RunJob(kind.kind(), params), timeout=60)
+            r = self.request(0, RunJob(kind.kind(), params), timeout=None)
             if not r.get("ok"):
                 raise EngineError(f"the engine refused the {kind.__name__}: {r.get('error')}")
             return int(r["job"])
         # Split: every worker builds its part (however long that takes), then all start at one instant.
         ids = set()
         for i in range(self.spec.workers):
-            r = self.request(i, RunJob(kind.kind(), params, hold=True), timeout=300)
+            r = self.request(i, RunJob(kind.kind(), params, hold=True), timeout=None)
             if not r.get("ok"):
                 raise EngineError(f"engine worker {self.spec.worker_name(i)} refused the {kind.__name__}: {r.get('error')}"
                                   + ("" if i == 0 else "; the parts already built cannot run without it: "

@@ -107,7 +107,9 @@ class FabricTopo(Topo):
         if clash:  # a field named `hosts` would hide Topo.hosts(), which Mininet calls
             raise TypeError(f"{cls.__name__}: parameter names {', '.join(clash)} are taken by Mininet's Topo")
 
-    MAX_LINKS = 20_000  # each link is a veth pair and engine ports: beyond this one machine runs out
+    # What a description may hold (FPF 4096 x 8 has 65 536 links). Whether a run fits this machine (veths
+    # and rings with the hosts' kernels, the engine's ports alone without) is check_fits's, asked by FabricNet.
+    MAX_LINKS = 150_000
 
     def __post_init__(self) -> None:
         """After a dataclass subclass's generated __init__: check the parameters, then describe."""
