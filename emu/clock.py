@@ -8,8 +8,10 @@ virtual schedule for unit tests, and `EngineLoop`, an engine worker's, in
 fabric seconds under one of two pacings: unpaced (the fabric clock: a job's
 events as fast as the CPU allows, so nothing can be late and a result cannot
 depend on the machine's speed or load) or paced at D (the wall clock).
-`WALL` is the plain wall clock for a part that drives itself (an endpoint in
-its own process on BMv2, which sleeps in select() rather than on a schedule).
+`ProcessClock` is fabric time for a part that drives itself in its own process (an
+endpoint on BMv2, which sleeps in select() rather than on a schedule): the
+machine's monotonic seconds / D, converted back to wall seconds only where the
+process waits (its select()) and where it reports how late it was.
 
 `ClockKind` is which of the two a run keeps: a type, decided once where the
 user names it (the command line, `FabricNet(clock=...)`, a record read back),
@@ -52,18 +54,33 @@ class Clock(Protocol):
         ...
 
 
-class _Wall:
-    """The machine's monotonic clock, for a part that sleeps on its own (no schedule to run)."""
+class ProcessClock:
+    """Fabric seconds in a process of its own on the wall clock: monotonic() / D, the clock the harness
+    (emu.net.timebase) reads the endpoints' traces on. The part keeps fabric time like any other; D is
+    here, where it sleeps and where its lateness is reported (the wall's seconds), and nowhere in it."""
 
-    @staticmethod
-    def clock() -> float:
-        return time.monotonic()
+    def __init__(self, dilation: float) -> None:
+        if not dilation >= 1.0:
+            raise ValueError(f"dilation must be a number >= 1, got {dilation!r}")
+        self.d = float(dilation)
+
+    def clock(self) -> float:
+        return time.monotonic() / self.d
+
+    def at_wall(self, monotonic_s: float) -> float:
+        """The fabric instant of monotonic instant `monotonic_s` (a start agreed between processes)."""
+        return monotonic_s / self.d
+
+    def fabric_s_of_wall(self, wall_s: float) -> float:
+        """The fabric seconds during which `wall_s` wall seconds pass."""
+        return wall_s / self.d
+
+    def wall_s_of_fabric(self, fabric_s: float) -> float:
+        """The wall seconds `fabric_s` fabric seconds take (a sleep, a lateness)."""
+        return fabric_s * self.d
 
     def at(self, t: float, fn: Callable[[float, Any], None], arg: Any = None) -> None:
-        raise NotImplementedError("the plain wall clock runs no schedule: drive the part with progress()")
-
-
-WALL = _Wall()
+        raise NotImplementedError("a process's clock runs no schedule: drive the part with progress()")
 
 
 def check_clock(name: str | ClockKind) -> ClockKind:

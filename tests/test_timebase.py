@@ -172,14 +172,13 @@ def test_the_same_flows_on_either_clock_come_back_in_fabric_units(no_leftovers):
 
 
 # D in one place (issue 50, item 3): the pacer (emu.dataplane.loop, the schedule's run_paced and stamp) and
-# the edges. What still converts with D are the harnesses of processes in the hosts (BMv2's endpoints, whose
-# transport runs on the wall clock in its own process) and the control plane's wall-clock timers: listed
-# here so that the list can only shrink, and no new model code converts.
+# the edges. MetaRoCE's transport and device keep fabric seconds in a process of their own too (emu.clock's
+# ProcessClock applies D where the process sleeps). What still converts with D are the harnesses that start
+# processes in the hosts (their wall timeouts) and the control plane's wall-clock timers: listed here so
+# that the list can only shrink, and no new model code converts.
 MODEL = ("emu/roce", "emu/dataplane", "emu/collectives", "emu/traffic", "emu/net/flows.py", "emu/control")
 PACER = ("emu/dataplane/loop.py", "emu/dataplane/schedule.py")
-STILL_CONVERTING = {"emu/roce/transport.py", "emu/roce/_device.pyx", "emu/roce/perf.py", "emu/roce/run.py",
-                    "emu/net/flows.py", "emu/control/runtime.py", "emu/collectives/rank.py",
-                    "emu/collectives/run.py"}
+STILL_CONVERTING = {"emu/roce/run.py", "emu/net/flows.py", "emu/control/runtime.py", "emu/collectives/run.py"}
 _BY_D = re.compile(r"\*\s*(\w+\.)*dilation\b|\bdilation\s*/|/\s*(\w+\.)*dilation\b")
 
 

@@ -32,7 +32,7 @@ def _once(nbytes: int, mtu: int, message: int) -> dict[str, float]:
     if not server["data_ok"]:
         raise RuntimeError("emu bench roce: the server's memory does not hold what the client wrote")
     sent = sum(p["tx_packets"] for p in client["planes"])
-    wall = client["elapsed_s"]  # wall seconds: D = 1
+    wall = client["elapsed_s"]  # the device's fabric seconds, which are wall seconds at D = 1
     return {"client_kpps": sent / wall / 1e3, "gbps_wall": nbytes * 8 / wall / 1e9,
             "retransmits": client["retransmits"], "packets": sent}
 

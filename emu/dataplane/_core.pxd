@@ -37,6 +37,9 @@ cdef struct MT:
     uint32_t mt[624]
     int index
 
+cdef int64_t c_to_ps(double seconds) except? -1
+cdef double c_to_s(int64_t ps) noexcept nogil
+cdef int64_t c_ser_ps(int64_t nbytes, int64_t rate_bps) except -1
 cdef Packet* packet_new(int size) noexcept
 cdef void packet_free(Packet* p) noexcept
 cdef Packet* packet_from(object frame) except NULL

@@ -15,7 +15,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, rint
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 import time
@@ -33,6 +33,49 @@ cdef inline double monotonic() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return <double>ts.tv_sec + ts.tv_nsec * 1e-9
+
+# -- fabric time in whole picoseconds: the compiled twin of emu.simtime (its docstring says why and how) --------
+
+cdef double INT64_LIMIT = 9223372036854775808.0  # 2**63 as a double
+cdef uint64_t PS_PER_S = 1000000000000
+cdef int64_t BITS_LIMIT = 9223372  # (2**63 - 1) // PS_PER_S: bits whose picosecond product fits an int64
+
+
+cdef int64_t c_to_ps(double seconds) except? -1:
+    """emu.simtime.to_ps: seconds x 10^12 in double, nearest, halves to even (rint, the default mode)."""
+    cdef double x = seconds * 1e12
+    if not (-INT64_LIMIT <= x < INT64_LIMIT):
+        raise OverflowError(f"{seconds!r} s is not a time in int64 picoseconds")
+    return <int64_t>rint(x)
+
+
+cdef double c_to_s(int64_t ps) noexcept nogil:
+    """emu.simtime.to_s: ps / 10^12 in double (a division, as the reference)."""
+    return <double>ps / 1e12
+
+
+cdef int64_t c_ser_ps(int64_t nbytes, int64_t rate_bps) except -1:
+    """emu.simtime.ser_ps: nbytes x 8 x 10^12 / rate_bps, nearest, halves up, in unsigned 64-bit integers
+    (the product fits: BITS_LIMIT; the half rate added to it too, below 2^64)."""
+    if nbytes < 0 or nbytes > BITS_LIMIT // 8 or rate_bps <= 0:
+        raise OverflowError(f"{nbytes} bytes at {rate_bps} bit/s is outside int64 picosecond arithmetic")
+    return <int64_t>((<uint64_t>(nbytes * 8) * PS_PER_S + <uint64_t>(rate_bps // 2)) // <uint64_t>rate_bps)
+
+
+def to_ps(double seconds):
+    """The compiled c_to_ps, for tests/test_simtime.py."""
+    return c_to_ps(seconds)
+
+
+def to_s(int64_t ps):
+    """The compiled c_to_s, for tests/test_simtime.py."""
+    return c_to_s(ps)
+
+
+def ser_ps(int64_t nbytes, int64_t rate_bps):
+    """The compiled c_ser_ps, for tests/test_simtime.py."""
+    return c_ser_ps(nbytes, rate_bps)
+
 
 cdef enum:
     VIRTUAL = 0

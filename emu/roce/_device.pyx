@@ -805,12 +805,11 @@ cdef class Device:
     cdef int c_trim_dscp
     cdef int tc_data
     cdef double burst, min_probe_s
-    cdef public double dilation
     cdef public int mtu
     cdef public int window
     cdef public str cc_name
     cdef public double plane_rate
-    cdef double wall_s_per_byte, rto, rtt_hint, ack_delay, slack, reorder_budget
+    cdef double s_per_byte, rto, rtt_hint, ack_delay, slack, reorder_budget
     cdef public object rng
     cdef Plane planes_c[MAXP]
     cdef int nplanes
@@ -837,7 +836,7 @@ cdef class Device:
         self.mr_c = NULL
         self.nmr = 0
 
-    def __init__(self, list addrs, *, double dilation, double plane_rate_bps=100e9, int mtu=1024, str cc="none",
+    def __init__(self, list addrs, *, double plane_rate_bps=100e9, int mtu=1024, str cc="none",
                  int window=512, double rto_fabric_s=200e-6, seed=None, clock=None, io=None, trim_dscp=None,
                  str spray="weighted", retry_limit=None, double rtt_hint_fabric_s=0.0):
         import random
@@ -864,17 +863,16 @@ cdef class Device:
         self.sched = <Schedule?>clock.sched
         self.burst = 0.0
         self.min_probe_s = 0.0
-        self.dilation = dilation
         self.mtu = mtu
         self.window = window
         self.cc_name = cc
         self.plane_rate = plane_rate_bps
-        self.wall_s_per_byte = 8 * dilation / plane_rate_bps
-        self.rto = rto_fabric_s * dilation
-        self.rtt_hint = rtt_hint_fabric_s * dilation
-        self.ack_delay = ACK_DELAY_S * dilation
-        self.slack = TIMER_SLACK_S * dilation
-        self.reorder_budget = SACK_BITS * (mtu + HEADERS) * self.wall_s_per_byte / len(addrs)
+        self.s_per_byte = 8.0 / plane_rate_bps
+        self.rto = rto_fabric_s
+        self.rtt_hint = rtt_hint_fabric_s
+        self.ack_delay = ACK_DELAY_S
+        self.slack = TIMER_SLACK_S
+        self.reorder_budget = SACK_BITS * (mtu + HEADERS) * self.s_per_byte / len(addrs)
         self.rng = random.Random(seed)
         self.nplanes = len(addrs)
         self.planes = []
@@ -909,7 +907,7 @@ cdef class Device:
         self.recv_cq = deque()
         self.c_bad_icrc = self.c_truncated = self.c_unknown_qp = self.c_nak_sent = 0
         self.c_ce_marked = self.c_duplicates = self.c_trimmed = 0
-        self.sample_s = 10e-6 * dilation
+        self.sample_s = 10e-6
         self.next_sample = 0.0
         self._plane_trace = []
 
@@ -956,7 +954,7 @@ cdef class Device:
         for i in range(self.nplanes):
             p = &self.planes_c[i]
             out.append({"plane": p.index, "addr": self.planes[i].addr, "healthy": bool(p.healthy),
-                        "weight": round(p.weight, 4), "srtt_fabric_s": p.srtt / self.dilation,
+                        "weight": round(p.weight, 4), "srtt_fabric_s": p.srtt,
                         "loss_rate": round(p.loss_rate, 5), "tx_packets": p.tx_packets, "tx_bytes": p.tx_bytes,
                         "rx_packets": p.rx_packets, "retransmits": p.retransmits, "probes": p.probes,
                         "tx_after_down": p.tx_after_down, "downs": p.downs, "spurious_retransmits": p.spurious,
@@ -1072,7 +1070,7 @@ cdef class Device:
                 if qp.rx_bytes and (not qp._rx_trace or qp._rx_trace[len(qp._rx_trace) - 1][1] != qp.rx_bytes):
                     qp._rx_trace.append((now, qp.rx_bytes))
                 if qp.c_busy() and (not qp._rate_trace or qp._rate_trace[len(qp._rate_trace) - 1][1] != qp.cc.rate):
-                    qp._rate_trace.append((now / self.dilation, qp.cc.rate))
+                    qp._rate_trace.append((now, qp.cc.rate))
             any_sent = False
             for i in range(self.nplanes):
                 if self.planes_c[i].tx_bytes:
@@ -1084,7 +1082,7 @@ cdef class Device:
         for qp in self.qp_list:
             if qp.ack_due and now >= qp.ack_deadline:
                 self._send_ack(qp, SYNDROME_ACK, -1, False, -1, False)
-            qp.cc.tick(now / self.dilation)
+            qp.cc.tick(now)
             if qp.resend.n:
                 self._resend(qp, now)
             self._recover(qp, now)
@@ -1205,8 +1203,8 @@ cdef class Device:
             seg.psn = psn
             qp.next_psn += 1
         cdef int64_t size = seg.length + HEADERS + (IMM_BYTES if seg.has_imm else 0)
-        plane.next_free = pmax(plane.next_free, now) + size * self.wall_s_per_byte / plane.weight
-        cdef double gap = <double>(size * 8) * self.dilation / qp.cc.rate
+        plane.next_free = pmax(plane.next_free, now) + size * self.s_per_byte / plane.weight
+        cdef double gap = <double>(size * 8) / qp.cc.rate
         qp.next_send = pmax(qp.next_send, now - gap) + gap
         plane.tx_packets += 1
         plane.tx_bytes += seg.length
@@ -1367,11 +1365,11 @@ cdef class Device:
         qp.trim_nacks += 1
         self.planes_c[seg.plane].trims += 1
         psnq_push(&qp.resend, psn)
-        if self.cc_name != "none" and now - qp.last_trim_cut >= qp.cc.cnp_interval_s * self.dilation:
+        if self.cc_name != "none" and now - qp.last_trim_cut >= qp.cc.cnp_interval_s:
             qp.last_trim_cut = now
-            qp.cc.tick(now / self.dilation)
-            qp.cc.on_cnp(now / self.dilation)
-            qp._rate_trace.append((now / self.dilation, qp.cc.rate))
+            qp.cc.tick(now)
+            qp.cc.on_cnp(now)
+            qp._rate_trace.append((now, qp.cc.rate))
         return 0
 
     cdef int _probe_planes(self, double now) except -1:
@@ -1454,9 +1452,9 @@ cdef class Device:
         if op == OP_ACK:
             return self._on_ack(<QueuePair>qp, plane, data, n, psn, now)
         if op == OP_CNP:
-            (<QueuePair>qp).cc.tick(now / self.dilation)
-            (<QueuePair>qp).cc.on_cnp(now / self.dilation)
-            (<QueuePair>qp)._rate_trace.append((now / self.dilation, (<QueuePair>qp).cc.rate))
+            (<QueuePair>qp).cc.tick(now)
+            (<QueuePair>qp).cc.on_cnp(now)
+            (<QueuePair>qp)._rate_trace.append((now, (<QueuePair>qp).cc.rate))
             return 0
         self.c_truncated += 1
         return 0
@@ -1538,7 +1536,7 @@ cdef class Device:
         cdef Packet* pkt
         if tclass & 3 == 3:
             self.c_ce_marked += 1
-            interval = qp.cc.cnp_interval_s * self.dilation
+            interval = qp.cc.cnp_interval_s
             if now - qp.last_cnp >= interval:
                 qp.last_cnp = now
                 qp.cnps_sent += 1
@@ -2093,7 +2091,7 @@ cdef class Endpoint:
             sends.append(send)
             host_macs.append(host_mac)
             switch_macs.append(switch_mac)
-        dev = Device([p[2] for p in planes], dilation=1.0, plane_rate_bps=min(p[3] for p in planes),
+        dev = Device([p[2] for p in planes], plane_rate_bps=min(p[3] for p in planes),
                      clock=host.loop, io=FabricIO(sends, host_macs, switch_macs), **device)
         ep = cls(host.loop, dev, fail, name)
         for arrival in arrivals:

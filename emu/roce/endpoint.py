@@ -80,7 +80,7 @@ class Endpoint:
             sends.append(send)
             host_macs.append(host_mac)
             switch_macs.append(switch_mac)
-        dev = Device([p[2] for p in planes], dilation=1.0, plane_rate_bps=min(p[3] for p in planes),
+        dev = Device([p[2] for p in planes], plane_rate_bps=min(p[3] for p in planes),
                      clock=host.loop, io=FabricIO(sends, host_macs, switch_macs), **device)
         box.append(cls(host.loop, dev, fail, name))
         return box[0]

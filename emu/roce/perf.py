@@ -55,8 +55,7 @@ def writes(dev: Device, qp: QueuePair, mr: MemoryRegion, remote: dict[str, int],
     """The client's operation, on either clock: `lat_iters` 8-byte writes one at a time (post to
     completion, one round trip each), then the whole region in messages of `message` bytes, all
     posted at once. Its value is the client's result, in fabric units."""
-    now = dev.clock.clock
-    d = dev.dilation
+    now = dev.clock.clock  # fabric seconds on either clock (a ProcessClock in a process of its own)
 
     lats = []
     for i in range(lat_iters):
@@ -64,7 +63,7 @@ def writes(dev: Device, qp: QueuePair, mr: MemoryRegion, remote: dict[str, int],
         qp.post_write(10_000 + i, mr, 0, 8, remote["va"], remote["rkey"])
         yield qp.idle
         dev.poll_cq()
-        lats.append((now() - t) / d)
+        lats.append(now() - t)
     dev.reset_fidelity()
     t0 = now()
     for wr, off in enumerate(range(0, mr.size, message)):
@@ -75,13 +74,13 @@ def writes(dev: Device, qp: QueuePair, mr: MemoryRegion, remote: dict[str, int],
     lats.sort()
     return {
         "role": "client", "qpn": qp.qpn, "bytes": mr.size, "message": message,
-        "elapsed_s": elapsed,  # in the clock's own seconds: wall on the wall clock (was wall_s, fabric s on the fabric clock)
-        "fabric_s": elapsed / d, "bw_fabric_bps": mr.size * 8 / (elapsed / d) if elapsed else 0.0,
+        "elapsed_s": elapsed,  # the device's clock's seconds: fabric seconds on either clock
+        "fabric_s": elapsed, "bw_fabric_bps": mr.size * 8 / elapsed if elapsed else 0.0,
         "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),
         "retransmits": qp.retransmits, "timeouts": qp.timeouts, "trim_nacks": qp.trim_nacks,
         "cnps": qp.cc.cnps, "final_rate_bps": qp.cc.rate,
         "rate_trace": qp.rate_trace,
-        "plane_trace": [(t / d, b) for t, b in dev.plane_trace],
+        "plane_trace": list(dev.plane_trace),
         "lat_fabric_s": {"min": lats[0], "typical": lats[len(lats) // 2], "max": lats[-1]} if lats else {},
         "planes": dev.plane_stats(), "fidelity": dev.fidelity(name),
     }
@@ -93,7 +92,7 @@ def server_result(dev: Device, ends: list[tuple[MemoryRegion, QueuePair]], nbyte
     return {"role": "server", "qpn": ends[0][1].qpn, "qpns": [qp.qpn for _, qp in ends], "data_ok": all(ok),
             "bad_requests": sum(qp.bad for _, qp in ends), "counters": dev.counters,
             "cnps_sent": sum(qp.cnps_sent for _, qp in ends), "planes": dev.plane_stats(),
-            "rx_traces": [[(t / dev.dilation, b) for t, b in qp.rx_trace] for _, qp in ends],
+            "rx_traces": [list(qp.rx_trace) for _, qp in ends],
             "fidelity": dev.fidelity("server")}
 
 

@@ -36,13 +36,14 @@ of fabric time, whichever comes first, and at once for a packet that asks
 (a retransmission or a probe) or that ends a write with immediate. Every
 ACK is cumulative with the SACK bitmap, so a lost ACK costs nothing but time.
 
-Time comes from one clock (emu.clock): on the wall clock (its own process
-in a host's namespace, kernel UDP sockets, `progress()` sleeping in select)
-times inside are wall seconds, rates and timers configured in fabric units
-and scaled by the dilation; on the fabric clock (inside the engine, D = 1)
-they are fabric seconds, and frames go to and from the switch port as whole
-Ethernet/IPv6/UDP frames (`FabricIO`), with `step(now)` saying when the
-device next has something to do. The logic is the same code either way.
+Time comes from one clock (emu.clock), and it is fabric seconds either way:
+inside the engine, the engine's loop, frames going to and from the switch
+port as whole Ethernet/IPv6/UDP frames (`FabricIO`), with `step(now)` saying
+when the device next has something to do; in its own process in a host's
+namespace (BMv2, kernel UDP sockets), a `ProcessClock` (monotonic() / D),
+`progress()` sleeping in select(). D is applied by that clock where the
+process sleeps and where it reports its lateness, never in the logic, which
+is the same code either way.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from emu import packet as pk
-from emu.clock import WALL, Clock
+from emu.clock import Clock, ProcessClock
 from emu.fidelity import Lateness, Part, tight_timers
 from emu.roce import wire
 from emu.roce.cc import CongestionControl, make
@@ -251,7 +252,7 @@ class QueuePair:
         self.bad = 0
         self.rx_bytes = 0
         self.imm_wait: dict[int, int] = {}  # PSN of a write-with-immediate's last packet -> immediate
-        self.rx_trace: list[tuple[float, int]] = []  # (wall s, bytes placed so far), sampled
+        self.rx_trace: list[tuple[float, int]] = []  # (fabric s, bytes placed so far), sampled
 
     def connect(self, remote_qpn: int, remote_addrs: list[str]) -> None:
         if len(remote_addrs) != len(self.dev.planes):
@@ -411,12 +412,13 @@ RTO_S = 200e-6  # the retransmission timer's floor, fabric seconds, where the pa
 
 
 class Device:
-    def __init__(self, addrs: list[str], *, dilation: float, plane_rate_bps: float = 100e9, mtu: int = 1024,
+    def __init__(self, addrs: list[str], *, dilation: float = 1.0, plane_rate_bps: float = 100e9, mtu: int = 1024,
                  cc: str = "none", window: int = WINDOW, rto_fabric_s: float = RTO_S, seed: int | None = None,
-                 clock: Clock = WALL, io: KernelIO | FabricIO | None = None, trim_dscp: int | None = None,
+                 clock: Clock | None = None, io: KernelIO | FabricIO | None = None, trim_dscp: int | None = None,
                  spray: str = "weighted", retry_limit: int | None = None, rtt_hint_fabric_s: float = 0.0) -> None:
-        """`clock` and `io`: WALL and KernelIO (the default: kernel sockets bound to `addrs`, in this
-        namespace), or the engine's fabric clock and the FabricIO of the host's switch ports (dilation 1). `trim_dscp`:
+        """`clock` and `io`: a ProcessClock at `dilation` and KernelIO (the default: kernel sockets bound to
+        `addrs`, in this namespace, fabric time = monotonic() / D), or the engine's loop and the FabricIO
+        of the host's switch ports (`dilation` unused). Every time inside is fabric seconds. `trim_dscp`:
         trimming mode (the fabric's switches cut instead of dropping): data goes out trimmable, and a
         packet that arrives with this DSCP is a trimmed one, NACKed at once. `spray`: "weighted" (each
         plane's share follows its measured health, `_reweigh`) or "equal" (every live plane alike).
@@ -433,25 +435,27 @@ class Device:
         self.alarm_at = float("inf")  # the user's own wake-up (Device.alarm)
         self.trim_dscp = trim_dscp
         self.tc_data = TC_DATA if trim_dscp is None else TC_DATA_TRIMMABLE
-        self.clock = clock
+        self.clock = clock = clock if clock is not None else ProcessClock(dilation)
+        # In a process of its own, the clock says how long the wall's waits and lateness are in fabric time.
+        self.process = clock if isinstance(clock, ProcessClock) else None
         self.io = io = io if io is not None else KernelIO()
-        self.burst = io.burst  # sends due within this go in one go
-        self.min_probe_s = io.min_probe_s
-        self.dilation = dilation
+        # Sends due within this go in one go; a plane marked down is probed at most this often (fabric s).
+        self.burst = self.process.fabric_s_of_wall(io.burst) if self.process else io.burst
+        self.min_probe_s = self.process.fabric_s_of_wall(io.min_probe_s) if self.process else io.min_probe_s
         self.mtu = mtu
         self.window = window
         self.cc_name = cc
         self.plane_rate = plane_rate_bps
-        self.wall_s_per_byte = 8 * dilation / plane_rate_bps
-        self.rto = rto_fabric_s * dilation
-        self.rtt_hint = rtt_hint_fabric_s * dilation
-        self.ack_delay = ACK_DELAY_S * dilation
-        self.slack = TIMER_SLACK_S * dilation
+        self.s_per_byte = 8 / plane_rate_bps
+        self.rto = rto_fabric_s
+        self.rtt_hint = rtt_hint_fabric_s
+        self.ack_delay = ACK_DELAY_S
+        self.slack = TIMER_SLACK_S
         # How far apart in time the planes may deliver: a packet on a plane slower than the rest holds
         # the cumulative ACK, and what arrives more than SACK_BITS packets past it is reported late and
         # counts against the window, so the whole connection stalls. At the device's full rate that
         # is SACK_BITS packets' time (2.9 us at 8 x 100G, 1 KiB MTU).
-        self.reorder_budget = wire.SACK_BITS * (mtu + HEADERS) * self.wall_s_per_byte / len(addrs)
+        self.reorder_budget = wire.SACK_BITS * (mtu + HEADERS) * self.s_per_byte / len(addrs)
         self.rng = random.Random(seed)
         self.planes = [io.open_plane(i, a, self.tc_data) for i, a in enumerate(addrs)]
         self.qps: dict[int, QueuePair] = {}
@@ -460,15 +464,16 @@ class Device:
         self.recv_cq: deque[Completion] = deque()  # writes with immediate, whole and in order
         self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0,
                          "duplicates": 0, "trimmed": 0}
-        self.sample_s = 10e-6 * dilation  # receive-side throughput samples every 10 us of fabric time
+        self.sample_s = 10e-6  # receive-side throughput samples every 10 us of fabric time
         self.next_sample = 0.0
-        self.plane_trace: list[tuple[float, list[int]]] = []  # (wall s, bytes sent per plane), sampled
+        self.plane_trace: list[tuple[float, list[int]]] = []  # (fabric s, bytes sent per plane), sampled
         io.start()
         self.rx_fds = [p.rx.fileno() for p in self.planes if p.rx is not None]
         self.rx_buf = bytearray(65536)  # every packet is received into this one buffer
         self.rx_view = memoryview(self.rx_buf)
         self.src_cache: dict[str, bytes] = {}  # sender address text -> its 16 bytes
-        # Fidelity: sends against their paced slot, receives against the kernel's arrival stamp.
+        # Fidelity: sends against their paced slot, receives against the kernel's arrival stamp (wall s in
+        # a process of its own; inside the engine, its loop's seconds).
         self.send_late = Lateness()
         self.recv_late = Lateness()
 
@@ -495,12 +500,16 @@ class Device:
     # -- the crank ------------------------------------------------------------------
 
     def progress(self, max_wait: float = 0.001) -> None:
-        """Wall clock: take what arrived, do what is due, sleep until the next thing is (at most max_wait)."""
-        now = time.monotonic()
+        """In a process of its own: take what arrived, do what is due, sleep until the next thing is (at most
+        `max_wait` wall seconds). The one place its fabric time meets the wall's: the sleep."""
+        clock = self.process
+        if clock is None:
+            raise RoceError("progress() drives a device in a process of its own; the engine's loop drives this one")
+        now = clock.clock()
         self._receive(now)
-        now = time.monotonic()
+        now = clock.clock()
         due = self.step(now)
-        wait = min(max_wait, max(0.0, due - now))
+        wait = min(max_wait, max(0.0, clock.wall_s_of_fabric(due - now)))
         # select() sleeps with microsecond resolution (poll and epoll round up to whole ms, a
         # packet time at D = 10 000): no busy loop, so the engine's workers keep the cores.
         # Wake BURST_S before the next send is due: a wake-up a little late still sends on time.
@@ -521,14 +530,14 @@ class Device:
                 if qp.rx_bytes and (not qp.rx_trace or qp.rx_trace[-1][1] != qp.rx_bytes):
                     qp.rx_trace.append((now, qp.rx_bytes))
                 if qp.busy() and (not qp.rate_trace or qp.rate_trace[-1][1] != qp.cc.rate):
-                    qp.rate_trace.append((now / self.dilation, qp.cc.rate))
+                    qp.rate_trace.append((now, qp.cc.rate))
             sent = [p.stats["tx_bytes"] for p in self.planes]
             if any(sent) and (not self.plane_trace or self.plane_trace[-1][1] != sent):
                 self.plane_trace.append((now, sent))
         for qp in self.qps.values():
             if qp.ack_due and now >= qp.ack_deadline:
                 self._send_ack(qp)
-            qp.cc.tick(now / self.dilation)
+            qp.cc.tick(now)
             if qp.resend:
                 self._resend(qp, now)
             self._recover(qp, now)
@@ -627,10 +636,10 @@ class Device:
             qp.next_psn += 1
         size = len(seg.view) + HEADERS + (0 if seg.imm is None else wire.IMM_BYTES)
         # A plane of weight w is offered a packet every 1/w of its wire's time: its share of the sends.
-        plane.next_free = max(plane.next_free, now) + size * self.wall_s_per_byte / plane.weight
+        plane.next_free = max(plane.next_free, now) + size * self.s_per_byte / plane.weight
         # The rate control's pacing keeps one packet of credit: a send that waited for a plane (their
         # sends fall out of step once weights differ) does not also lose its slot at the rate.
-        gap = size * 8 * self.dilation / qp.cc.rate
+        gap = size * 8 / qp.cc.rate
         qp.next_send = max(qp.next_send, now - gap) + gap
         plane.stats["tx_packets"] += 1
         plane.stats["tx_bytes"] += len(seg.view)
@@ -662,7 +671,8 @@ class Device:
             if not self._transmit(qp, qp.pending[0], plane, now):
                 return
             qp.pending.popleft()
-            self.send_late.add(now - due if now > due else 0.0)
+            late = now - due if now > due else 0.0
+            self.send_late.add(self.process.wall_s_of_fabric(late) if self.process else late)
 
     def _recover(self, qp: QueuePair, now: float) -> None:
         """Retransmit what SACKs or the timer say is lost, on another plane."""
@@ -761,11 +771,11 @@ class Device:
         qp.trim_nacks += 1
         self.planes[seg.plane].stats["trims"] += 1
         qp.resend.append(psn)
-        if self.cc_name != "none" and now - qp.last_trim_cut >= qp.cc.cnp_interval_s * self.dilation:
+        if self.cc_name != "none" and now - qp.last_trim_cut >= qp.cc.cnp_interval_s:
             qp.last_trim_cut = now
-            qp.cc.tick(now / self.dilation)
-            qp.cc.on_cnp(now / self.dilation)
-            qp.rate_trace.append((now / self.dilation, qp.cc.rate))
+            qp.cc.tick(now)
+            qp.cc.on_cnp(now)
+            qp.rate_trace.append((now, qp.cc.rate))
 
     def _probe_interval(self) -> float:
         """How often a plane marked down is probed (wall s): a retransmission timeout from the measured
@@ -859,9 +869,9 @@ class Device:
         elif op == wire.OP_ACK:
             self._on_ack(qp, plane, data, psn, now)
         elif op == wire.OP_CNP:
-            qp.cc.tick(now / self.dilation)  # its timers up to now first: the cut is of the rate at now
-            qp.cc.on_cnp(now / self.dilation)
-            qp.rate_trace.append((now / self.dilation, qp.cc.rate))
+            qp.cc.tick(now)  # its timers up to now first: the cut is of the rate at now
+            qp.cc.on_cnp(now)
+            qp.rate_trace.append((now, qp.cc.rate))
         else:
             self.counters["truncated"] += 1
 
@@ -941,7 +951,7 @@ class Device:
                 self._send_ack(qp)
         if tclass & 3 == 3:
             self.counters["ce_marked"] += 1
-            interval = qp.cc.cnp_interval_s * self.dilation
+            interval = qp.cc.cnp_interval_s
             if now - qp.last_cnp >= interval:
                 qp.last_cnp = now
                 qp.cnps_sent += 1
@@ -1112,7 +1122,7 @@ class Device:
 
     def plane_stats(self) -> list[dict[str, Any]]:
         return [{"plane": p.index, "addr": p.addr, "healthy": p.healthy, "weight": round(p.weight, 4),
-                 "srtt_fabric_s": p.srtt / self.dilation, "loss_rate": round(p.loss_rate, 5), **p.stats}
+                 "srtt_fabric_s": p.srtt, "loss_rate": round(p.loss_rate, 5), **p.stats}
                 for p in self.planes]
 
     def reset_fidelity(self) -> None:
