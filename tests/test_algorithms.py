@@ -184,3 +184,20 @@ def test_the_moe_matrix_is_the_same_everywhere_and_follows_its_skew():
     steep = alg.moe_matrix(8, 1 << 20, skew=2.0)
     load = [max(sum(m[q][r] for q in range(8)) for r in range(8)) for m in (flat, steep)]
     assert load[0] < load[1]
+
+
+@pytest.mark.parametrize("algo,op", [(a, o) for o, algos in alg.FOR_OP.items() for a in algos
+                                     if a not in ("ring", "hier")])
+def test_each_ranks_peers_are_those_it_writes_to_or_hears_from(algo, op):
+    """Plan.peers finds every rank's in one pass: the same sets as asking the plan rank by rank."""
+    for n in (2, 5, 8, 13):
+        try:
+            p = alg.plan(algo, op, n, 4096 * n)
+        except alg.AlgorithmError:  # rhd on a number that is not a power of two
+            continue
+        for r in range(n):
+            writes = {s.peer for step in p.steps(r) for s in step.sends}
+            hears = {q for q in range(n) for step in p.steps(q) for s in step.sends if s.peer == r}
+            assert p.peers(r) == writes | hears and (n == 1 or p.peers(r)), (algo, op, n, r)
+            p.peers(r).add(-1)  # a copy: the plan is shared by every rank of a process
+            assert -1 not in p.peers(r)
