@@ -21,7 +21,7 @@ host, to its port.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -103,14 +103,21 @@ def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray:
     tables = {n: SwitchTables() for n in g.nodes}
     group_ids: dict[str, dict[tuple, int]] = {n: {} for n in g.nodes}
     mode = "spray" if spray else "hash"
+    # Each switch's links as plain tuples (neighbour, port, the neighbour's MAC, rate), in the graph's order,
+    # read once: networkx's edge views, read again for every destination, were most of an FPF 2048 x 8's
+    # tables (one destination switch after another, every switch of its plane each time).
+    adj = {n: [(nbr, d["ports"][n][0], d["ports"][nbr][1], d["rate"]) for _, nbr, d in g.edges(n, data=True)]
+           for n in g.nodes}
 
-    def group_for(sw: str, members: tuple[NextHop, ...], gmode: str) -> int:
-        key = (gmode, members)
+    def group_for(sw: str, hops: tuple[tuple[int, str, float], ...], gmode: str) -> int:
+        """The id of `sw`'s group of these next hops (port, MAC, weight), made the first time it is asked."""
+        key = (gmode, hops)
         ids = group_ids[sw]
-        if key not in ids:
-            ids[key] = len(ids)
-            tables[sw].groups.append(Group(id=ids[key], members=members, mode=gmode))
-        return ids[key]
+        gid = ids.get(key)
+        if gid is None:
+            gid = ids[key] = len(ids)
+            tables[sw].groups.append(Group(id=gid, members=tuple(NextHop(*h) for h in hops), mode=gmode))
+        return gid
 
     by_switch: dict[str, list[Attachment]] = {}
     for a in attachments:
@@ -122,31 +129,29 @@ def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray:
             continue
         dist = nx.single_source_shortest_path_length(g, target)
         cap: dict[str, float] = {target: float("inf")}
+        routes = [Route(prefix, 0) for prefix in remote[target]]  # the prefixes, checked once
         for sw, d in sorted(dist.items(), key=lambda kv: kv[1]):
             if sw == target:
                 for a in atts:
                     if a.port >= 0:
-                        gid = group_for(sw, (NextHop(a.port, a.mac),), "hash")
+                        gid = group_for(sw, ((a.port, a.mac, 1.0),), "hash")
                         tables[sw].routes.append(Route(a.prefix, gid))
                 continue
             by_nbr: dict[str, list[tuple[int, str, float]]] = {}
-            for _, nbr, data in g.edges(sw, data=True):
+            for nbr, port, peer_mac, rate in adj[sw]:
                 if dist.get(nbr) == d - 1:
-                    port, _ = data["ports"][sw]
-                    _, peer_mac = data["ports"][nbr]
-                    by_nbr.setdefault(nbr, []).append((port, peer_mac, data["rate"]))
+                    by_nbr.setdefault(nbr, []).append((port, peer_mac, rate))
             members = []
             total = 0.0
             for nbr, links in by_nbr.items():
                 rate = sum(r for _, _, r in links)
                 usable = min(rate, cap[nbr])
                 total += usable
-                members += [NextHop(port, mac, round(r * usable / rate / 1e9, 3)) for port, mac, r in links]
+                members += [(port, mac, round(r * usable / rate / 1e9, 3)) for port, mac, r in links]
             cap[sw] = total
-            members.sort(key=lambda m: m.port)
+            members.sort(key=lambda m: m[0])
             gid = group_for(sw, tuple(members), mode)
-            for prefix in remote[target]:
-                tables[sw].routes.append(Route(prefix, gid))
+            tables[sw].routes.extend(replace(r, group=gid) for r in routes)
     return tables
 
 
