@@ -20,6 +20,41 @@ from typing import Any
 # those threads took the cores the engine's worker and the endpoints need (3 % of each process's samples).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+
+def _stdlib_distutils() -> None:
+    """Mininet imports distutils.version (for one version compare). Where setuptools' shim stands in front
+    of the standard library's distutils (a venv's distutils-precedence.pth), that import loads setuptools
+    and pkg_resources: 0.15 s of the start of every process of ours that uses Mininet (each `emu` command,
+    each test's fabric). Python 3.11's own distutils (1 ms) is used where it is installed; elsewhere (3.12,
+    or a distribution that ships it apart) the shim stays and Mininet gets setuptools' copy as before."""
+    import sys
+
+    if "distutils" in sys.modules or sys.version_info >= (3, 12):
+        return
+    try:
+        import _distutils_hack  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    if getattr(_distutils_hack, "DISTUTILS_FINDER", None) not in sys.meta_path:
+        return
+    import importlib.util
+    import warnings
+
+    _distutils_hack.remove_shim()
+    try:
+        found = importlib.util.find_spec("distutils") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        _distutils_hack.add_shim()
+        return
+    with warnings.catch_warnings():  # deprecated in 3.11, and ours to choose here, not the user's to read
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import distutils.version  # noqa: F401
+
+
+_stdlib_distutils()
+
 _PUBLIC = {
     "FabricNet": "emu.net.fabric",
     "PingResult": "emu.net.fabric",

@@ -157,6 +157,20 @@ BAG = {"regions": 2, "hosts_per_leaf": 1, "leaves": 1, "spines": 1, "rate": "400
 REGION_1_SUPER_SPINE = {"bag1x0": "m2", "bag1x1": "m2"}
 
 
+@pytest.fixture(scope="module")
+def bag_alone():
+    """BAG on one machine, the fabric clock: the 1 MiB allreduce's time and a 1 MiB write across the long
+    haul, the figures a split run must give to the last bit. Made once for the module's tests (a fabric
+    brought up and down here, before any of theirs); the fabric clock makes them the same every run."""
+    from emu import FabricNet
+    from emu.topo.bag import BAGTopo
+
+    with FabricNet(BAGTopo(**BAG), clock="fabric") as net:
+        alone = net.collective("allreduce", sizes=["1MiB"]).rows[0].time_us
+        write = net.roce.write("h000x0", "h100x0", nbytes=1 << 20)
+    return alone, write
+
+
 @pytest.fixture
 def cluster(no_leftovers, monkeypatch):
     """Two namespace machines, m1 and m2, that every ssh of ours reaches (EMU_SSH_CONFIG)."""
@@ -174,15 +188,14 @@ def _worker_on(machine_ns: str) -> list[int]:
 
 
 @pytest.mark.root
-def test_an_engine_worker_on_another_machine_carries_its_switches_and_the_figures_hold(cluster):
+def test_an_engine_worker_on_another_machine_carries_its_switches_and_the_figures_hold(bag_alone, cluster):
     """Region 1's super-spine switches run on m2, started over ssh: its worker listens on m2's LAN
     address, its links to this machine (20 km and the 2 km campus cables) are channels over the LAN.
     Pings cross them between jobs; the allreduce's time is the one-machine run's to the last bit."""
     from emu import FabricNet
     from emu.topo.bag import BAGTopo
 
-    with FabricNet(BAGTopo(**BAG), clock="fabric") as net:
-        alone = net.collective("allreduce", sizes=["1MiB"]).rows[0].time_us
+    alone, _ = bag_alone
     m2 = cluster.ssh("m2", "readlink /proc/self/ns/net").stdout.strip()
     with FabricNet(BAGTopo(**BAG), clock="fabric", machines=["localhost", "m2"],
                    placement=REGION_1_SUPER_SPINE) as net:
@@ -229,7 +242,7 @@ def test_machines_are_checked_before_anything_is_built():
 
 
 @pytest.mark.root
-def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster, tmp_path):
+def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(bag_alone, cluster, tmp_path):
     """`--machines m1,m2`: split at the 50 km links, each region's switches and hosts on one machine,
     this one only the controller. Each host is a namespace on its machine (Mininet's RemoteHost),
     its link made there; each machine's engine worker carries its region; the long-haul links are
@@ -241,9 +254,7 @@ def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(cluster, tm
     from emu.dataplane.pcap import read_frames
     from emu.topo.bag import BAGTopo
 
-    with FabricNet(BAGTopo(**BAG), clock="fabric") as net:
-        alone = net.collective("allreduce", sizes=["1MiB"]).rows[0].time_us
-        write = net.roce.write("h000x0", "h100x0", nbytes=1 << 20)
+    alone, write = bag_alone
     spaces = {m: cluster.ssh(m, "readlink /proc/self/ns/net").stdout.strip() for m in ("m1", "m2")}
     pcap = tmp_path / "pcap"
     with FabricNet(BAGTopo(**BAG), clock="fabric", machines=["m1", "m2"], pcap_dir=str(pcap)) as net:

@@ -65,8 +65,10 @@ def test_tshark_decodes_rroce_and_every_icrc_matches(tmp_path, no_leftovers):
     try:
         host = net.get("gpu0")
         dump = host.popen(["tcpdump", "-i", "gpu0-eth0", "-w", str(cap), "-U", "--immediate-mode", "udp port 4791"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.0)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # tcpdump says "listening on" once its capture is open: from then on nothing sent is missed.
+        said = dump.stderr.readline().decode(errors="replace")
+        assert "listening on" in said, said
         client, server = PerfRun(mininet_popen(host), mininet_popen(net.get("gpu1")), nbytes=64 << 10,
                                  dilation=1000, lat_iters=1).wait()
         time.sleep(0.5)

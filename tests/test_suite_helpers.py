@@ -33,3 +33,12 @@ def test_late_at_both_is_reported_as_late_not_asserted_on():
     with pytest.raises(pytest.skip.Exception, match="NOT OK.*s1 sender"):
         on_time(run, 20000)
     assert len(tried) == 2
+
+
+def test_a_run_known_late_at_its_d_starts_at_the_larger_one_and_is_still_judged():
+    run, tried = _runs([None])
+    assert on_time(run, 20000, known_late=True)["d"] == 20000 * KEPT_D_FACTOR and tried == [20000 * KEPT_D_FACTOR]
+    run, tried = _runs([False])
+    with pytest.raises(pytest.skip.Exception, match="NOT OK"):
+        on_time(run, 20000, known_late=True)
+    assert tried == [20000 * KEPT_D_FACTOR]

@@ -634,7 +634,10 @@ def test_a_browser_whose_opener_was_killed_is_removed_by_emu_clean(no_leftovers)
             "print(p.profile, p.proc.pid, flush=True); time.sleep(600)")
     opener = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     profile, pid = opener.stdout.readline().split()  # type: ignore[union-attr]
-    time.sleep(1.0)  # the browser's own processes start
+    deadline = time.monotonic() + 30  # the browser's own processes start (its zygote, a child of it)
+    while not _children(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _children(int(pid)), "chromium started no process of its own in 30 s"
     opener.send_signal(signal.SIGKILL)
     opener.wait()
     assert os.path.exists(f"/proc/{pid}") and os.path.isdir(profile)
@@ -644,3 +647,18 @@ def test_a_browser_whose_opener_was_killed_is_removed_by_emu_clean(no_leftovers)
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(f"/proc/{pid}") and not os.path.exists(profile)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is pid."""
+    import os
+
+    out = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(p))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out

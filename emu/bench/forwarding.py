@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -61,10 +62,35 @@ def _frames_in(lab: Lab, i: int) -> int:
     return int(line.split(":", 1)[1].split()[1])
 
 
+IPERF_PORT = 5201  # iperf3's default
+
+
+def _wait_listening(server: subprocess.Popen, port: int, timeout_s: float = 10.0) -> None:
+    """Until `server` (nsenter exec'd into the server: the same pid) listens on `port` inside its
+    namespace: read from its own /proc/PID/net tables, so no process is started to ask. A fixed pause
+    was a guess too long on a fast machine and too short on a slow one."""
+    me = os.readlink("/proc/self/ns/net")
+    deadline = time.monotonic() + timeout_s
+    want = f":{port:04X}"
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"bench engine: iperf3 -s ended before it listened (exit {server.returncode})")
+        try:
+            if os.readlink(f"/proc/{server.pid}/ns/net") != me:  # entered the host's namespace
+                for table in ("tcp6", "tcp"):
+                    with open(f"/proc/{server.pid}/net/{table}") as f:
+                        if any(row.split()[1].endswith(want) and row.split()[3] == "0A" for row in list(f)[1:]):
+                            return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise RuntimeError(f"bench engine: iperf3 -s did not listen on port {port} within {timeout_s:g} s")
+
+
 def _iperf(lab: Lab, dst: str, seconds: float, size: int, pps: float = 0.0) -> Rates:
     """One run from h0 to h1 at `pps` (0: as fast as iperf3 sends)."""
     server = lab.popen(1, ["iperf3", "-s", "-1", "-J"], stdout=-1, stderr=-1, text=True)
-    time.sleep(0.3)
+    _wait_listening(server, IPERF_PORT)
     rate = str(int(pps * size * 8)) if pps else "0"
     before = _frames_in(lab, 1)
     try:

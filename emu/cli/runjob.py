@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from typing import TYPE_CHECKING
 
-from emu.net.switch import RunSettings
+if TYPE_CHECKING:  # the parser is built on every `emu` command: the fabric's modules load where they run
+    from emu.net.switch import RunSettings
 
 _PRINTING = threading.Lock()  # every rank's output has a reader thread: one whole line at a time
 
