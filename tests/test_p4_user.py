@@ -4,6 +4,7 @@ nothing behind."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -68,6 +69,47 @@ def test_hook_that_does_not_import_is_said(tmp_path):
     hook.write_text("x = 1\n")
     with pytest.raises(P4ProgramError, match="defines no function tables"):
         load_hook(str(hook))
+
+
+def _counting_hook(tmp_path: Path) -> tuple[Path, Path]:
+    """A hook that writes a line to a log each time its module is executed and each time tables() is
+    asked, and otherwise is the example's."""
+    log = tmp_path / "runs.log"
+    hook = tmp_path / "counting_tables.py"
+    hook.write_text(
+        "import importlib.util\n"
+        f"LOG = {str(log)!r}\n"
+        "with open(LOG, 'a') as f:\n"
+        "    f.write('import\\n')\n"
+        f"_spec = importlib.util.spec_from_file_location('example_tables_for_count', {HOOK!r})\n"
+        "_example = importlib.util.module_from_spec(_spec)\n"
+        "_spec.loader.exec_module(_example)\n"
+        "def tables(switch):\n"
+        "    with open(LOG, 'a') as f:\n"
+        "        f.write(f'tables {switch.name}\\n')\n"
+        "    return _example.tables(switch)\n")
+    return hook, log
+
+
+def _runs(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_hook_is_imported_once_per_text_and_asked_once_per_facts(tmp_path):
+    from emu.backends.bmv2.program import SwitchFacts, hook_tables
+
+    hook, log = _counting_hook(tmp_path)
+    first = load_hook(str(hook))
+    assert load_hook(str(hook)) is first and _runs(log) == ["import"]
+    facts = SwitchFacts("l0", 0, 0, "", "fd00:ff::1", (), (), {})
+    other = SwitchFacts("l1", 1, 0, "", "fd00:ff::2", (), (), {})
+    assert hook_tables(str(hook), facts) == hook_tables(str(hook), facts) == []
+    hook_tables(str(hook), other)
+    assert _runs(log) == ["import", "tables l0", "tables l1"]
+    hook.write_text(hook.read_text() + "# edited\n")  # a new text: imported and asked again
+    assert load_hook(str(hook)) is not first
+    hook_tables(str(hook), facts)
+    assert _runs(log) == ["import", "tables l0", "tables l1", "import", "tables l0"]
 
 
 def test_facts_name_each_ports_peer_and_the_next_hops():
@@ -152,6 +194,25 @@ def test_failing_hook_names_the_switch_and_leaves_nothing(tmp_path, no_leftovers
     r = _up("--p4", PROGRAM, "--p4-tables", str(hook))
     assert r.returncode == 1
     assert re.search(r"emu up: (\S+): the table hook \S+ failed: ValueError: boom on \1$", r.stderr, re.M), r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+def test_hook_runs_once_per_run(tmp_path, no_leftovers):
+    """`emu up` asks the backend's checks three times and starts once: the hook's module is executed
+    once, and tables() once for each switch (the hook runs as root: no more than it must)."""
+    hook, log = _counting_hook(tmp_path)
+    r = _up("--p4", PROGRAM, "--p4-tables", str(hook), "--json")
+    result = json.loads(r.stdout.splitlines()[-1])
+    # The example forwards IPv6 only (pingall's IPv4 half is lost): its tables are the ones asked for.
+    assert result["pingall"]["ipv6_loss_pct"] == 0 and not result["left_behind"], result
+    runs = _runs(log)
+    asked = [line.split()[1] for line in runs if line.startswith("tables ")]
+    assert runs.count("import") == 1, runs
+    from emu.topo.fpf import FPFTopo
+
+    assert sorted(asked) == sorted(FPFTopo(gpus=2, planes=1).switches()), runs  # each switch, once
 
 
 @pytest.mark.root

@@ -137,11 +137,30 @@ def compile_program(path: str) -> str:
     return text
 
 
+# (resolved path, sha256 of its text) -> its `tables`: the hook runs as root, so its module is executed
+# once per process however often it is asked for (the CLI's check, FabricNet.build's, batchStartup's and
+# the start each ask); an edited file is a new key, so it is imported again.
+_HOOKS: dict[tuple[str, str], Callable[[SwitchFacts], list[str]]] = {}
+# (the hook's key, sha256 of a switch's facts) -> its commands: what the hook returned for the same facts
+# is reused, not asked again (a FabricNet started twice in one process, a second start of the same fabric).
+_TABLES: dict[tuple[tuple[str, str], str], list[str]] = {}
+
+
+def _hook_key(path: str) -> tuple[str, str]:
+    """What determines the hook's module: the file it is and its text."""
+    real = os.path.realpath(path)
+    with open(real, "rb") as f:
+        return real, hashlib.sha256(f.read()).hexdigest()
+
+
 def load_hook(path: str) -> Callable[[SwitchFacts], list[str]]:
     """HOOK.py's `tables` function; a file that is missing, does not import or has none is said here,
-    before anything is built."""
+    before anything is built. Imported once per text (_HOOKS): later calls return the same function."""
     if not os.path.isfile(path):
         raise P4ProgramError(f"--p4-tables {path}: no such file")
+    key = _hook_key(path)
+    if key in _HOOKS:
+        return _HOOKS[key]
     spec = importlib.util.spec_from_file_location(f"emu_p4_tables_{Path(path).stem}", path)
     if spec is None or spec.loader is None:
         raise P4ProgramError(f"--p4-tables {path}: cannot be imported as Python")
@@ -154,7 +173,24 @@ def load_hook(path: str) -> Callable[[SwitchFacts], list[str]]:
     fn = getattr(module, "tables", None)
     if not callable(fn):
         raise P4ProgramError(f"--p4-tables {path} defines no function tables(switch) -> list[str]")
+    _HOOKS[key] = fn
     return fn
+
+
+def _facts_digest(facts: SwitchFacts) -> str:
+    """Everything the hook is told about one switch, as one digest (the dataclasses' repr is their fields,
+    in order; next_hops is built in the routes' order)."""
+    return hashlib.sha256(repr(facts).encode()).hexdigest()
+
+
+def hook_tables(path: str, facts: SwitchFacts) -> list[str]:
+    """The commands of the hook at `path` for one switch: the hook loaded once (load_hook) and asked once
+    for the same facts (_TABLES); its failure is one line naming the switch (run_hook)."""
+    hook = load_hook(path)
+    key = (_hook_key(path), _facts_digest(facts))
+    if key not in _TABLES:
+        _TABLES[key] = run_hook(hook, facts, path)
+    return list(_TABLES[key])
 
 
 def run_hook(hook: Callable[[SwitchFacts], list[str]], facts: SwitchFacts, path: str) -> list[str]:
@@ -221,4 +257,4 @@ def _peer_node(sw, ifname: str) -> str:
 
 
 __all__ = ["HostAddress", "P4ProgramError", "PortFacts", "SwitchFacts", "compile_program", "first_error",
-           "load_hook", "run_hook", "switch_facts"]
+           "hook_tables", "load_hook", "run_hook", "switch_facts"]
