@@ -61,6 +61,48 @@ def test_compile_error_names_p4cs_first_error(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.p4", "good.p4"]  # nothing built beside them
 
 
+@needs_p4c
+def test_editing_an_included_header_outside_the_folder_compiles_again(tmp_path, monkeypatch):
+    """The compile is kept under a digest of every file the preprocessor entered: a header in another
+    folder, edited, gives a new JSON; unedited, the kept one (p4c is not run again)."""
+    import json as json_
+
+    from emu.backends.bmv2 import program
+
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "prog").mkdir()
+    header = tmp_path / "inc" / "sizes.p4"
+    header.write_text("#define ROUTES_SIZE 4096\n")
+    text = Path(PROGRAM).read_text()
+    assert "size = 4096;" in text
+    source = tmp_path / "prog" / "program.p4"
+    source.write_text('#include "../inc/sizes.p4"\n' + text.replace("size = 4096;", "size = ROUTES_SIZE;", 1))
+    deps = program.dependencies(source)
+    assert deps is not None and deps[:2] == [source.resolve(), header.resolve()], deps
+    assert "v1model.p4" in {p.name for p in deps}, deps  # p4c's own headers too
+    compiles = []
+    real_run = subprocess.run
+
+    def counting_run(args, *a, **kw):
+        if "-o" in args:
+            compiles.append(args)
+        return real_run(args, *a, **kw)
+
+    monkeypatch.setattr(program.subprocess, "run", counting_run)
+
+    def routes_size(json_text: str) -> int:
+        tables = [t for p in json_.loads(json_text)["pipelines"] for t in p["tables"]]
+        return next(t["max_size"] for t in tables if t["name"].endswith("routes"))
+
+    assert routes_size(compile_program(str(source))) == 4096
+    assert routes_size(compile_program(str(source))) == 4096 and len(compiles) == 1  # kept
+    header.write_text("#define ROUTES_SIZE 2048\n")
+    assert routes_size(compile_program(str(source))) == 2048 and len(compiles) == 2  # the header's edit seen
+    header.unlink()  # a header gone: not kept, and p4c's own error says so
+    with pytest.raises(P4ProgramError, match=r"does not compile: .*sizes\.p4"):
+        compile_program(str(source))
+
+
 def test_hook_that_does_not_import_is_said(tmp_path):
     hook = tmp_path / "hook.py"
     hook.write_text("import no_such_module_here\n")
