@@ -12,7 +12,15 @@ import time
 
 import pytest
 
-from emu.net.ranks import JobTimeout, RankFailed, exit_code, fabric_time_env, mpi_networks, rank_env
+from emu.net.ranks import (
+    JobTimeout,
+    RankFailed,
+    exit_code,
+    fabric_time_env,
+    fabric_time_prefix,
+    mpi_networks,
+    rank_env,
+)
 from tests.helpers import EMU, Live
 
 SMALL = ["fpf", "--gpus", "3", "--planes", "2", "--leaves", "1"]
@@ -90,6 +98,19 @@ def test_a_programs_clock_and_sleep_run_at_one_over_d():
                          text=True, timeout=30, check=True).stdout
     wall = time.monotonic() - t0
     assert 0.002 <= float(out) < 0.0025, out
+    assert 1.0 <= wall < 5.0, wall
+
+
+def test_a_shell_commands_prefix_gives_it_fabric_time_and_the_shell_keeps_the_walls():
+    """What a host's `cmd` line takes to run one command at fabric time (its shell keeps the wall's): a
+    sleep of 2 ms at D = 500 reads 2 ms and takes about a wall second; the next command is the wall's."""
+    code = "import time; t = time.monotonic(); time.sleep(0.002); print(time.monotonic() - t)"
+    t0 = time.monotonic()
+    out = subprocess.run(["sh", "-c", f"{fabric_time_prefix(500)} python3 -c '{code}'; python3 -c '{code}'"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout.split()
+    wall = time.monotonic() - t0
+    assert 0.002 <= float(out[0]) < 0.0025, out  # fabric seconds
+    assert 0.002 <= float(out[1]) < 0.5, out  # the wall's own (not 1/D of it)
     assert 1.0 <= wall < 5.0, wall
 
 

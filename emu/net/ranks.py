@@ -97,6 +97,15 @@ def fabric_time_env(dilation: float) -> dict[str, str]:
     return {"LD_PRELOAD": faketime_lib(), "FAKETIME": f"+0 x{rate}", "FAKETIME_NO_CACHE": "1"}
 
 
+def fabric_time_prefix(dilation: float) -> str:
+    """fabric_time_env as a shell prefix, for one command of a host's shell: `h.cmd(fabric_time_prefix(D) +
+    " ./probe")`. A Mininet host's shell (`cmd`, `sendCmd`) keeps the wall's time by default: Mininet and
+    this project drive it with waits in wall seconds (ping's -W in pingall_planes and Mininet's pingAll,
+    round_trips, Mininet's `iperf -t`), which fabric time would stretch D times (a lost ping's 2 s wait,
+    2000 s at D = 1000). The assignments apply to the first command of the line only, as the shell's do."""
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in fabric_time_env(dilation).items())
+
+
 def rank_env(rank: int, addresses: Sequence[str], port: int = MASTER_PORT) -> dict[str, str]:
     """What torchrun gives a rank (one rank per host: LOCAL_RANK 0), and EMU_HOSTS: every rank's address."""
     return {"RANK": str(rank), "WORLD_SIZE": str(len(addresses)), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
