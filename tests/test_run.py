@@ -156,6 +156,8 @@ def test_emu_run_says_what_is_wrong_before_building_anything():
     assert r.returncode == 1 and "give the program after --" in r.stderr, r.stderr
     r = emu_run(*SMALL, "--clock", "fabric", "--", "true")
     assert r.returncode == 1 and "wall clock" in r.stderr, r.stderr
+    r = emu_run(*SMALL, "--timeout", "0", "--", "true")
+    assert r.returncode == 2 and "--timeout: wall seconds, a number > 0" in r.stderr, r.stderr
 
 
 # -- on a fabric ----------------------------------------------------------------------------------

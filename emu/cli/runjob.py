@@ -27,6 +27,17 @@ def print_line(rank: int, kind: str, line: str) -> None:
         out.flush()
 
 
+def wall_seconds(text: str) -> float:
+    """--timeout: wall seconds, a finite number > 0 (a limit of 0 would stop every job at once)."""
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wall seconds, a number > 0, e.g. 600; got {text!r}") from None
+    if not 0 < s < float("inf"):
+        raise argparse.ArgumentTypeError(f"wall seconds, a number > 0, e.g. 600; got {text!r}")
+    return s
+
+
 def job_options(p: argparse.ArgumentParser) -> None:
     """The options of a job, the same for `emu run` and the Mininet CLI's `run`."""
     p.add_argument("-np", "--np", dest="np", type=int, default=None,
@@ -40,7 +51,7 @@ def job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-dilate-time", action="store_true",
                    help="the ranks' clocks and sleeps keep the wall's time (default: fabric time, 1/D of the wall, "
                         "through libfaketime)")
-    p.add_argument("--timeout", type=float, default=None,
+    p.add_argument("--timeout", type=wall_seconds, default=None,
                    help="wall seconds before the job is stopped, exit code 124 (default none: it is waited for)")
 
 
