@@ -267,16 +267,21 @@ def _ifindex(name: str) -> int:
         return -1
 
 
+def _iflink(name: str) -> int:
+    try:
+        with open(f"/sys/class/net/{name}/iflink") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return -1
+
+
 def _group_owner_alive(name: str) -> bool:
     """Whether the process that took the device group of interface `name`, or of its veth peer here
     (a pair's group is set on one end), still runs."""
     names = [name]
-    try:
-        with open(f"/sys/class/net/{name}/iflink") as f:
-            peer = int(f.read())
-        names += [n for n in os.listdir("/sys/class/net") if _ifindex(n) == peer and n != name]
-    except (OSError, ValueError):
-        pass
+    mine, peer = _ifindex(name), _iflink(name)
+    if peer not in (-1, mine):  # a veth: its peer is the one here that links back (not a namesake index elsewhere)
+        names += [n for n in os.listdir("/sys/class/net") if n != name and _ifindex(n) == peer and _iflink(n) == mine]
     for n in names:
         try:
             with open(f"/sys/class/net/{n}/netdev_group") as f:
