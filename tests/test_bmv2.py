@@ -363,6 +363,46 @@ def test_a_killed_switchs_logs_outside_a_run_are_cleaned_once_no_switch_runs(com
         sw.stop()  # its namespace: held by this (live) process, so clean() left it to its owner
 
 
+def _engine_link_veths() -> set[str]:
+    """The root namespace's BMv2 engine-link veths (emu.backends.bmv2.links.wire_name: emub*, emuw*)."""
+    return {n for n in os.listdir("/sys/class/net") if n.startswith(("emub", "emuw"))}
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+def test_emu_clean_spares_a_live_bmv2_runs_engine_links_and_removes_a_killed_ones(compiled, no_leftovers):
+    """The engine-link veths are in their run's record: `emu clean` while the run lives leaves them (it
+    pings across them after), and once the run is killed -9 removes them (and the rest: no_leftovers)."""
+    import signal
+
+    from tests.helpers import Live
+
+    args = ("fpf", "--gpus", "2", "--planes", "1", "--backend", "bmv2", "--links", "engine")
+    before = _engine_link_veths()
+    live = Live(*args)
+    try:
+        assert "0.0% loss" in live.do("pingplanes")
+        mine = _engine_link_veths() - before
+        assert mine, "the run made no engine-link veths"
+        r = subprocess.run([sys.executable, "-m", "emu.cli.main", "clean"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert mine <= _engine_link_veths(), sorted(mine - _engine_link_veths())
+        assert "0.0% loss" in live.do("pingplanes")
+    finally:
+        assert live.close() == 0
+    killed = Live(*args)
+    assert "0.0% loss" in killed.do("pingplanes")
+    mine = _engine_link_veths() - before
+    killed.proc.send_signal(signal.SIGKILL)
+    killed.proc.wait(30)
+    assert mine <= _engine_link_veths()  # a kill -9 leaves them
+    r = subprocess.run([sys.executable, "-m", "emu.cli.main", "clean"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert not mine & _engine_link_veths(), sorted(mine & _engine_link_veths())
+
+
 def test_notifications_socket_goes_in_the_run_folder(tmp_path):
     """Where the build has nanomsg, each switch's notifications socket is its own, in its folder."""
     sw = Bmv2Process("s7", [(1, "emub-x")], log_dir=str(tmp_path), device_id=7)

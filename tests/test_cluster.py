@@ -460,6 +460,50 @@ def test_a_controller_killed_mid_run_leaves_nothing_once_emu_clean_machines_has_
     assert not _procs_mentioning("mininet:") and not _procs_mentioning("emu.dataplane.worker")
 
 
+@pytest.mark.root
+def test_emu_clean_spares_a_live_cluster_runs_remote_worker_and_removes_a_killed_runs(cluster):
+    """A worker on m2 has its run directory (run-...-w1) in m2's own /run/emu, which this machine's
+    `emu clean` cannot list: it reads the worker's record where the worker sees it and leaves a live
+    run's worker alone (the fabric pings across it after); a run whose controller is killed -9 is
+    cleaned, here and on m2 (`--machines`), its worker gone with its session."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from emu import FabricNet
+    from emu.topo.bag import BAGTopo
+
+    m2 = cluster.ssh("m2", "readlink /proc/self/ns/net").stdout.strip()
+    with FabricNet(BAGTopo(**BAG), clock="fabric", machines=["localhost", "m2"],
+                   placement=REGION_1_SUPER_SPINE) as net:
+        worker = _worker_on(m2)
+        assert len(worker) == 1 and _run_dirs(cluster, "m2")
+        out = _emu(cluster, "clean")
+        assert out.returncode == 0, out
+        assert _worker_on(m2) == worker, out.stdout  # not killed
+        assert net.pingAll() == 0.0  # and still carrying its switches
+    code = ("from emu import FabricNet; from emu.topo.bag import BAGTopo; import time\n"
+            f"net = FabricNet(BAGTopo(**{BAG!r}), clock='fabric', machines=['localhost', 'm2'], "
+            f"placement={REGION_1_SUPER_SPINE!r}); net.start()\n"
+            "print('up', flush=True); time.sleep(600)")
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                           env=dict(os.environ, EMU_SSH_CONFIG=cluster.config))
+    assert run.stdout.readline().strip() == "up"  # type: ignore[union-attr]
+    assert len(_worker_on(m2)) == 1
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    out = _emu(cluster, "clean")
+    assert out.returncode == 0, out
+    deadline = time.monotonic() + 10
+    while _worker_on(m2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _worker_on(m2)
+    out = _emu(cluster, "clean", "--machines", "m2")
+    assert out.returncode == 0 and _run_dirs(cluster, "m2") == [], out.stdout
+
+
 def _run_dirs(cluster, machine: str) -> list[str]:
     """The run directories in machine's own /run/emu."""
     return [d for d in cluster.ssh(machine, "ls /run/emu").stdout.split() if d.startswith("run-")]

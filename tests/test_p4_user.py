@@ -4,6 +4,7 @@ nothing behind."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -60,6 +61,48 @@ def test_compile_error_names_p4cs_first_error(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.p4", "good.p4"]  # nothing built beside them
 
 
+@needs_p4c
+def test_editing_an_included_header_outside_the_folder_compiles_again(tmp_path, monkeypatch):
+    """The compile is kept under a digest of every file the preprocessor entered: a header in another
+    folder, edited, gives a new JSON; unedited, the kept one (p4c is not run again)."""
+    import json as json_
+
+    from emu.backends.bmv2 import program
+
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "prog").mkdir()
+    header = tmp_path / "inc" / "sizes.p4"
+    header.write_text("#define ROUTES_SIZE 4096\n")
+    text = Path(PROGRAM).read_text()
+    assert "size = 4096;" in text
+    source = tmp_path / "prog" / "program.p4"
+    source.write_text('#include "../inc/sizes.p4"\n' + text.replace("size = 4096;", "size = ROUTES_SIZE;", 1))
+    deps = program.dependencies(source)
+    assert deps is not None and deps[:2] == [source.resolve(), header.resolve()], deps
+    assert "v1model.p4" in {p.name for p in deps}, deps  # p4c's own headers too
+    compiles = []
+    real_run = subprocess.run
+
+    def counting_run(args, *a, **kw):
+        if "-o" in args:
+            compiles.append(args)
+        return real_run(args, *a, **kw)
+
+    monkeypatch.setattr(program.subprocess, "run", counting_run)
+
+    def routes_size(json_text: str) -> int:
+        tables = [t for p in json_.loads(json_text)["pipelines"] for t in p["tables"]]
+        return next(t["max_size"] for t in tables if t["name"].endswith("routes"))
+
+    assert routes_size(compile_program(str(source))) == 4096
+    assert routes_size(compile_program(str(source))) == 4096 and len(compiles) == 1  # kept
+    header.write_text("#define ROUTES_SIZE 2048\n")
+    assert routes_size(compile_program(str(source))) == 2048 and len(compiles) == 2  # the header's edit seen
+    header.unlink()  # a header gone: not kept, and p4c's own error says so
+    with pytest.raises(P4ProgramError, match=r"does not compile: .*sizes\.p4"):
+        compile_program(str(source))
+
+
 def test_hook_that_does_not_import_is_said(tmp_path):
     hook = tmp_path / "hook.py"
     hook.write_text("import no_such_module_here\n")
@@ -68,6 +111,47 @@ def test_hook_that_does_not_import_is_said(tmp_path):
     hook.write_text("x = 1\n")
     with pytest.raises(P4ProgramError, match="defines no function tables"):
         load_hook(str(hook))
+
+
+def _counting_hook(tmp_path: Path) -> tuple[Path, Path]:
+    """A hook that writes a line to a log each time its module is executed and each time tables() is
+    asked, and otherwise is the example's."""
+    log = tmp_path / "runs.log"
+    hook = tmp_path / "counting_tables.py"
+    hook.write_text(
+        "import importlib.util\n"
+        f"LOG = {str(log)!r}\n"
+        "with open(LOG, 'a') as f:\n"
+        "    f.write('import\\n')\n"
+        f"_spec = importlib.util.spec_from_file_location('example_tables_for_count', {HOOK!r})\n"
+        "_example = importlib.util.module_from_spec(_spec)\n"
+        "_spec.loader.exec_module(_example)\n"
+        "def tables(switch):\n"
+        "    with open(LOG, 'a') as f:\n"
+        "        f.write(f'tables {switch.name}\\n')\n"
+        "    return _example.tables(switch)\n")
+    return hook, log
+
+
+def _runs(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_hook_is_imported_once_per_text_and_asked_once_per_facts(tmp_path):
+    from emu.backends.bmv2.program import SwitchFacts, hook_tables
+
+    hook, log = _counting_hook(tmp_path)
+    first = load_hook(str(hook))
+    assert load_hook(str(hook)) is first and _runs(log) == ["import"]
+    facts = SwitchFacts("l0", 0, 0, "", "fd00:ff::1", (), (), {})
+    other = SwitchFacts("l1", 1, 0, "", "fd00:ff::2", (), (), {})
+    assert hook_tables(str(hook), facts) == hook_tables(str(hook), facts) == []
+    hook_tables(str(hook), other)
+    assert _runs(log) == ["import", "tables l0", "tables l1"]
+    hook.write_text(hook.read_text() + "# edited\n")  # a new text: imported and asked again
+    assert load_hook(str(hook)) is not first
+    hook_tables(str(hook), facts)
+    assert _runs(log) == ["import", "tables l0", "tables l1", "import", "tables l0"]
 
 
 def test_facts_name_each_ports_peer_and_the_next_hops():
@@ -152,6 +236,25 @@ def test_failing_hook_names_the_switch_and_leaves_nothing(tmp_path, no_leftovers
     r = _up("--p4", PROGRAM, "--p4-tables", str(hook))
     assert r.returncode == 1
     assert re.search(r"emu up: (\S+): the table hook \S+ failed: ValueError: boom on \1$", r.stderr, re.M), r.stderr
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@needs_bmv2
+def test_hook_runs_once_per_run(tmp_path, no_leftovers):
+    """`emu up` asks the backend's checks three times and starts once: the hook's module is executed
+    once, and tables() once for each switch (the hook runs as root: no more than it must)."""
+    hook, log = _counting_hook(tmp_path)
+    r = _up("--p4", PROGRAM, "--p4-tables", str(hook), "--json")
+    result = json.loads(r.stdout.splitlines()[-1])
+    # The example forwards IPv6 only (pingall's IPv4 half is lost): its tables are the ones asked for.
+    assert result["pingall"]["ipv6_loss_pct"] == 0 and not result["left_behind"], result
+    runs = _runs(log)
+    asked = [line.split()[1] for line in runs if line.startswith("tables ")]
+    assert runs.count("import") == 1, runs
+    from emu.topo.fpf import FPFTopo
+
+    assert sorted(asked) == sorted(FPFTopo(gpus=2, planes=1).switches()), runs  # each switch, once
 
 
 @pytest.mark.root

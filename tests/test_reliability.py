@@ -201,6 +201,30 @@ def test_clean_spares_what_a_stale_record_names_but_no_run_of_ours_made(no_lefto
             shutil.rmtree(d, ignore_errors=True)
 
 
+def test_clean_removes_an_unrecorded_emu_veth_only_once_its_groups_owner_is_gone(no_leftovers):
+    """A root interface called emu* that no run's record names is judged by its device group
+    (netlink.new_group: its owner's pid), its own or its veth peer's: a live process's stays."""
+    from emu.net.netlink import new_group
+
+    mine, dead = f"emuz{os.getpid() % 100000}a", f"emuz{os.getpid() % 100000}b"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    made = []
+    try:
+        for name, group in ((mine, new_group()), (dead, 0x4000_0000 | 1 << 22 | gone.pid)):
+            subprocess.run(["ip", "link", "add", name, "group", str(group), "type", "veth", "peer", "name", name + "p"],
+                           check=True)
+            made.append(name)
+        r = subprocess.run([*EMU, "clean"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        here = set(os.listdir("/sys/class/net"))
+        assert {mine, mine + "p"} <= here, r.stdout  # the peer has no group: its pair's end names the owner
+        assert not {dead, dead + "p"} & here, r.stdout
+    finally:
+        for name in made:
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
+
+
 def test_a_fabric_too_big_for_this_machine_is_refused_before_anything_exists(monkeypatch):
     """Issue 12, item 6: the cap comes from this machine's memory and open-file limit, and says so."""
     from emu.topo import common

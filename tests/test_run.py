@@ -12,7 +12,15 @@ import time
 
 import pytest
 
-from emu.net.ranks import RankFailed, exit_code, fabric_time_env, mpi_networks, rank_env
+from emu.net.ranks import (
+    JobTimeout,
+    RankFailed,
+    exit_code,
+    fabric_time_env,
+    fabric_time_prefix,
+    mpi_networks,
+    rank_env,
+)
 from tests.helpers import EMU, Live
 
 SMALL = ["fpf", "--gpus", "3", "--planes", "2", "--leaves", "1"]
@@ -93,6 +101,19 @@ def test_a_programs_clock_and_sleep_run_at_one_over_d():
     assert 1.0 <= wall < 5.0, wall
 
 
+def test_a_shell_commands_prefix_gives_it_fabric_time_and_the_shell_keeps_the_walls():
+    """What a host's `cmd` line takes to run one command at fabric time (its shell keeps the wall's): a
+    sleep of 2 ms at D = 500 reads 2 ms and takes about a wall second; the next command is the wall's."""
+    code = "import time; t = time.monotonic(); time.sleep(0.002); print(time.monotonic() - t)"
+    t0 = time.monotonic()
+    out = subprocess.run(["sh", "-c", f"{fabric_time_prefix(500)} python3 -c '{code}'; python3 -c '{code}'"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout.split()
+    wall = time.monotonic() - t0
+    assert 0.002 <= float(out[0]) < 0.0025, out  # fabric seconds
+    assert 0.002 <= float(out[1]) < 0.5, out  # the wall's own (not 1/D of it)
+    assert 1.0 <= wall < 5.0, wall
+
+
 def test_mpi_is_told_the_subnets_of_the_ranks_planes():
     assert mpi_networks([["10.0.0.2/24", "10.1.0.2/24"], ["10.0.1.2/24", "10.1.1.2/24"]]) == [
         "10.0.0.0/24", "10.0.1.0/24", "10.1.0.0/24", "10.1.1.0/24"]
@@ -103,6 +124,20 @@ def test_the_jobs_code_is_its_first_failing_ranks():
 
     rs = [RankResult(0, "a", 0, "", ""), RankResult(1, "b", 3, "", ""), RankResult(2, "c", -15, "", "")]
     assert exit_code(rs) == 3 and exit_code(rs[2:]) == 128 + 15 and exit_code(rs[:1]) == 0
+
+
+def test_a_job_over_its_time_limit_is_stopped_and_the_error_names_the_setting_and_its_value():
+    from emu.net.ranks import _wait_all
+
+    procs = [subprocess.Popen(["sleep", "4242"], start_new_session=True) for _ in range(2)]
+    t0 = time.monotonic()
+    with pytest.raises(JobTimeout) as caught:
+        _wait_all(procs, 0.3)
+    assert 0.3 <= time.monotonic() - t0 < 3 and all(p.poll() is not None for p in procs)
+    assert "timeout=0.3 (wall seconds)" in str(caught.value) and "timeout=None" in str(caught.value)
+    assert "--timeout 0.3 (wall seconds)" in caught.value.said("--timeout")
+    assert "a larger --timeout gives it longer" in caught.value.said("--timeout")
+    assert isinstance(caught.value, TimeoutError)  # what a caller catching TimeoutError has caught before
 
 
 def test_doctor_says_whether_jobs_have_mpi_and_fabric_time():
@@ -121,6 +156,8 @@ def test_emu_run_says_what_is_wrong_before_building_anything():
     assert r.returncode == 1 and "give the program after --" in r.stderr, r.stderr
     r = emu_run(*SMALL, "--clock", "fabric", "--", "true")
     assert r.returncode == 1 and "wall clock" in r.stderr, r.stderr
+    r = emu_run(*SMALL, "--timeout", "0", "--", "true")
+    assert r.returncode == 2 and "--timeout: wall seconds, a number > 0" in r.stderr, r.stderr
 
 
 # -- on a fabric ----------------------------------------------------------------------------------
@@ -148,6 +185,21 @@ def test_a_failing_rank_is_named_in_one_line_and_its_code_is_the_jobs(nothing_le
     assert "[rank 0] fine" in r.stdout and "[rank 2] fine" in r.stdout  # the others ended on their own
 
 
+@pytest.mark.parametrize("mpi", [False, True])
+@pytest.mark.root
+@pytest.mark.mininet
+def test_a_job_over_its_timeout_exits_124_naming_the_option_and_its_value(mpi, nothing_left):
+    if mpi and shutil.which("mpirun") is None:
+        pytest.skip("needs Open MPI (apt-get install openmpi-bin; make setup installs it)")
+    t0 = time.monotonic()
+    r = emu_run(*SMALL, *(["--mpi"] if mpi else []), "--timeout", "2", "--", "sleep", "4242")
+    assert r.returncode == 124, (r.stdout, r.stderr)
+    assert r.stderr.strip().splitlines()[-1] == (
+        "emu run: the job ran over its time limit, --timeout 2 (wall seconds), and its ranks were stopped: "
+        "a larger --timeout gives it longer; without --timeout it is waited for"), r.stderr
+    assert time.monotonic() - t0 < 60
+
+
 @pytest.mark.root
 @pytest.mark.mininet
 def test_the_api_returns_each_ranks_result_and_raises_on_a_failure(nothing_left):
@@ -161,6 +213,8 @@ def test_the_api_returns_each_ranks_result_and_raises_on_a_failure(nothing_left)
         with pytest.raises(RankFailed, match="rank 0 on gpu0 exited with code 7") as caught:
             net.run(["sh", "-c", 'exit $((7 - 7 * RANK))'])
         assert caught.value.code == 7 and [r.code for r in caught.value.results] == [7, 0]
+        with pytest.raises(JobTimeout, match=r"timeout=1 \(wall seconds\)"):  # the API's name for the limit
+            net.run(["sleep", "4242"], timeout=1)
         # The host's clock at fabric time: a 3 ms sleep is 3 wall seconds at D = 1000, and reads as 3 ms.
         code = "import time; t = time.monotonic(); w = time.time(); time.sleep(0.003); " \
                "print(time.monotonic() - t, time.time() - w)"
@@ -187,6 +241,8 @@ def test_the_mininet_cli_runs_a_job(nothing_left):
         assert "2 ranks, every one exited 0" in out, out
         out = live.do("run --hosts gpu1,nope -- true", timeout=60)
         assert "*** no host 'nope'" in out, out
+        out = live.do("run --timeout 1.5 -- sleep 4242", timeout=60)
+        assert "*** the job ran over its time limit, --timeout 1.5 (wall seconds)" in out, out
     finally:
         assert live.close() == 0
 

@@ -115,7 +115,8 @@ def steps(n: int) -> dict[str, dict[str, float]]:
 
     way: dict[str, float] = {}
     try:
-        _ip([f"netns add {x}" for x in ns] + [f"link add {tag}v{i} type veth peer name eth0 netns {x}"
+        mark = new_group()  # a group of this process's: `emu clean` leaves these emu* veths while it runs
+        _ip([f"netns add {x}" for x in ns] + [f"link add {tag}v{i} group {mark} type veth peer name eth0 netns {x}"
                                               for i, x in enumerate(ns)])
         way["create"] = lap()
         for i, x in enumerate(ns):

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import uuid
 
+from emu.net.netlink import new_group
 from emu.net.netns import kernel_has_netem
 
 
@@ -19,7 +20,8 @@ def _try(cmd: list[str]) -> bool:
 
 def _veth() -> bool:
     a = f"emud{uuid.uuid4().hex[:8]}"
-    ok = _try(["ip", "link", "add", a, "type", "veth", "peer", "name", a + "p"])
+    # in a device group of this process's (netlink.new_group): `emu clean` leaves it while the doctor runs
+    ok = _try(["ip", "link", "add", a, "group", str(new_group()), "type", "veth", "peer", "name", a + "p"])
     if ok:
         _try(["ip", "link", "del", a])
     return ok

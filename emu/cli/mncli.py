@@ -100,6 +100,7 @@ class FabricCLI(CLI):
         import shlex
 
         from emu.cli.runjob import job_options, mpi_planes, print_line
+        from emu.net.ranks import JobTimeout
 
         words = shlex.split(line)
         if "--" not in words or words.index("--") == len(words) - 1:
@@ -114,6 +115,9 @@ class FabricCLI(CLI):
             hosts = args.hosts.split(",") if args.hosts else None
             results = self.mn.run(words[cut + 1:], np=args.np, hosts=hosts, mpi=args.mpi, planes=mpi_planes(args),
                                   timeout=args.timeout, dilate_time=not args.no_dilate_time, sink=print_line)
+        except JobTimeout as exc:  # this command's option, --timeout, not the API's timeout=
+            print(f"*** {exc.said('--timeout')}")
+            return
         except (argparse.ArgumentError, ValueError, RuntimeError, OSError) as exc:  # RankFailed: one line too
             print(f"*** {exc}")
             return

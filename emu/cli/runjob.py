@@ -3,7 +3,8 @@
 The fabric is built as `emu up` builds it (same topology and run options), on the wall clock: the
 hosts' kernels carry the job's traffic. Each rank's lines are printed as they come, tagged
 `[rank I] ` (stdout to stdout, stderr to stderr, as mpirun --tag-output does); the exit code is the
-first failing rank's.
+first failing rank's; a job stopped at its --timeout exits 124 (as coreutils' timeout does), its line
+naming --timeout and the value it had.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ def print_line(rank: int, kind: str, line: str) -> None:
         out.flush()
 
 
+def wall_seconds(text: str) -> float:
+    """--timeout: wall seconds, a finite number > 0 (a limit of 0 would stop every job at once)."""
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wall seconds, a number > 0, e.g. 600; got {text!r}") from None
+    if not 0 < s < float("inf"):
+        raise argparse.ArgumentTypeError(f"wall seconds, a number > 0, e.g. 600; got {text!r}")
+    return s
+
+
 def job_options(p: argparse.ArgumentParser) -> None:
     """The options of a job, the same for `emu run` and the Mininet CLI's `run`."""
     p.add_argument("-np", "--np", dest="np", type=int, default=None,
@@ -41,7 +53,8 @@ def job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-dilate-time", action="store_true",
                    help="the ranks' clocks and sleeps keep the wall's time (default: fabric time, 1/D of the wall, "
                         "through libfaketime)")
-    p.add_argument("--timeout", type=float, default=None, help="wall seconds before the job is stopped (default none)")
+    p.add_argument("--timeout", type=wall_seconds, default=None,
+                   help="wall seconds before the job is stopped, exit code 124 (default none: it is waited for)")
 
 
 def mpi_planes(args: argparse.Namespace) -> list[int] | None:
@@ -60,7 +73,7 @@ def run_job(topology: str, params: dict[str, str], settings: RunSettings, args: 
     from mininet.log import setLogLevel
 
     from emu.net.fabric import FabricNet
-    from emu.net.ranks import RankFailed, exit_code
+    from emu.net.ranks import JobTimeout, RankFailed, exit_code
     from emu.topo import make_topo
 
     if not settings.clock.paced:
@@ -81,4 +94,7 @@ def run_job(topology: str, params: dict[str, str], settings: RunSettings, args: 
         except RankFailed as exc:
             print(f"emu run: {exc}", file=sys.stderr, flush=True)
             return exc.code
+        except JobTimeout as exc:  # named as this command's option, not the API's timeout=
+            print(f"emu run: {exc.said('--timeout')}", file=sys.stderr, flush=True)
+            return JobTimeout.EXIT_CODE
     return exit_code(results)

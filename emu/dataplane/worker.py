@@ -59,7 +59,7 @@ from emu.dataplane.protocol import (
 from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RING_BUDGET, RxRing, ring_sizes
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
 from emu.dataplane.wiring import build_switches
-from emu.launch import owner, private_dir, watch_owner
+from emu.launch import private_dir, process_start, watch_owner
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -772,7 +772,8 @@ def _raise_open_files() -> None:
 
 def _spec_from_session(path: str) -> EngineSpec:
     """A worker on another machine: its spec, the first line of stdin, kept in the run directory it makes
-    for itself, recorded as its own (`emu clean` on that machine removes it once the worker is gone)."""
+    for itself, recorded as its session's (`emu clean` there, or where its process is seen, removes it
+    once that session is gone)."""
     line = b""
     while not line.endswith(b"\n"):
         chunk = os.read(0, 1 << 20)
@@ -784,8 +785,11 @@ def _spec_from_session(path: str) -> EngineSpec:
         raise SystemExit(f"worker: {path} is not in the spec's run directory {spec.run_dir}")
     private_dir(os.path.dirname(spec.run_dir))
     os.makedirs(spec.run_dir, mode=0o700, exist_ok=True)
+    # Its owner is its session (the parent ssh started it from: sshd's), not itself: a worker whose session
+    # is gone (its controller killed) is a dead run's to `emu clean` here and on the controller's machine.
+    session = {"pid": os.getppid(), "start": process_start(os.getppid())}
     with open(os.path.join(spec.run_dir, "created.json"), "w") as f:
-        json.dump({"owner": owner(), "interfaces": [], "pids": [], "netns": [], "hosts": {}}, f)
+        json.dump({"owner": session, "interfaces": [], "pids": [], "netns": [], "hosts": {}}, f)
     with open(path, "w") as f:
         f.write(line.decode())
     return spec

@@ -7,8 +7,11 @@ owner (pid and process start time, since pids are reused), so `emu clean`
 tells a live run from a dead one: it removes what dead runs made, and
 nothing a live run holds (its interfaces, workers, switches, shells). On top
 of the records it sweeps what can only be ours: engine workers and BMv2
-switches of no live run, Mininet node shells orphaned to init, namespaces
-called emu-*, and root interfaces called emu*. A clean stop deletes its run
+switches of no live run (a worker started over ssh, whose run directory is
+its machine's own, judged by the record it wrote there: its session),
+Mininet node shells orphaned to init, namespaces called emu-*, and root
+interfaces called emu* that no record names and whose device group's owner
+(its pid, netlink.new_group) is gone. A clean stop deletes its run
 directory; running `emu clean` twice is harmless.
 """
 
@@ -25,7 +28,7 @@ from typing import Any
 
 from emu.dataplane.engine import RUN_ROOT, WORKER_MODULE
 from emu.launch import SCRATCH, owner, proc_stat, process_start, scratch_owner_alive
-from emu.net.netlink import Netlink, NetlinkError, namespace_pids, remove_namespace
+from emu.net.netlink import Netlink, NetlinkError, group_pid, namespace_pids, remove_namespace
 from emu.net.netns import PREFIX, list_project_namespaces
 
 RECORD = "created.json"
@@ -118,23 +121,30 @@ def record(run_dir: str, *, interfaces: list[str], pids: list[int] | None = None
     """What this run made or is about to make: interfaces and the device groups of its links' root
     ends (both kept from earlier records too), its node shells and their network namespaces (a process
     started in a host outlives its shell, and keeps the namespace and its veths alive), and who owns
-    the run."""
+    the run. Shells and hosts not given (None) are the earlier record's: a part of the run that makes
+    interfaces of its own (a BMv2 fabric's engine links) records them without knowing the shells."""
     path = os.path.join(run_dir, RECORD)
+    old: dict[str, Any] = {}
     try:
         with open(path) as f:
             old = json.load(f)
-        earlier, earlier_groups = old.get("interfaces", []), old.get("groups", [])
     except (OSError, ValueError):
-        earlier, earlier_groups = [], []
-    pids = pids or []
-    mine = netns_id(os.getpid())
-    namespaces = sorted({n for n in (netns_id(p) for p in pids) if n and n != mine})
+        pass
+    earlier, earlier_groups = old.get("interfaces", []), old.get("groups", [])
+    if pids is None:
+        pids, namespaces = old.get("pids", []), old.get("netns", [])
+    else:
+        mine = netns_id(os.getpid())
+        namespaces = sorted({n for n in (netns_id(p) for p in pids) if n and n != mine})
+    if hosts is None:
+        hosts = old.get("hosts", {})
     rec = {"owner": owner(),
            "interfaces": sorted(set(earlier) | set(interfaces)), "pids": pids, "netns": namespaces,
            "groups": sorted(set(earlier_groups) | set(groups or [])),
            "hosts": hosts or {},
            # Which interface each name is now (names are reused): a clean deletes it only if it still is.
-           "ifindex": {n: i for n in interfaces if (i := _ifindex(n)) >= 0}}
+           # A name recorded again once it exists gets its index then (one recorded before it was made).
+           "ifindex": {**old.get("ifindex", {}), **{n: i for n in interfaces if (i := _ifindex(n)) >= 0}}}
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(rec, f)
@@ -179,16 +189,42 @@ def _run_dir_of(cmdline: str) -> str | None:
     return ""
 
 
-def worker_pids(exclude_runs: set[str] = frozenset(), only_run: str | None = None) -> list[int]:  # type: ignore[assignment]
+def _owner_alive(rec: dict[str, Any]) -> bool:
+    """Whether the process a record names as its owner still runs (the same one: pid and start time)."""
+    who = rec.get("owner", {})
+    return bool(who) and process_start(int(who.get("pid", -1))) == who.get("start")
+
+
+def _own_record_alive(pid: int, run_dir: str) -> bool:
+    """A worker whose run directory this process cannot see in its own /run/emu: one started over ssh
+    (`run-...-wN`, made by the worker itself, emu.dataplane.worker) on a machine whose /run/emu is its
+    own, as a namespace machine's is though its processes are visible here. Its record is read where
+    the worker sees it (/proc/PID/root), and its owner judged: the worker's ssh session. A worker that
+    has not written its record yet is judged by its session the same way: its parent, while it has one."""
+    try:
+        with open(f"/proc/{pid}/root{run_dir}/{RECORD}") as f:
+            return _owner_alive(json.load(f))
+    except (OSError, ValueError):
+        pass
+    return _cmdline(pid).rstrip().endswith(" -") and proc_stat(pid, 1) not in (-1, 0, 1)
+
+
+def worker_pids(exclude_runs: set[str] = frozenset(), only_run: str | None = None,  # type: ignore[assignment]
+                *, seen_runs: set[str] | None = None) -> list[int]:
     """Engine workers and BMv2 switches of ours, but for those of the runs in `exclude_runs`; with
-    `only_run`, only that run's."""
+    `only_run`, only that run's. With `seen_runs` (the run directories this process's /run/emu has),
+    a worker of a run not among them is left out while its own record says its owner lives
+    (_own_record_alive): a live cluster run's worker on a machine of its own is not ours to judge."""
     me = os.getpid()
     out = []
     for p in os.listdir("/proc"):
         if p.isdigit() and int(p) != me:
             run_dir = _run_dir_of(_cmdline(int(p)))
-            if run_dir is not None and run_dir not in exclude_runs and only_run in (None, run_dir):
-                out.append(int(p))
+            if run_dir is None or run_dir in exclude_runs or only_run not in (None, run_dir):
+                continue
+            if seen_runs is not None and run_dir and run_dir not in seen_runs and _own_record_alive(int(p), run_dir):
+                continue
+            out.append(int(p))
     return out
 
 
@@ -231,6 +267,32 @@ def _ifindex(name: str) -> int:
         return -1
 
 
+def _iflink(name: str) -> int:
+    try:
+        with open(f"/sys/class/net/{name}/iflink") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return -1
+
+
+def _group_owner_alive(name: str) -> bool:
+    """Whether the process that took the device group of interface `name`, or of its veth peer here
+    (a pair's group is set on one end), still runs."""
+    names = [name]
+    mine, peer = _ifindex(name), _iflink(name)
+    if peer not in (-1, mine):  # a veth: its peer is the one here that links back (not a namesake index elsewhere)
+        names += [n for n in os.listdir("/sys/class/net") if n != name and _ifindex(n) == peer and _iflink(n) == mine]
+    for n in names:
+        try:
+            with open(f"/sys/class/net/{n}/netdev_group") as f:
+                pid = group_pid(int(f.read()))
+        except (OSError, ValueError):
+            continue
+        if pid is not None and os.path.exists(f"/proc/{pid}"):
+            return True
+    return False
+
+
 def root_interfaces() -> list[str]:
     with Netlink.here() as nl:
         return [li.name for li in nl.links()]
@@ -247,9 +309,7 @@ def _records() -> list[tuple[str, dict[str, Any], bool]]:
                     rec = json.load(f)
             except (OSError, ValueError):
                 rec = {}
-            owner = rec.get("owner", {})
-            alive = bool(owner) and process_start(int(owner.get("pid", -1))) == owner.get("start")
-            out.append((path, rec, alive))
+            out.append((path, rec, _owner_alive(rec)))
     return out
 
 
@@ -274,7 +334,8 @@ def clean() -> CleanReport:
         report.run_dirs.append(path)
     # A switch outside any run (a bench's, a test's) is known by its namespace's owner.
     held = {p for n in list_project_namespaces() if _held(n, live) for p in namespace_pids(n)}
-    report.processes += _kill([p for p in worker_pids(exclude_runs=live) if p not in held])
+    seen = {path for path, _, _ in records}
+    report.processes += _kill([p for p in worker_pids(exclude_runs=live, seen_runs=seen) if p not in held])
     report.processes += _kill(dead_pids)
     # Node shells whose Mininet died: orphaned to init, and no live run's.
     me = os.getpid()
@@ -309,7 +370,10 @@ def clean() -> CleanReport:
     recorded = {n for _, rec, alive in records if not alive for n in rec.get("ifindex", {})}
     dead_ifs = {n for n in dead_ifs if n in recorded or (_LINK_NAME.match(n) and _is_veth(n))}
     held_ifs = _scratch_netns(alive=True, what=SCRATCH_IFS)
-    doomed = sorted(((dead_ifs & present) - moved | {n for n in present if n.startswith("emu")}) - live_ifs - held_ifs)
+    # Root interfaces called emu* that no record names (a crash before its record): only those whose
+    # device group's owner (netlink.new_group: its pid) is gone, or that have no such group.
+    unrecorded = {n for n in present if n.startswith("emu") and not _group_owner_alive(n)}
+    doomed = sorted(((dead_ifs & present) - moved | unrecorded) - live_ifs - held_ifs)
     live_groups = {g for _, rec, alive in records if alive for g in rec.get("groups", [])}
     dead_groups = {g for _, rec, alive in records if not alive for g in rec.get("groups", [])} - live_groups
     with Netlink.here() as nl:

@@ -609,7 +609,10 @@ class FabricNet(Mininet):
         and `env` on top. `mpi`: through Open MPI's mpirun (its rsh agent enters the hosts' namespaces;
         its TCP transport on their fabric interfaces; `planes`: only these of each host's planes, by
         index, e.g. [0] for one plane, where the default is all). On the wall clock with `dilate_time`,
-        the ranks' clocks and waits run at fabric speed (libfaketime: emu.net.ranks). `timeout`: wall s.
+        the ranks' clocks and waits run at fabric speed (libfaketime: emu.net.ranks); a host's own shell
+        (`net.get(h).cmd(...)`) keeps the wall's, as Mininet and this class drive it with wall-second waits
+        (run one process with `hosts=[h]`, or prefix one command: ranks.fabric_time_prefix). `timeout`: wall s, after
+        which every rank is stopped and JobTimeout (a TimeoutError naming timeout= and its value) is raised.
         Every rank's result in rank order; RankFailed (one line: which rank, host, code) if one failed,
         the others stopped; `sink(rank, "out"|"err", line)` sees each line as it comes (rank -1: mpirun's).
         (Mininet's own `run(test)`, a start-test-stop cycle that nothing here or in Mininet calls, gives

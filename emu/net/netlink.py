@@ -122,6 +122,12 @@ def new_group() -> int:
     return 0x4000_0000 | (next(_groups) % 255 + 1) << 22 | os.getpid()
 
 
+def group_pid(group: int) -> int | None:
+    """The pid that took device group `group` by new_group (who owns its interfaces), None for a group
+    new_group does not make (0, everyone's default, or one set by hand)."""
+    return group & 0x3F_FFFF if group & 0x4000_0000 else None
+
+
 def _ethtool(fd: int, ifname: str, buf: ctypes.Array) -> None:
     """One SIOCETHTOOL request on `ifname`; the kernel reads and writes `buf` in place."""
     fcntl.ioctl(fd, SIOCETHTOOL, struct.pack("16sP16x", ifname.encode(), ctypes.addressof(buf)))

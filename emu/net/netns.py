@@ -140,7 +140,7 @@ def kernel_has_netem() -> bool:
     dev = f"emuq{uuid.uuid4().hex[:8]}"
     with Netlink.here() as nl:
         try:
-            nl.add_veth(dev, dev + "p")
+            nl.add_veth(dev, dev + "p", group=new_group())  # this process's: `emu clean` leaves it while it runs
         except NetlinkError:
             return False
         try:

@@ -58,6 +58,26 @@ class RankFailed(RuntimeError):
         self.results = results
 
 
+class JobTimeout(TimeoutError):
+    """The job ran over its time limit (wall seconds) and every rank was stopped. The message names the
+    setting that changes the limit, as the caller spells it: `timeout=5` from Python (net.run), `--timeout
+    5` from `emu run` and the Mininet CLI's `run` (said(option))."""
+
+    EXIT_CODE = 124  # what `emu run` exits with, as coreutils' timeout does
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        super().__init__(self.said("timeout="))
+
+    def said(self, option: str) -> str:
+        """The one line, naming the limit as `option` spells it ("timeout=" or "--timeout")."""
+        python = option.endswith("=")
+        setting = f"{option}{self.limit_s:g}" if python else f"{option} {self.limit_s:g}"
+        unset = f"{option}None" if python else f"without {option}"
+        return (f"the job ran over its time limit, {setting} (wall seconds), and its ranks were stopped: "
+                f"a larger {option} gives it longer; {unset} it is waited for")
+
+
 def faketime_lib() -> str:
     """libfaketime's multithreaded library (Debian's libfaketime), or ValueError saying what to install."""
     for pattern in FAKETIME_LIBS:
@@ -75,6 +95,15 @@ def fabric_time_env(dilation: float) -> dict[str, str]:
     so every read is the wall's now, scaled; the clock starts at the wall's time when the process does."""
     rate = f"{1.0 / dilation:.12g}"
     return {"LD_PRELOAD": faketime_lib(), "FAKETIME": f"+0 x{rate}", "FAKETIME_NO_CACHE": "1"}
+
+
+def fabric_time_prefix(dilation: float) -> str:
+    """fabric_time_env as a shell prefix, for one command of a host's shell: `h.cmd(fabric_time_prefix(D) +
+    " ./probe")`. A Mininet host's shell (`cmd`, `sendCmd`) keeps the wall's time by default: Mininet and
+    this project drive it with waits in wall seconds (ping's -W in pingall_planes and Mininet's pingAll,
+    round_trips, Mininet's `iperf -t`), which fabric time would stretch D times (a lost ping's 2 s wait,
+    2000 s at D = 1000). The assignments apply to the first command of the line only, as the shell's do."""
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in fabric_time_env(dilation).items())
 
 
 def rank_env(rank: int, addresses: Sequence[str], port: int = MASTER_PORT) -> dict[str, str]:
@@ -139,7 +168,7 @@ def _wait_all(procs: list[subprocess.Popen], timeout: float | None) -> int | Non
                     time.sleep(0.02)
                 break
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"the job ran over its {timeout:g} s (wall): its ranks were stopped")
+                raise JobTimeout(timeout)
             time.sleep(0.02)
     finally:
         _stop(procs)  # nothing of a job outlives it: an exception or a signal on the way out included

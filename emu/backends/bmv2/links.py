@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from emu.dataplane.engine import Engine
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
+from emu.net.cleanup import record
 from emu.net.netlink import Netlink, new_group
 from emu.net.switch import configure_root_side
 
@@ -45,8 +46,8 @@ def choose_links(requested: str, *, netem: bool, pfc: bool = False) -> str:
 
 
 def wire_name(switch: str, port: int, side: str) -> str:
-    """The handover veth of a BMv2 port: side "b" is simple_switch's end, "w" the engine's.
-    Named emu* so that `emu clean` removes what a crash left."""
+    """The handover veth of a BMv2 port: side "b" is simple_switch's end, "w" the engine's. Recorded as
+    the run's (EngineLinks.start), so `emu clean` tells a live run's from a dead one's."""
     name = f"emu{side}{switch}-{port}"
     return name if len(name) <= 15 else f"emu{side}{zlib.crc32(f'{switch}/{port}'.encode()):08x}"
 
@@ -72,7 +73,7 @@ def wire_spec(native: EngineSpec) -> EngineSpec:
 
 class EngineLinks:
     """The engine carrying a P4 fabric's links. start() returns the interface each P4 port takes.
-    Its veths are named emu*, which `emu clean` removes after a crash without a record."""
+    Its veths are in the run's record and in a device group of this process (netlink.new_group)."""
 
     def __init__(self, native: EngineSpec) -> None:
         self.spec = wire_spec(native)
@@ -86,11 +87,17 @@ class EngineLinks:
                 for s in self.spec.switches for k in range(len(s.ports) // 2)}
 
     def start(self) -> dict[tuple[str, int], str]:
+        """The veths, recorded in the run's record (emu.net.cleanup) before they are made, with their
+        device group, and again once they exist (their indexes): `emu clean` leaves a live run's alone
+        and removes a dead one's, a crash half-way through included."""
+        names = [i for pair in self.pairs for i in pair]
+        record(self.spec.run_dir, interfaces=names, groups=[self.group])
         try:
             with Netlink.here() as nl:
                 for b, w in self.pairs:
                     nl.add_veth(b, w, group=self.group)
-            configure_root_side([i for pair in self.pairs for i in pair])
+            record(self.spec.run_dir, interfaces=names)
+            configure_root_side(names)
             self.engine = Engine(self.spec, owns_run_dir=False)  # the BMv2 data plane's run directory
             self.engine.start()
         except BaseException:

@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import ipaddress
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,14 +92,52 @@ class SwitchFacts:
         raise KeyError(f"{self.name} has no port {number}")
 
 
-_COMPILED: dict[str, str] = {}  # source digest -> JSON text: a check and the start compile once
+_COMPILED: dict[str, str] = {}  # digest of what p4c reads -> JSON text: a check and the start compile once
+_LINEMARKER = re.compile(r'^# \d+ "((?:[^"\\]|\\.)*)"', re.M)
 
 
-def _digest(source: Path) -> str:
-    """The program and every .p4 beside it (what it may #include), with the compiler's path."""
-    h = hashlib.sha256(str(source.resolve()).encode() + (shutil.which(P4C) or "").encode())
-    for p in sorted(source.resolve().parent.glob("*.p4")):
-        h.update(p.name.encode() + b"\0" + p.read_bytes())
+def _p4c_args(source: Path) -> list[str]:
+    """p4c's options for the program, but the output: what the preprocessor and the compiler are given."""
+    return [P4C, "--std", "p4-16", "-I", str(source.resolve().parent), str(source)]
+
+
+def dependencies(source: Path) -> list[Path] | None:
+    """Every file the program reads, itself first: the files the preprocessor entered, as its line
+    markers name them (p4c -E; its -M exits 1 and writes a make rule), whatever folder they are in (a
+    header beside it, one given by a path, p4c's own core.p4 and v1model.p4). None where preprocessing
+    fails (a missing header): the compile that follows says why."""
+    r = subprocess.run([*_p4c_args(source)[:-1], "-E", str(source)], capture_output=True, text=True, timeout=120)
+    said = [line for line in r.stderr.splitlines() if "error" in line.lower() and "warning" not in line.lower()]
+    if said or not r.stdout:  # p4c -E exits 1 after a good preprocessing too: its code says nothing
+        return None
+    out: list[Path] = []
+    for name in _LINEMARKER.findall(r.stdout):
+        name = name.replace('\\"', '"').replace("\\\\", "\\")
+        if name.startswith("<") and name.endswith(">"):  # <built-in>, <command-line>
+            continue
+        path = Path(os.path.realpath(name))  # relative names are the working folder's, as p4c's
+        if path not in out:
+            out.append(path)
+    return out
+
+
+def _digest(source: Path) -> str | None:
+    """What the compile's output depends on: the compiler (path, size and time: a reinstalled p4c
+    compiles again), its options, and every file the program includes, named and read. None where the
+    files cannot be known (the compile is then not kept)."""
+    files = dependencies(source)
+    if files is None:
+        return None
+    compiler = shutil.which(P4C) or ""
+    stat = os.stat(compiler) if compiler else None
+    h = hashlib.sha256("\0".join(_p4c_args(source)).encode() + b"\0" + compiler.encode()
+                       + (f"{stat.st_size}:{stat.st_mtime_ns}".encode() if stat else b""))
+    for p in files:
+        try:
+            body = p.read_bytes()
+        except OSError:
+            return None
+        h.update(b"\0" + str(p).encode() + b"\0" + hashlib.sha256(body).digest())
     return h.hexdigest()
 
 
@@ -120,28 +159,48 @@ def compile_program(path: str) -> str:
     if shutil.which(P4C) is None:
         raise P4ProgramError(f"--p4 {path}: {P4C} not found: install p4c (README, BMv2 and p4c)")
     key = _digest(source)
-    if key in _COMPILED:
+    if key is not None and key in _COMPILED:
         return _COMPILED[key]
     where = scratch_dir("p4c") if os.geteuid() == 0 else tempfile.mkdtemp(prefix="p4c-")
     try:
         out = os.path.join(where, "program.json")
-        r = subprocess.run([P4C, "--std", "p4-16", "-I", str(source.resolve().parent), "-o", out, str(source)],
-                           capture_output=True, text=True, timeout=300)
+        args = _p4c_args(source)
+        r = subprocess.run([*args[:-1], "-o", out, args[-1]], capture_output=True, text=True, timeout=300)
         if r.returncode != 0 or not os.path.isfile(out):
             raise P4ProgramError(f"--p4 {path} does not compile: {first_error(r.stderr + r.stdout)}")
         with open(out) as f:
             text = f.read()
     finally:
         shutil.rmtree(where, ignore_errors=True)
-    _COMPILED[key] = text
+    if key is not None:
+        _COMPILED[key] = text
     return text
+
+
+# (resolved path, sha256 of its text) -> its `tables`: the hook runs as root, so its module is executed
+# once per process however often it is asked for (the CLI's check, FabricNet.build's, batchStartup's and
+# the start each ask); an edited file is a new key, so it is imported again.
+_HOOKS: dict[tuple[str, str], Callable[[SwitchFacts], list[str]]] = {}
+# (the hook's key, sha256 of a switch's facts) -> its commands: what the hook returned for the same facts
+# is reused, not asked again (a FabricNet started twice in one process, a second start of the same fabric).
+_TABLES: dict[tuple[tuple[str, str], str], list[str]] = {}
+
+
+def _hook_key(path: str) -> tuple[str, str]:
+    """What determines the hook's module: the file it is and its text."""
+    real = os.path.realpath(path)
+    with open(real, "rb") as f:
+        return real, hashlib.sha256(f.read()).hexdigest()
 
 
 def load_hook(path: str) -> Callable[[SwitchFacts], list[str]]:
     """HOOK.py's `tables` function; a file that is missing, does not import or has none is said here,
-    before anything is built."""
+    before anything is built. Imported once per text (_HOOKS): later calls return the same function."""
     if not os.path.isfile(path):
         raise P4ProgramError(f"--p4-tables {path}: no such file")
+    key = _hook_key(path)
+    if key in _HOOKS:
+        return _HOOKS[key]
     spec = importlib.util.spec_from_file_location(f"emu_p4_tables_{Path(path).stem}", path)
     if spec is None or spec.loader is None:
         raise P4ProgramError(f"--p4-tables {path}: cannot be imported as Python")
@@ -154,7 +213,24 @@ def load_hook(path: str) -> Callable[[SwitchFacts], list[str]]:
     fn = getattr(module, "tables", None)
     if not callable(fn):
         raise P4ProgramError(f"--p4-tables {path} defines no function tables(switch) -> list[str]")
+    _HOOKS[key] = fn
     return fn
+
+
+def _facts_digest(facts: SwitchFacts) -> str:
+    """Everything the hook is told about one switch, as one digest (the dataclasses' repr is their fields,
+    in order; next_hops is built in the routes' order)."""
+    return hashlib.sha256(repr(facts).encode()).hexdigest()
+
+
+def hook_tables(path: str, facts: SwitchFacts) -> list[str]:
+    """The commands of the hook at `path` for one switch: the hook loaded once (load_hook) and asked once
+    for the same facts (_TABLES); its failure is one line naming the switch (run_hook)."""
+    hook = load_hook(path)
+    key = (_hook_key(path), _facts_digest(facts))
+    if key not in _TABLES:
+        _TABLES[key] = run_hook(hook, facts, path)
+    return list(_TABLES[key])
 
 
 def run_hook(hook: Callable[[SwitchFacts], list[str]], facts: SwitchFacts, path: str) -> list[str]:
@@ -221,4 +297,4 @@ def _peer_node(sw, ifname: str) -> str:
 
 
 __all__ = ["HostAddress", "P4ProgramError", "PortFacts", "SwitchFacts", "compile_program", "first_error",
-           "load_hook", "run_hook", "switch_facts"]
+           "dependencies", "hook_tables", "load_hook", "run_hook", "switch_facts"]

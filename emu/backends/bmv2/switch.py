@@ -39,7 +39,7 @@ from emu.backends.bmv2.cli import (
 )
 from emu.backends.bmv2.links import EngineLinks, LinkModeError, choose_links
 from emu.backends.bmv2.plane import Bmv2DataPlane
-from emu.backends.bmv2.program import compile_program, load_hook, run_hook, switch_facts
+from emu.backends.bmv2.program import compile_program, hook_tables, load_hook, switch_facts
 from emu.dataplane.engine import RUN_ROOT
 from emu.launch import Supervisor, die_with_parent, private_dir
 from emu.net.cleanup import BMV2_LOG_DIR, switch_namespace
@@ -366,12 +366,10 @@ class Bmv2Backend:
     def start(self, switches: tuple, built, settings) -> Bmv2DataPlane:
         links = choose_links(settings.links, netem=netem_available(), pfc=_pfc_on(settings))
         json_path = settings.p4_json or DEFAULT_JSON
-        hook = None
         if settings.p4:  # the user's program, into the run's own directory, which goes with the run
             json_path = os.path.join(built.spec.run_dir, "program.json")
             with open(json_path, "w") as f:
                 f.write(compile_program(settings.p4))
-            hook = load_hook(settings.p4_tables) if settings.p4_tables else None
         _static_neighbours(switches)
         wires = EngineLinks(built.spec) if links == "engine" else None
         specs = list(built.spec.switches)
@@ -411,7 +409,7 @@ class Bmv2Backend:
                             _netem_link(host_if.name, rate_bps=p.rate_bps, delay_s=p.delay_s,
                                         dilation=settings.dilation, node=host_if.node)
                 if settings.p4:  # the user's hook writes the tables; the control plane's routes are fabric.p4's
-                    mine = run_hook(hook, facts[n], settings.p4_tables) if hook is not None else []
+                    mine = hook_tables(settings.p4_tables, facts[n]) if settings.p4_tables else []
                     proc.load(queues + mine)
                 else:
                     plane.set_tables(sw.name, spec.tables, extra=queues)
