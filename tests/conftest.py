@@ -24,6 +24,10 @@ MACHINE_STATE = ("/var/cache/emu", "/var/log/emu")
 _SCRATCH = tempfile.mkdtemp(prefix="suite-state-")
 os.environ["EMU_CACHE_DIR"] = os.path.join(_SCRATCH, "cache")
 os.environ["EMU_LOG_DIR"] = os.path.join(_SCRATCH, "log")
+# Where the labs are is the checkout's, not the shell's: a user's EMU_LABS (their own labs folder) would
+# make the lab tests check that folder instead (issue 51, item 12). EMU_CORE=python is kept: it is how a
+# machine without a compiler tests the Python core alone.
+os.environ.pop("EMU_LABS", None)
 
 
 def _tree(paths: tuple[str, ...]) -> dict[str, str]:

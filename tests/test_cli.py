@@ -13,6 +13,7 @@ import sys
 import pytest
 
 EMU = [sys.executable, "-m", "emu.cli.main"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout, wherever pytest starts
 
 
 def emu(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -91,7 +92,7 @@ def test_up_fpf_pingall_all_planes_zero_loss(no_leftovers):
 @pytest.mark.mininet
 def test_mn_custom_runs_the_same_topology(no_leftovers):
     r = subprocess.run(["mn", "--custom", "topologies/fpf.py", "--topo", "fpf,gpus=3,planes=1,leaves=1",
-                        "--test", "pingall"], capture_output=True, text=True, timeout=300)
+                        "--test", "pingall"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     out = r.stdout + r.stderr
     # Mininet's own pingall line; "0% dropped" alone would also match "100% dropped".
     m = re.search(r"\*\*\* Results: (\d+)% dropped \((\d+)/(\d+) received\)", out)
@@ -103,7 +104,7 @@ def test_mn_custom_runs_the_same_topology(no_leftovers):
 @pytest.mark.mininet
 def test_topology_script_runs_as_a_plain_script(no_leftovers):
     r = subprocess.run([sys.executable, "topologies/fpf.py", "--gpus", "2", "--planes", "2", "--leaves", "1",
-                        "--test", "pingall"], capture_output=True, text=True, timeout=300)
+                        "--test", "pingall"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from emu.web.app import make_app
 from emu.web.scene import End, Link, Topology, layout
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"  # the screenshots are kept there, wherever pytest is started from
 
 
 def fabric() -> tuple[Topology, list[dict]]:
@@ -360,8 +365,8 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
     from emu.scenarios.common import DSCP_LOSSLESS, ECT0
     from emu.web.devtools import Browser
 
-    os.makedirs("results", exist_ok=True)
-    for shot in ("results/web-fpf-4x2-incast.png", "results/web-fpf-4x2-plane1-down.png"):
+    os.makedirs(RESULTS, exist_ok=True)
+    for shot in (f"{RESULTS}/web-fpf-4x2-incast.png", f"{RESULTS}/web-fpf-4x2-plane1-down.png"):
         if os.path.exists(shot):  # an earlier run's: the sizes checked below must be this run's
             os.remove(shot)
     with FabricNet(FPFTopo(gpus=4, planes=2, leaves=1), clock="fabric") as net, \
@@ -384,7 +389,7 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
             arrows.append(page.js(held))
             jobs.append(page.js("document.getElementById('job').textContent"))
             if sum(b > 0 for b, _ in seen) == 8:  # mid-incast: the links' colours have had two snapshots
-                page.screenshot("results/web-fpf-4x2-incast.png")
+                page.screenshot(f"{RESULTS}/web-fpf-4x2-incast.png")
             time.sleep(0.05)
         traffic.wait()
         net.pace(0.0)
@@ -428,15 +433,15 @@ def test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_
         style = page.js("(() => { const s = getComputedStyle(document.querySelector('line.link.down'));"
                         " return [s.stroke, s.strokeDasharray]; })()")
         assert style[0] == "rgb(187, 187, 187)" and style[1] not in ("", "none"), style
-        page.screenshot("results/web-fpf-4x2-plane1-down.png")
+        page.screenshot(f"{RESULTS}/web-fpf-4x2-plane1-down.png")
         page.js("document.querySelector('button[data-plane=\"1\"]').click()")
         page.wait_for("document.querySelector('button[data-verb=\"restore\"]') !== null", 5)
         page.js("document.querySelector('button[data-verb=\"restore\"]').click()")
         page.wait_for("document.querySelectorAll('line.link.down').length === 0", 10)
         assert "done" in page.js("document.getElementById('said').textContent")
         assert all(net.stats().port(sw, port).up for sw, port in net.plane_ports(1))
-    assert os.path.getsize("results/web-fpf-4x2-plane1-down.png") > 10_000
-    assert os.path.getsize("results/web-fpf-4x2-incast.png") > 10_000
+    assert os.path.getsize(f"{RESULTS}/web-fpf-4x2-plane1-down.png") > 10_000
+    assert os.path.getsize(f"{RESULTS}/web-fpf-4x2-incast.png") > 10_000
 
 
 @pytest.mark.root
@@ -468,7 +473,7 @@ def test_a_large_fabric_is_drawn_a_node_per_plane_and_a_click_opens_one(no_lefto
         assert page.js("document.querySelectorAll('rect.node.switch[data-node]').length") == len(switches)
         assert page.js("document.querySelectorAll('circle.node.host').length") == 64
         assert page.js("document.documentElement.scrollWidth <= window.innerWidth")
-        page.screenshot("results/web-fpf-64x8-plane3.png")
+        page.screenshot(f"{RESULTS}/web-fpf-64x8-plane3.png")
         page.js("document.getElementById('back').click()")
         page.wait_for("document.querySelectorAll('[data-group]').length === 9", 5)
 
@@ -582,7 +587,7 @@ def test_the_grafana_dashboard_queries_what_metrics_exports_and_promtool_compute
     import re
     import subprocess
 
-    dash = json.loads(open("docs/grafana/emu-fabric.json").read())
+    dash = json.loads(open(ROOT / "docs" / "grafana" / "emu-fabric.json").read())
     exprs = {p["title"] + t["refId"]: t["expr"] for p in dash["panels"] for t in p["targets"]}
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"]) >= 8
     scrapes = _scrapes(9)  # two minutes: a full 1 min window for rate() at the end
