@@ -122,8 +122,9 @@ WRONG = {
     ], {"Step 1": "weighted ECMP gives", "Step 2": "off by", "Step 3": "you predicted", "Step 4": "hold-down"}),
     "ecn-dcqcn": ("dcqcn.py", [
         ("if q >= kmax:", "if q > kmax:"),
-        ("return 100_000, 400_000, 0.01", "return 700_000, 900_000, 0.01"),  # marks too late
-    ], {"Step 1": "at 400000 bytes the chance is 1.0", "Step 3": "mark earlier"}),
+        ("return 100_000, 400_000, 0.01", "return 700_000, 2_000_000, 0.01"),  # marks too late, Kmax unreachable
+    ], {"Step 1": "at 400000 bytes the chance is 1.0", "Step 2": "beyond the port's buffer",
+        "Step 3": "mark earlier"}),
     "pfc-headroom": ("headroom.py", [
         ("round_trip + 2 * MTU_ON_WIRE + 2 * MTU_ON_WIRE", "round_trip + MTU_ON_WIRE + 2 * MTU_ON_WIRE"),  # an MTU short
         ("p.drops_by_class[3]", "p.drops_by_class[0]"),  # the lossy class

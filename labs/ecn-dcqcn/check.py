@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from emu import FabricNet, FPFTopo
 from emu.labs import StepFailed
+from emu.net.switch import RunSettings
 from emu.roce.run import EnginePerf
 from emu.scenarios.dcqcn import overlap_rates
 
@@ -17,6 +18,7 @@ NBYTES = 16 << 20
 # How evenly the two flows must share. The lab's solution measures 0.85 on the fabric clock; on the wall
 # clock on-time runs gave 0.81-0.99 (where the marks fall moves it).
 FAIRNESS = 0.75
+PORT_BUFFER = RunSettings.buffer_per_port  # what step 3's port holds (the fabric's default, 1 MiB)
 QUEUE_LIMIT = 400_000  # the median queue (2 us samples): the solution 273 KB, no marking 629 KB (window-bound)
 
 
@@ -36,6 +38,9 @@ def step_thresholds(work, net: None) -> str:
     kmin, kmax, pmax = work.ecn_parameters()
     if not 0 < kmin < kmax or not 0 < pmax <= 1:
         raise StepFailed(f"need 0 < Kmin < Kmax and 0 < Pmax <= 1, got {kmin}, {kmax}, {pmax}")
+    if kmax > PORT_BUFFER:
+        raise StepFailed(f"Kmax {kmax / 1e3:g} KB is beyond the port's buffer ({PORT_BUFFER / 1e3:g} KB): no queue "
+                         "can reach it, so the marking line never gets to Pmax; keep Kmax within the buffer")
     return f"Kmin {kmin / 1e3:g} KB, Kmax {kmax / 1e3:g} KB, Pmax {pmax:g}"
 
 
