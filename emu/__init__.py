@@ -21,12 +21,14 @@ from typing import Any
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-def _stdlib_distutils() -> None:
+def use_stdlib_distutils() -> None:
     """Mininet imports distutils.version (for one version compare). Where setuptools' shim stands in front
     of the standard library's distutils (a venv's distutils-precedence.pth), that import loads setuptools
-    and pkg_resources: 0.15 s of the start of every process of ours that uses Mininet (each `emu` command,
-    each test's fabric). Python 3.11's own distutils (1 ms) is used where it is installed; elsewhere (3.12,
-    or a distribution that ships it apart) the shim stays and Mininet gets setuptools' copy as before."""
+    and pkg_resources: 0.15 s of the start of every process of ours that uses Mininet. Python 3.11's own
+    distutils (1 ms) is used where it is installed whole; elsewhere (3.12, or a distribution that ships
+    only part of it) the shim stays and Mininet gets setuptools' copy as before. Called by the `emu`
+    command, a process that is ours, never on `import emu`: a user's program that imports emu and then
+    setuptools keeps the import state it would have had (setuptools warns when distutils came first)."""
     import sys
 
     if "distutils" in sys.modules or sys.version_info >= (3, 12):
@@ -42,7 +44,9 @@ def _stdlib_distutils() -> None:
 
     _distutils_hack.remove_shim()
     try:
-        found = importlib.util.find_spec("distutils") is not None
+        spec = importlib.util.find_spec("distutils")
+        found = spec is not None and bool(spec.submodule_search_locations) and all(
+            os.path.exists(os.path.join(spec.submodule_search_locations[0], f"{m}.py")) for m in ("version", "util"))
     except (ImportError, ValueError):
         found = False
     if not found:
@@ -52,8 +56,6 @@ def _stdlib_distutils() -> None:
         warnings.simplefilter("ignore", DeprecationWarning)
         import distutils.version  # noqa: F401
 
-
-_stdlib_distutils()
 
 _PUBLIC = {
     "FabricNet": "emu.net.fabric",

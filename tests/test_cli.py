@@ -54,18 +54,21 @@ def test_the_parser_loads_no_fabric_module():
 
 def test_mininet_is_loaded_without_setuptools_where_the_standard_distutils_is_installed():
     """Mininet's one import of distutils went through setuptools' shim (setuptools and pkg_resources:
-    0.15 s of every process of ours that builds a fabric); emu gives it the standard library's."""
+    0.15 s of every process of ours that builds a fabric); emu's own processes give it the standard
+    library's (emu.use_stdlib_distutils, called by the `emu` command)."""
     import sysconfig
 
     if sys.version_info >= (3, 12) or not os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "distutils")):
         pytest.skip("no standard-library distutils here: Mininet gets setuptools' copy, as it must")
-    code = ("import json, sys, emu.net.switch, mininet.net; print(json.dumps([[m for m in ('setuptools', "
-            "'pkg_resources') if m in sys.modules], sys.modules['distutils'].__file__]))")
+    code = ("import json, sys, emu; untouched = 'distutils' not in sys.modules; emu.use_stdlib_distutils(); "
+            "import emu.net.switch, mininet.net; print(json.dumps([[m for m in ('setuptools', "
+            "'pkg_resources') if m in sys.modules], sys.modules['distutils'].__file__, untouched]))")
     r = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], capture_output=True, text=True,
                        timeout=60)  # and no deprecation warning of it shown to the user
     assert r.returncode == 0, r.stderr[-2000:]
-    loaded, where = json.loads(r.stdout)
+    loaded, where, untouched = json.loads(r.stdout)
     assert loaded == [] and where.startswith(sysconfig.get_paths()["stdlib"]), r.stdout
+    assert untouched  # `import emu` alone leaves a user's import state as it was: only emu's own processes ask
 
 
 @pytest.mark.root

@@ -56,7 +56,7 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
     def auto() -> dict[str, Any]:
         # Every host sends at line rate through the whole collective (ring and direct alike).
         load = sum(rate for p in ports.values() for _, rate in p) / ((MTU + HEADERS) * 8)
-        shape = f"{topo_name}-{n}x{max(len(p) for p in ports.values())}"
+        shape = f"{topo_name}-{n}x{max((len(p) for p in ports.values()), default=0)}"
         return run_auto(at, load, f"collective-{(settings or RunSettings()).backend}-{shape}",
                         say=lambda m: print(m, file=sys.stderr, flush=True))
 

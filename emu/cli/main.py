@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from emu import use_stdlib_distutils
 from emu.clock import CLOCKS, ClockKind, check_clock
 from emu.collectives import OPS
 from emu.collectives.algorithms import ALGOS, AUTO, DESCRIBED
@@ -756,6 +757,7 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    use_stdlib_distutils()  # this process is ours: Mininet's distutils without setuptools' 0.15 s
     argv = sys.argv[1:] if argv is None else argv
     program: list[str] = []
     if argv and argv[0] == "run" and "--" in argv:  # `emu run ... -- PROG ARGS`: PROG's own options are its

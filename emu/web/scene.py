@@ -235,9 +235,9 @@ def fabric_time(stats: dict[str, Any]) -> float:
     return max((w["fabric_now_s"] for w in stats.get("workers", [])), default=0.0)
 
 
-def fidelity_line(stats: dict[str, Any], clock: ClockKind = ClockKind.WALL) -> str:
+def fidelity_line(stats: dict[str, Any], clock: str | ClockKind = ClockKind.WALL) -> str:
     """The running fabric's fidelity in one line: on the fabric clock nothing can be late."""
-    if clock is ClockKind.FABRIC:
+    if check_clock(clock) is ClockKind.FABRIC:
         return "fabric clock: exact (the engine keeps its own time; nothing can be late)"
     d = float(stats.get("dilation", 1.0))
     worst = max((w.get("fidelity", {}).get("p99_s", 0.0) or 0.0 for w in stats.get("workers", [])), default=0.0)
