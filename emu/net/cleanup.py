@@ -144,7 +144,7 @@ def record(run_dir: str, *, interfaces: list[str], pids: list[int] | None = None
            "hosts": hosts or {},
            # Which interface each name is now (names are reused): a clean deletes it only if it still is.
            # A name recorded again once it exists gets its index then (one recorded before it was made).
-           "ifindex": {**old.get("ifindex", {}), **{n: i for n in interfaces if (i := _ifindex(n)) >= 0}}}
+           "ifindex": {**old.get("ifindex", {}), **{n: i for n in interfaces if (i := _sys_int(n, "ifindex")) >= 0}}}
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(rec, f)
@@ -259,17 +259,10 @@ def _kill(pids: list[int]) -> list[int]:
     return killed
 
 
-def _ifindex(name: str) -> int:
+def _sys_int(name: str, field: str) -> int:
+    """An interface's integer attribute from sysfs (ifindex, iflink, netdev_group); -1 if it is gone."""
     try:
-        with open(f"/sys/class/net/{name}/ifindex") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return -1
-
-
-def _iflink(name: str) -> int:
-    try:
-        with open(f"/sys/class/net/{name}/iflink") as f:
+        with open(f"/sys/class/net/{name}/{field}") as f:
             return int(f.read())
     except (OSError, ValueError):
         return -1
@@ -279,15 +272,13 @@ def _group_owner_alive(name: str) -> bool:
     """Whether the process that took the device group of interface `name`, or of its veth peer here
     (a pair's group is set on one end), still runs."""
     names = [name]
-    mine, peer = _ifindex(name), _iflink(name)
+    mine, peer = _sys_int(name, "ifindex"), _sys_int(name, "iflink")
     if peer not in (-1, mine):  # a veth: its peer is the one here that links back (not a namesake index elsewhere)
-        names += [n for n in os.listdir("/sys/class/net") if n != name and _ifindex(n) == peer and _iflink(n) == mine]
+        names += [n for n in os.listdir("/sys/class/net")
+                  if n != name and _sys_int(n, "ifindex") == peer and _sys_int(n, "iflink") == mine]
     for n in names:
-        try:
-            with open(f"/sys/class/net/{n}/netdev_group") as f:
-                pid = group_pid(int(f.read()))
-        except (OSError, ValueError):
-            continue
+        group = _sys_int(n, "netdev_group")
+        pid = group_pid(group) if group >= 0 else None
         if pid is not None and os.path.exists(f"/proc/{pid}"):
             return True
     return False
@@ -328,7 +319,7 @@ def clean() -> CleanReport:
             report.live_runs.append(path)
             continue
         dead_ifs.update(rec.get("interfaces", []))
-        moved.update(n for n, i in rec.get("ifindex", {}).items() if _ifindex(n) not in (i, -1))
+        moved.update(n for n, i in rec.get("ifindex", {}).items() if _sys_int(n, "ifindex") not in (i, -1))
         dead_pids += [p for p in rec.get("pids", []) if "mininet:" in _cmdline(p)]
         dead_netns.update(rec.get("netns", []))
         report.run_dirs.append(path)
