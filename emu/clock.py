@@ -82,6 +82,20 @@ class ProcessClock:
         """The wall seconds `fabric_ps` of fabric time take (a sleep, a lateness)."""
         return to_s(fabric_ps) * self.d
 
+    def wall_s(self, fabric_s: float) -> float:
+        """The wall seconds `fabric_s` fabric seconds take, for what waits on such processes from outside
+        (a harness's time limit, the control plane's timers): the seconds a person gives, no schedule's."""
+        return fabric_s * self.d
+
+    def fabric_s(self, wall_s: float) -> float:
+        """The fabric seconds of `wall_s` wall seconds, or of a monotonic instant: what such a process
+        reports in wall seconds, read as fabric time."""
+        return wall_s / self.d
+
+    def wall_bps(self, fabric_bps: float) -> float:
+        """The wall rate of a fabric rate: what a process in a host paces itself at."""
+        return fabric_bps / self.d
+
     def at(self, t: int, fn: Callable[[int, Any], None], arg: Any = None) -> None:
         raise NotImplementedError("a process's clock runs no schedule: drive the part with progress()")
 
