@@ -68,6 +68,8 @@ class ProcessClock:
         self.d = float(dilation)
 
     def clock(self) -> int:
+        """monotonic() / D, absolute: an int64 holds 106 days of it at D = 1 (a machine up longer gets an
+        OverflowError here), 290 years at D = 1000."""
         return to_ps(time.monotonic() / self.d)
 
     def at_wall(self, monotonic_s: float) -> int:
