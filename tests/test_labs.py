@@ -14,7 +14,7 @@ from emu import labs
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
 LABS = labs.lab_names()
-# The labs whose checker runs BMv2, Open MPI or 16-rank collectives (10-20 s each here), and every lab on its
+# The labs whose checker runs BMv2, Open MPI or 16-rank collectives (5-20 s each here), and every lab on its
 # other clock (the wall's, at its D), run in `make check-long` (pytest.mark.long; docs/testing.md).
 LONG_LABS = {"collectives", "mpi-planes", "p4-ecn"}
 
