@@ -1,16 +1,16 @@
-"""Time behind one interface, in fabric seconds.
+"""Time behind one interface, in whole picoseconds of fabric time (emu.simtime).
 
 Everything that keeps fabric time (the engine's switches and links, MetaRoCE
 endpoints, collective ranks) reads the time and schedules work through a
-`Clock`: `clock()` is now, in that clock's seconds, and `at(t, fn, arg)`
-runs `fn(t, arg)` at t. Two implement it (emu.dataplane.loop): `Loop`, a
-virtual schedule for unit tests, and `EngineLoop`, an engine worker's, in
-fabric seconds under one of two pacings: unpaced (the fabric clock: a job's
+`Clock`: `clock()` is now, and `at(t, fn, arg)` runs `fn(t, arg)` at t, both
+in picoseconds. Two implement it (emu.dataplane.loop): `Loop`, a
+virtual schedule for unit tests, and `EngineLoop`, an engine worker's, under
+one of two pacings: unpaced (the fabric clock: a job's
 events as fast as the CPU allows, so nothing can be late and a result cannot
 depend on the machine's speed or load) or paced at D (the wall clock).
 `ProcessClock` is fabric time for a part that drives itself in its own process (an
 endpoint on BMv2, which sleeps in select() rather than on a schedule): the
-machine's monotonic seconds / D, converted back to wall seconds only where the
+machine's monotonic seconds / D in picoseconds, converted back to wall seconds only where the
 process waits (its select()) and where it reports how late it was.
 
 `ClockKind` is which of the two a run keeps: a type, decided once where the
@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol
+
+from emu.simtime import to_ps, to_s
 
 
 class ClockKind(StrEnum):
@@ -45,41 +47,42 @@ CLOCKS = tuple(kind.value for kind in ClockKind)  # the names argument parsers o
 
 
 class Clock(Protocol):
-    def clock(self) -> float:
-        """Now, in this clock's seconds."""
+    def clock(self) -> int:
+        """Now, in whole picoseconds of fabric time (emu.simtime)."""
         ...
 
-    def at(self, t: float, fn: Callable[[float, Any], None], arg: Any = None) -> None:
+    def at(self, t: int, fn: Callable[[int, Any], None], arg: Any = None) -> None:
         """Run fn(t, arg) at time t."""
         ...
 
 
 class ProcessClock:
-    """Fabric seconds in a process of its own on the wall clock: monotonic() / D, the clock the harness
-    (emu.net.timebase) reads the endpoints' traces on. The part keeps fabric time like any other; D is
-    here, where it sleeps and where its lateness is reported (the wall's seconds), and nowhere in it."""
+    """Fabric time in a process of its own on the wall clock: monotonic() / D, in whole picoseconds, the
+    clock the harness (emu.net.timebase) reads the endpoints' traces on. The part keeps fabric time like any
+    other; D is here, where it sleeps and where its lateness is reported (the wall's seconds), and nowhere
+    in it."""
 
     def __init__(self, dilation: float) -> None:
         if not dilation >= 1.0:
             raise ValueError(f"dilation must be a number >= 1, got {dilation!r}")
         self.d = float(dilation)
 
-    def clock(self) -> float:
-        return time.monotonic() / self.d
+    def clock(self) -> int:
+        return to_ps(time.monotonic() / self.d)
 
-    def at_wall(self, monotonic_s: float) -> float:
+    def at_wall(self, monotonic_s: float) -> int:
         """The fabric instant of monotonic instant `monotonic_s` (a start agreed between processes)."""
-        return monotonic_s / self.d
+        return to_ps(monotonic_s / self.d)
 
-    def fabric_s_of_wall(self, wall_s: float) -> float:
-        """The fabric seconds during which `wall_s` wall seconds pass."""
-        return wall_s / self.d
+    def fabric_ps_of_wall(self, wall_s: float) -> int:
+        """The fabric picoseconds during which `wall_s` wall seconds pass."""
+        return to_ps(wall_s / self.d)
 
-    def wall_s_of_fabric(self, fabric_s: float) -> float:
-        """The wall seconds `fabric_s` fabric seconds take (a sleep, a lateness)."""
-        return fabric_s * self.d
+    def wall_s_of_fabric(self, fabric_ps: int) -> float:
+        """The wall seconds `fabric_ps` of fabric time take (a sleep, a lateness)."""
+        return to_s(fabric_ps) * self.d
 
-    def at(self, t: float, fn: Callable[[float, Any], None], arg: Any = None) -> None:
+    def at(self, t: int, fn: Callable[[int, Any], None], arg: Any = None) -> None:
         raise NotImplementedError("a process's clock runs no schedule: drive the part with progress()")
 
 

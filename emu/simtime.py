@@ -23,8 +23,9 @@ c_ser_ps; tests/test_simtime.py holds them to the same answers):
 - `ser_ps(nbytes, rate_bps)`: the time of nbytes at a rate in whole bit/s, nbytes x 8 x 10^12 / rate to
   the nearest picosecond, halves up, in integer arithmetic (exact: no float in between). A rate that is
   not whole bit/s (a rate cut by congestion control, a plane's share) is first rounded to whole bit/s
-  (`rate_of`). Its product must fit an int64 (frames and paced segments do, up to 1.15 MB): beyond,
-  an OverflowError on both cores.
+  (`rate_of`). Any byte count whose time fits an int64 (a PFC pause of 65 535 quanta is 33.5 Mbit; the
+  compiled core widens to 128 bits past 1.15 MB); beyond, or a negative count or rate, an OverflowError
+  on both cores.
 
 `NEVER` stands for "no event is due" where a time must stay an integer (the largest int64).
 """
@@ -62,13 +63,11 @@ def rate_of(rate_bps: float) -> int:
     return round(rate_bps)
 
 
-_BITS_LIMIT = ((1 << 63) - 1) // PS_PER_S  # bits whose picosecond product fits an int64
-
-
 def ser_ps(nbytes: int, rate_bps: int) -> int:
     """Picoseconds to send `nbytes` at `rate_bps` (whole bit/s): nearest, halves up, exact."""
-    nbytes, rate_bps = operator.index(nbytes), operator.index(rate_bps)  # integers, as the compiled core's
-    bits = nbytes * 8
-    if bits < 0 or bits > _BITS_LIMIT or rate_bps <= 0:
+    if type(nbytes) is not int or type(rate_bps) is not int:  # integers, as the compiled core's (the hot path's
+        nbytes, rate_bps = operator.index(nbytes), operator.index(rate_bps)  # test is the cheaper one)
+    ps = (nbytes * 8 * PS_PER_S + rate_bps // 2) // rate_bps if nbytes >= 0 and rate_bps > 0 else -1
+    if not 0 <= ps <= NEVER:
         raise OverflowError(f"{nbytes} bytes at {rate_bps} bit/s is outside int64 picosecond arithmetic")
-    return (bits * PS_PER_S + rate_bps // 2) // rate_bps
+    return ps

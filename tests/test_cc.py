@@ -5,31 +5,32 @@ from __future__ import annotations
 import pytest
 
 from emu.roce.cc import Dcqcn, DcqcnParams, make
+from emu.simtime import PS_PER_US, to_ps
 
 LINE = 100e9
 
 
 def test_cnp_cuts_by_half_alpha_and_remembers_the_target():
     cc = Dcqcn(LINE)
-    cc.tick(0.0)
-    cc.on_cnp(1e-6)
+    cc.tick(0)
+    cc.on_cnp(PS_PER_US)
     assert cc.target == LINE and cc.rate == pytest.approx(LINE / 2)  # alpha starts at 1
     assert cc.alpha == pytest.approx(1.0)  # (1 - g) * 1 + g
-    cc.on_cnp(2e-6)
+    cc.on_cnp(2 * PS_PER_US)
     assert cc.target == pytest.approx(LINE / 2) and cc.rate == pytest.approx(LINE / 4)
 
 
 def test_fast_recovery_then_additive_increase():
     p = DcqcnParams()
     cc = Dcqcn(LINE, p)
-    cc.tick(0.0)
-    cc.on_cnp(0.0)
-    cc.on_cnp(0.0)  # a second CNP: the target is now half the line rate, with room to grow
+    cc.tick(0)
+    cc.on_cnp(0)
+    cc.on_cnp(0)  # a second CNP: the target is now half the line rate, with room to grow
     target, cut = cc.target, cc.rate
     assert target == pytest.approx(0.5 * LINE) and cut < target
     rates, targets = [], []
     for k in range(1, p.fast_recovery_steps + 3):
-        cc.tick(k * p.increase_period_s)
+        cc.tick(k * to_ps(p.increase_period_s))
         rates.append(cc.rate)
         targets.append(cc.target)
     # Fast recovery halves the distance to the target each period and does not raise the target...
@@ -44,9 +45,9 @@ def test_fast_recovery_then_additive_increase():
 def test_alpha_decays_without_cnps():
     p = DcqcnParams()
     cc = Dcqcn(LINE, p)
-    cc.tick(0.0)
-    cc.on_cnp(0.0)
-    cc.tick(10 * p.alpha_period_s)
+    cc.tick(0)
+    cc.on_cnp(0)
+    cc.tick(10 * to_ps(p.alpha_period_s))
     assert cc.alpha == pytest.approx((1 - p.g) ** 10)  # the CNP restarted the alpha timer
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emu.dataplane.wiring import VirtualFabric
+from emu.simtime import PS_PER_US
 from tests.helpers import star
 from tests.test_switch import udp4
 
@@ -12,14 +13,14 @@ pytestmark = pytest.mark.usefixtures("both_cores")
 
 
 def run(loss: float = 0.0, rate: float = 0.0, delay: float = 0.0, n: int = 2000, seed: int = 0
-        ) -> tuple[list[float], int, set[int]]:
+        ) -> tuple[list[int], int, set[int]]:
     """n frames through a degraded port: the arrival times, the port's lost count, and which frames (by
     their source port) never arrived."""
     tb = VirtualFabric(star(2))
     sw = tb.switches["s0"]
     sw.degrade_port(1, loss=loss, rate_bps=rate, delay_s=delay, seed=seed)
     for i in range(n):
-        tb.send("s0", "s0-eth0", udp4(0, 1, size=1000, sport=1000 + i), t=0.0)
+        tb.send("s0", "s0-eth0", udp4(0, 1, size=1000, sport=1000 + i), t=0)
     tb.run()
     got = tb.received[("s0", "s0-eth1")]
     arrived = {int.from_bytes(bytes(frame[34:36]), "big") for _, frame in got}
@@ -41,9 +42,9 @@ def test_rate_caps_the_wire_and_delay_adds_to_the_cable():
     plain, _, _ = run(n=200)
     slow, _, _ = run(rate=25e9, n=200)
     gaps = (plain[-1] - plain[0]) / 199, (slow[-1] - slow[0]) / 199
-    assert gaps[1] == pytest.approx(4 * gaps[0])  # a quarter of the rate: four times the spacing
+    assert gaps[1] == 4 * gaps[0]  # a quarter of the rate: four times the spacing, exactly in picoseconds
     late, _, _ = run(delay=5e-6, n=1)
-    assert late[0] - plain[0] == pytest.approx(5e-6)
+    assert late[0] - plain[0] == 5 * PS_PER_US
 
 
 @pytest.mark.root
@@ -100,7 +101,10 @@ def test_metaroce_recovers_a_lossy_plane_without_stalls_and_weighs_slow_and_long
         share = weighted.planes[3]["tx_packets"] / sum(p["tx_packets"] for p in weighted.planes)
         assert equal.planes[3]["tx_packets"] * 8 == pytest.approx(sum(p["tx_packets"] for p in equal.planes), rel=0.02)
         assert equal.bw_fabric_bps < 0.3 * clean and weighted.bw_fabric_bps > 0.75 * clean
-        assert 0.01 < share < 0.06 and 0 < weighted.planes[3]["weight"] < 1  # a quarter of a plane: 1/29 of all
+        # A quarter of a plane: 1/29 of all. Its weight at the write's end is a snapshot of a cycle: its queue
+        # grows past the reorder budget, it is excluded and probed, readmitted at W_MIN, and grows again (2 to 4
+        # exclusions in a 3-5 MiB write, measured alike on float and integer time): weighted down, never whole.
+        assert 0.01 < share < 0.06 and weighted.planes[3]["weight"] < 1
         net.restore(plane=3)
         net.degrade(plane=3, delay="5us")
         equal = net.roce.write("gpu0", "gpu1", nbytes=4 << 20, spray="equal")

@@ -10,23 +10,25 @@ from typing import Any
 import pytest
 
 from emu.dataplane.loop import EngineLoop
+from emu.simtime import PS_PER_S
 
 FPF = {"gpus": "4", "planes": "2", "leaves": "1", "sizes": "256KiB,1MiB"}
 
 
 def test_a_job_starts_at_the_next_whole_fabric_second_after_what_was_due():
     loop = EngineLoop(1000.0)
-    ran: list[tuple[float, str]] = []
-    loop.at(0.25, lambda t, a: ran.append((t, a)), "idle timer")
-    loop.at(0.5, lambda t, a: ran.append((t, a)), "first of a tie")
-    loop.at(0.5, lambda t, a: ran.append((t, a)), "second of a tie")
-    loop.at(1.5, lambda t, a: ran.append((t, a)), "after the start")
+    ran: list[tuple[int, str]] = []
+    S = PS_PER_S
+    loop.at(S // 4, lambda t, a: ran.append((t, a)), "idle timer")
+    loop.at(S // 2, lambda t, a: ran.append((t, a)), "first of a tie")
+    loop.at(S // 2, lambda t, a: ran.append((t, a)), "second of a tie")
+    loop.at(3 * S // 2, lambda t, a: ran.append((t, a)), "after the start")
     start = loop.begin()
-    assert start == 1.0 and loop.clock() == 1.0  # while busy, the clock is the schedule's, not the wall's
-    assert ran == [(0.25, "idle timer"), (0.5, "first of a tie"), (0.5, "second of a tie")]
-    assert loop.busy == 1 and loop.next_time() == 1.5
+    assert start == S and loop.clock() == S  # while busy, the clock is the schedule's, not the wall's
+    assert ran == [(S // 4, "idle timer"), (S // 2, "first of a tie"), (S // 2, "second of a tie")]
+    assert loop.busy == 1 and loop.next_time() == 3 * S // 2
     loop.end()
-    assert loop.busy == 0 and loop.clock() >= 1.0  # idle again: it follows the wall from where it was
+    assert loop.busy == 0 and loop.clock() >= S  # idle again: it follows the wall from where it was
 
 
 def test_a_paced_job_takes_the_wall_time_asked_for_and_runs_the_same_events():
@@ -35,20 +37,20 @@ def test_a_paced_job_takes_the_wall_time_asked_for_and_runs_the_same_events():
     a slow machine may take longer, never shorter."""
     import time
 
-    def run(pace: float) -> tuple[float, list[float]]:
+    def run(pace: float) -> tuple[float, list[int]]:
         loop = EngineLoop(1000.0)
         start = loop.begin()
         loop.set_pace(pace)
-        ran: list[float] = []
+        ran: list[int] = []
         for i in range(1, 11):
-            loop.at(start + i * 1e-4, lambda t, a: ran.append(round(t - start, 9)))
-        loop.at(start + 1e-3, lambda t, a: setattr(loop, "running", False))
+            loop.at(start + i * PS_PER_S // 10_000, lambda t, a: ran.append(t - start))
+        loop.at(start + PS_PER_S // 1000, lambda t, a: setattr(loop, "running", False))
         t0 = time.monotonic()
         loop.run_forever()
         return time.monotonic() - t0, ran
 
     paced, fast = run(300.0), run(0.0)  # a fabric millisecond in 0.3 wall seconds, then unpaced
-    assert paced[1] == fast[1] == [round(i * 1e-4, 9) for i in range(1, 11)]
+    assert paced[1] == fast[1] == [i * PS_PER_S // 10_000 for i in range(1, 11)]
     assert paced[0] >= 0.29 and fast[0] < paced[0]
     with pytest.raises(ValueError, match="pace"):
         EngineLoop(1000.0).set_pace(-1.0)

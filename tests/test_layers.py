@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Bottom to top. A module belongs to the first (longest) prefix that names it.
 LAYERS: list[tuple[str, ...]] = [
-    ("emu.units", "emu.packet", "emu.clock", "emu.fidelity", "emu.launch"),
+    ("emu.simtime", "emu.units", "emu.packet", "emu.clock", "emu.fidelity", "emu.launch"),
     ("emu.control",),  # the table-entry model and the running control plane: no data plane below it
     ("emu.dataplane",),  # the engine, and the tables it installs from the control plane's model
     ("emu.roce", "emu.traffic", "emu.web"),  # endpoints (engine jobs and host processes); the live view

@@ -13,6 +13,7 @@ from emu.dataplane.partition import PartitionedFabric
 from emu.dataplane.spec import EngineSpec, PortSpec, SpecError, SwitchSpec
 from emu.dataplane.windows import LookaheadError
 from emu.dataplane.wiring import VirtualFabric
+from emu.simtime import to_ps
 from tests.helpers import add_route, host_mac, host_port, port_mac
 
 LONG_HAUL = 100e-6  # 20 km of fibre between the two switches
@@ -41,7 +42,7 @@ def incast(fabric: VirtualFabric | PartitionedFabric, frames: int = 300) -> None
         pkt = bytes(Ether(src=host_mac(i), dst=port_mac(0, i)) / IP(src=f"10.0.{i}.2", dst="10.0.3.2", tos=26 << 2)
                     / UDP(sport=1000 + i, dport=9000) / bytes(1000))
         for _ in range(frames):
-            fabric.send("s0", f"s0-eth{i}", pkt, 0.0)
+            fabric.send("s0", f"s0-eth{i}", pkt, 0)
 
 
 def test_two_partitions_deliver_the_same_frames_at_the_same_times_as_one_schedule_pfc_across_the_cut():
@@ -54,19 +55,19 @@ def test_two_partitions_deliver_the_same_frames_at_the_same_times_as_one_schedul
     got_one, got_split = one.received[("s1", "s1-eth1")], split.received[("s1", "s1-eth1")]
     assert len(got_one) == 900 and got_split == got_one  # every frame, same bytes, same fabric time
     for fab in (one, split):
-        s0, s1 = fab.switches["s0"].stats(0.0), fab.switches["s1"].stats(0.0)
+        s0, s1 = fab.switches["s0"].stats(0), fab.switches["s1"].stats(0)
         assert s1["ports"]["s1-eth0"]["pfc_tx"] > 0  # s1 paused s0 across the long link ...
         assert s0["ports"]["s0-eth3"]["pfc_rx"] == s1["ports"]["s1-eth0"]["pfc_tx"]  # ... and every pause arrived
         assert not any(sum(p.get("drops", {}).values()) for s in (s0, s1) for p in s["ports"].values())
-    assert split.lookahead == pytest.approx(LONG_HAUL) and split.handed > 900  # data and pause frames crossed
+    assert split.lookahead == to_ps(LONG_HAUL) and split.handed > 900  # data and pause frames crossed
     # a window per lookahead of fabric time, no more: 409 us of traffic in 5 windows of 100 us
-    assert split.windows <= got_split[-1][0] / LONG_HAUL + 2
+    assert split.windows <= got_split[-1][0] / to_ps(LONG_HAUL) + 2
 
 
 def test_a_window_longer_than_the_shortest_cut_link_is_caught_not_run():
     """Causality is checked, not assumed: with windows of twice the cable's delay, a frame would arrive
     inside its receiver's past window; the run stops saying so."""
-    split = PartitionedFabric(two_sites(), {"s0": 0, "s1": 1}, lookahead=2 * LONG_HAUL)
+    split = PartitionedFabric(two_sites(), {"s0": 0, "s1": 1}, lookahead=2 * to_ps(LONG_HAUL))
     incast(split, frames=10)
     with pytest.raises(LookaheadError, match="lookahead was broken"):
         split.run()
@@ -79,13 +80,13 @@ def test_a_partition_must_place_every_switch_and_be_joined_by_a_delay():
         PartitionedFabric(two_sites(), {"s0": 0, "s1": 0})
 
 
-def _pair(lookahead: float = 1.0):
+def _pair(lookahead: int = 10):
     """Two parts' Windows joined by calls (the partitions' transport): what each delivered, and when the
-    windows ended."""
+    windows ended. Times in whole units (picoseconds, as the schedule's)."""
     from emu.dataplane.windows import Windows
 
-    got: list[list[tuple[float, int, object]]] = [[], []]
-    over: list[list[float]] = [[], []]
+    got: list[list[tuple[int, int, object]]] = [[], []]
+    over: list[list[int]] = [[], []]
     parts: list[Windows] = []
 
     def barrier(i: int):
@@ -101,34 +102,34 @@ def test_windows_deliver_in_time_sender_sequence_order_and_end_together():
     """The window algorithm alone, in virtual time: what a peer sent in a window is delivered once both
     barriers are in, in (time, sender, sequence) order whatever order it came in; the next horizon is
     the least next time plus the lookahead; once neither part is busy both end at the same instant."""
-    (a, b), got, over = _pair(lookahead=1.0)
+    (a, b), got, over = _pair(lookahead=10)
     for w in (a, b):
-        w.start(10.0)
-    assert a.horizon == b.horizon == 11.0
-    a.sent(11.5)
-    b.arrive(0, a.window, 11.5, 1, 7, "second")
-    a.sent(11.2)
-    b.arrive(0, a.window, 11.2, 1, 8, "first")
-    a.end_window(12.0, True)
+        w.start(100)
+    assert a.horizon == b.horizon == 110
+    a.sent(115)
+    b.arrive(0, a.window, 115, 1, 7, "second")
+    a.sent(112)
+    b.arrive(0, a.window, 112, 1, 8, "first")
+    a.end_window(120, True)
     assert a.waiting and not got[1]  # nothing is delivered before the peer's barrier
-    b.end_window(11.8, True)
-    assert got[1] == [(11.2, 8, "first"), (11.5, 7, "second")] and not a.waiting and not b.waiting
-    assert a.horizon == b.horizon == 11.2 + 1.0  # the least of: a sent at 11.2, b's next at 11.8, a's at 12
-    a.end_window(12.5, False)
-    b.end_window(13.0, False)
-    assert not a.active and not b.active and over == [[12.2], [12.2]] and a.windows == b.windows == 2
+    b.end_window(118, True)
+    assert got[1] == [(112, 8, "first"), (115, 7, "second")] and not a.waiting and not b.waiting
+    assert a.horizon == b.horizon == 112 + 10  # the least of: a sent at 112, b's next at 118, a's at 120
+    a.end_window(125, False)
+    b.end_window(130, False)
+    assert not a.active and not b.active and over == [[122], [122]] and a.windows == b.windows == 2
 
 
 def test_windows_refuse_a_message_inside_the_window_that_closed():
     from emu.dataplane.windows import LookaheadError
 
-    (a, b), _, _ = _pair(lookahead=1.0)
+    (a, b), _, _ = _pair(lookahead=10)
     for w in (a, b):
-        w.start(0.0)
-    b.arrive(0, a.window, 0.5, 1, 0, "too early")  # due inside the window [0, 1): a broken lookahead
-    a.end_window(2.0, True)
+        w.start(0)
+    b.arrive(0, a.window, 5, 1, 0, "too early")  # due inside the window [0, 1): a broken lookahead
+    a.end_window(20, True)
     with pytest.raises(LookaheadError, match="lookahead was broken"):
-        b.end_window(2.0, True)
+        b.end_window(20, True)
 
 
 def test_a_window_waiting_for_a_peer_that_died_goes_on_without_it():
@@ -137,12 +138,12 @@ def test_a_window_waiting_for_a_peer_that_died_goes_on_without_it():
     from emu.dataplane.windows import Windows
 
     peers = [1]
-    got: list[tuple[float, int, object]] = []
-    w = Windows(1.0, lambda: peers[0], lambda *_: None, lambda kind, t, a, p: got.append((t, a, p)), lambda t: None)
-    w.start(0.0)
-    w.arrive(1, w.window, 1.5, 1, 3, "sent before it died")
-    w.end_window(2.0, True)
+    got: list[tuple[int, int, object]] = []
+    w = Windows(10, lambda: peers[0], lambda *_: None, lambda kind, t, a, p: got.append((t, a, p)), lambda t: None)
+    w.start(0)
+    w.arrive(1, w.window, 15, 1, 3, "sent before it died")
+    w.end_window(20, True)
     assert w.waiting and not got
     peers[0] = 0  # the channel closed: no peer left
     w.forget(1)
-    assert not w.waiting and got == [(1.5, 3, "sent before it died")] and w.horizon == 2.0 + 1.0
+    assert not w.waiting and got == [(15, 3, "sent before it died")] and w.horizon == 20 + 10

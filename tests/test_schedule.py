@@ -1,10 +1,10 @@
 """One suite of the schedule, run over both cores and both pacings (as ns-3 runs its simulator's tests over
 every scheduler): unpaced (the fabric clock: events as fast as the CPU allows) and paced at D (the wall
-clock: each event no earlier than the wall mapped to its fabric time). No root, no namespaces."""
+clock: each event no earlier than the wall mapped to its fabric time). Times are whole picoseconds
+(emu.simtime). No root, no namespaces."""
 
 from __future__ import annotations
 
-import math
 import random
 import time
 
@@ -12,6 +12,7 @@ import pytest
 
 from emu.dataplane.core import make_schedule, native
 from emu.fidelity import Lateness
+from emu.simtime import NEVER, PS_PER_S, PS_PER_US, to_ps, to_s
 
 CORES = ["python"] + (["native"] if native() is not None else [])
 D = 2000.0  # paced: a fabric microsecond is 2 ms of wall
@@ -23,7 +24,7 @@ def sched(request):
     s = make_schedule(core, "engine", D)
     if pacing == "paced":
         s.paced = True
-        s.anchor_f, s.anchor_w = 0.0, time.monotonic()  # fabric 0 is now
+        s.anchor_f, s.anchor_w = 0, time.monotonic()  # fabric 0 is now
     else:
         s.busy = 1  # a job runs: unpaced, the schedule is the time
     return s
@@ -35,7 +36,7 @@ def run_all(s, late: Lateness | None = None) -> int:
     n = 0
     deadline = time.monotonic() + 10
     while len(s) and time.monotonic() < deadline:
-        n += s.run_paced(late, math.inf) if s.paced else s.run_job(1 << 20)
+        n += s.run_paced(late, NEVER) if s.paced else s.run_job(1 << 20)
     assert not len(s), "events left"
     return n
 
@@ -43,7 +44,8 @@ def run_all(s, late: Lateness | None = None) -> int:
 def test_events_run_in_time_order_and_ties_in_the_order_scheduled(sched):
     rnd = random.Random(7)
     ran = []
-    times = [rnd.choice([1e-6, 2e-6, 3e-6, 2.5e-6]) for _ in range(200)]
+    times = [rnd.choice([1, 2, 3, 2.5]) * PS_PER_US for _ in range(200)]
+    times = [int(t) for t in times]
     for i, t in enumerate(times):
         sched.at(t, lambda t, i: ran.append((t, i)), i)
     assert run_all(sched) == 200
@@ -58,8 +60,8 @@ def test_an_event_scheduled_by_an_event_at_its_own_time_runs_after_those_already
         ran.append("first")
         sched.at(t, lambda t, _: ran.append("scheduled by first"), None)
 
-    sched.at(1e-6, first, None)
-    sched.at(1e-6, lambda t, _: ran.append("second"), None)
+    sched.at(PS_PER_US, first, None)
+    sched.at(PS_PER_US, lambda t, _: ran.append("second"), None)
     run_all(sched)
     assert ran == ["first", "second", "scheduled by first"]
 
@@ -68,7 +70,7 @@ def test_a_paced_run_never_reorders_events_even_when_late(sched):
     """A slow event makes those after it late: they run late, in the same order as unpaced."""
     ran = []
     for i in range(20):
-        sched.at(i * 0.5e-6, lambda t, i: (ran.append(i), time.sleep(0.004 if i == 3 else 0)), i)
+        sched.at(i * PS_PER_US // 2, lambda t, i: (ran.append(i), time.sleep(0.004 if i == 3 else 0)), i)
     late = Lateness()
     run_all(sched, late)
     assert ran == list(range(20))
@@ -83,25 +85,32 @@ def test_a_paced_event_never_runs_before_the_wall_reaches_it(sched):
         pytest.skip("unpaced: fabric time is the schedule's own, the wall does not hold it")
     when = []
     for i in range(1, 6):
-        sched.at(i * 1e-6, lambda t, _: when.append((t, time.monotonic())), None)
+        sched.at(i * PS_PER_US, lambda t, _: when.append((t, time.monotonic())), None)
     run_all(sched)
     for t, wall in when:
-        assert wall >= sched.anchor_w + (t - sched.anchor_f) * D
+        assert wall >= sched.anchor_w + to_s(t - sched.anchor_f) * D == sched.deadline(t)
 
 
 def test_outside_input_is_stamped_at_the_fabric_instant_the_wall_maps_to(sched):
-    sched.at(5e-6, lambda t, _: None, None)
+    sched.at(5 * PS_PER_US, lambda t, _: None, None)
     run_all(sched)
     stamp = sched.stamp()
     if sched.paced:  # the wall mapped (never before the last event)
         assert stamp >= sched.now
         time.sleep(0.01)
-        before = sched.anchor_f + (time.monotonic() - sched.anchor_w) / D
+        before = sched.anchor_f + to_ps((time.monotonic() - sched.anchor_w) / D)
         stamp = sched.stamp()
-        after = sched.anchor_f + (time.monotonic() - sched.anchor_w) / D
-        assert before <= stamp <= after
+        after = sched.anchor_f + to_ps((time.monotonic() - sched.anchor_w) / D)
+        assert type(stamp) is int and before <= stamp <= after
     else:  # a job runs unpaced: nothing outside keeps its time, input enters now
-        assert stamp == sched.now == 5e-6
+        assert stamp == sched.now == 5 * PS_PER_US
+
+
+def test_a_time_that_is_not_whole_picoseconds_is_refused(sched):
+    """A float (seconds, or a rounded sum) is a caller's bug on either core, not a time to truncate."""
+    with pytest.raises(TypeError, match="whole picoseconds"):
+        sched.at(1e-6, lambda t, _: None, None)
+    assert not len(sched) and sched.next_time() == NEVER
 
 
 @pytest.mark.parametrize("core", CORES)
@@ -117,11 +126,11 @@ def test_a_paced_loop_starts_a_job_at_a_whole_fabric_second_and_the_wall_meets_i
     try:
         t0 = loop.begin()
         sched = loop.sched
-        assert t0 == 1.0 and sched.anchor_f == 1.0 and abs(sched.anchor_w - time.monotonic()) < 0.01
+        assert t0 == PS_PER_S and sched.anchor_f == PS_PER_S and abs(sched.anchor_w - time.monotonic()) < 0.01
         assert not gc.isenabled()
         time.sleep(0.01)  # 5 fabric us at D = 2000
         t1 = loop.begin()
-        assert t1 == sched.now and 1.0 + 0.009 / D <= t1 <= sched.stamp()
+        assert t1 == sched.now and PS_PER_S + to_ps(0.009 / D) <= t1 <= sched.stamp()
         loop.end()
         loop.end()
         assert gc.isenabled() and loop.running_jobs == 0 and sched.busy == 0

@@ -61,6 +61,8 @@ def test_a_frames_time_on_a_wire_is_exact_and_rounds_halves_up(impl):
         with pytest.raises(OverflowError):
             impl.ser_ps(*bad)
     assert impl.ser_ps(1_152_921, 1) == 9_223_368 * 10**12  # the largest that fits, on both cores
+    assert impl.ser_ps(0xFFFF * 64, 100_000_000_000) == 335_539_200  # PFC's longest pause: 33.5 Mbit, exact
+    assert impl.ser_ps(1 << 40, 1_000_000_000_000) == 8_796_093_022_208  # a TiB at 1 Tb/s: 8.8 s
 
 
 def test_a_rate_that_is_not_whole_bits_per_second_is_rounded_once():
@@ -83,4 +85,6 @@ def test_both_cores_give_the_same_answers_bit_for_bit():
         ps = rnd.randrange(0, 1 << 62)
         assert c.to_s(ps) == simtime.to_s(ps), ps
         nbytes, rate = rnd.randrange(0, 1_152_922), rnd.randrange(1, 2 * 10**12)
+        assert c.ser_ps(nbytes, rate) == simtime.ser_ps(nbytes, rate), (nbytes, rate)
+        nbytes, rate = rnd.randrange(1_152_922, 1 << 40), rnd.randrange(10**6, 2 * 10**12)  # past 64 bits' product
         assert c.ser_ps(nbytes, rate) == simtime.ser_ps(nbytes, rate), (nbytes, rate)

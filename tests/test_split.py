@@ -12,6 +12,7 @@ import pytest
 
 from emu.dataplane.partition import split_at_longest
 from emu.dataplane.spec import PortSpec, SpecError
+from emu.simtime import NEVER, PS_PER_S
 
 
 def _port(i: int, peer: str, peer_port: int, delay_s: float) -> PortSpec:
@@ -169,17 +170,17 @@ class _Loop:
     """Just enough of a loop for a channel's clock rounds: events are kept, not run."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[float, object, object]] = []
+        self.events: list[tuple[int, object, object]] = []
         self.jump_to = None
 
-    def at(self, t: float, fn: object, arg: object = None) -> None:
+    def at(self, t: int, fn: object, arg: object = None) -> None:
         self.events.append((t, fn, arg))
 
-    def clock(self) -> float:
-        return 0.0
+    def clock(self) -> int:
+        return 0
 
-    def fabric_s_of_wall(self, wall_s: float) -> float:
-        return wall_s / 1000.0  # paced at D = 1000
+    def fabric_ps_of_wall(self, wall_s: float) -> int:
+        return round(wall_s / 1000.0 * 1e12)  # paced at D = 1000
 
     def add_reader(self, fd: int, handler: object) -> None:
         pass
@@ -192,7 +193,6 @@ def test_the_wall_clocks_bound_is_the_widest_round_since_the_last_reset(monkeypa
     """On the wall clock across machines, a round of probes each second measures a peer's clock (NTP's
     way: of the shortest round trip, offset = its time - the midpoint); the bound the verdict counts
     is the widest finished round's since the measurement began, so a clock that drifts mid-run shows."""
-    import math
     import socket
 
     from emu.dataplane import channel as ch
@@ -200,28 +200,29 @@ def test_the_wall_clocks_bound_is_the_widest_round_since_the_last_reset(monkeypa
     a, b = socket.socketpair()
     now = [100.0]
     monkeypatch.setattr(ch.time, "time", lambda: now[0])
-    c = ch.Channels(0, 2, math.inf, _Loop(), lambda *x: None, str, paced=True)
+    c = ch.Channels(0, 2, NEVER, _Loop(), lambda *x: None, str, paced=True)
     peer = ch._Peer(1, a, bytearray(), bytearray())
     c.peers[1] = peer
 
     def sample(r: int, k: int, offset: float, rtt: float) -> None:
         now[0] = 100.0 + r
-        c._probe_clocks(0.0, r * ch.CLOCK_SAMPLES + k)
+        c._probe_clocks(0, r * ch.CLOCK_SAMPLES + k)
         now[0] += rtt
-        c._message(peer, ch.CLOCK_REPLY, ch.IDLE, 100.0 + r + rtt / 2 + offset, r * ch.CLOCK_SAMPLES + k, b"")
+        wall_ns = round((100.0 + r + rtt / 2 + offset) * 1e9)  # a reply carries the peer's wall in ns
+        c._message(peer, ch.CLOCK_REPLY, ch.IDLE, wall_ns, r * ch.CLOCK_SAMPLES + k, b"")
 
-    c._clock_round(0.0, 0)
-    # The rounds keep wall time on a loop in fabric seconds: a round a wall second, at D = 1000 a fabric ms.
-    assert [t for t, fn, _ in c.loop.events if fn == c._clock_round] == [pytest.approx(1e-3)]
+    c._clock_round(0, 0)
+    # The rounds keep wall time on a loop in fabric picoseconds: a round a wall second, at D = 1000 a fabric ms.
+    assert [t for t, fn, _ in c.loop.events if fn == c._clock_round] == [PS_PER_S // 1000]
     sample(0, 0, offset=20e-6, rtt=400e-6)  # a slow round trip: its sample is not the best
     sample(0, 1, offset=10e-6, rtt=100e-6)
     (got,) = c.clock_bounds().values()
     assert got["offset_s"] == pytest.approx(10e-6) and got["bound_s"] == pytest.approx(60e-6)
-    c._clock_round(1.0, 1)
+    c._clock_round(PS_PER_S, 1)
     sample(1, 0, offset=-200e-6, rtt=100e-6)  # the clocks drifted apart
-    c._clock_round(2.0, 2)
+    c._clock_round(2 * PS_PER_S, 2)
     sample(2, 0, offset=5e-6, rtt=100e-6)  # and came back
-    c._clock_round(3.0, 3)
+    c._clock_round(3 * PS_PER_S, 3)
     assert c.clock_bounds()["1"]["bound_s"] == pytest.approx(250e-6)  # the widest round's
     c.reset_clocks()
     sample(3, 0, offset=1e-6, rtt=100e-6)

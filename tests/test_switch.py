@@ -10,6 +10,7 @@ from scapy.layers.l2 import ARP, Ether
 from emu import packet as pk
 from emu.dataplane.spec import EcnSpec, QosSpec
 from emu.dataplane.wiring import VirtualFabric
+from emu.simtime import PS_PER_US, rate_of, ser_ps, to_ps
 from emu.units import WIRE_OVERHEAD_BYTES
 from tests.helpers import host_mac, port_mac, star
 
@@ -45,14 +46,14 @@ def test_link_rate_and_delay_are_applied_on_both_hops():
     tb = VirtualFabric(star(2, rate=rate, delay=delay))
     frame = udp4(0, 1, size=1000)
     for _ in range(10):
-        tb.send("s0", "s0-eth0", frame, t=0.0)
+        tb.send("s0", "s0-eth0", frame, t=0)
     tb.run()
     times = [t for t, _ in tb.received[("s0", "s0-eth1")]]
-    ser = (len(frame) + WIRE_OVERHEAD_BYTES) * 8 / rate
-    # First frame: serialised and propagated on the host link, then on the switch's egress.
-    assert times[0] == pytest.approx(2 * ser + 2 * delay)
+    ser = ser_ps(len(frame) + WIRE_OVERHEAD_BYTES, rate_of(rate))
+    # First frame: serialised and propagated on the host link, then on the switch's egress: exact, in ps.
+    assert times[0] == 2 * ser + 2 * to_ps(delay)
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert all(g == pytest.approx(ser) for g in gaps)
+    assert gaps == [ser] * 9
 
 
 @pytest.mark.parametrize("dilation", [1.0, 1000.0])
@@ -60,11 +61,11 @@ def test_a_switch_keeps_fabric_time_whatever_the_dilation(dilation):
     """D paces the loop against the wall (emu.dataplane.loop.EngineLoop); the switches' rates and delays are
     the fabric's, so a frame's time through them is the same at every D, to the bit."""
     tb = VirtualFabric(star(2, dilation=dilation))
-    tb.send("s0", "s0-eth0", udp4(0, 1, size=1000), t=0.0)
+    tb.send("s0", "s0-eth0", udp4(0, 1, size=1000), t=0)
     tb.run()
     (t, _), = tb.received[("s0", "s0-eth1")]
-    ser = (1042 + WIRE_OVERHEAD_BYTES) * 8 / 100e9  # frame is 1042 bytes
-    assert t == 2 * ser + 2e-6
+    ser = (1042 + WIRE_OVERHEAD_BYTES) * 80  # frame is 1042 bytes; 80 ps a byte at 100 Gb/s
+    assert t == 2 * ser + 2 * PS_PER_US
 
 
 def test_arp_request_for_gateway_is_answered():
@@ -144,7 +145,7 @@ def test_ipv6_echo_to_switch():
 def test_malformed_frames_are_dropped_and_counted(frame):
     tb = VirtualFabric(star(2))
     sw = tb.switches["s0"]
-    sw.ingress(0, 0.0, frame)
+    sw.ingress(0, 0, frame)
     tb.run()
     assert sum(sw.ports[0].drops.values()) == 1
     assert tb.frames("s0", "s0-eth1") == []
@@ -153,17 +154,17 @@ def test_malformed_frames_are_dropped_and_counted(frame):
 def test_pfc_frame_pauses_the_priority_it_names():
     tb = VirtualFabric(star(2))
     sw = tb.switches["s0"]
-    sw.ingress(1, 0.0, pk.pfc_frame(pk.mac_bytes(host_mac(1)), {3: 0xFFFF}))
-    tb.send("s0", "s0-eth0", udp4(0, 1, tos=26 << 2), t=0.0)  # class 3: paused
-    tb.send("s0", "s0-eth0", udp4(0, 1, tos=0), t=0.0)  # class 0: not paused
-    tb.run(until=1e-4)
+    sw.ingress(1, 0, pk.pfc_frame(pk.mac_bytes(host_mac(1)), {3: 0xFFFF}))
+    tb.send("s0", "s0-eth0", udp4(0, 1, tos=26 << 2), t=0)  # class 3: paused
+    tb.send("s0", "s0-eth0", udp4(0, 1, tos=0), t=0)  # class 0: not paused
+    tb.run(until=100 * PS_PER_US)
     (first,) = tb.frames("s0", "s0-eth1")
     assert Ether(first)[IP].tos == 0
     sw.ingress(1, tb.loop.now, pk.pfc_frame(pk.mac_bytes(host_mac(1)), {3: 0}))  # XON
     tb.run()
     assert len(tb.frames("s0", "s0-eth1")) == 2
     assert sw.ports[1].pfc_rx == 2
-    assert sw.stats(tb.loop.now)["ports"]["s0-eth1"]["paused_s"][3] == pytest.approx(1e-4)
+    assert sw.stats(tb.loop.now)["ports"]["s0-eth1"]["paused_s"][3] == 1e-4  # paused 0 to 100 us, exactly
 
 
 def incast(pfc: bool, senders: int = 4, packets: int = 400):
@@ -171,7 +172,7 @@ def incast(pfc: bool, senders: int = 4, packets: int = 400):
     tb = VirtualFabric(star(senders + 1, qos=qos))
     for s in range(1, senders + 1):
         for i in range(packets):
-            tb.send("s0", f"s0-eth{s}", udp4(s, 0, size=1000, tos=26 << 2, sport=1000 + i), t=0.0)
+            tb.send("s0", f"s0-eth{s}", udp4(s, 0, size=1000, tos=26 << 2, sport=1000 + i), t=0)
     tb.run()
     return tb, tb.switches["s0"]
 
@@ -199,9 +200,9 @@ def test_ecn_marks_ect_packets_above_kmax_only():
     tb = VirtualFabric(star(3, qos=qos))
     for s in (1, 2):
         for i in range(20):
-            tb.send("s0", f"s0-eth{s}", udp4(s, 0, size=1000, tos=0x02, sport=i), t=0.0)
+            tb.send("s0", f"s0-eth{s}", udp4(s, 0, size=1000, tos=0x02, sport=i), t=0)
     for _ in range(5):
-        tb.send("s0", "s0-eth1", udp4(1, 0, size=1000, tos=0x00, sport=99), t=0.0)
+        tb.send("s0", "s0-eth1", udp4(1, 0, size=1000, tos=0x00, sport=99), t=0)
     tb.run()
     frames = [Ether(f) for f in tb.frames("s0", "s0-eth0")]
     marked = [f for f in frames if f[IP].tos & 3 == 3]
@@ -228,12 +229,12 @@ def test_dwrr_shares_by_weight_and_strict_goes_first():
 
     loop = Loop()
     out = []
-    tx = Transmitter(loop, name="t", rate_bps=1e9, delay=0.0, deliver=lambda t, f: out.append(f[0]),
+    tx = Transmitter(loop, name="t", rate_bps=1e9, delay_ps=0, deliver=lambda t, f: out.append(f[0]),
                      strict=(7,), weights=(3, 1, 1, 1, 1, 1, 1, 1))
     for _ in range(40):
-        tx.enqueue(0.0, 0, bytes([0]) * 1000)
-        tx.enqueue(0.0, 1, bytes([1]) * 1000)
-    tx.enqueue(0.0, 7, bytes([7]) * 1000)
+        tx.enqueue(0, 0, bytes([0]) * 1000)
+        tx.enqueue(0, 1, bytes([1]) * 1000)
+    tx.enqueue(0, 7, bytes([7]) * 1000)
     loop.run()
     first = out[1:41]  # the frame already on the wire went first; then strict, then 3:1
     assert out[1] == 7

@@ -12,6 +12,7 @@ from scapy.layers.l2 import Ether
 from emu import packet as pk
 from emu.dataplane.spec import QosSpec, SpecError, TrimSpec
 from emu.dataplane.wiring import VirtualFabric
+from emu.simtime import NEVER, PS_PER_US, to_ps
 from tests.helpers import host_mac, port_mac, star
 
 pytestmark = pytest.mark.usefixtures("both_cores")
@@ -30,7 +31,7 @@ def incast(trim: TrimSpec | None, tclass: int = TRIMMABLE, senders: int = 4, pac
     tb = VirtualFabric(star(senders + 1, qos=QosSpec(pfc=True, buffer_per_port=128 * 1024, trim=trim)))
     for s in range(1, senders + 1):
         for i in range(packets):
-            tb.send("s0", f"s0-eth{s}", udp6(s, 0, tclass, sport=1000 + i), t=0.0)
+            tb.send("s0", f"s0-eth{s}", udp6(s, 0, tclass, sport=1000 + i), t=0)
     tb.run()
     return tb, tb.switches["s0"]
 
@@ -76,7 +77,7 @@ def test_ipv4_trimmed_frame_is_valid_too():
 def test_headers_go_out_first_strict_priority_over_the_data(monkeypatch):
     """A header waits at most for the frame already on the wire (and the headers before it), never for
     the data queued ahead of it, which is tens of frames deep."""
-    trimmed_at: list[float] = []
+    trimmed_at: list[int] = []
     loops = []
     real = pk.trim_frame
 
@@ -85,15 +86,15 @@ def test_headers_go_out_first_strict_priority_over_the_data(monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(pk, "trim_frame", record)
-    monkeypatch.setattr(VirtualFabric, "run", lambda self, until=float("inf"): (loops.append(self.loop),
+    monkeypatch.setattr(VirtualFabric, "run", lambda self, until=NEVER: (loops.append(self.loop),
                                                                                self.loop.run(until)))
     tb, sw = incast(TrimSpec())
     got = [t for t, f in tb.received[("s0", "s0-eth0")] if len(f) <= 200]
     assert len(got) == len(trimmed_at) > 0
-    ser = 8 / 100e9
-    data_s, header_s = (1062 + 14 + 24) * ser, (78 + 24) * ser
-    waits = [r - t - header_s - 1e-6 for t, r in zip(trimmed_at, got, strict=True)]  # less its own wire and cable
-    assert max(waits) <= data_s + 4 * header_s + 1e-12, max(waits) / data_s
+    ser = 80  # ps a byte at 100 Gb/s
+    data, header = (1062 + 14 + 24) * ser, (78 + 24) * ser
+    waits = [r - t - header - PS_PER_US for t, r in zip(trimmed_at, got, strict=True)]  # less its own wire and cable
+    assert max(waits) <= data + 4 * header, max(waits) / data
     assert max(sw.ports[0].tx.qhwm[3:4]) > 30 * 1100  # FIFO behind the data would have waited 30 frames and more
 
 
@@ -206,7 +207,7 @@ def _trimmed_write(core: str, cc: str, trims: int, nbytes: int = 64 << 10) -> tu
             f[14], f[15] = (f[14] & 0xF0) | tclass >> 4, (f[15] & 0x0F) | (tclass & 0x0F) << 4
         log.append((loop.now, src, plane, psn, op, cut))
         peer = hosts["b" if src == "a" else "a"]
-        loop.at(loop.now + 1e-6, lambda t, fr: peer.deliver[plane](t, fr), bytes(f))
+        loop.at(loop.now + PS_PER_US, lambda t, fr: peer.deliver[plane](t, fr), bytes(f))
 
     class Host:
         def __init__(self, name: str) -> None:
@@ -233,9 +234,9 @@ def _trimmed_write(core: str, cc: str, trims: int, nbytes: int = 64 << 10) -> tu
         qa.post_write(1, src, 0, nbytes, dst.va, dst.rkey)
         yield qa.idle
 
-    done: list[float] = []
-    a.start(write(), 0.0, lambda _, t: done.append(t))
-    loop.run(until=0.01)
+    done: list[int] = []
+    a.start(write(), 0, lambda _, t: done.append(t))
+    loop.run(until=to_ps(0.01))
     assert done and not fails, (done, fails)
     return log, qa, bytes(dst.buf) == bytes(src.buf)
 
@@ -249,7 +250,7 @@ def test_a_nacked_packet_is_resent_at_once_on_the_other_plane(both_cores):
     again = [x for x in log if x[1] == "a" and x[3] == psn and x[4] != 0x11 and x[0] > t_cut]
     assert whole and qa.trim_nacks == 1 and qa.timeouts == 0
     assert again and again[0][2] == 1, again  # resent on plane 1, not the plane that trimmed it
-    assert again[0][0] - t_cut < 10e-6, again  # a round trip and the NACK's turn, not an RTO (200 us)
+    assert again[0][0] - t_cut < 10 * PS_PER_US, again  # a round trip and the NACK's turn, not an RTO (200 us)
 
 
 def test_a_trim_counts_as_a_cnp_at_most_once_a_cnp_interval(both_cores):

@@ -8,6 +8,7 @@ from emu import packet as pk
 from emu.backends.bmv2.links import LinkModeError, choose_links, wire_name, wire_spec
 from emu.dataplane.spec import EngineSpec, SpecError, SwitchSpec
 from emu.dataplane.wiring import VirtualFabric
+from emu.simtime import PS_PER_S, PS_PER_US, rate_of, ser_ps, to_ps
 from emu.units import WIRE_OVERHEAD_BYTES
 from tests.helpers import host_port, star
 from tests.test_switch import udp4
@@ -15,6 +16,7 @@ from tests.test_switch import udp4
 pytestmark = pytest.mark.usefixtures("both_cores")
 
 RATE, DELAY = 10e9, 3e-6
+US = PS_PER_US
 
 
 def box() -> VirtualFabric:
@@ -22,18 +24,18 @@ def box() -> VirtualFabric:
     return VirtualFabric(wire_spec(star(1, rate=RATE, delay=DELAY)))
 
 
-def ser(frame: bytes) -> float:
-    return (len(frame) + WIRE_OVERHEAD_BYTES) * 8 / RATE
+def ser(frame: bytes) -> int:
+    return ser_ps(len(frame) + WIRE_OVERHEAD_BYTES, rate_of(RATE))
 
 
 def test_host_to_p4_crosses_the_host_link_once_unchanged():
     vf = box()
     frame = udp4(0, 1, size=1000)
-    vf.send("s0", "s0-eth0", frame, t=0.0)
+    vf.send("s0", "s0-eth0", frame, t=0)
     vf.run()
     ((t, out),) = vf.received[("s0", wire_name("s0", 0, "w"))]
     assert out == frame  # no MAC rewrite, no TTL: the P4 switch does the switching
-    assert t == pytest.approx(ser(frame) + DELAY)  # the host NIC and link; the handover adds nothing
+    assert t == ser(frame) + to_ps(DELAY)  # the host NIC and link; the handover adds nothing
 
 
 def test_p4_to_host_is_paced_at_the_link_rate_and_delayed():
@@ -41,11 +43,11 @@ def test_p4_to_host_is_paced_at_the_link_rate_and_delayed():
     sw = vf.switches["s0"]
     frame = udp4(1, 0, size=1000)
     for _ in range(5):
-        vf.loop.at(0.0, lambda t, f: sw.ingress(1, t, f), frame)
+        vf.loop.at(0, lambda t, f: sw.ingress(1, t, f), frame)
     vf.run()
     times = [t for t, _ in vf.received[("s0", "s0-eth0")]]
-    assert times[0] == pytest.approx(ser(frame) + DELAY)
-    assert all(b - a == pytest.approx(ser(frame)) for a, b in zip(times, times[1:], strict=False))
+    assert times[0] == ser(frame) + to_ps(DELAY)
+    assert all(b - a == ser(frame) for a, b in zip(times, times[1:], strict=False))
 
 
 def test_wire_queue_overflow_is_counted_not_raised():
@@ -54,7 +56,7 @@ def test_wire_queue_overflow_is_counted_not_raised():
     frame = udp4(1, 0, size=8000)
     n = 2 * (1 << 20) // len(frame)  # twice the box's per-port queue, all at once
     for _ in range(n):
-        vf.loop.at(0.0, lambda t, f: sw.ingress(1, t, f), frame)
+        vf.loop.at(0, lambda t, f: sw.ingress(1, t, f), frame)
     vf.run()
     got = len(vf.received[("s0", "s0-eth0")])
     assert 0 < got < n and sw.ports[0].drops["wire_overflow"] == n - got
@@ -127,7 +129,7 @@ def tagged(frame: bytes, port: int, prio: int, charged: int) -> bytes:
     return frame[:6] + tag + frame[12:]
 
 
-def credits(vf: VirtualFabric) -> list[tuple[float, int, int, int]]:
+def credits(vf: VirtualFabric) -> list[tuple[int, int, int, int]]:
     """(time, port, priority, bytes) of every credit the box handed to the P4 switch."""
     out = []
     for t, f in vf.received.get(("s0", wire_name("s0", 0, "w")), []):
@@ -140,7 +142,7 @@ def test_a_charged_frame_leaves_with_the_port_mac_and_its_bytes_come_back_as_cre
     vf = box()
     sw = vf.switches["s0"]
     frame = udp4(1, 0, size=1000, tos=LOSSLESS_TOS)
-    vf.loop.at(0.0, lambda t, f: sw.ingress(1, t, f), tagged(frame, port=2, prio=3, charged=1034))
+    vf.loop.at(0, lambda t, f: sw.ingress(1, t, f), tagged(frame, port=2, prio=3, charged=1034))
     vf.run()
     ((t_out, out),) = vf.received[("s0", "s0-eth0")]
     assert out == frame[:6] + sw.ports[0].mac + frame[12:]  # the port's MAC back, nothing else changed
@@ -152,29 +154,29 @@ def test_a_pause_off_the_link_holds_that_priority_and_its_credit_until_xon():
     vf = box()
     sw = vf.switches["s0"]
     lossless, other = udp4(1, 0, size=1000, tos=LOSSLESS_TOS), udp4(1, 0, size=1000)
-    vf.loop.at(0.0, lambda t, f: sw.ingress(0, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0xFFFF}))  # peer: XOFF 3
+    vf.loop.at(0, lambda t, f: sw.ingress(0, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0xFFFF}))  # peer: XOFF 3
     for i in range(3):
-        vf.loop.at(1e-6, lambda t, f: sw.ingress(1, t, f), tagged(lossless, 1, 3, 1000 + i))
-    vf.loop.at(1e-6, lambda t, f: sw.ingress(1, t, f), other)
-    vf.loop.at(20e-6, lambda t, f: sw.ingress(0, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0}))  # XON
+        vf.loop.at(1 * US, lambda t, f: sw.ingress(1, t, f), tagged(lossless, 1, 3, 1000 + i))
+    vf.loop.at(1 * US, lambda t, f: sw.ingress(1, t, f), other)
+    vf.loop.at(20 * US, lambda t, f: sw.ingress(0, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0}))  # XON
     vf.run()
     out = vf.received[("s0", "s0-eth0")]
-    assert sw.ports[0].pfc_rx == 2 and sw.ports[0].tx.paused_seconds(1.0)[3] == pytest.approx(20e-6)
+    assert sw.ports[0].pfc_rx == 2 and sw.ports[0].tx.paused_ps(PS_PER_S)[3] == 20 * US  # exactly, in ps
     held = [t for t, f in out if f[15] == LOSSLESS_TOS]
-    assert len(held) == 3 and min(held) >= 20e-6  # nothing of class 3 left while paused
-    assert [t for t, f in out if f[15] == 0][0] < 20e-6  # the other class went on
+    assert len(held) == 3 and min(held) >= 20 * US  # nothing of class 3 left while paused
+    assert [t for t, f in out if f[15] == 0][0] < 20 * US  # the other class went on
     owed = credits(vf)
-    assert sum(n for *_, n in owed) == 3000 + 3 and all(t >= 20e-6 for t, *_ in owed)
+    assert sum(n for *_, n in owed) == 3000 + 3 and all(t >= 20 * US for t, *_ in owed)
 
 
 def test_a_pause_from_the_p4_switch_to_a_host_stops_the_host_nic_model():
     vf = box()
     sw = vf.switches["s0"]
-    vf.loop.at(0.0, lambda t, f: sw.ingress(1, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0xFFFF}))
+    vf.loop.at(0, lambda t, f: sw.ingress(1, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0xFFFF}))
     for _ in range(2):
-        vf.send("s0", "s0-eth0", udp4(0, 1, size=1000, tos=LOSSLESS_TOS), t=10e-6)
-    vf.loop.at(50e-6, lambda t, f: sw.ingress(1, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0}))
+        vf.send("s0", "s0-eth0", udp4(0, 1, size=1000, tos=LOSSLESS_TOS), t=10 * US)
+    vf.loop.at(50 * US, lambda t, f: sw.ingress(1, t, f), pk.pfc_frame(b"\x02" * 6, {3: 0}))
     vf.run()
     assert [f[12:14] for _, f in vf.received[("s0", "s0-eth0")]] == [b"\x88\x08"] * 2  # seen by tcpdump there
     got = [t for t, _ in vf.received[("s0", wire_name("s0", 0, "w"))]]
-    assert len(got) == 2 and min(got) >= 50e-6 + DELAY and sw.ports[0].pfc_tx == 2
+    assert len(got) == 2 and min(got) >= 50 * US + to_ps(DELAY) and sw.ports[0].pfc_tx == 2

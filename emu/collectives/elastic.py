@@ -41,6 +41,7 @@ from emu.collectives.rank import SLICE, Ring, put_pattern, wrong
 from emu.dataplane.job import Attach, Job
 from emu.roce.endpoint import Endpoint, Wait
 from emu.roce.transport import Device, QueuePair
+from emu.simtime import to_ps, to_s
 
 SUSPECT, PROPOSE, ACCEPT, COMMIT = 1, 2, 3, 4
 HEARTBEAT_S = 20e-6  # fabric s between heartbeats to the right neighbour
@@ -64,7 +65,7 @@ class Member(Ring):
         super().__init__(dev, rank, len(ranks), "allreduce", size, slice_bytes, timed=False)
         self.me = rank
         self.size, self.steps = size, steps
-        self.heartbeat_s = heartbeat_s
+        self.heartbeat = to_ps(heartbeat_s)
         self.view = list(ranks)
         self.epoch = 0
         others = [p for p in ranks if p != rank]
@@ -73,7 +74,7 @@ class Member(Ring):
         self.ctl_from = {qp.qpn: p for p, qp in self.ctl.items()}
         self.inbox: list[tuple[int, int, int, int]] = []  # (kind, epoch, rank, from whom)
         self.suspects: set[int] = set()
-        self.next_beat = 0.0
+        self.next_beat = 0
         self.step = 0  # the step this member is in
         self.steps_done: dict[int, dict[str, Any]] = {}  # by step: a step redone after a view change replaces it
         self.events: dict[str, float] = {}
@@ -106,7 +107,7 @@ class Member(Ring):
 
     # -- waiting, with an ear for the membership -------------------------------------------------
 
-    def _now(self) -> float:
+    def _now(self) -> int:
         return self.dev.clock.clock()
 
     def _poll(self) -> None:
@@ -129,7 +130,7 @@ class Member(Ring):
         right = self.view[(self.r + 1) % self.n]
         if not self.ctl[right].error:
             self.ctl[right].post_write(0, self.data, 0, 0, 0, 0)
-        self.next_beat = now + self.heartbeat_s
+        self.next_beat = now + self.heartbeat
         self.dev.alarm(self.next_beat)
         return True
 
@@ -174,13 +175,13 @@ class Member(Ring):
             try:
                 yield from self.ring(self.reduce_scatter_steps() + self.all_gather_steps(1), chunk)
             except Abort:
-                self.events.setdefault("aborted_start_s", start)
+                self.events.setdefault("aborted_start_s", to_s(start))
                 if not (yield from self.change_view()):
                     break  # the others excluded us (taken for dead): this replica stops here
                 continue
             bad = wrong(self.ints(self.data, 0, used), sum(p + 1 for p in self.view) - 1)
             self.steps_done[self.step] = {"step": self.step, "epoch": self.epoch, "view": list(self.view),
-                                          "start_s": start, "end_s": self.done_at, "bytes": used, "wrong": bad}
+                                          "start_s": to_s(start), "end_s": to_s(self.done_at), "bytes": used, "wrong": bad}
             self.step += 1
         return {"rank": self.me, "steps": [self.steps_done[s] for s in sorted(self.steps_done)],
                 "events": self.events, "view": self.view,
@@ -202,18 +203,18 @@ class Member(Ring):
             for p in self._failed():
                 if p not in self.suspects:
                     self.suspects.add(p)
-                    self.events.setdefault("detected_s", now)
+                    self.events.setdefault("detected_s", to_s(now))
             msgs, self.inbox = self.inbox, []
             for i, (kind, epoch, rank, sender) in enumerate(msgs):
                 if kind == SUSPECT and rank in self.view:
                     self.suspects.add(rank)
                 elif kind == PROPOSE and epoch > self.epoch:
                     if rank == self.me:
-                        self.events.setdefault("excluded_s", now)
+                        self.events.setdefault("excluded_s", to_s(now))
                         return False
                     proposal = (epoch, rank, sender)
                     self.suspects.add(rank)  # told, not detected: its queue pairs fail below by our hand
-                    self.events.setdefault("proposed_s", now)
+                    self.events.setdefault("proposed_s", to_s(now))
                 elif kind == ACCEPT and proposal is not None and epoch == proposal[0]:
                     accepts[sender] = rank  # an ACCEPT's rank field carries the sender's step
                 elif kind == COMMIT and proposal is not None and epoch == proposal[0]:
@@ -228,7 +229,7 @@ class Member(Ring):
             if coordinator == self.me and self.suspects and proposal is None:
                 excluded = min(self.suspects)
                 proposal = (self.epoch + 1, excluded, self.me)
-                self.events.setdefault("proposed_s", now)
+                self.events.setdefault("proposed_s", to_s(now))
                 for p in live:
                     if p != self.me:
                         self._send(p, PROPOSE, proposal[0], excluded)
@@ -245,7 +246,7 @@ class Member(Ring):
                         qp.cancel()
                 if self._links_idle():  # nothing of the aborted step can land anywhere any more
                     accepted = True
-                    self.events.setdefault("accepted_s", now)
+                    self.events.setdefault("accepted_s", to_s(now))
                     if proposal[2] == self.me:
                         accepts[self.me] = self.step
                     else:
@@ -270,7 +271,7 @@ class Member(Ring):
         self.view = [p for p in self.view if p != excluded]
         self.suspects.discard(excluded)
         self.epoch = epoch
-        self.events.setdefault("committed_s", now)
+        self.events.setdefault("committed_s", to_s(now))
         self._set_view()
 
 
@@ -301,16 +302,16 @@ class ReplicasJob(Job):
         self.fail_spec = params.get("fail")
         self.dead = -1 if not self.fail_spec else int(self.fail_spec["rank"])
         self.reports: dict[int, dict[str, Any]] = {}
-        self.failed_at = -1.0
+        self.failed_at = -1
 
     def kick(self) -> None:
         if self.fail_spec:
-            self.loop.at(self.t0 + float(self.fail_spec["after_s"]), self._kill, None)
+            self.loop.at(self.t0 + to_ps(float(self.fail_spec["after_s"])), self._kill, None)
         for r, (ep, m) in enumerate(zip(self.endpoints, self.members, strict=True)):
             if self.local[r]:
                 ep.start(m.run(), self.t0, lambda out, t, r=r: self.tell([r, out]))
 
-    def _kill(self, t: float, _: Any) -> None:
+    def _kill(self, t: int, _: Any) -> None:
         """The replica's host dies: its ports go down, its NIC falls silent (each part, its own)."""
         self.failed_at = t
         for switch, port in self.fail_spec["ports"]:
@@ -319,7 +320,7 @@ class ReplicasJob(Job):
         if self.local[self.dead]:
             self.endpoints[self.dead].stop()
 
-    def heard(self, t: float, payload: Any) -> None:
+    def heard(self, t: int, payload: Any) -> None:
         """A replica's report, told by the part that runs it."""
         rank, out = payload
         if self.finished:
@@ -337,5 +338,6 @@ class ReplicasJob(Job):
     def result(self) -> dict[str, Any]:
         if self.error:
             return {"error": self.error}
-        return {"members": [self.reports[r] for r in sorted(self.reports)], "t0_s": self.t0,
-                "failed_at_s": self.failed_at, "dead": self.dead, "fabric_s": self.loop.now - self.t0}
+        return {"members": [self.reports[r] for r in sorted(self.reports)], "t0_s": to_s(self.t0),
+                "failed_at_s": to_s(self.failed_at) if self.failed_at >= 0 else -1.0, "dead": self.dead,
+                "fabric_s": self.since(self.loop.now)}

@@ -21,6 +21,7 @@ from emu.collectives import algorithms
 from emu.collectives.rank import Ring
 from emu.dataplane.job import Attach, Job
 from emu.roce.endpoint import Endpoint
+from emu.simtime import to_ps, to_s
 
 
 def _attach_ranks(job: Any, params: dict[str, Any]) -> None:
@@ -59,13 +60,13 @@ class CollectiveJob(Job):
             ring.connect(everyone)
         self.k = -1
         self.left = 0
-        self.started = 0.0
+        self.started = 0
 
     def kick(self) -> None:
         self.started = self.t0
         self._next_size(self.t0)
 
-    def _next_size(self, t: float) -> None:
+    def _next_size(self, t: int) -> None:
         self.k += 1
         if self.k == len(self.sizes):
             self.finish()
@@ -79,14 +80,14 @@ class CollectiveJob(Job):
             if self.local[r]:
                 ep.start(ring.run_op(size), t, lambda wrong, tt, r=r: self._rank_done(r, wrong, tt))
 
-    def _rank_done(self, rank: int, wrong: int, t: float) -> None:
+    def _rank_done(self, rank: int, wrong: int, t: int) -> None:
         if self.finished:
             return
         self.rows[rank].append({"size": self.sizes[self.k], "time_fabric_s": self.since(self.rings[rank].done_at, self.started),
                                 "wrong": wrong})
         self.tell(self.k)  # every part counts it, after every callback of this instant (a lookahead on, split)
 
-    def heard(self, t: float, size_index: Any) -> None:
+    def heard(self, t: int, size_index: Any) -> None:
         if self.finished or size_index != self.k:
             return
         self.left -= 1
@@ -151,7 +152,7 @@ class Together(Job):
         errors = [f"job {i}: {j.error}" for i, j in enumerate(self.parts) if j.error]
         self.fail("; ".join(errors)) if errors else self.finish()
 
-    def heard(self, t: float, payload: Any) -> None:
+    def heard(self, t: int, payload: Any) -> None:
         index, inner = payload
         self.parts[index].heard(t, inner)
 
@@ -225,10 +226,10 @@ class ReplayJob(Job):
         self.left = [len(rows) for rows in params["nodes"]]
         self.timeline: list[list[list[Any]]] = [[] for _ in range(n)]  # [id, kind, start, end] per node
         self.coll_rows: list[list[list[Any]]] = [[] for _ in range(n)]  # [k, issued, start, end, wrong]
-        self.issued_at: list[dict[int, float]] = [{} for _ in range(n)]
-        self.coll_start = [0.0] * len(self.colls)
-        self.busy_s = [0.0] * n
-        self.started = 0.0
+        self.issued_at: list[dict[int, int]] = [{} for _ in range(n)]
+        self.coll_start = [0] * len(self.colls)
+        self.busy = [0] * n  # picoseconds each rank computed
+        self.started = 0
 
     def kick(self) -> None:
         self.started = self.t0
@@ -238,7 +239,7 @@ class ReplayJob(Job):
                     if count == 0:
                         self._ready(r, nid, self.t0)
 
-    def _ready(self, r: int, nid: int, t: float) -> None:
+    def _ready(self, r: int, nid: int, t: int) -> None:
         kind = self.nodes[r][nid][1]
         if kind == "comp":
             heapq.heappush(self.compute_queue[r], nid)
@@ -250,24 +251,24 @@ class ReplayJob(Job):
             self.timeline[r].append([nid, kind, self.since(t), self.since(t)])
             self._done(r, nid, t)
 
-    def _compute(self, r: int, t: float) -> None:
+    def _compute(self, r: int, t: int) -> None:
         if self.computing[r] or not self.compute_queue[r]:
             return
         nid = heapq.heappop(self.compute_queue[r])
         self.computing[r] = True
-        self.loop.at(t + float(self.nodes[r][nid][3]), self._computed, (r, nid, t))
+        self.loop.at(t + to_ps(float(self.nodes[r][nid][3])), self._computed, (r, nid, t))
 
-    def _computed(self, t: float, arg: tuple[int, int, float]) -> None:
+    def _computed(self, t: int, arg: tuple[int, int, int]) -> None:
         r, nid, began = arg
         if self.finished:
             return
         self.computing[r] = False
-        self.busy_s[r] += self.since(t, began)
+        self.busy[r] += t - began
         self.timeline[r].append([nid, "comp", self.since(began), self.since(t)])
         self._done(r, nid, t)
         self._compute(r, t)
 
-    def _issue(self, r: int, t: float) -> None:
+    def _issue(self, r: int, t: int) -> None:
         """The rank's next communication, if it is ready and the stream is free."""
         if self.talking[r] or self.next_comm[r] == len(self.comm_seq[r]):
             return
@@ -329,7 +330,7 @@ class ReplayJob(Job):
         got.discard(want)
         return 0
 
-    def _messaged(self, r: int, nid: int, began: float, t: float) -> None:
+    def _messaged(self, r: int, nid: int, began: int, t: int) -> None:
         if self.finished:
             return
         kind, m = self.nodes[r][nid][1], self.nodes[r][nid][4]
@@ -340,7 +341,7 @@ class ReplayJob(Job):
         self._done(r, nid, t)
         self._issue(r, t)
 
-    def heard(self, t: float, payload: Any) -> None:
+    def heard(self, t: int, payload: Any) -> None:
         if self.finished:
             return
         what, arg = payload
@@ -371,7 +372,7 @@ class ReplayJob(Job):
         self._done(r, self.coll_node[r][k], t)
         self._issue(r, t)
 
-    def _done(self, r: int, nid: int, t: float) -> None:
+    def _done(self, r: int, nid: int, t: int) -> None:
         self.left[r] -= 1
         for c in self.children[r].get(nid, ()):
             self.waiting[r][c] -= 1
@@ -390,7 +391,7 @@ class ReplayJob(Job):
             return {"error": self.error}
         return {"ranks": [{"rank": r, "timeline": self.timeline[r], "collectives": self.coll_rows[r],
                            "messages": self.p2p_rows[r],
-                           "compute_s": self.busy_s[r],
+                           "compute_s": to_s(self.busy[r]),
                            "end_s": max((row[3] for row in self.timeline[r]), default=0.0),
                            "retransmits": sum(qp.retransmits for qp in self.endpoints[r].dev.qps.values())}
                           for r in range(self.n) if self.local[r]],

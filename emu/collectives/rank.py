@@ -41,6 +41,7 @@ from emu.roce.transport import (
     host_plane_addresses,
     release,
 )
+from emu.simtime import to_s
 
 SLICE = 256 << 10  # bytes a ring step sends per message (the pipeline's grain)
 START_MARGIN_S = 0.05  # wall time between the last rank's arrival and the common start
@@ -117,7 +118,7 @@ class Ring:
         # Wall time this rank spends on itself while it should be moving data (the reduction,
         # a late start): what a GPU would not spend, so it counts against fidelity.
         self.harness = Lateness()
-        self.done_at = 0.0  # when the last operation's communication finished (its clock)
+        self.done_at = 0  # when the last operation's communication finished (its clock, picoseconds)
 
     def info(self) -> dict[str, Any]:
         """What the peers need to reach this rank: its QPs, plane addresses and memory regions."""
@@ -366,9 +367,9 @@ def main(argv: list[str] | None = None) -> int:
         ring.fill(size)
         t0 = me.start_together(f"start{k}")
         wrong = drive_wall(ring.run_op(size), ring.dev, a.timeout, f"rank {a.rank}, {a.op} of {size} B")
-        # The device's clock is fabric seconds (monotonic() / D); the agreed start, on the wall, is mapped to
-        # it. The check of the result is not the collective's time.
-        rows.append({"size": size, "time_fabric_s": ring.done_at - ring.dev.clock.at_wall(t0), "wrong": wrong})
+        # The device's clock is fabric time (monotonic() / D, picoseconds); the agreed start, on the wall, is
+        # mapped to it. The check of the result is not the collective's time.
+        rows.append({"size": size, "time_fabric_s": to_s(ring.done_at - ring.dev.clock.at_wall(t0)), "wrong": wrong})
         me.barrier(f"end{k}")
     name = a.name or f"rank{a.rank}"
     fidelity = [*ring.dev.fidelity(name), asdict(Part.from_summary(f"rank {a.rank} harness", "rank",

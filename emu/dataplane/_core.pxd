@@ -4,10 +4,10 @@
 from cpython.ref cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
-ctypedef int (*EventFn)(object obj, double t, object parg, void* varg, int64_t iarg) except -1
+ctypedef int (*EventFn)(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1
 
 cdef struct Event:
-    double t
+    int64_t t
     int64_t seq
     EventFn fn          # NULL: a Python callback, obj(t, parg)
     int held            # a compiled event holding a reference to obj (push_held)
@@ -28,7 +28,7 @@ cdef enum:
     PENDING = 1
 
 cdef struct Flight:     # a frame in flight on a link: when it lands, its place in the order, where
-    double t
+    int64_t t
     int64_t seq
     Packet* p
     PyObject* target
@@ -40,39 +40,42 @@ cdef struct MT:
 cdef int64_t c_to_ps(double seconds) except? -1
 cdef double c_to_s(int64_t ps) noexcept nogil
 cdef int64_t c_ser_ps(int64_t nbytes, int64_t rate_bps) except -1
+cdef int64_t c_rate_of(double rate_bps) except -1
+cdef int64_t c_pause_ps(int64_t quanta, int64_t rate_bps) except -1
 cdef Packet* packet_new(int size) noexcept
 cdef void packet_free(Packet* p) noexcept
 cdef Packet* packet_from(object frame) except NULL
 cdef bytes packet_bytes(Packet* p)
 cdef void materialize(Packet* p) noexcept
 cdef uint32_t crc32(const uint8_t* data, int n, uint32_t start) noexcept nogil
-cdef int deliver_now(object target, double t, Packet* p) except -1
-cdef int deliver_at(Schedule sched, object target, double t, Packet* p) except -1
+cdef int deliver_now(object target, int64_t t, Packet* p) except -1
+cdef int deliver_at(Schedule sched, object target, int64_t t, Packet* p) except -1
 
 cdef class Schedule:
-    cdef double* kt             # the heap: each event's time, sequence, and slot in the pool
+    cdef int64_t* kt            # the heap: each event's time, sequence, and slot in the pool
     cdef int64_t* ks
     cdef int32_t* ki
     cdef Event* pool
     cdef int32_t* spare         # free slots of the pool
     cdef Py_ssize_t n, cap, used, nspare
     cdef int64_t seq
-    cdef public double now
+    cdef public int64_t now
     cdef public int mode
     cdef public int busy
     cdef public bint windowed
-    cdef public double drain_until
+    cdef public int64_t drain_until
     cdef public double idle_dilation
-    cdef public double anchor_f
+    cdef public int64_t anchor_f
     cdef public double anchor_w
     cdef public bint paced
-    cdef int push(self, double t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1
-    cdef int push_seq(self, double t, int64_t seq, EventFn fn, object obj, object parg, void* varg,
+    cdef int push(self, int64_t t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1
+    cdef int push_seq(self, int64_t t, int64_t seq, EventFn fn, object obj, object parg, void* varg,
                       int64_t iarg, int held=*) except -1
-    cdef int push_held(self, double t, EventFn fn, object obj) except -1
+    cdef int push_held(self, int64_t t, EventFn fn, object obj) except -1
     cdef int _grow(self) except -1
-    cdef double cclock(self)
-    cdef inline double next_t(self) noexcept
+    cdef int64_t mapped_at(self, double wall) except? -1
+    cdef int64_t cclock(self) except? -1
+    cdef inline int64_t next_t(self) noexcept
     cdef inline void _pop(self, Event* out) noexcept
     cdef inline int _run(self, Event* e) except -1
 
@@ -81,12 +84,12 @@ cdef class Target:
     cdef readonly int port
 
 cdef class Sink:
-    cdef int take(self, double t, Packet* p) except -1
+    cdef int take(self, int64_t t, Packet* p) except -1
 
 cdef class HostPort:
     cdef public object send, port, pcap, roce, udp
     cdef public int udp_port
-    cdef int c_deliver(self, double t, Packet* p) except -1
+    cdef int c_deliver(self, int64_t t, Packet* p) except -1
 
 cdef class KernelPort:
     cdef object ring, view
@@ -106,7 +109,7 @@ cdef class Transmitter:
     cdef public object loop
     cdef Schedule sched
     cdef public str name
-    cdef public double s_per_byte, rate_bps, delay
+    cdef public int64_t rate_bps, delay_ps
     cdef public object deliver
     cdef object dequeue
     cdef Packet* head[8]
@@ -114,9 +117,9 @@ cdef class Transmitter:
     cdef int64_t qb[8]
     cdef int64_t hwm[8]
     cdef public bint busy
-    cdef double pause_until[8]
-    cdef double pause_since[8]
-    cdef double paused_time[8]
+    cdef int64_t pause_until[8]
+    cdef int64_t pause_since[8]
+    cdef int64_t paused_time[8]
     cdef int strict[8]
     cdef int nstrict
     cdef public int mask
@@ -125,7 +128,7 @@ cdef class Transmitter:
     cdef int64_t deficit[8]
     cdef int rr
     cdef bint visiting
-    cdef double wake_at
+    cdef int64_t wake_at
     cdef public bint up
     cdef public int64_t tx_packets, tx_bytes
     cdef int64_t qtx[8]
@@ -134,19 +137,19 @@ cdef class Transmitter:
     cdef MT rng
     cdef bint has_rng
     cdef public int64_t lost
-    cdef double base_rate, base_delay
+    cdef int64_t base_rate, base_delay
     cdef Flight* fly
     cdef Py_ssize_t fly_cap, fly_head, nfly
-    cdef bint c_enqueue(self, double t, int prio, Packet* p, int64_t meta) except -1
-    cdef int _fly(self, double arrive, Packet* p) except -1
+    cdef bint c_enqueue(self, int64_t t, int prio, Packet* p, int64_t meta) except -1
+    cdef int _fly(self, int64_t arrive, Packet* p) except -1
     cdef int _grow_fly(self) except -1
-    cdef int _land(self, double t) except -1
-    cdef int _pick(self, double t) except? -2
-    cdef int _start(self, double t) except -1
-    cdef double _send(self, double t, int q, Packet* p, int64_t meta) except? -2.0
-    cdef int _arm_wake(self, double t) except -1
-    cdef int _wake(self, double t) except -1
-    cdef int c_pause(self, double t, int vector, const uint16_t* quanta) except -1
+    cdef int _land(self, int64_t t) except -1
+    cdef int _pick(self, int64_t t) except? -2
+    cdef int _start(self, int64_t t) except -1
+    cdef int64_t _send(self, int64_t t, int q, Packet* p, int64_t meta) except? -2
+    cdef int _arm_wake(self, int64_t t) except -1
+    cdef int _wake(self, int64_t t) except -1
+    cdef int c_pause(self, int64_t t, int vector, const uint16_t* quanta) except -1
 
 cdef class SharedBuffer:
     cdef public int nports
@@ -214,7 +217,7 @@ cdef class Port:
     cdef int64_t c_trimmed[8]
     cdef public int64_t ecn_marked, pfc_tx, pfc_rx
     cdef public bint up
-    cdef public double rate_bps, delay
+    cdef public int64_t rate_bps, delay_ps
     cdef int c_drop(self, str reason, int tc) except -1
 
 cdef class SwitchBase:
@@ -244,15 +247,15 @@ cdef class SwitchBase:
     cdef Table sid_table, local4_table, local6_table
     cpdef int compile(self) except -1
     cpdef int compile_tables(self) except -1
-    cdef int c_from_host(self, int port, double t, Packet* pkt) except -1
-    cdef int _slow(self, str method, Port p, double t, Packet* pkt, int l3, int depth) except -1
-    cdef int c_ingress(self, int port, double t, Packet* pkt) except -1
+    cdef int c_from_host(self, int port, int64_t t, Packet* pkt) except -1
+    cdef int _slow(self, str method, Port p, int64_t t, Packet* pkt, int l3, int depth) except -1
+    cdef int c_ingress(self, int port, int64_t t, Packet* pkt) except -1
     cdef uint32_t flow_hash(self, const uint8_t* f, int src_off, int l4, int proto, int src_len) noexcept
-    cdef int c_ipv4(self, Port p, double t, Packet* pkt, int l3) except -1
-    cdef int c_ipv6(self, Port p, double t, Packet* pkt, int l3) except -1
-    cdef int c_enqueue(self, double t, int out_port, int tc, Packet* pkt, int in_port, int l3, int ipv) except -1
+    cdef int c_ipv4(self, Port p, int64_t t, Packet* pkt, int l3) except -1
+    cdef int c_ipv6(self, Port p, int64_t t, Packet* pkt, int l3) except -1
+    cdef int c_enqueue(self, int64_t t, int out_port, int tc, Packet* pkt, int in_port, int l3, int ipv) except -1
     cdef inline int _dscp(self, const uint8_t* f, int l3, int ipv) noexcept
-    cdef int _trim(self, double t, Port port, int tc, Packet* pkt, int l3, int ipv) except -1
+    cdef int _trim(self, int64_t t, Port port, int tc, Packet* pkt, int l3, int ipv) except -1
     cdef bint _mark_ce(self, uint8_t* f, int l3, int ipv) noexcept
-    cdef int c_dequeued(self, int out_port, double t, int tc, Packet* pkt, int64_t in_port) except -1
-    cdef int c_send_pfc(self, double t, int port, int vector, bint xoff) except -1
+    cdef int c_dequeued(self, int out_port, int64_t t, int tc, Packet* pkt, int64_t in_port) except -1
+    cdef int c_send_pfc(self, int64_t t, int port, int vector, bint xoff) except -1

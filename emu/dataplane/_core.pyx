@@ -37,6 +37,7 @@ cdef inline double monotonic() noexcept nogil:
 # -- fabric time in whole picoseconds: the compiled twin of emu.simtime (its docstring says why and how) --------
 
 cdef double INT64_LIMIT = 9223372036854775808.0  # 2**63 as a double
+cdef int64_t NEVER = 9223372036854775807  # emu.simtime.NEVER: later than any instant
 cdef uint64_t PS_PER_S = 1000000000000
 cdef int64_t BITS_LIMIT = 9223372  # (2**63 - 1) // PS_PER_S: bits whose picosecond product fits an int64
 
@@ -54,12 +55,33 @@ cdef double c_to_s(int64_t ps) noexcept nogil:
     return <double>ps / 1e12
 
 
+cdef extern from *:
+    ctypedef unsigned long long u128 "unsigned __int128"  # gcc's and clang's
+
+
 cdef int64_t c_ser_ps(int64_t nbytes, int64_t rate_bps) except -1:
     """emu.simtime.ser_ps: nbytes x 8 x 10^12 / rate_bps, nearest, halves up, in unsigned 64-bit integers
-    (the product fits: BITS_LIMIT; the half rate added to it too, below 2^64)."""
-    if nbytes < 0 or nbytes > BITS_LIMIT // 8 or rate_bps <= 0:
+    where the product fits (BITS_LIMIT: every frame), else in 128 (a long PFC pause); the result in int64."""
+    if nbytes < 0 or rate_bps <= 0:
         raise OverflowError(f"{nbytes} bytes at {rate_bps} bit/s is outside int64 picosecond arithmetic")
-    return <int64_t>((<uint64_t>(nbytes * 8) * PS_PER_S + <uint64_t>(rate_bps // 2)) // <uint64_t>rate_bps)
+    if nbytes <= BITS_LIMIT // 8:
+        return <int64_t>((<uint64_t>(nbytes * 8) * PS_PER_S + <uint64_t>(rate_bps // 2)) // <uint64_t>rate_bps)
+    cdef u128 ps = (<u128>nbytes * 8 * PS_PER_S + <u128>(rate_bps // 2)) // <u128>rate_bps
+    if ps > <u128>NEVER:
+        raise OverflowError(f"{nbytes} bytes at {rate_bps} bit/s is outside int64 picosecond arithmetic")
+    return <int64_t>ps
+
+
+cdef int64_t c_pause_ps(int64_t quanta, int64_t rate_bps) except -1:
+    """emu.dataplane.pipe.pause_ps: `quanta` PFC quanta (64 bytes' time each) at `rate_bps` (0: no time)."""
+    return c_ser_ps(quanta * 64, rate_bps) if rate_bps else 0
+
+
+cdef int64_t c_rate_of(double rate_bps) except -1:
+    """emu.simtime.rate_of: a rate in whole bit/s, nearest, halves to even; positive."""
+    if not (rate_bps >= 0.5 and rate_bps < INT64_LIMIT):
+        raise ValueError(f"a rate must be a positive number of bit/s, got {rate_bps!r}")
+    return <int64_t>rint(rate_bps)
 
 
 def to_ps(double seconds):
@@ -199,7 +221,7 @@ cdef class Schedule:
 
     def __cinit__(self, mode: str = "virtual", idle_dilation: float = 1.0):
         self.cap = 1024
-        self.kt = <double*>malloc(self.cap * sizeof(double))
+        self.kt = <int64_t*>malloc(self.cap * sizeof(int64_t))
         self.ks = <int64_t*>malloc(self.cap * sizeof(int64_t))
         self.ki = <int32_t*>malloc(self.cap * sizeof(int32_t))
         self.pool = <Event*>malloc(self.cap * sizeof(Event))
@@ -210,13 +232,13 @@ cdef class Schedule:
         self.used = 0
         self.nspare = 0
         self.seq = 0
-        self.now = 0.0
+        self.now = 0
         self.mode = MODES[mode]
         self.busy = 0
         self.windowed = False
-        self.drain_until = -INFINITY
+        self.drain_until = 0
         self.idle_dilation = idle_dilation
-        self.anchor_f = 0.0
+        self.anchor_f = 0
         self.anchor_w = monotonic()
         self.paced = False
 
@@ -235,12 +257,12 @@ cdef class Schedule:
         free(self.pool)
         free(self.spare)
 
-    cdef int push(self, double t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1:
+    cdef int push(self, int64_t t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1:
         cdef int64_t seq = self.seq
         self.seq += 1
         return self.push_seq(t, seq, fn, obj, parg, varg, iarg)
 
-    cdef int push_held(self, double t, EventFn fn, object obj) except -1:
+    cdef int push_held(self, int64_t t, EventFn fn, object obj) except -1:
         """A compiled event on an object that may otherwise go (an endpoint whose job ended): held till it runs."""
         cdef int64_t seq = self.seq
         self.seq += 1
@@ -248,7 +270,7 @@ cdef class Schedule:
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t cap = 2 * self.cap
-        cdef double* kt = <double*>realloc(self.kt, cap * sizeof(double))
+        cdef int64_t* kt = <int64_t*>realloc(self.kt, cap * sizeof(int64_t))
         if kt == NULL:
             raise MemoryError()
         self.kt = kt
@@ -271,7 +293,7 @@ cdef class Schedule:
         self.cap = cap
         return 0
 
-    cdef int push_seq(self, double t, int64_t seq, EventFn fn, object obj, object parg, void* varg, int64_t iarg,
+    cdef int push_seq(self, int64_t t, int64_t seq, EventFn fn, object obj, object parg, void* varg, int64_t iarg,
                       int held=0) except -1:
         """An event that took its place in the order (`seq`) earlier: a frame in flight on a link, parked in
         the link's FIFO until the frames ahead of it have landed (Transmitter._fly)."""
@@ -298,7 +320,7 @@ cdef class Schedule:
             Py_INCREF(obj)
         e.varg = varg
         e.iarg = iarg
-        cdef double* kt = self.kt
+        cdef int64_t* kt = self.kt
         cdef int64_t* ks = self.ks
         cdef int32_t* ki = self.ki
         cdef Py_ssize_t i = self.n, up
@@ -318,7 +340,7 @@ cdef class Schedule:
         return 0
 
     cdef inline void _pop(self, Event* out) noexcept:
-        cdef double* kt = self.kt
+        cdef int64_t* kt = self.kt
         cdef int64_t* ks = self.ks
         cdef int32_t* ki = self.ki
         cdef int32_t slot = ki[0]
@@ -329,7 +351,7 @@ cdef class Schedule:
         cdef Py_ssize_t n = self.n
         if n == 0:
             return
-        cdef double t = kt[n]
+        cdef int64_t t = kt[n]
         cdef int64_t seq = ks[n]
         cdef int32_t last = ki[n]
         cdef Py_ssize_t i = 0, c
@@ -350,10 +372,12 @@ cdef class Schedule:
         ks[i] = seq
         ki[i] = last
 
-    cdef inline double next_t(self) noexcept:
-        return self.kt[0] if self.n else INFINITY
+    cdef inline int64_t next_t(self) noexcept:
+        return self.kt[0] if self.n else NEVER
 
-    def at(self, double t, fn, arg=None):
+    def at(self, t, fn, arg=None):
+        if type(t) is not int:  # as the reference: a float time is a bug at its caller, not to be truncated
+            raise TypeError(f"a schedule's time is whole picoseconds (int), got {t!r}")
         self.push(t, NULL, fn, arg, NULL, 0)
 
     def next_time(self):
@@ -362,15 +386,21 @@ cdef class Schedule:
     def __len__(self):
         return self.n
 
-    def mapped(self, double wall):
-        return self.anchor_f + (wall - self.anchor_w) / self.idle_dilation
+    cdef int64_t mapped_at(self, double wall) except? -1:
+        return self.anchor_f + c_to_ps((wall - self.anchor_w) / self.idle_dilation)
 
-    cdef double cclock(self):
+    def mapped(self, double wall):
+        return self.mapped_at(wall)
+
+    def deadline(self, int64_t t):
+        return self.anchor_w + c_to_s(t - self.anchor_f) * self.idle_dilation
+
+    cdef int64_t cclock(self) except? -1:
         if self.mode == VIRTUAL:
             return self.now
         if self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until):
             return self.now
-        cdef double f = self.anchor_f + (monotonic() - self.anchor_w) / self.idle_dilation
+        cdef int64_t f = self.mapped_at(monotonic())
         return f if f > self.now else self.now
 
     def clock(self):
@@ -381,7 +411,7 @@ cdef class Schedule:
             return self.cclock()
         if not self.paced and (self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until)):
             return self.now
-        cdef double f = self.anchor_f + (monotonic() - self.anchor_w) / self.idle_dilation
+        cdef int64_t f = self.mapped_at(monotonic())
         return f if f > self.now else self.now
 
     cdef inline int _run(self, Event* e) except -1:
@@ -399,7 +429,7 @@ cdef class Schedule:
             _release(e)
         return 0
 
-    def run_until(self, double until, long long max_events):
+    def run_until(self, int64_t until, long long max_events):
         cdef Event e
         cdef long long n = 0
         while self.n and self.kt[0] <= until and n < max_events:
@@ -408,11 +438,11 @@ cdef class Schedule:
                 self.now = e.t
             self._run(&e)
             n += 1
-        if until != INFINITY and until > self.now:
+        if until != NEVER and until > self.now:
             self.now = until
         return n
 
-    def run_due(self, double f):
+    def run_due(self, int64_t f):
         cdef Event e
         cdef long long n = 0
         while self.n and self.kt[0] <= f and not self.busy:
@@ -423,7 +453,7 @@ cdef class Schedule:
             n += 1
         return n
 
-    def run_window(self, double limit, long long max_events):
+    def run_window(self, int64_t limit, long long max_events):
         cdef Event e
         cdef long long n = 0
         while self.n and n < max_events and self.kt[0] < limit:
@@ -443,21 +473,23 @@ cdef class Schedule:
             n += 1
         return n
 
-    def run_paced(self, late, double limit):
+    def run_paced(self, late, int64_t limit):
         cdef Event e
         cdef long long n = 0
-        cdef double anchor_f = self.anchor_f, anchor_w = self.anchor_w, d = self.idle_dilation
-        cdef double wall, t
+        cdef int64_t anchor_f = self.anchor_f
+        cdef double anchor_w = self.anchor_w, d = self.idle_dilation
+        cdef double wall
+        cdef int64_t t
         add = late.add
         while self.n:
             t = self.kt[0]
             wall = monotonic()
-            if t >= limit or t > anchor_f + (wall - anchor_w) / d:
+            if t >= limit or t > self.mapped_at(wall):
                 break
             self._pop(&e)
             if e.t > self.now:
                 self.now = e.t
-            add(wall - (anchor_w + (e.t - anchor_f) * d))
+            add(wall - (anchor_w + c_to_s(e.t - anchor_f) * d))
             self._run(&e)
             n += 1
         return n
@@ -533,31 +565,31 @@ cdef class Target:
         self.sw = sw
         self.port = port
 
-    def __call__(self, double t, frame):
+    def __call__(self, int64_t t, frame):
         self.sw.ingress(self.port, t, frame)
 
 
-cdef int _ev_done(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_done(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     cdef Transmitter tx = <Transmitter>obj
     tx.busy = False
     tx._start(t)
     return 0
 
 
-cdef int _ev_wake(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_wake(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     (<Transmitter>obj)._wake(t)
     return 0
 
 
-cdef int _ev_land(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_land(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     return (<Transmitter>obj)._land(t)
 
 
-cdef int _ev_to_switch(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_to_switch(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     return (<SwitchBase>obj).c_ingress(<int>iarg, t, <Packet*>varg)
 
 
-cdef int _ev_to_python(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_to_python(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     cdef Packet* p = <Packet*>varg
     frame = packet_bytes(p)
     packet_free(p)
@@ -565,15 +597,15 @@ cdef int _ev_to_python(object obj, double t, object parg, void* varg, int64_t ia
     return 0
 
 
-cdef int _ev_to_host(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_to_host(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     return (<HostPort>obj).c_deliver(t, <Packet*>varg)
 
 
-cdef int _ev_to_sink(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_to_sink(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     return (<Sink>obj).take(t, <Packet*>varg)
 
 
-cdef int deliver_now(object target, double t, Packet* p) except -1:
+cdef int deliver_now(object target, int64_t t, Packet* p) except -1:
     """Hand `p` to `target` at once: a switch's port (Target), a host's (HostPort), an endpoint (Sink), or a
     Python callable given bytes."""
     if type(target) is Target:
@@ -588,14 +620,14 @@ cdef int deliver_now(object target, double t, Packet* p) except -1:
     return 0
 
 
-cdef int deliver_at(Schedule sched, object target, double t, Packet* p) except -1:
+cdef int deliver_at(Schedule sched, object target, int64_t t, Packet* p) except -1:
     """Hand `p` to `target` at `t`: one event, as the reference's loop.at(t, deliver, frame)."""
     cdef int64_t seq = sched.seq
     sched.seq += 1
     return _deliver_at_seq(sched, target, t, seq, p)
 
 
-cdef int _deliver_at_seq(Schedule sched, object target, double t, int64_t seq, Packet* p) except -1:
+cdef int _deliver_at_seq(Schedule sched, object target, int64_t t, int64_t seq, Packet* p) except -1:
     if type(target) is Target:
         return sched.push_seq(t, seq, _ev_to_switch, (<Target>target).sw, None, p, (<Target>target).port)
     if type(target) is HostPort:
@@ -608,7 +640,7 @@ cdef int _deliver_at_seq(Schedule sched, object target, double t, int64_t seq, P
 cdef class Sink:
     """Something in the compiled core that takes frames (a compiled endpoint's port): subclassed elsewhere."""
 
-    cdef int take(self, double t, Packet* p) except -1:
+    cdef int take(self, int64_t t, Packet* p) except -1:
         packet_free(p)
         return 0
 
@@ -626,10 +658,10 @@ cdef class HostPort:
         self.udp = None
         self.udp_port = -1
 
-    def __call__(self, double t, frame):
+    def __call__(self, int64_t t, frame):
         self.c_deliver(t, packet_from(frame))
 
-    cdef int c_deliver(self, double t, Packet* p) except -1:
+    cdef int c_deliver(self, int64_t t, Packet* p) except -1:
         if self.pcap is not None:
             self.pcap.write(t, packet_bytes(p))
         cdef const uint8_t* f = p.data
@@ -695,7 +727,7 @@ cdef class KernelPort:
         self.view.release()
         self.base = NULL
 
-    def read(self, double now, int limit):
+    def read(self, int64_t now, int limit):
         """Up to `limit` slots the kernel filled, into the switch at `now` (RxRing.frames_ready's order,
         VLAN tags put back, truncated frames counted and dropped); how many frames went in."""
         cdef int n = 0, got = 0
@@ -769,19 +801,18 @@ cdef class FromHost:
 cdef class Transmitter:
     """emu.dataplane.pipe.Transmitter, compiled: the same queues, pauses, DWRR and wire, in the same order."""
 
-    def __init__(self, loop, *, str name, double rate_bps, double delay, deliver, on_dequeue=None,
+    def __init__(self, loop, *, str name, double rate_bps, delay_ps, deliver, on_dequeue=None,
                  strict=(7, 6), weights=(1,) * NQ, int64_t limit_bytes=0):
-        if rate_bps <= 0:
+        if not rate_bps > 0:
             raise ValueError(f"{name}: link rate must be positive, got {rate_bps}")
-        if delay < 0:
-            raise ValueError(f"{name}: propagation delay must be >= 0, got {delay}")
+        if type(delay_ps) is not int or delay_ps < 0:
+            raise ValueError(f"{name}: propagation delay must be whole picoseconds >= 0, got {delay_ps!r}")
         cdef int q
         self.loop = loop
         self.sched = <Schedule?>loop.sched
         self.name = name
-        self.rate_bps = rate_bps
-        self.s_per_byte = 8.0 / rate_bps
-        self.delay = delay
+        self.rate_bps = 0 if rate_bps == INFINITY else c_rate_of(rate_bps)
+        self.delay_ps = delay_ps
         self.deliver = deliver
         self.dequeue = on_dequeue
         for q in range(NQ):
@@ -789,9 +820,9 @@ cdef class Transmitter:
             self.tail[q] = NULL
             self.qb[q] = 0
             self.hwm[q] = 0
-            self.pause_until[q] = 0.0
-            self.pause_since[q] = -1.0
-            self.paused_time[q] = 0.0
+            self.pause_until[q] = 0
+            self.pause_since[q] = -1
+            self.paused_time[q] = 0
             self.deficit[q] = 0
             self.qtx[q] = 0
         self.busy = False
@@ -805,7 +836,7 @@ cdef class Transmitter:
             self.quantum[q] = max(1, weights[q]) * 1600
         self.rr = 0
         self.visiting = False
-        self.wake_at = -1.0
+        self.wake_at = -1
         self.up = True
         self.tx_packets = 0
         self.tx_bytes = 0
@@ -814,8 +845,8 @@ cdef class Transmitter:
         self.loss = 0.0
         self.has_rng = False
         self.lost = 0
-        self.base_rate = rate_bps
-        self.base_delay = delay
+        self.base_rate = self.rate_bps
+        self.base_delay = delay_ps
 
     def __cinit__(self):
         self.fly = NULL
@@ -860,10 +891,10 @@ cdef class Transmitter:
 
     # -- queueing ----------------------------------------------------------------------------------
 
-    cdef bint c_enqueue(self, double t, int prio, Packet* p, int64_t meta) except -1:
+    cdef bint c_enqueue(self, int64_t t, int prio, Packet* p, int64_t meta) except -1:
         """Takes `p` (frees it when refused)."""
         cdef int n = p.len
-        cdef double end
+        cdef int64_t end
         if self.limit_bytes and self.qb[prio] + n > self.limit_bytes:
             self.drops += 1
             packet_free(p)
@@ -889,10 +920,10 @@ cdef class Transmitter:
             self._start(t)
         return True
 
-    def enqueue(self, double t, int prio, frame, meta=None):
+    def enqueue(self, int64_t t, int prio, frame, meta=None):
         return self.c_enqueue(t, prio, packet_from(frame), NO_META if meta is None else <int64_t>meta)
 
-    cdef int _pick(self, double t) except? -2:
+    cdef int _pick(self, int64_t t) except? -2:
         cdef int mask = self.mask
         cdef int i, q, m, k
         cdef int size
@@ -924,7 +955,7 @@ cdef class Transmitter:
             self.visiting = False
         return -1
 
-    cdef int _start(self, double t) except -1:
+    cdef int _start(self, int64_t t) except -1:
         cdef int q
         cdef Packet* p
         while self.mask:
@@ -945,7 +976,7 @@ cdef class Transmitter:
         self.busy = False
         return 0
 
-    cdef double _send(self, double t, int q, Packet* p, int64_t meta) except? -2.0:
+    cdef int64_t _send(self, int64_t t, int q, Packet* p, int64_t meta) except? -2:
         """Put one frame on the wire at t (reference: Transmitter._send). Takes `p`."""
         if self.dequeue is not None:
             if type(self.dequeue) is Target:
@@ -958,11 +989,13 @@ cdef class Transmitter:
                     p = packet_from(out)
         cdef int n = p.len
         self.busy = True
-        cdef double end = t + ((n if n > MIN_FRAME else MIN_FRAME) + WIRE_OVERHEAD) * self.s_per_byte
+        cdef int64_t end = t
+        if self.rate_bps:
+            end += c_ser_ps((n if n > MIN_FRAME else MIN_FRAME) + WIRE_OVERHEAD, self.rate_bps)
         self.tx_packets += 1
         self.tx_bytes += n
         self.qtx[q] += 1
-        cdef double arrive = end + self.delay
+        cdef int64_t arrive = end + self.delay_ps
         cdef Schedule sched = self.sched
         cdef bint up = self.up
         if up and self.loss and self.has_rng and mt_random(&self.rng) < self.loss:
@@ -975,16 +1008,16 @@ cdef class Transmitter:
                 packet_free(p)
             if not self.mask:
                 self.busy = False
-                return -1.0
+                return -1
             return end
         sched.push(end, _ev_done, self, None, NULL, 0)
         if up:
             self._fly(arrive, p)
         else:
             packet_free(p)
-        return -1.0
+        return -1
 
-    cdef int _fly(self, double arrive, Packet* p) except -1:
+    cdef int _fly(self, int64_t arrive, Packet* p) except -1:
         """The frame lands at `arrive`: the reference's loop.at(arrive, deliver, frame), whose place in the
         order (its sequence number) is taken now. Frames in flight on a link land in the order they left
         it, so they wait in the link's FIFO and only the first is in the schedule's heap: the heap holds a
@@ -1023,7 +1056,7 @@ cdef class Transmitter:
         self.fly_head = 0
         return 0
 
-    cdef int _land(self, double t) except -1:
+    cdef int _land(self, int64_t t) except -1:
         """The first frame in flight lands; the next one takes its place in the heap."""
         cdef Flight f = self.fly[self.fly_head]
         self.fly_head = (self.fly_head + 1) % self.fly_cap
@@ -1036,11 +1069,9 @@ cdef class Transmitter:
         Py_XDECREF(f.target)
         return deliver_now(target, t, f.p)
 
-    def degrade(self, *, double loss, double rate_bps, double extra_delay, seed):
-        cdef double rate = rate_bps or self.base_rate
-        self.rate_bps = rate
-        self.s_per_byte = 8.0 / rate
-        self.delay = self.base_delay + extra_delay
+    def degrade(self, *, double loss, double rate_bps, int64_t extra_delay_ps, seed):
+        self.rate_bps = c_rate_of(rate_bps) if rate_bps else self.base_rate
+        self.delay_ps = self.base_delay + extra_delay_ps
         self.loss = loss
         self.has_rng = False
         if loss:
@@ -1053,8 +1084,8 @@ cdef class Transmitter:
     def rng(self):
         return True if self.has_rng else None
 
-    cdef int _arm_wake(self, double t) except -1:
-        cdef double wake = -1.0
+    cdef int _arm_wake(self, int64_t t) except -1:
+        cdef int64_t wake = -1
         cdef bint found = False
         cdef int q
         for q in range(NQ):
@@ -1067,40 +1098,40 @@ cdef class Transmitter:
             self.sched.push(wake, _ev_wake, self, None, NULL, 0)
         return 0
 
-    cdef int _wake(self, double t) except -1:
+    cdef int _wake(self, int64_t t) except -1:
         if t >= self.wake_at:
-            self.wake_at = -1.0
+            self.wake_at = -1
         if not self.busy:
             self._start(t)
         return 0
 
     # -- PFC on receipt ----------------------------------------------------------------------------
 
-    cdef int c_pause(self, double t, int vector, const uint16_t* quanta) except -1:
+    cdef int c_pause(self, int64_t t, int vector, const uint16_t* quanta) except -1:
         cdef int prio
-        cdef double since
+        cdef int64_t since
         for prio in range(NQ):
             if not vector >> prio & 1:
                 continue
             since = self.pause_since[prio]
             if since >= 0 and self.pause_until[prio] <= t:
                 self.paused_time[prio] += self.pause_until[prio] - since
-                since = -1.0
+                since = -1
             if quanta[prio]:
                 if since < 0:
                     since = t
-                self.pause_until[prio] = t + <double>(quanta[prio] * 512) / self.rate_bps
+                self.pause_until[prio] = t + c_pause_ps(quanta[prio], self.rate_bps)
             else:
                 if since >= 0:
                     self.paused_time[prio] += t - since
-                    since = -1.0
-                self.pause_until[prio] = 0.0
+                    since = -1
+                self.pause_until[prio] = 0
             self.pause_since[prio] = since
         if not self.busy:
             self._start(t)
         return 0
 
-    def pause(self, double t, dict times):
+    def pause(self, int64_t t, dict times):
         cdef uint16_t quanta[8]
         cdef int vector = 0
         for prio, value in times.items():
@@ -1110,7 +1141,7 @@ cdef class Transmitter:
             raise ValueError("pause times by priority, ascending")
         self.c_pause(t, vector, quanta)
 
-    def paused_seconds(self, double t):
+    def paused_ps(self, int64_t t):
         out = [self.paused_time[q] for q in range(NQ)]
         for q in range(NQ):
             if self.pause_since[q] >= 0:
@@ -1589,8 +1620,8 @@ cdef class Port:
         self.pfc_tx = 0
         self.pfc_rx = 0
         self.up = True
-        self.rate_bps = 0.0
-        self.delay = 0.0
+        self.rate_bps = 0
+        self.delay_ps = 0
 
     cdef int c_drop(self, str reason, int tc) except -1:
         self.drops[reason] = self.drops.get(reason, 0) + 1
@@ -1618,7 +1649,7 @@ cdef class Port:
         return [self.c_trimmed[q] for q in range(NQ)]
 
 
-cdef int _ev_host_paused(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_host_paused(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     """Switch._host_paused: the PFC frame reached the host's NIC model (iarg: port | vector << 32 |
     xoff << 40)."""
     cdef SwitchBase sw = <SwitchBase>obj
@@ -1633,7 +1664,7 @@ cdef int _ev_host_paused(object obj, double t, object parg, void* varg, int64_t 
     return 0
 
 
-cdef int _ev_pfc_refresh(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_pfc_refresh(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     """Switch._pfc_refresh: XOFF again for the priorities still paused (iarg: port | vector << 32)."""
     cdef SwitchBase sw = <SwitchBase>obj
     cdef int port = iarg & 0xFFFFFFFF
@@ -1704,20 +1735,20 @@ cdef class SwitchBase:
     def wire_target(self, int port):
         return Target(self, port)
 
-    def ingress(self, int port, double t, frame):
+    def ingress(self, int port, int64_t t, frame):
         self.c_ingress(port, t, packet_from(frame))
 
-    def from_host(self, int port, double t, frame):
+    def from_host(self, int port, int64_t t, frame):
         self.c_from_host(port, t, packet_from(frame))
 
     def classify(self, frame):
         cdef bytes b = bytes(frame)
         return _traffic_class(self.c_dscp_tc, <const uint8_t*><char*>b, len(b))
 
-    def _enqueue(self, double t, int out_port, int tc, frame, int in_port, int l3=0, int ipv=0):
+    def _enqueue(self, int64_t t, int out_port, int tc, frame, int in_port, int l3=0, int ipv=0):
         self.c_enqueue(t, out_port, tc, packet_from(frame), in_port, l3, ipv)
 
-    def send_pfc(self, double t, int port, dict times):
+    def send_pfc(self, int64_t t, int port, dict times):
         values = set(times.values())
         if len(values) != 1 or not values <= {0, PFC_XOFF}:
             raise ValueError("the compiled core sends XOFF or XON frames for one or more priorities")
@@ -1728,7 +1759,7 @@ cdef class SwitchBase:
 
     # -- the hot path -------------------------------------------------------------------------------
 
-    cdef int c_from_host(self, int port, double t, Packet* pkt) except -1:
+    cdef int c_from_host(self, int port, int64_t t, Packet* pkt) except -1:
         cdef Port p = <Port>self.ports[port]
         if p.nic is None or not p.up:
             packet_free(pkt)
@@ -1739,7 +1770,7 @@ cdef class SwitchBase:
             p.c_drop("host_nic_overflow", tc)
         return 0
 
-    cdef int _slow(self, str method, Port p, double t, Packet* pkt, int l3, int depth) except -1:
+    cdef int _slow(self, str method, Port p, int64_t t, Packet* pkt, int l3, int depth) except -1:
         """The reference's own code for a branch this path does not take (it redoes its checks first)."""
         frame = packet_bytes(pkt)
         packet_free(pkt)
@@ -1749,7 +1780,7 @@ cdef class SwitchBase:
             getattr(self, method)(p, t, frame, l3)
         return 0
 
-    cdef int c_ingress(self, int port, double t, Packet* pkt) except -1:
+    cdef int c_ingress(self, int port, int64_t t, Packet* pkt) except -1:
         cdef Port p = <Port>self.ports[port]
         cdef const uint8_t* f = pkt.data
         cdef int n = pkt.len
@@ -1815,7 +1846,7 @@ cdef class SwitchBase:
             h = crc32(f + l4, 4, h)
         return <uint32_t>(((<uint64_t>h * self.c_hash_mult) & 0xFFFFFFFFULL) >> 8)
 
-    cdef int c_ipv4(self, Port p, double t, Packet* pkt, int l3) except -1:
+    cdef int c_ipv4(self, Port p, int64_t t, Packet* pkt, int l3) except -1:
         cdef uint8_t* f = pkt.data
         cdef int n = pkt.len
         if n < l3 + 20:
@@ -1858,7 +1889,7 @@ cdef class SwitchBase:
         f[l3 + 11] = c & 0xFF
         return self.c_enqueue(t, g.port[slot], self.c_dscp_tc[f[l3 + 1] >> 2], pkt, p.index, l3, 4)
 
-    cdef int c_ipv6(self, Port p, double t, Packet* pkt, int l3) except -1:
+    cdef int c_ipv6(self, Port p, int64_t t, Packet* pkt, int l3) except -1:
         cdef uint8_t* f = pkt.data
         cdef int n = pkt.len
         if n < l3 + 40 or f[l3] >> 4 != 6:
@@ -1905,7 +1936,7 @@ cdef class SwitchBase:
 
     # -- the traffic manager --------------------------------------------------------------------------
 
-    cdef int c_enqueue(self, double t, int out_port, int tc, Packet* pkt, int in_port, int l3, int ipv) except -1:
+    cdef int c_enqueue(self, int64_t t, int out_port, int tc, Packet* pkt, int in_port, int l3, int ipv) except -1:
         cdef Port port = <Port>self.ports[out_port]
         cdef int n = pkt.len
         cdef bint lossless = self.c_pfc and self.c_lossless[tc]
@@ -1941,7 +1972,7 @@ cdef class SwitchBase:
             return f[l3 + 1] >> 2
         return (f[l3] & 0x0F) << 2 | f[l3 + 1] >> 6
 
-    cdef int _trim(self, double t, Port port, int tc, Packet* pkt, int l3, int ipv) except -1:
+    cdef int _trim(self, int64_t t, Port port, int tc, Packet* pkt, int l3, int ipv) except -1:
         """Switch._trim: cut instead of dropping (packet.trim_frame makes the cut frame)."""
         from emu import packet as pk
 
@@ -1979,7 +2010,7 @@ cdef class SwitchBase:
         f[l3 + 1] = b | 0x30
         return True
 
-    cdef int c_dequeued(self, int out_port, double t, int tc, Packet* pkt, int64_t in_port) except -1:
+    cdef int c_dequeued(self, int out_port, int64_t t, int tc, Packet* pkt, int64_t in_port) except -1:
         if in_port == TRIMMED:
             return 0
         cdef SharedBuffer mmu = self.mmu
@@ -1989,7 +2020,7 @@ cdef class SwitchBase:
             self.c_send_pfc(t, <int>in_port, 1 << tc, False)
         return 0
 
-    cdef int c_send_pfc(self, double t, int port, int vector, bint xoff) except -1:
+    cdef int c_send_pfc(self, int64_t t, int port, int vector, bint xoff) except -1:
         """Switch.send_pfc: a real 802.1Qbb frame to the peer, ahead of the data queues."""
         cdef Port p = <Port>self.ports[port]
         p.pfc_tx += 1
@@ -2010,12 +2041,12 @@ cdef class SwitchBase:
                 f[18 + 2 * q] = value >> 8
                 f[19 + 2 * q] = value & 0xFF
         cdef Transmitter tx = p.tx
-        cdef double arrive = t + 84 * tx.s_per_byte + p.delay
+        cdef int64_t arrive = t + (c_ser_ps(84, tx.rate_bps) if tx.rate_bps else 0) + p.delay_ps
         deliver_at(self.sched, tx.deliver, arrive, pkt)
         if p.nic is not None:
             self.sched.push(arrive, _ev_host_paused, self, None, NULL,
                             port | (<int64_t>vector << 32) | (<int64_t>xoff << 40))
         if xoff:
-            self.sched.push(t + <double>(PFC_XOFF * 512) / p.rate_bps / 2, _ev_pfc_refresh, self, None, NULL,
+            self.sched.push(t + c_pause_ps(PFC_XOFF, p.rate_bps) // 2, _ev_pfc_refresh, self, None, NULL,
                             port | (<int64_t>vector << 32))
         return 0

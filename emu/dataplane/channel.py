@@ -43,8 +43,9 @@ from typing import Any
 
 from emu.dataplane.windows import Windows
 
-# kind, window, time (fabric s), a (port id, job id, busy or worker index), payload length
-HEADER = struct.Struct("<BxxxIdII")
+# kind, window, time (fabric ps; a clock reply's: the wall's ns), a (port id, job id, busy or worker index),
+# payload length
+HEADER = struct.Struct("<BxxxIqII")
 FRAME, NOTE, BARRIER, HELLO, CLOCK, CLOCK_REPLY = 1, 2, 3, 4, 5, 6
 CLOCK_SAMPLES = 16  # round trips to each peer in a round of clock probes; the shortest one counts
 CLOCK_EVERY_S = 1.0  # wall seconds between rounds: a clock that drifts during a run is seen
@@ -97,8 +98,8 @@ class Channels:
     time it is due: FRAME (a: port id, payload: the frame) and NOTE (a: job id, payload: JSON). On the
     fabric clock `sync` (Windows) holds what arrives during a job until its window's barriers are in."""
 
-    def __init__(self, index: int, workers: int, lookahead: float, loop: Any,
-                 deliver: Callable[[int, float, int, bytes], None], machine: Callable[[int], str],
+    def __init__(self, index: int, workers: int, lookahead: int, loop: Any,
+                 deliver: Callable[[int, int, int, bytes], None], machine: Callable[[int], str],
                  paced: bool = False, across_machines: bool = False) -> None:
         self.index, self.workers, self.lookahead = index, workers, lookahead
         self.paced = paced  # the wall clock: the peers' clocks are measured, and a dead peer's links go down
@@ -145,17 +146,17 @@ class Channels:
         for j in range(self.index + 1, self.workers):
             host, port = peers[j]
             s = socket.create_connection((host, port), timeout=10)
-            s.sendall(HEADER.pack(HELLO, IDLE, 0.0, self.index, 0))
+            s.sendall(HEADER.pack(HELLO, IDLE, 0, self.index, 0))
             self._add(j, s)
         if self.paced:
             self.loop.at(self.loop.clock(), self._clock_round, 0)
 
-    def _clock_round(self, t: float, r: int) -> None:
+    def _clock_round(self, t: int, r: int) -> None:
         """A round of CLOCK probes to every peer (the wall clock's agreement, measured NTP's way), one
         every CLOCK_EVERY_S; the round before is finished: its best sample is kept if its bound is the
         widest since the last reset. Over a job's jump to its start (EngineLoop.jump_to) the rounds resume
         after it: a wall second of rounds per fabric microsecond skipped (D = 1e6) would otherwise all run."""
-        wall = self.loop.fabric_s_of_wall  # the rounds keep wall time: the loop's seconds are the fabric's
+        wall = self.loop.fabric_ps_of_wall  # the rounds keep wall time: the loop's time is the fabric's
         jump = self.loop.jump_to
         if jump is not None:
             self.loop.at(jump + wall(CLOCK_EVERY_S), self._clock_round, r)
@@ -170,12 +171,12 @@ class Channels:
             self.loop.at(t + wall(0.005 * k), self._probe_clocks, r * CLOCK_SAMPLES + k)
         self.loop.at(t + wall(CLOCK_EVERY_S), self._clock_round, r + 1)
 
-    def _probe_clocks(self, t: float, probe: int) -> None:
+    def _probe_clocks(self, t: int, probe: int) -> None:
         if self.loop.jump_to is not None:
             return  # skipped fabric time: no wall passes in it
         for j in list(self.peers):
             self.clock_sent[(j, probe)] = realtime()
-            self._put(j, CLOCK, 0.0, probe, b"")
+            self._put(j, CLOCK, 0, probe, b"")
 
     def clock_bounds(self) -> dict[str, dict[str, float]]:
         """Per peer: how far its clock may have been from ours since the last reset (|offset| + round
@@ -235,16 +236,16 @@ class Channels:
 
     # -- sending ----------------------------------------------------------------------
 
-    def send_frame(self, peer: int, pid: int, t_arrive: float, frame: Any) -> None:
+    def send_frame(self, peer: int, pid: int, t_arrive: int, frame: Any) -> None:
         self._put(peer, FRAME, t_arrive, pid, bytes(frame))
 
-    def send_note(self, job: int, t: float, payload: Any) -> None:
+    def send_note(self, job: int, t: int, payload: Any) -> None:
         """A job's message to its parts on every other worker, due at `t` (at least one lookahead on)."""
         data = json.dumps(payload).encode()
         for j in list(self.peers):
             self._put(j, NOTE, t, job, data)
 
-    def _put(self, j: int, kind: int, t: float, a: int, data: bytes) -> None:
+    def _put(self, j: int, kind: int, t: int, a: int, data: bytes) -> None:
         peer = self.peers.get(j)
         if peer is None and j in self.dead:
             self.dead[j] += 1
@@ -275,7 +276,7 @@ class Channels:
             return
         del p.tx[:n]
 
-    def _send_barrier(self, window: int, t: float, busy: bool) -> None:
+    def _send_barrier(self, window: int, t: int, busy: bool) -> None:
         for p in self.peers.values():
             p.tx += HEADER.pack(BARRIER, window, t, int(busy), 0)
         self.flush()
@@ -352,11 +353,11 @@ class Channels:
             self._message(p, kind, window, t, a, payload)
         del rx[:at]
 
-    def _message(self, p: _Peer, kind: int, window: int, t: float, a: int, payload: bytes) -> None:
+    def _message(self, p: _Peer, kind: int, window: int, t: int, a: int, payload: bytes) -> None:
         if kind == BARRIER:
             self.sync.barrier(p.index, window, t, bool(a))
         elif kind == CLOCK:
-            self._put(p.index, CLOCK_REPLY, realtime(), a, b"")
+            self._put(p.index, CLOCK_REPLY, round(realtime() * 1e9), a, b"")  # the wall in ns
         elif kind == CLOCK_REPLY:
             back = realtime()
             sent = self.clock_sent.pop((p.index, a), None)
@@ -364,7 +365,7 @@ class Channels:
                 rtt = back - sent
                 best = self.clocks.get(p.index)
                 if best is None or rtt < best[1]:
-                    self.clocks[p.index] = (t - (sent + back) / 2, rtt)
+                    self.clocks[p.index] = (t / 1e9 - (sent + back) / 2, rtt)
         elif window == IDLE:  # between jobs: due now if its time has passed
             self.idle_handed += 1
             now = self.loop.clock()

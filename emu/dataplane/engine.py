@@ -64,6 +64,7 @@ from emu.launch import (
     say_death,
     ssh_base,
 )
+from emu.simtime import PS_PER_S
 
 FAILED_LOGS = "/var/log/emu"  # outside RUN_ROOT, which `emu clean` empties; EMU_LOG_DIR puts it elsewhere
 
@@ -482,15 +483,15 @@ class Engine:
     # time for every request to arrive, on this machine's control sockets or ssh's (milliseconds each).
     WALL_START_S = 0.05
 
-    def _common_start(self) -> tuple[float, float]:
+    def _common_start(self) -> tuple[int, float]:
         """The instant every part of a split job starts at (StartJob.at): the next whole second at least half a
         second of fabric time after the furthest worker's now (its time between jobs follows the wall, so
         the requests arrive well before it). Paced, also the wall instant the start maps to (wall_at):
         WALL_START_S from now on the workers' common clock (emu.dataplane.channel.common_offset; a part
         asked after that starts late, and its lateness counts in the verdict); else -1."""
-        now = max(float(self.request(i, Ping())["now"]) for i in range(self.spec.workers))
+        now = max(int(self.request(i, Ping())["now_ps"]) for i in range(self.spec.workers))
         wall_at = time.monotonic() + common_offset(bool(self.spec.machines)) + self.WALL_START_S if self.spec.paced else -1.0
-        return math.floor(now + 0.5) + 1.0, wall_at
+        return ((now + PS_PER_S // 2) // PS_PER_S + 1) * PS_PER_S, wall_at
 
     def job_state(self, job: int) -> dict[str, Any]:
         """{"done": False, "fabric_s": ...} while it runs; then {"done": True, "result": ...}; EngineError

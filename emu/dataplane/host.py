@@ -22,11 +22,11 @@ class HostDelivery:
         self.send = send
         self.port = port  # what counts a refused send (a switch Port, or a cut cable's HostEnd)
         self.pcap = pcap
-        self.roce: Callable[[float, Any], None] | None = None
-        self.udp: Callable[[float, Any], None] | None = None
+        self.roce: Callable[[int, Any], None] | None = None
+        self.udp: Callable[[int, Any], None] | None = None
         self.udp_port = -1
 
-    def __call__(self, t: float, frame: Any) -> None:
+    def __call__(self, t: int, frame: Any) -> None:
         if self.pcap is not None:
             self.pcap.write(t, frame)
         udp = self.udp

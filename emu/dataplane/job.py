@@ -4,9 +4,10 @@ A job lives inside an engine worker (emu.dataplane.worker starts it by kind,
 from a module above this one): the worker hands it its loop and the host
 ports it may attach to (`Attach`), and the job's base (`Job`) keeps its life:
 one start instant, a budget of fabric time, the failures it schedules, and
-the end that hands fabric time back to the wall. The loop's time is fabric
-seconds on either clock (emu.dataplane.loop: the wall clock paces it at D),
-so a job states and schedules its durations in fabric seconds as they are.
+the end that hands fabric time back to the wall. The loop's time is whole
+picoseconds of fabric time on either clock (emu.dataplane.loop: the wall clock
+paces it at D): a job's parameters in seconds (a request's, a person's) become
+picoseconds where the job reads them, and its results seconds again (`since`).
 It sits here, beside the worker, so that every kind of job (emu.roce,
 emu.collectives, emu.traffic) imports it downward.
 """
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from emu.clock import ClockKind
+from emu.simtime import to_ps, to_s
 
 
 class Attach(Protocol):
@@ -26,14 +28,14 @@ class Attach(Protocol):
     loop: Any
     core: str  # "native" or "python" (emu.dataplane.core): which endpoints a job builds on it
 
-    def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
+    def attach(self, switch: str, port: str, on_frame: Callable[[int, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
         """Frames for UDP 4791 arriving at the host behind (switch, port) go to on_frame(t, frame);
         returns send(frame) into that port's NIC model, the host's MAC and the switch port's."""
         ...
 
     def attach_udp(self, switch: str, port: str, udp_port: int,
-                   on_frame: Callable[[float, Any], None] | None) -> None:
+                   on_frame: Callable[[int, Any], None] | None) -> None:
         """UDP frames (IPv4 or IPv6) to `udp_port` arriving at the host behind (switch, port) go to
         on_frame(t, frame); None gives them back to the host's kernel."""
         ...
@@ -67,7 +69,7 @@ class Detached:
         self.loop = host.loop
         self.core = host.core
 
-    def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
+    def attach(self, switch: str, port: str, on_frame: Callable[[int, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
         def send(frame: Any) -> None:
             raise RuntimeError(f"a stand-in for the host behind {switch}/{port} (another worker's) sent a frame")
@@ -120,7 +122,7 @@ class Job:
         self.error = ""
         self.finished = False
         self.participants: list[Participant] = []
-        self.t0 = 0.0
+        self.t0 = 0  # picoseconds
         self.begun = False  # started (go): its times count from t0
         self.on_finish: list[Callable[[], None]] = []  # the engine's meter of the job's cost, stopped at its end
 
@@ -132,7 +134,7 @@ class Job:
     def kick(self) -> None:
         """What the job does at its start instant (t0): its first sends, its endpoints' first operations."""
 
-    def begin(self) -> float:
+    def begin(self) -> int:
         """Start at one fabric instant; schedule the budget's end and the job's port events
         (`params["port_events"]`: [after (fabric s from the start), up, [[switch, port], ...]] each):
         a failure on the fabric clock must come at a fabric time, as nothing outside the engine can
@@ -140,19 +142,19 @@ class Job:
         # A part of a job of several (emu.collectives.job.Together) starts at the whole's instant, and the
         # whole, not the part, hands fabric time back to the wall.
         joined = self.params.get("joined_at")
-        self.t0 = float(joined) if joined is not None else self.loop.begin(self.params.get("at"),
-                                                                            self.params.get("wall_at"))
+        self.t0 = int(joined) if joined is not None else self.loop.begin(self.params.get("at"),
+                                                                          self.params.get("wall_at"))
         self.begun = True
-        self.loop.at(self.t0 + float(self.params["budget_s"]), self._budget, None)
+        self.loop.at(self.t0 + to_ps(float(self.params["budget_s"])), self._budget, None)
         for after, up, ports in self.params.get("port_events", []):
-            self.loop.at(self.t0 + float(after), self._set_ports, (bool(up), ports))
+            self.loop.at(self.t0 + to_ps(float(after)), self._set_ports, (bool(up), ports))
         return self.t0
 
-    def since(self, t: float, start: float | None = None) -> float:
-        """Fabric seconds from `start` (the job's start by default) to `t`."""
-        return t - (self.t0 if start is None else start)
+    def since(self, t: int, start: int | None = None) -> float:
+        """Fabric seconds from `start` (the job's start by default) to `t`: a result's edge."""
+        return to_s(t - (self.t0 if start is None else start))
 
-    def _set_ports(self, t: float, arg: tuple[bool, list[list[str]]]) -> None:
+    def _set_ports(self, t: int, arg: tuple[bool, list[list[str]]]) -> None:
         up, ports = arg
         for switch, port in ports:
             if self.host.carries(switch, port):  # each worker fails its own ports, at the same fabric time
@@ -179,7 +181,7 @@ class Job:
         """`heard(t, payload)` on every part of this job, one lookahead from now (see Attach.tell)."""
         self.host.tell(self, payload)
 
-    def heard(self, t: float, payload: Any) -> None:
+    def heard(self, t: int, payload: Any) -> None:
         """What a part of this job told every part (see tell)."""
 
     def what(self) -> str:
@@ -192,7 +194,7 @@ class Job:
     def result(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _budget(self, t: float, _: Any) -> None:
+    def _budget(self, t: int, _: Any) -> None:
         if not self.finished:
             busy = [f"{p.name}: {p.describe()}" for p in self.participants if p.busy()]
             self.fail(f"{self.what()} did not complete in {self.params['budget_s']:g} s of fabric time; "

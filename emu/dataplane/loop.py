@@ -1,4 +1,4 @@
-"""Event loops: one schedule of timed callbacks (emu.clock.Clock), in fabric seconds.
+"""Event loops: one schedule of timed callbacks (emu.clock.Clock), in whole picoseconds of fabric time.
 
 The data plane is written against `Loop.at(t, fn, arg)` and `clock()` only, so
 the same switch, link and buffer code runs in unit tests on a virtual clock
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from emu.dataplane.core import make_schedule
 from emu.dataplane.schedule import Callback
 from emu.fidelity import Lateness, tight_timers
+from emu.simtime import NEVER, PS_PER_S, to_ps, to_s
 
 if TYPE_CHECKING:
     from emu.dataplane.windows import Windows
@@ -40,22 +41,23 @@ class Loop:
 
     def __init__(self, sched: Any = None, *, core: str = "python", idle_dilation: float = 1.0) -> None:
         self.sched = sched if sched is not None else make_schedule(core, self.MODE, idle_dilation)
-        self.at: Callable[[float, Callback, Any], None] = self.sched.at
-        self.clock: Callable[[], float] = self.sched.clock
+        self.at: Callable[[int, Callback, Any], None] = self.sched.at
+        self.clock: Callable[[], int] = self.sched.clock
 
     @property
-    def now(self) -> float:
+    def now(self) -> int:
         return self.sched.now
 
     @now.setter
-    def now(self, t: float) -> None:
+    def now(self, t: int) -> None:
         self.sched.now = t
 
-    def next_time(self) -> float:
-        """When the next event is due (inf: none is)."""
+    def next_time(self) -> int:
+        """When the next event is due (NEVER: none is)."""
         return self.sched.next_time()
 
-    def run(self, until: float = float("inf"), max_events: int = 50_000_000) -> int:
+    def run(self, until: int = NEVER, max_events: int = 50_000_000) -> int:
+        """Every event due by `until` (picoseconds, inclusive), at most `max_events`."""
         return self.sched.run_until(until, max_events)
 
 
@@ -121,7 +123,7 @@ GATHER_AFTER = 16  # frames a reader's turn must take, emptying its ring, for th
 
 
 class EngineLoop(Loop):
-    """An engine worker's loop: its schedule in fabric seconds, multiplexed with its sockets, under one
+    """An engine worker's loop: its schedule in fabric picoseconds, multiplexed with its sockets, under one
     pacing chosen once (`paced`).
 
     Unpaced (the fabric clock). While a job of the project's own runs (`busy` > 0: endpoints, ranks,
@@ -142,8 +144,8 @@ class EngineLoop(Loop):
     gives the fabric clock's figures bit for bit; D is applied here, in the wait and the stamp.
 
     Either way a job starts at the next whole fabric second (what was due before it runs first, at
-    once), so that the same job starts at the same time in every run: the same floating-point sums, the
-    same ties. Paced, the wall meets fabric time again at that start.
+    once), so that the same job starts at the same time in every run. Paced, the wall meets fabric time
+    again at that start.
 
     Split over several workers (`sync`: emu.dataplane.windows.Windows), a job's events run in windows
     all workers agree on: only those before the window's end (paced: and due by the wall), then the loop
@@ -163,7 +165,7 @@ class EngineLoop(Loop):
     # event that reads the clock gets its own time, not the wall's, and (split) the windows go on, so
     # that frames cross to the peers at their fabric time. The next job then finds the same fabric on
     # any machine, after any pause, on one worker or several.
-    DRAIN_S = 0.01
+    DRAIN_PS = 10 * PS_PER_S // 1000  # 10 ms
 
     def __init__(self, dilation: float, sched: Any = None, *, core: str = "python", paced: bool = False,
                  origin: float | None = None) -> None:
@@ -176,7 +178,7 @@ class EngineLoop(Loop):
         sched = self.sched
         sched.paced = paced
         if origin is not None:
-            sched.anchor_f, sched.anchor_w = 0.0, origin
+            sched.anchor_f, sched.anchor_w = 0, origin
         tight_timers()
         self.epoll = select.epoll()
         self.timer = TimerFd()
@@ -194,10 +196,10 @@ class EngineLoop(Loop):
         self.kernel_frames = 0  # unpaced: frames the kernel sent while a job ran
         self.events = 0  # unpaced: callbacks run while a job ran
         self.pace = 0.0
-        self._pace_f, self._pace_w = 0.0, sched.anchor_w  # where a watched job's fabric time meets the wall
+        self._pace_f, self._pace_w = 0, sched.anchor_w  # where a watched job's fabric time meets the wall
         # While a job's begin runs what was due before its start, the start it jumps to: what keeps wall time
         # on this schedule (the channels' clock probes) is not replayed over the skipped fabric time.
-        self.jump_to: float | None = None
+        self.jump_to: int | None = None
 
     @property
     def busy(self) -> int:
@@ -210,10 +212,11 @@ class EngineLoop(Loop):
         start."""
         return self.sched.busy > 0 or (self.paced and self.jump_to is None)
 
-    def fabric_s_of_wall(self, wall_s: float) -> float:
-        """The fabric seconds during which `wall_s` of wall time passes where fabric time follows the wall
-        (paced; unpaced, between jobs): for what keeps wall time on this loop (the channels' clock probes)."""
-        return wall_s / self.dilation
+    def fabric_ps_of_wall(self, wall_s: float) -> int:
+        """The fabric picoseconds during which `wall_s` of wall time passes where fabric time follows the
+        wall (paced; unpaced, between jobs): for what keeps wall time on this loop (the channels' clock
+        probes)."""
+        return to_ps(wall_s / self.dilation)
 
     def _anchor(self) -> None:
         """Unpaced: fabric time follows the wall again from here."""
@@ -222,14 +225,13 @@ class EngineLoop(Loop):
     def _draining(self) -> bool:
         return self.sched.next_time() < self.sched.drain_until
 
-    def _deadline(self, t: float) -> float:
+    def _deadline(self, t: int) -> float:
         """The monotonic instant at which fabric time `t` is due where fabric time follows the wall."""
-        sched = self.sched
-        return sched.anchor_w + (t - sched.anchor_f) * self.dilation
+        return self.sched.deadline(t)
 
     # -- jobs ------------------------------------------------------------------------------------
 
-    def begin(self, at: float | None = None, wall_at: float | None = None) -> float:
+    def begin(self, at: int | None = None, wall_at: float | None = None) -> int:
         """A job starts. Returns its start time: with no other job running, the next whole second of fabric
         time (what was due before it runs first, at once). `at`: the instant every worker of a split fabric
         agreed on (not in this worker's past); its windows start there. Paced, the wall meets the start at
@@ -238,7 +240,7 @@ class EngineLoop(Loop):
         if self.sync is not None and self.sync.active:
             raise RuntimeError("a job is running on this split fabric: one job at a time")
         if not sched.busy:
-            start = math.floor(self.clock()) + 1.0 if at is None else at
+            start = (self.clock() // PS_PER_S + 1) * PS_PER_S if at is None else at
             if start < self.clock():
                 raise RuntimeError(f"the job's start {start!r} is in this worker's past ({self.clock()!r})")
             self.jump_to = start
@@ -274,7 +276,7 @@ class EngineLoop(Loop):
                 gc.enable()
         elif not sched.busy:
             self._anchor()
-            sched.drain_until = sched.now + self.DRAIN_S
+            sched.drain_until = sched.now + self.DRAIN_PS
 
     def took_from_kernel(self, frames: int, emptied: bool) -> None:
         """A reader's turn took `frames` from a kernel's ring (`emptied`: fewer than a burst, none left).
@@ -295,7 +297,7 @@ class EngineLoop(Loop):
         """This worker runs one part of a fabric split over several: its jobs advance in these windows."""
         self.sync = windows
 
-    def windows_over(self, t: float) -> None:
+    def windows_over(self, t: int) -> None:
         """Split fabric: no worker has a job left; fabric time follows the wall from `t`, the same instant on
         every worker (paced, it has followed it all along)."""
         sched = self.sched
@@ -373,9 +375,9 @@ class EngineLoop(Loop):
         """What the wall has reached (each event's lateness judged), then wait for the next one's deadline
         or a socket."""
         sched = self.sched
-        sched.run_paced(self.lateness, math.inf)
+        sched.run_paced(self.lateness, NEVER)
         nxt = sched.next_time()
-        self._wait_for(self._deadline(nxt) if nxt < math.inf else math.inf)
+        self._wait_for(self._deadline(nxt) if nxt != NEVER else math.inf)
 
     def _window(self, sync: Windows) -> None:
         """Everything before the window's horizon (paced: as the wall reaches it), then this worker's
@@ -405,7 +407,7 @@ class EngineLoop(Loop):
 
     def _watch_wait(self) -> float:
         """Unpaced, watched (`pace`): wall seconds until the job's next event may run (<= 0: now)."""
-        return self._pace_w + (self.sched.next_time() - self._pace_f) * self.pace - time.monotonic()
+        return self._pace_w + to_s(self.sched.next_time() - self._pace_f) * self.pace - time.monotonic()
 
     def _job(self) -> None:
         """Unpaced: a batch of the job's events (or the drain's), as fast as the CPU allows unless watched."""
@@ -416,8 +418,8 @@ class EngineLoop(Loop):
                 self._dispatch(epoll.poll(min(ahead, 0.05)))
                 return
         self.events += sched.run_job(self.BATCH)
-        if not sched.busy and not self._draining() and sched.drain_until > -math.inf:
-            sched.drain_until = -math.inf  # drained: fabric time follows the wall from here
+        if not sched.busy and not self._draining() and sched.drain_until > 0:
+            sched.drain_until = 0  # drained: fabric time follows the wall from here
             self._anchor()
         self._dispatch(epoll.poll(0 if len(sched) else 1.0))
 

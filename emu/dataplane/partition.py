@@ -14,7 +14,6 @@ therefore differ from one partition's in the order of equal-time events, never i
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
@@ -25,6 +24,7 @@ from emu.dataplane.pipeline import Switch
 from emu.dataplane.spec import EngineSpec, PortSpec, SpecError
 from emu.dataplane.windows import Windows
 from emu.dataplane.wiring import build_switches
+from emu.simtime import NEVER, to_ps
 
 
 class PartitionedFabric:
@@ -32,7 +32,7 @@ class PartitionedFabric:
     cut link of a delay > 0. `lookahead`: the windows' length, by default the shortest cut link's delay
     (a longer one breaks causality, which Windows checks: LookaheadError)."""
 
-    def __init__(self, spec: EngineSpec, part: dict[str, int], lookahead: float | None = None) -> None:
+    def __init__(self, spec: EngineSpec, part: dict[str, int], lookahead: int | None = None) -> None:
         names = {s.name for s in spec.switches}
         if set(part) != names:
             raise SpecError(f"partition: place every switch, only those: missing {sorted(names - set(part))[:5]}, "
@@ -44,12 +44,12 @@ class PartitionedFabric:
                if p.peer_kind == "switch" and part[p.peer_switch] != part[s.name]]
         if not cut or min(p.delay_s for _, p in cut) <= 0:
             raise SpecError("partition: the partitions must be joined by links with a propagation delay > 0")
-        self.lookahead = min(p.delay_s for _, p in cut) if lookahead is None else lookahead
+        self.lookahead = min(to_ps(p.delay_s) for _, p in cut) if lookahead is None else lookahead
         self.part = part
         self.loops = [Loop() for _ in range(n)]
         self.sync = [Windows(self.lookahead, lambda: n - 1, partial(self._barrier, i), partial(self._deliver, i),
                              lambda t: None, lambda j: f"partition {j}") for i in range(n)]
-        self.received: dict[tuple[str, str], list[tuple[float, bytes]]] = {}
+        self.received: dict[tuple[str, str], list[tuple[int, bytes]]] = {}
         placed = replace(spec, switches=tuple(replace(s, worker=part[s.name]) for s in spec.switches), workers=n)
         self.switches: dict[str, Switch] = {}
         for i, loop in enumerate(self.loops):
@@ -69,39 +69,39 @@ class PartitionedFabric:
         """Frames that crossed a channel."""
         return sum(w.handed for w in self.sync)
 
-    def _external(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
+    def _external(self, sw: Switch, ps: PortSpec) -> Callable[[int, Any], None]:
         if ps.peer_kind == "switch":
             return lambda t, frame: None  # wired to its channel once every switch exists
         box = self.received.setdefault((sw.name, ps.ifname), [])
         return lambda t, frame: box.append((t, bytes(frame)))
 
-    def _hand_over(self, src: int, dst: int, delay: float, ingress: Callable[[float, Any], None], t: float,
+    def _hand_over(self, src: int, dst: int, delay: int, ingress: Callable[[int, Any], None], t: int,
                    frame: Any) -> None:
         mine = self.sync[src]
         mine.sent(t + delay)
         self.sync[dst].arrive(src, mine.window, t + delay, 0, 0, (ingress, bytes(frame)))
 
-    def _barrier(self, src: int, window: int, t: float, busy: bool) -> None:
+    def _barrier(self, src: int, window: int, t: int, busy: bool) -> None:
         for j, w in enumerate(self.sync):
             if j != src:
                 w.barrier(src, window, t, busy)
 
-    def _deliver(self, i: int, kind: int, t: float, a: int, payload: tuple[Callable[[float, Any], None], bytes]
+    def _deliver(self, i: int, kind: int, t: int, a: int, payload: tuple[Callable[[int, Any], None], bytes]
                  ) -> None:
         ingress, frame = payload
         self.loops[i].at(t, ingress, frame)
 
-    def send(self, switch: str, ifname: str, frame: bytes, t: float) -> None:
+    def send(self, switch: str, ifname: str, frame: bytes, t: int) -> None:
         """A host sends `frame` at `t` into the given switch port (through its NIC model)."""
         sw = self.switches[switch]
         idx = next(p.index for p in sw.ports if p.name == ifname)
         self.loops[self.part[switch]].at(t, lambda tt, f: sw.from_host(idx, tt, f), frame)
 
-    def run(self, until: float = math.inf) -> None:
+    def run(self, until: int = NEVER) -> None:
         """Windows until nothing is left to do (or `until`): each partition runs what is before its
         horizon, then ends its window; a partition is busy while it has anything left at or before `until`."""
         start = min(loop.next_time() for loop in self.loops)
-        if start == math.inf or start > until:
+        if start == NEVER or start > until:
             return
         for w in self.sync:
             w.start(start)
@@ -111,7 +111,7 @@ class PartitionedFabric:
             for loop, w in zip(self.loops, self.sync, strict=True):
                 nxt = loop.next_time()
                 left = min(nxt, w.sent_min)
-                w.end_window(nxt, left < math.inf and left <= until)
+                w.end_window(nxt, left != NEVER and left <= until)
 
 
 def components(nodes: Iterable[str], links: Iterable[tuple[str, str, float]]) -> list[list[str]]:
@@ -180,6 +180,6 @@ def hosts_to_workers(host_switches: dict[str, list[str]], place: dict[str, int])
     return out
 
 
-def _run_before(loop: Loop, end: float) -> None:
+def _run_before(loop: Loop, end: int) -> None:
     """Every event of `loop` before `end` (not at it: a frame from another partition may arrive at `end`)."""
     loop.sched.run_window(end, 1 << 62)

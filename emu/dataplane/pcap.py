@@ -6,6 +6,8 @@ import struct
 import time
 from typing import Any
 
+from emu.simtime import to_s
+
 _REC = struct.Struct("<IIII")
 
 
@@ -18,8 +20,9 @@ class PcapWriter:
         self.f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 1))
         self.base = time.time()
 
-    def write(self, t: float, frame: Any) -> None:
-        ts = self.base + t
+    def write(self, t: int, frame: Any) -> None:
+        """A frame at fabric instant `t` (picoseconds)."""
+        ts = self.base + to_s(t)
         sec = int(ts)
         n = len(frame)
         self.f.write(_REC.pack(sec, int((ts - sec) * 1e9), n, n))

@@ -8,31 +8,35 @@ priority. Switch egress ports are Transmitters; so is the model of a host
 NIC, which the engine runs at the switch port's ingress so that kernel
 traffic from a host is shaped, delayed and paused like any other.
 
-Times are the loop's schedule (wall seconds in a worker, virtual seconds in
-tests). The next transmission starts at the previous one's scheduled end,
-not at the moment the loop got round to it, so a late loop does not lose
+Times are the schedule's, whole picoseconds of fabric time: a frame's time
+on the wire is `ser_ps` of its bytes at the wire's rate in whole bit/s (exact,
+no sum of floats), its propagation delay whole picoseconds. The next
+transmission starts at the previous one's scheduled end, not at the moment the loop got round to it, so a late loop does not lose
 rate: it only adds jitter, which the fidelity monitor reports.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from emu.simtime import rate_of, ser_ps
 from emu.units import WIRE_OVERHEAD_BYTES
 
 NQ = 8
 MIN_FRAME = 60  # without FCS
 
-Deliver = Callable[[float, Any], None]
-OnDequeue = Callable[[float, int, Any, Any], Any]
+Deliver = Callable[[int, Any], None]
+OnDequeue = Callable[[int, int, Any, Any], Any]
+PAUSE_QUANTUM_BYTES = 64  # a PFC pause quantum: 512 bit times of the link it pauses
 
 
 class Transmitter:
     __slots__ = (
-        "loop", "name", "s_per_byte", "rate_bps", "delay", "deliver", "on_dequeue",
+        "loop", "name", "rate_bps", "delay_ps", "deliver", "on_dequeue",
         "queues", "qbytes", "qhwm", "busy", "pause_until", "pause_since", "paused_time",
         "strict", "quantum", "deficit", "rr", "visiting", "wake_at", "up",
         "tx_packets", "tx_bytes", "q_tx_packets", "limit_bytes", "drops", "mask", "dwrr_mask",
@@ -45,31 +49,32 @@ class Transmitter:
         *,
         name: str,
         rate_bps: float,
-        delay: float,
+        delay_ps: int,
         deliver: Deliver,
         on_dequeue: OnDequeue | None = None,
         strict: tuple[int, ...] = (7, 6),
         weights: tuple[int, ...] = (1,) * NQ,
         limit_bytes: int = 0,
     ) -> None:
-        if rate_bps <= 0:
+        """`rate_bps`: the wire's rate (inf: no serialisation, a hand-over), kept in whole bit/s (`rate_bps`, 0
+        for inf); `delay_ps`: its propagation delay, whole picoseconds."""
+        if not rate_bps > 0:
             raise ValueError(f"{name}: link rate must be positive, got {rate_bps}")
-        if delay < 0:
-            raise ValueError(f"{name}: propagation delay must be >= 0, got {delay}")
+        if type(delay_ps) is not int or delay_ps < 0:
+            raise ValueError(f"{name}: propagation delay must be whole picoseconds >= 0, got {delay_ps!r}")
         self.loop = loop
         self.name = name
-        self.rate_bps = rate_bps
-        self.s_per_byte = 8.0 / rate_bps
-        self.delay = delay
+        self.rate_bps = 0 if rate_bps == math.inf else rate_of(rate_bps)
+        self.delay_ps = delay_ps
         self.deliver = deliver
         self.on_dequeue = on_dequeue
         self.queues: list[deque] = [deque() for _ in range(NQ)]
         self.qbytes = [0] * NQ
         self.qhwm = [0] * NQ
         self.busy = False
-        self.pause_until = [0.0] * NQ
-        self.pause_since = [-1.0] * NQ
-        self.paused_time = [0.0] * NQ
+        self.pause_until = [0] * NQ
+        self.pause_since = [-1] * NQ
+        self.paused_time = [0] * NQ
         # Strict queues are served highest first, before the DWRR queues.
         self.strict = sorted(strict, reverse=True)
         self.mask = 0  # bit q set while queue q holds frames
@@ -78,7 +83,7 @@ class Transmitter:
         self.deficit = [0] * NQ
         self.rr = 0
         self.visiting = False
-        self.wake_at = -1.0
+        self.wake_at = -1
         self.up = True
         self.tx_packets = 0
         self.tx_bytes = 0
@@ -88,11 +93,11 @@ class Transmitter:
         self.loss = 0.0  # a degraded wire: the chance a frame is lost on it (degrade())
         self.rng: random.Random | None = None
         self.lost = 0
-        self.base = (rate_bps, delay)  # the wire as built, what restore goes back to
+        self.base = (self.rate_bps, delay_ps)  # the wire as built, what restore goes back to
 
     # -- queueing -----------------------------------------------------------
 
-    def enqueue(self, t: float, prio: int, frame: Any, meta: Any = None) -> bool:
+    def enqueue(self, t: int, prio: int, frame: Any, meta: Any = None) -> bool:
         n = len(frame)
         if self.limit_bytes and self.qbytes[prio] + n > self.limit_bytes:
             self.drops += 1
@@ -112,7 +117,7 @@ class Transmitter:
             self._start(t)
         return True
 
-    def _pick(self, t: float) -> int:
+    def _pick(self, t: int) -> int:
         mask = self.mask
         pause = self.pause_until
         for q in self.strict:
@@ -142,7 +147,7 @@ class Transmitter:
             self.visiting = False
         return -1
 
-    def _start(self, t: float) -> None:
+    def _start(self, t: int) -> None:
         while self.mask:
             q = self._pick(t)
             if q < 0:
@@ -159,7 +164,7 @@ class Transmitter:
                 return
         self.busy = False
 
-    def _send(self, t: float, q: int, frame: Any, meta: Any) -> float:
+    def _send(self, t: int, q: int, frame: Any, meta: Any) -> int:
         """Put one frame on the wire at t. A frame already due by the clock is delivered
         at once, off the schedule, and the end of its serialisation is returned so the
         caller can go on; otherwise the wire's end is scheduled and -1 returned."""
@@ -167,11 +172,12 @@ class Transmitter:
             frame = self.on_dequeue(t, q, frame, meta)
         n = len(frame)
         self.busy = True
-        end = t + ((n if n > MIN_FRAME else MIN_FRAME) + WIRE_OVERHEAD_BYTES) * self.s_per_byte
+        rate = self.rate_bps
+        end = t + ser_ps((n if n > MIN_FRAME else MIN_FRAME) + WIRE_OVERHEAD_BYTES, rate) if rate else t
         self.tx_packets += 1
         self.tx_bytes += n
         self.q_tx_packets[q] += 1
-        arrive = end + self.delay
+        arrive = end + self.delay_ps
         loop = self.loop
         # Off the schedule only if nothing else was due first: a PFC pause in the heap for an
         # earlier time must stop this wire before its next frame, however late the loop runs.
@@ -184,66 +190,65 @@ class Transmitter:
                 self.deliver(arrive, frame)
             if not self.mask:
                 self.busy = False
-                return -1.0
+                return -1
             return end
         loop.at(end, self._done, None)
         if up:
             loop.at(arrive, self.deliver, frame)
-        return -1.0
+        return -1
 
-    def degrade(self, *, loss: float, rate_bps: float, extra_delay: float, seed: int | str) -> None:
+    def degrade(self, *, loss: float, rate_bps: float, extra_delay_ps: int, seed: int | str) -> None:
         """A degraded wire, not a dead one: each frame lost with probability `loss` (seeded), the wire at
-        `rate_bps` (0: as built), `extra_delay` more propagation (this loop's units). All zero: as built."""
-        rate = rate_bps or self.base[0]
-        self.rate_bps = rate
-        self.s_per_byte = 8.0 / rate
-        self.delay = self.base[1] + extra_delay
+        `rate_bps` (0: as built), `extra_delay_ps` more propagation. All zero: as built."""
+        self.rate_bps = rate_of(rate_bps) if rate_bps else self.base[0]
+        self.delay_ps = self.base[1] + extra_delay_ps
         self.loss = loss
         self.rng = random.Random(seed) if loss else None
 
-    def _done(self, t: float, _: Any) -> None:
+    def _done(self, t: int, _: Any) -> None:
         self.busy = False
         self._start(t)
 
-    def _arm_wake(self, t: float) -> None:
+    def _arm_wake(self, t: int) -> None:
         """Queues held by a pause need a wake-up when the pause runs out."""
         wake = min(
             (self.pause_until[q] for q in range(NQ) if self.mask >> q & 1 and self.pause_until[q] > t),
-            default=-1.0,
+            default=-1,
         )
         if wake > 0 and (self.wake_at <= t or wake < self.wake_at):
             self.wake_at = wake
             self.loop.at(wake, self._wake, None)
 
-    def _wake(self, t: float, _: Any) -> None:
+    def _wake(self, t: int, _: Any) -> None:
         if t >= self.wake_at:
-            self.wake_at = -1.0
+            self.wake_at = -1
         if not self.busy:
             self._start(t)
 
     # -- PFC on receipt -----------------------------------------------------
 
-    def pause(self, t: float, times: dict[int, int]) -> None:
+    def pause(self, t: int, times: dict[int, int]) -> None:
         """Apply a received PFC frame: quanta of 512 bit times at this link's rate."""
         for prio, quanta in times.items():
             since = self.pause_since[prio]
             if since >= 0 and self.pause_until[prio] <= t:  # ran out on its own
                 self.paused_time[prio] += self.pause_until[prio] - since
-                since = -1.0
+                since = -1
             if quanta:
                 if since < 0:
                     since = t
-                self.pause_until[prio] = t + quanta * 512 / self.rate_bps
+                self.pause_until[prio] = t + pause_ps(quanta, self.rate_bps)
             else:
                 if since >= 0:
                     self.paused_time[prio] += t - since
-                    since = -1.0
-                self.pause_until[prio] = 0.0
+                    since = -1
+                self.pause_until[prio] = 0
             self.pause_since[prio] = since
         if not self.busy:
             self._start(t)
 
-    def paused_seconds(self, t: float) -> list[float]:
+    def paused_ps(self, t: int) -> list[int]:
+        """Each priority's time paused by t, whole picoseconds."""
         out = list(self.paused_time)
         for q in range(NQ):
             if self.pause_since[q] >= 0:
@@ -256,3 +261,8 @@ class Transmitter:
 
     def queued(self) -> int:
         return sum(self.qbytes)
+
+
+def pause_ps(quanta: int, rate_bps: int) -> int:
+    """A PFC pause of `quanta` quanta on a wire of `rate_bps` (whole bit/s; 0: a hand-over, no time)."""
+    return ser_ps(quanta * PAUSE_QUANTUM_BYTES, rate_bps) if rate_bps else 0

@@ -14,6 +14,7 @@ is dropped and counted on its ingress port; nothing here raises on input.
 from __future__ import annotations
 
 import ipaddress
+import math
 import random
 import struct
 import zlib
@@ -24,9 +25,10 @@ from typing import Any
 from emu import packet as pk
 from emu.control.model import SwitchTables
 from emu.dataplane.buffer import SharedBuffer
-from emu.dataplane.pipe import NQ, Transmitter
+from emu.dataplane.pipe import NQ, Transmitter, pause_ps
 from emu.dataplane.spec import PortSpec, SwitchSpec
 from emu.dataplane.tables import GroupState, Lpm
+from emu.simtime import rate_of, ser_ps, to_ps, to_s
 from emu.units import pfc_headroom
 
 CONTROL_TC = 7
@@ -39,7 +41,7 @@ _U32 = struct.Struct("!I")
 PROBE_ETHERTYPE = 0x88B5  # IEEE 802 local experimental
 PROBE_DST = bytes.fromhex("0180c200000e")  # link-local: never forwarded
 PROBE_MAGIC = b"EMUP"
-_PROBE = struct.Struct("!4sIIBd")  # magic, probe id, sequence, reply flag, send time (engine clock)
+_PROBE = struct.Struct("!4sIIBq")  # magic, probe id, sequence, reply flag, send time (the schedule's, ps)
 
 
 def _csum_replace(hc: int, old: int, new: int) -> int:
@@ -77,7 +79,7 @@ class Port:
     __slots__ = (
         "index", "name", "mac", "peer_kind", "peer_mac", "tx", "nic", "ip4", "ip6",
         "rx_packets", "rx_bytes", "drops", "drops_tc", "ecn_marked", "pfc_tx", "pfc_rx",
-        "up", "rate_bps", "delay", "q_enq", "q_over_kmax", "trimmed",
+        "up", "rate_bps", "delay_ps", "q_enq", "q_over_kmax", "trimmed",
     )
 
     def __init__(self, index: int, name: str, mac: bytes, peer_kind: str) -> None:
@@ -101,8 +103,8 @@ class Port:
         self.pfc_tx = 0
         self.pfc_rx = 0
         self.up = True
-        self.rate_bps = 0.0
-        self.delay = 0.0
+        self.rate_bps = 0  # whole bit/s
+        self.delay_ps = 0
 
     def drop(self, reason: str, tc: int = -1) -> None:
         self.drops[reason] = self.drops.get(reason, 0) + 1
@@ -150,8 +152,8 @@ class Switch:
             p = self.Port(ps.index, ps.ifname, pk.mac_bytes(ps.mac), ps.peer_kind)
             if ps.peer_mac:
                 p.peer_mac = pk.mac_bytes(ps.peer_mac)
-            p.rate_bps = ps.rate_bps
-            p.delay = ps.delay_s
+            p.rate_bps = rate_of(ps.rate_bps)
+            p.delay_ps = to_ps(ps.delay_s)  # the cable's delay, rounded once, where the spec is read
             for a in ps.ipv4:
                 ip = ipaddress.IPv4Interface(a).ip
                 p.ip4[int(ip)] = ip.packed
@@ -164,8 +166,8 @@ class Switch:
             p.tx = self.Transmitter(
                 loop,
                 name=f"{self.name}:{ps.ifname}",
-                rate_bps=float("inf") if handover else p.rate_bps,
-                delay=0.0 if handover else p.delay,
+                rate_bps=math.inf if handover else p.rate_bps,
+                delay_ps=0 if handover else p.delay_ps,
                 deliver=_unwired,
                 on_dequeue=self._on_dequeue(ps.index),
                 strict=qos.strict,
@@ -177,7 +179,7 @@ class Switch:
                     loop,
                     name=f"{self.name}:{ps.ifname}:host-nic",
                     rate_bps=p.rate_bps,
-                    delay=p.delay,
+                    delay_ps=p.delay_ps,
                     deliver=self.wire_target(ps.index),
                     strict=qos.strict,
                     weights=qos.weights,
@@ -201,7 +203,7 @@ class Switch:
             reserve=qos.reserve,
             shift=qos.alpha_shift,
         )
-        self.probe_rtts: dict[int, list[float]] = {}
+        self.probe_rtts: dict[int, list[int]] = {}  # picoseconds
         self.load_tables()
 
     # -- tables ---------------------------------------------------------------
@@ -272,7 +274,7 @@ class Switch:
                 _degrade(tx, f"{base}/{seed}" if seed else base,
                          loss=loss, rate_bps=rate_bps, delay_s=delay_s)
 
-    def from_host(self, port: int, t: float, frame: bytes) -> None:
+    def from_host(self, port: int, t: int, frame: bytes) -> None:
         """A frame the host's kernel sent: it first crosses the host NIC and the link."""
         p = self.ports[port]
         nic = p.nic
@@ -295,7 +297,7 @@ class Switch:
 
     # -- ingress pipeline -------------------------------------------------------------
 
-    def ingress(self, port: int, t: float, frame: bytes) -> None:
+    def ingress(self, port: int, t: int, frame: bytes) -> None:
         p = self.ports[port]
         n = len(frame)
         p.rx_packets += 1
@@ -340,14 +342,14 @@ class Switch:
 
     # -- link probes: the control plane's cable measurement ---------------------------------
 
-    def send_probe(self, t: float, port: int, probe_id: int, seq: int) -> None:
+    def send_probe(self, t: int, port: int, probe_id: int, seq: int) -> None:
         """A timestamped probe on the uncongested top queue; the peer switch reflects it."""
         p = self.ports[port]
         body = _PROBE.pack(PROBE_MAGIC, probe_id, seq, 0, t)
         frame = PROBE_DST + p.mac + PROBE_ETHERTYPE.to_bytes(2, "big") + body
         self._enqueue(t, port, CONTROL_TC, frame + bytes(60 - len(frame)), self.cpu)
 
-    def _probe(self, p: Port, t: float, frame: bytes, l3: int) -> None:
+    def _probe(self, p: Port, t: int, frame: bytes, l3: int) -> None:
         if len(frame) < l3 + _PROBE.size:
             p.drop("malformed")
             return
@@ -362,7 +364,7 @@ class Switch:
             return
         self.probe_rtts.setdefault(probe_id, []).append(t - sent)
 
-    def _arp(self, p: Port, t: float, frame: bytes, l3: int) -> None:
+    def _arp(self, p: Port, t: int, frame: bytes, l3: int) -> None:
         if len(frame) < l3 + 28:
             p.drop("malformed")
             return
@@ -394,7 +396,7 @@ class Switch:
             h = zlib.crc32(frame[l4 : l4 + 4], h)
         return ((h * self.hash_mult) & 0xFFFFFFFF) >> 8
 
-    def _ipv4(self, p: Port, t: float, frame: bytes, l3: int) -> None:
+    def _ipv4(self, p: Port, t: int, frame: bytes, l3: int) -> None:
         n = len(frame)
         if n < l3 + 20:
             p.drop("malformed")
@@ -438,14 +440,14 @@ class Switch:
         out[l3 + 11] = c & 0xFF
         self._enqueue(t, out_port, self.dscp_tc[frame[l3 + 1] >> 2], out, p.index, l3, 4)
 
-    def _local4(self, p: Port, t: float, frame: bytes, l3: int, ihl: int, tot: int) -> None:
+    def _local4(self, p: Port, t: int, frame: bytes, l3: int, ihl: int, tot: int) -> None:
         if frame[l3 + 9] == pk.IPPROTO_ICMP and tot >= ihl + 8 and frame[l3 + ihl] == 8:
             body = bytes(frame[l3 + ihl + 4 : l3 + tot])
             self._originate(t, pk.icmp4(frame[l3 + 16 : l3 + 20], frame[l3 + 12 : l3 + 16], 0, 0, body), False)
         else:
             p.drop("to_switch")
 
-    def _ipv6(self, p: Port, t: float, frame: bytes, l3: int, depth: int) -> None:
+    def _ipv6(self, p: Port, t: int, frame: bytes, l3: int, depth: int) -> None:
         n = len(frame)
         if n < l3 + 40 or frame[l3] >> 4 != 6:
             p.drop("malformed")
@@ -502,7 +504,7 @@ class Switch:
         self._enqueue(t, out_port, tc, out, p.index, l3, 6)
 
     def _srv6_sid(
-        self, p: Port, t: float, frame: bytes, l3: int, plen: int, sid: tuple[str, GroupState | None], depth: int
+        self, p: Port, t: int, frame: bytes, l3: int, plen: int, sid: tuple[str, GroupState | None], depth: int
     ) -> tuple[bytearray, int, GroupState | None] | None:
         """End / End.X update the SRH and go on; End.DT6 strips the outer header and looks up the inner."""
         action, group = sid
@@ -546,7 +548,7 @@ class Switch:
         out = bytearray(frame[0:12]) + b"\x86\xdd" + outer + srh + inner
         return out, int.from_bytes(segs[0], "big")
 
-    def _local6(self, p: Port, t: float, frame: bytes, l3: int, plen: int, dst: int) -> None:
+    def _local6(self, p: Port, t: int, frame: bytes, l3: int, plen: int, dst: int) -> None:
         if frame[l3 + 6] != pk.IPPROTO_ICMPV6 or plen < 8:
             p.drop("to_switch")
             return
@@ -565,7 +567,7 @@ class Switch:
         if typ not in (133, 134, 136, 143):
             p.drop("to_switch")
 
-    def _originate(self, t: float, l3pkt: bytes, v6: bool) -> None:
+    def _originate(self, t: int, l3pkt: bytes, v6: bool) -> None:
         """Route a packet the switch itself made (echo replies, ICMP errors)."""
         dst = int.from_bytes(l3pkt[24:40] if v6 else l3pkt[16:20], "big")
         g = (self.lpm6 if v6 else self.lpm4).lookup(dst)
@@ -578,7 +580,7 @@ class Switch:
 
     # -- traffic manager ------------------------------------------------------------------
 
-    def _enqueue(self, t: float, out_port: int, tc: int, frame: Any, in_port: int, l3: int = 0, ipv: int = 0) -> None:
+    def _enqueue(self, t: int, out_port: int, tc: int, frame: Any, in_port: int, l3: int = 0, ipv: int = 0) -> None:
         port = self.ports[out_port]
         n = len(frame)
         lossless = self.pfc and self.lossless[tc]
@@ -612,7 +614,7 @@ class Switch:
             return frame[l3 + 1] >> 2
         return (frame[l3] & 0x0F) << 2 | frame[l3 + 1] >> 6
 
-    def _trim(self, t: float, port: Port, tc: int, frame: Any, l3: int, ipv: int, reason: str) -> None:
+    def _trim(self, t: int, port: Port, tc: int, frame: Any, l3: int, ipv: int, reason: str) -> None:
         """Cut instead of dropping: the header goes out ahead of the data, in its own strict-priority
         queue, uncharged to the shared buffer (TrimSpec); past that queue's cap it is dropped."""
         trim = self.trim
@@ -641,7 +643,7 @@ class Switch:
         frame[l3 + 1] = b | 0x30
         return True
 
-    def _dequeued(self, out_port: int, t: float, tc: int, frame: Any, in_port: int) -> Any:
+    def _dequeued(self, out_port: int, t: int, tc: int, frame: Any, in_port: int) -> Any:
         if in_port == TRIMMED:
             return frame  # a trimmed header was never charged to the buffer
         mmu = self.mmu
@@ -651,35 +653,35 @@ class Switch:
             self.send_pfc(t, in_port, {tc: 0})
         return frame
 
-    def cut(self, port: int) -> float:
+    def cut(self, port: int) -> int:
         """Port `port`'s cable is carried by a channel to another partition (another machine): the
         frames, PFC's included, are handed over when their last bit leaves, and the channel adds the
-        propagation delay, returned here (engine seconds). Everything else (headroom, rate) is as built."""
+        propagation delay, returned here (picoseconds). Everything else (headroom, rate) is as built."""
         p = self.ports[port]
-        delay, p.delay = p.delay, 0.0
-        p.tx.delay = 0.0
-        p.tx.base = (p.tx.base[0], 0.0)
+        delay, p.delay_ps = p.delay_ps, 0
+        p.tx.delay_ps = 0
+        p.tx.base = (p.tx.base[0], 0)
         return delay
 
-    def send_pfc(self, t: float, port: int, times: dict[int, int]) -> None:
+    def send_pfc(self, t: int, port: int, times: dict[int, int]) -> None:
         """Send a real 802.1Qbb frame to the peer, ahead of the data queues."""
         p = self.ports[port]
         p.pfc_tx += 1
         frame = pk.pfc_frame(p.mac, times)
-        arrive = t + (64 + 20) * p.tx.s_per_byte + p.delay
+        arrive = t + _pfc_wire_ps(p.tx) + p.delay_ps
         self.loop.at(arrive, p.tx.deliver, frame)
         if p.nic is not None:
             self.loop.at(arrive, self._host_paused, (port, times))
-        if any(times.values()):
-            self.loop.at(t + PFC_XOFF_QUANTA * 512 / p.rate_bps / 2, self._pfc_refresh, (port, list(times)))
+        if any(times.values()):  # refreshed halfway through the pause it asked for
+            self.loop.at(t + pause_ps(PFC_XOFF_QUANTA, p.rate_bps) // 2, self._pfc_refresh, (port, list(times)))
 
-    def _host_paused(self, t: float, arg: tuple[int, dict[int, int]]) -> None:
+    def _host_paused(self, t: int, arg: tuple[int, dict[int, int]]) -> None:
         port, times = arg
         nic = self.ports[port].nic
         if nic is not None:
             nic.pause(t, times)
 
-    def _pfc_refresh(self, t: float, arg: tuple[int, list[int]]) -> None:
+    def _pfc_refresh(self, t: int, arg: tuple[int, list[int]]) -> None:
         port, tcs = arg
         still = {tc: PFC_XOFF_QUANTA for tc in tcs if self.mmu.xoff[port][tc]}
         if still:
@@ -687,7 +689,7 @@ class Switch:
 
     # -- observability --------------------------------------------------------------------
 
-    def stats(self, t: float) -> dict[str, Any]:
+    def stats(self, t: int) -> dict[str, Any]:
         ports = {}
         for p in self.ports:
             d: dict[str, Any] = {
@@ -703,7 +705,7 @@ class Switch:
                 "over_kmax": list(p.q_over_kmax),
                 "pfc_tx": p.pfc_tx,
                 "pfc_rx": p.pfc_rx,
-                "paused_s": p.tx.paused_seconds(t),
+                "paused_s": [to_s(x) for x in p.tx.paused_ps(t)],
                 "queue_hwm": list(p.tx.qhwm),
                 "queue_bytes": list(p.tx.qbytes),
                 "q_tx_packets": list(p.tx.q_tx_packets),
@@ -711,25 +713,30 @@ class Switch:
             }
             if p.nic is not None:
                 d["host_nic"] = _nic_stats(p.nic, t)
-            if p.tx.loss or p.tx.rate_bps != p.tx.base[0] or p.tx.delay != p.tx.base[1]:
-                d["degraded"] = {"loss": p.tx.loss, "rate_bps": p.tx.rate_bps, "delay_s": p.tx.delay}
+            if p.tx.loss or p.tx.rate_bps != p.tx.base[0] or p.tx.delay_ps != p.tx.base[1]:
+                d["degraded"] = {"loss": p.tx.loss, "rate_bps": p.tx.rate_bps, "delay_s": to_s(p.tx.delay_ps)}
             ports[p.name] = d
         return {"ports": ports, "buffer_used": self.mmu.used, "buffer_size": self.mmu.size}
 
 
 def _degrade(tx: Transmitter, seed: int | str, *, loss: float, rate_bps: float, delay_s: float) -> None:
-    """A wire degraded (all zero: as built), its losses seeded by `seed`."""
-    tx.degrade(loss=loss, rate_bps=rate_bps, extra_delay=delay_s, seed=seed)
+    """A wire degraded (all zero: as built), its losses seeded by `seed`; the delay rounded to picoseconds here."""
+    tx.degrade(loss=loss, rate_bps=rate_bps, extra_delay_ps=to_ps(delay_s), seed=seed)
 
 
-def _nic_stats(nic: Transmitter, t: float) -> dict[str, Any]:
+def _nic_stats(nic: Transmitter, t: int) -> dict[str, Any]:
     """A host NIC model's counters (a port's `host_nic`)."""
     return {"tx_packets": nic.tx_packets, "tx_bytes": nic.tx_bytes,
-            "paused_s": nic.paused_seconds(t), "queue_hwm": list(nic.qhwm),
+            "paused_s": [to_s(x) for x in nic.paused_ps(t)], "queue_hwm": list(nic.qhwm),
             "degraded_loss": nic.lost}  # lost on the host's way in
 
 
-def _unwired(t: float, frame: Any) -> None:
+def _pfc_wire_ps(tx: Transmitter) -> int:
+    """A PFC frame's time on `tx`'s wire: 64 bytes and the wire's overhead (none on a hand-over)."""
+    return ser_ps(64 + 20, tx.rate_bps) if tx.rate_bps else 0
+
+
+def _unwired(t: int, frame: Any) -> None:
     raise RuntimeError("port delivery is not wired")
 
 
@@ -758,7 +765,7 @@ class WireBox(Switch):
     def _on_dequeue(self, port: int) -> Callable[..., Any] | None:
         return partial(self._left, port) if port < self.nlinks else None
 
-    def ingress(self, port: int, t: float, frame: bytes) -> None:
+    def ingress(self, port: int, t: int, frame: bytes) -> None:
         p = self.ports[port]
         p.rx_packets += 1
         p.rx_bytes += len(frame)
@@ -786,7 +793,7 @@ class WireBox(Switch):
                 p.drop("malformed")
                 return
             link.pfc_tx += 1
-            arrive = t + (64 + 20) * link.tx.s_per_byte + link.delay
+            arrive = t + _pfc_wire_ps(link.tx) + link.delay_ps
             if link.up:
                 self.loop.at(arrive, link.tx.deliver, frame)
             if link.nic is not None:  # a host: its NIC, modelled at this end, stops sending that priority
@@ -807,13 +814,13 @@ class WireBox(Switch):
         if tag >= 0:
             self._owe(t, link.index, tag, flush=True)
 
-    def _left(self, port: int, t: float, tc: int, frame: Any, tag: Any) -> Any:
+    def _left(self, port: int, t: int, tc: int, frame: Any, tag: Any) -> Any:
         """A frame leaves for the link: the bytes the P4 switch charged for it go back."""
         if tag is not None:
             self._owe(t, port, tag, flush=not self.ports[port].tx.qbytes[tc])
         return frame
 
-    def _owe(self, t: float, port: int, tag: int, *, flush: bool) -> None:
+    def _owe(self, t: int, port: int, tag: int, *, flush: bool) -> None:
         key = (port, tag >> 16)
         owed = self.credit.get(key, 0) + (tag & 0xFFFF)
         if owed < self.CREDIT_BATCH and not flush:
@@ -834,21 +841,21 @@ class HostEnd:
     cable's delay). What the switch sends comes back through `arrive`: its PFC pauses this NIC, as
     Switch.send_pfc pauses the NIC it holds, and every frame goes on to the host (`deliver`)."""
 
-    def __init__(self, spec: SwitchSpec, ps: PortSpec, loop: Any, *, to_switch: Callable[[float, Any], None]) -> None:
+    def __init__(self, spec: SwitchSpec, ps: PortSpec, loop: Any, *, to_switch: Callable[[int, Any], None]) -> None:
         self.switch, self.index, self.name = spec.name, ps.index, ps.ifname
         self.seed = spec.seed
         self.dscp_tc = list(spec.qos.dscp_to_tc)
         self.up = True
         self.drops: dict[str, int] = {}
         self.drops_tc = [0] * NQ
-        self.deliver: Callable[[float, Any], None] = _unwired  # to the host: wired by the worker
+        self.deliver: Callable[[int, Any], None] = _unwired  # to the host: wired by the worker
         self.nic = Transmitter(loop, name=f"{spec.name}:{ps.ifname}:host-nic", rate_bps=ps.rate_bps,
-                               delay=0.0, deliver=to_switch, strict=spec.qos.strict, weights=spec.qos.weights,
+                               delay_ps=0, deliver=to_switch, strict=spec.qos.strict, weights=spec.qos.weights,
                                limit_bytes=spec.qos.host_nic_limit)
 
     drop = Port.drop  # the same counters
 
-    def from_host(self, t: float, frame: bytes) -> None:
+    def from_host(self, t: int, frame: bytes) -> None:
         if not self.up:
             self.drop("link_down")
             return
@@ -856,7 +863,7 @@ class HostEnd:
         if not self.nic.enqueue(t, tc, frame):
             self.drop("host_nic_overflow", tc)
 
-    def arrive(self, t: float, frame: Any) -> None:
+    def arrive(self, t: int, frame: Any) -> None:
         if len(frame) >= 14 and frame[12] << 8 | frame[13] == pk.ETH_P_MAC_CONTROL:
             times = pk.parse_pfc(frame, 14)
             if times is not None:
@@ -872,7 +879,7 @@ class HostEnd:
         _degrade(self.nic, (self.seed * 1_000_003 + 2 * self.index + 1) ^ seed << 32,
                  loss=loss, rate_bps=rate_bps, delay_s=delay_s)
 
-    def stats(self, t: float) -> dict[str, Any]:
+    def stats(self, t: int) -> dict[str, Any]:
         """The port's `host_nic` counters, as Switch.stats gives them for a NIC it holds, and the drops
         at the host's end (Switch.from_host counts them on the port)."""
         return {**_nic_stats(self.nic, t), "drops": dict(self.drops)}

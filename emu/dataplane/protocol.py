@@ -20,7 +20,7 @@ class ProtocolError(ValueError):
 
 @dataclass(frozen=True)
 class Ping:
-    """Is the worker up? Answers with its index and switches."""
+    """Is the worker up? Answers with its index, its switches and its fabric time (`now_ps`)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class StartJob:
     (emu.dataplane.channel.common_offset, wall seconds)."""
 
     job: int
-    at: float
+    at: int  # picoseconds
     wall_at: float = -1.0
 
 

@@ -2,7 +2,8 @@
 
 Every part that keeps fabric time (links, switches, endpoints, jobs) schedules
 through one `Schedule` (`at(t, fn, arg)`) and reads the time from it
-(`clock()`), in fabric seconds; the loops of emu.dataplane.loop decide when
+(`clock()`), in whole picoseconds of fabric time (emu.simtime says why
+integers); the loops of emu.dataplane.loop decide when
 its events run (on a virtual clock, paced against the wall, or as fast as the
 CPU allows) by calling one of its `run_*` methods, each the inner loop of one
 pacing. This file is the reference: emu.dataplane._core's Schedule (the
@@ -23,53 +24,64 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import time
 from collections.abc import Callable
 from typing import Any
 
-Callback = Callable[[float, Any], None]
+from emu.simtime import NEVER, to_ps, to_s
+
+Callback = Callable[[int, Any], None]
 
 VIRTUAL, ENGINE = 0, 2  # what clock() reads: a unit test's virtual time, or an engine worker's
 MODES = {"virtual": VIRTUAL, "engine": ENGINE}
 
 
 class Schedule:
-    """A heap of (time, sequence, fn, arg): pure Python, the reference for the compiled core."""
+    """A heap of (time, sequence, fn, arg), times in whole picoseconds: pure Python, the reference for the
+    compiled core. The wall meets fabric time in `mapped`, `stamp` and `run_paced` alone, where wall seconds
+    and D become picoseconds (the anchor: fabric instant `anchor_f` was monotonic instant `anchor_w`)."""
 
     def __init__(self, mode: str = "virtual", idle_dilation: float = 1.0) -> None:
-        self.heap: list[tuple[float, int, Callback, Any]] = []
+        self.heap: list[tuple[int, int, Callback, Any]] = []
         self._seq = itertools.count()
-        self.now = 0.0
+        self.now = 0
         self.mode = MODES[mode]
         # The fabric clock's state, which clock() and run_job() read: jobs running here, windows open
         # (a split fabric runs a job somewhere), the end of what the last job left to drain, and the
         # anchor that maps the wall to fabric time between jobs.
         self.busy = 0
         self.windowed = False
-        self.drain_until = -math.inf
+        self.drain_until = 0  # no event is before it (times are never negative)
         self.idle_dilation = idle_dilation
-        self.anchor_f = 0.0
+        self.anchor_f = 0
         self.anchor_w = time.monotonic()
         # Paced (the wall clock): fabric time follows the wall at 1/idle_dilation through the anchor, jobs
         # or not; events run when the wall reaches them (run_paced), and outside input is stamped there.
         self.paced = False
 
-    def at(self, t: float, fn: Callback, arg: Any = None) -> None:
+    def at(self, t: int, fn: Callback, arg: Any = None) -> None:
+        if type(t) is not int:  # as the compiled core's int64 key: a float time is a bug at its caller
+            raise TypeError(f"a schedule's time is whole picoseconds (int), got {t!r}")
         heapq.heappush(self.heap, (t, next(self._seq), fn, arg))
 
-    def next_time(self) -> float:
+    def next_time(self) -> int:
+        """When the next event is due (NEVER: none is)."""
         heap = self.heap
-        return heap[0][0] if heap else math.inf
+        return heap[0][0] if heap else NEVER
 
     def __len__(self) -> int:
         return len(self.heap)
 
-    def mapped(self, wall: float) -> float:
-        """Fabric time at monotonic time `wall`, between jobs."""
-        return self.anchor_f + (wall - self.anchor_w) / self.idle_dilation
+    def mapped(self, wall: float) -> int:
+        """Fabric time at monotonic time `wall` where fabric time follows the wall: the anchor plus the wall
+        seconds since it over D, in whole picoseconds (nearest, halves to even, as emu.simtime.to_ps)."""
+        return self.anchor_f + to_ps((wall - self.anchor_w) / self.idle_dilation)
 
-    def clock(self) -> float:
+    def deadline(self, t: int) -> float:
+        """The monotonic instant at which fabric instant `t` is due where fabric time follows the wall."""
+        return self.anchor_w + to_s(t - self.anchor_f) * self.idle_dilation
+
+    def clock(self) -> int:
         mode = self.mode
         if mode == VIRTUAL:
             return self.now
@@ -79,7 +91,7 @@ class Schedule:
         f = self.mapped(time.monotonic())
         return f if f > self.now else self.now
 
-    def stamp(self) -> float:
+    def stamp(self) -> int:
         """The fabric instant at which input from outside the schedule (a kernel's frame) enters it: the
         wall mapped to fabric time where fabric time follows the wall (paced, or between jobs), never
         before the last event; `now` while an unpaced job runs (nothing outside can keep its time)."""
@@ -93,9 +105,9 @@ class Schedule:
 
     # -- the inner loops, one per kind of loop -------------------------------------------------
 
-    def run_until(self, until: float, max_events: int) -> int:
-        """Virtual time: every event due by `until` (inclusive), at most `max_events`; the clock never
-        goes back (an event scheduled in the past runs at its own time, `now` stays)."""
+    def run_until(self, until: int, max_events: int) -> int:
+        """Virtual time: every event due by `until` (inclusive; NEVER: all), at most `max_events`; the clock
+        never goes back (an event scheduled in the past runs at its own time, `now` stays)."""
         heap = self.heap
         pop = heapq.heappop
         n = 0
@@ -105,11 +117,11 @@ class Schedule:
                 self.now = t
             fn(t, arg)
             n += 1
-        if until != math.inf and until > self.now:
+        if until != NEVER and until > self.now:
             self.now = until
         return n
 
-    def run_due(self, f: float) -> int:
+    def run_due(self, f: int) -> int:
         """Between jobs on the fabric clock: every event due by fabric time `f` (inclusive), until a
         job begins; the clock never goes back."""
         heap = self.heap
@@ -123,7 +135,7 @@ class Schedule:
             n += 1
         return n
 
-    def run_window(self, limit: float, max_events: int) -> int:
+    def run_window(self, limit: int, max_events: int) -> int:
         """A split fabric's window: events before `limit` (exclusive), at most `max_events`."""
         heap = self.heap
         pop = heapq.heappop
@@ -148,25 +160,25 @@ class Schedule:
             n += 1
         return n
 
-    def run_paced(self, late: Any, limit: float) -> int:
-        """Paced at D (idle_dilation): every event before `limit` (exclusive: a split fabric's window) that
-        the wall has reached through the anchor, in (time, order) as unpaced, each one's lateness (wall s
-        past its deadline anchor_w + (t - anchor_f) x D) added to `late`; the clock never goes back. The
-        wall is read before each event, so an event behind a slow one is judged by when it ran."""
+    def run_paced(self, late: Any, limit: int) -> int:
+        """Paced at D (idle_dilation): every event before `limit` (exclusive: a split fabric's window; NEVER:
+        none) that the wall has reached through the anchor (`mapped`), in (time, order) as unpaced, each
+        one's lateness (wall s past its `deadline`) added to `late`; the clock never goes back. The wall is
+        read before each event, so an event behind a slow one is judged by when it ran."""
         heap = self.heap
         pop = heapq.heappop
         monotonic = time.monotonic
-        anchor_f, anchor_w, d = self.anchor_f, self.anchor_w, self.idle_dilation
+        mapped, deadline = self.mapped, self.deadline
         n = 0
         while heap:
             t = heap[0][0]
             wall = monotonic()
-            if t >= limit or t > anchor_f + (wall - anchor_w) / d:
+            if t >= limit or t > mapped(wall):
                 break
             _, _, fn, arg = pop(heap)
             if t > self.now:
                 self.now = t
-            late.add(wall - (anchor_w + (t - anchor_f) * d))
+            late.add(wall - deadline(t))
             fn(t, arg)
             n += 1
         return n

@@ -15,6 +15,7 @@ from typing import Any
 from emu.clock import ClockKind, check_clock
 from emu.control.model import SwitchTables
 from emu.dataplane.core import CORES
+from emu.simtime import NEVER, to_ps
 from emu.units import Dilation
 
 # "p4": the port faces a P4 switch's port on this machine (a veth to simple_switch), when the
@@ -266,8 +267,13 @@ class EngineSpec:
         return p.host_worker if p.host_worker >= 0 else s.worker
 
     def lookahead_s(self) -> float:
-        """How far (engine s) a worker may run ahead of another: the least delay of the links between them."""
+        """How far (fabric s) a worker may run ahead of another: the least delay of the links between them."""
         return min((p.delay_s for _, p in self.cut_links()), default=math.inf)
+
+    def lookahead_ps(self) -> int:
+        """The lookahead in picoseconds, as the channels keep it (each cut cable's delay rounded as the switch
+        at its end rounds it); NEVER where no link is cut."""
+        return min((to_ps(p.delay_s) for _, p in self.cut_links()), default=NEVER)
 
     def channel_host(self, worker: int) -> str:
         return self.hosts[worker] if self.hosts else "127.0.0.1"

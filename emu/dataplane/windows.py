@@ -19,9 +19,10 @@ tests/test_partition.py runs the algorithm the workers run, in virtual time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
+
+from emu.simtime import NEVER
 
 
 class LookaheadError(RuntimeError):
@@ -33,9 +34,9 @@ class Windows:
     `over(t)`: no part is busy any more, and fabric time is `t` on every part; `name(peer)`: how errors
     name a part ("worker 1 (on m2)")."""
 
-    def __init__(self, lookahead: float, peers: Callable[[], int],
-                 send_barrier: Callable[[int, float, bool], None],
-                 deliver: Callable[[int, float, int, Any], None], over: Callable[[float], None],
+    def __init__(self, lookahead: int, peers: Callable[[], int],
+                 send_barrier: Callable[[int, int, bool], None],
+                 deliver: Callable[[int, int, int, Any], None], over: Callable[[int], None],
                  name: Callable[[int], str] = str) -> None:
         self.lookahead = lookahead
         self.peers = peers  # how many peers there are (a worker's channels connect after it is made)
@@ -46,33 +47,33 @@ class Windows:
         self.active = False  # a job runs in windows
         self.waiting = False  # this part's window is over; the peers' barriers are not all in
         self.window = 0
-        self.horizon = math.inf
-        self.sent_min = math.inf  # the earliest due time of what this window sent
-        self.mine: tuple[float, bool] = (math.inf, False)
-        self.barriers: dict[int, dict[int, tuple[float, bool]]] = {}
-        self.inbox: dict[int, list[tuple[float, int, int, int, int, Any]]] = {}
+        self.horizon = NEVER
+        self.sent_min = NEVER  # the earliest due time of what this window sent
+        self.mine: tuple[int, bool] = (NEVER, False)
+        self.barriers: dict[int, dict[int, tuple[int, bool]]] = {}
+        self.inbox: dict[int, list[tuple[int, int, int, int, int, Any]]] = {}
         self.seq: dict[int, int] = {}  # per peer: messages taken, for the order of equal times
         self.windows = 0
         self.handed = 0  # messages scheduled at the end of a window
 
-    def start(self, t0: float) -> None:
+    def start(self, t0: int) -> None:
         """A job begins at t0 on every part: the first window ends one lookahead later."""
         self.active, self.waiting = True, False
-        self.horizon = t0 + self.lookahead
-        self.sent_min = math.inf
+        self.horizon = min(t0 + self.lookahead, NEVER)  # NEVER: no cut link, an endless window
+        self.sent_min = NEVER
 
-    def sent(self, t: float) -> None:
+    def sent(self, t: int) -> None:
         """This part sent a message of this window, due at `t`."""
         if t < self.sent_min:
             self.sent_min = t
 
-    def arrive(self, peer: int, window: int, t: float, kind: int, a: int, payload: Any) -> None:
+    def arrive(self, peer: int, window: int, t: int, kind: int, a: int, payload: Any) -> None:
         """A peer's message of `window`, due at `t`: held until that window's barriers are all in."""
         n = self.seq.get(peer, 0) + 1
         self.seq[peer] = n
         self.inbox.setdefault(window, []).append((t, peer, n, kind, a, payload))
 
-    def end_window(self, next_event: float, busy: bool) -> None:
+    def end_window(self, next_event: int, busy: bool) -> None:
         """Everything before `horizon` has run (`next_event`: this part's next; `busy`: it has a job
         left): the barrier goes to every peer, and the window completes once theirs are in."""
         self.mine = (min(next_event, self.sent_min), busy)
@@ -80,7 +81,7 @@ class Windows:
         self.send_barrier(self.window, self.mine[0], busy)
         self._complete()
 
-    def barrier(self, peer: int, window: int, t: float, busy: bool) -> None:
+    def barrier(self, peer: int, window: int, t: int, busy: bool) -> None:
         self.barriers.setdefault(window, {})[peer] = (t, busy)
         self._complete()
 
@@ -106,10 +107,10 @@ class Windows:
         self.windows += 1
         self.window += 1
         self.waiting = False
-        self.sent_min = math.inf
+        self.sent_min = NEVER
         nxt = min([self.mine[0], *(v[0] for v in theirs.values())])
         if not self.mine[1] and not any(v[1] for v in theirs.values()):
             self.active = False  # no job anywhere: the same instant on every part
             self.over(self.horizon)
             return
-        self.horizon = (nxt if nxt < math.inf else self.horizon) + self.lookahead
+        self.horizon = min((nxt if nxt != NEVER else self.horizon) + self.lookahead, NEVER)

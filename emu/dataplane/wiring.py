@@ -16,8 +16,9 @@ from typing import Any
 from emu.dataplane.loop import Loop
 from emu.dataplane.pipeline import Switch, WireBox
 from emu.dataplane.spec import EngineSpec, PortSpec
+from emu.simtime import NEVER
 
-ExternalDeliver = Callable[[Switch, PortSpec], Callable[[float, Any], None]]
+ExternalDeliver = Callable[[Switch, PortSpec], Callable[[int, Any], None]]
 
 
 def switch_class(core: str) -> type[Switch]:
@@ -54,25 +55,25 @@ class VirtualFabric:
         core = core or self.CORE
         spec = replace(spec, core=core) if spec.core != core else spec
         self.loop = Loop(core=core)
-        self.received: dict[tuple[str, str], list[tuple[float, bytes]]] = {}
+        self.received: dict[tuple[str, str], list[tuple[int, bytes]]] = {}
         self.switches = build_switches(spec, self.loop, None, self._recorder)
 
-    def _recorder(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
+    def _recorder(self, sw: Switch, ps: PortSpec) -> Callable[[int, Any], None]:
         box = self.received.setdefault((sw.name, ps.ifname), [])
 
-        def deliver(t: float, frame: Any) -> None:
+        def deliver(t: int, frame: Any) -> None:
             box.append((t, bytes(frame)))
 
         return deliver
 
-    def send(self, switch: str, ifname: str, frame: bytes, t: float | None = None) -> None:
+    def send(self, switch: str, ifname: str, frame: bytes, t: int | None = None) -> None:
         """A host sends `frame` into the given switch port (through its NIC model)."""
         sw = self.switches[switch]
         idx = next(p.index for p in sw.ports if p.name == ifname)
         when = self.loop.now if t is None else t
         self.loop.at(when, lambda tt, f: sw.from_host(idx, tt, f), frame)
 
-    def run(self, until: float = float("inf")) -> None:
+    def run(self, until: int = NEVER) -> None:
         self.loop.run(until)
 
     def frames(self, switch: str, ifname: str) -> list[bytes]:

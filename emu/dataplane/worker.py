@@ -60,6 +60,7 @@ from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RING_BUDGET, Rx
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
 from emu.dataplane.wiring import build_switches
 from emu.launch import private_dir, process_start, watch_owner
+from emu.simtime import to_ps, to_s
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -77,8 +78,8 @@ RX_BURST = 32
 PRELOAD = ("emu.traffic.job", "emu.roce.perf", "emu.collectives.job", "emu.collectives.elastic")
 
 
-def _captured(pcap: PcapWriter, f: Callable[[float, Any], None]) -> Callable[[float, Any], None]:
-    def g(t: float, frame: Any) -> None:
+def _captured(pcap: PcapWriter, f: Callable[[int, Any], None]) -> Callable[[int, Any], None]:
+    def g(t: int, frame: Any) -> None:
         pcap.write(t, frame)
         f(t, frame)
 
@@ -117,7 +118,7 @@ class Worker:
         self.sampled: list[tuple[Switch, int]] = []
         self.sample_names: list[str] = []
         self.samples: deque = deque()
-        self.sample_every = 0.0
+        self.sample_every = 0  # picoseconds
         self.sampler_idle = False  # fabric clock: sampling waits for the next job
         # Workers joined by channels (emu.dataplane.channel): a fabric split over several, on either clock.
         self.split = spec.channelled
@@ -126,13 +127,13 @@ class Worker:
         self.channels: Channels | None = None
         self.channel_addr: tuple[str, int] | None = None
         if self.split:
-            self.channels = Channels(index, spec.workers, spec.lookahead_s(), self.loop, self._from_peer,
+            self.channels = Channels(index, spec.workers, spec.lookahead_ps(), self.loop, self._from_peer,
                                      spec.worker_name, paced=spec.paced, across_machines=self.across)
             self.loop.split_over(self.channels.sync)
             self.channel_addr = self.channels.listen(spec.channel_host(index))
         self.opened = self._open_ports()
         self.switches = build_switches(spec, self.loop, index, self._external)
-        self.ingress_of: dict[int, Callable[[float, Any], None]] = {}
+        self.ingress_of: dict[int, Callable[[int, Any], None]] = {}
         # The hosts run here whose cables to other workers' switches are cut: (switch, port) -> its NIC.
         self.host_ends: dict[tuple[str, int], HostEnd] = {}
         if self.split:
@@ -148,8 +149,8 @@ class Worker:
         place = {s.name: i for i, s in enumerate(self.spec.switches)}
         send = self.channels.send_frame
 
-        def out_to(peer: int, pid: int, delay: float) -> Callable[[float, Any], None]:
-            def out(t: float, frame: Any) -> None:
+        def out_to(peer: int, pid: int, delay: int) -> Callable[[int, Any], None]:
+            def out(t: int, frame: Any) -> None:
                 send(peer, pid, t + delay, frame)
             return out
 
@@ -161,7 +162,7 @@ class Worker:
                     peer, pid = ps.host_worker, port_id(place[sw.name], ps.index)  # the host's end: same port id
                 else:
                     continue
-                ingress: Callable[[float, Any], None] = partial(sw.ingress, ps.index)
+                ingress: Callable[[int, Any], None] = partial(sw.ingress, ps.index)
                 out = out_to(peer, pid, sw.cut(ps.index))
                 pcap = self._pcap(sw.name, ps) if ps.peer_kind == "switch" else None  # a host's: at its end
                 if pcap is not None:  # captured as a veth's port is: what leaves as it leaves, what arrives
@@ -174,13 +175,13 @@ class Worker:
             for ps in s.ports:
                 if ps.host_worker == self.index:
                     pid = port_id(place[s.name], ps.index)
-                    end = HostEnd(s, ps, self.loop, to_switch=out_to(s.worker, pid, ps.delay_s))
+                    end = HostEnd(s, ps, self.loop, to_switch=out_to(s.worker, pid, to_ps(ps.delay_s)))
                     end.deliver = (self._kernel_port(s.name, ps, end.from_host, end) if ps.kernel
                                    else self._no_kernel_port(s.name, ps, end))
                     self.host_ends[(s.name, ps.index)] = end
                     self.ingress_of[pid] = end.arrive
 
-    def _from_peer(self, kind: int, t: float, a: int, payload: bytes) -> None:
+    def _from_peer(self, kind: int, t: int, a: int, payload: bytes) -> None:
         """What a peer worker sent, due at t: a frame for one of our ports, or a note for a job's part."""
         if kind == FRAME:
             self.loop.at(t, self.ingress_of[a], payload)
@@ -265,7 +266,7 @@ class Worker:
         self.pcap_of[ps.ifname] = w
         return w
 
-    def _external(self, sw: Switch, ps: PortSpec) -> Callable[[float, Any], None]:
+    def _external(self, sw: Switch, ps: PortSpec) -> Callable[[int, Any], None]:
         if self.split and (ps.peer_kind == "switch" or self.spec.host_side(sw.spec, ps) != self.index):
             return lambda t, frame: None  # a channel, wired once every switch exists (_cut_links)
         if ps.peer_kind == "host" and not ps.kernel:  # only jobs' endpoints: nothing goes to a kernel
@@ -275,7 +276,7 @@ class Worker:
             else None
         return self._kernel_port(sw.name, ps, partial(entry, ps.index), sw.ports[ps.index], compiled)
 
-    def _no_kernel_port(self, switch: str, ps: PortSpec, port: Any) -> Callable[[float, Any], None]:
+    def _no_kernel_port(self, switch: str, ps: PortSpec, port: Any) -> Callable[[int, Any], None]:
         """What arrives for a host with no kernel interface (the fabric clock's hosts, made for the jobs'
         endpoints alone): to a job's endpoint attached there, else counted (`_no_kernel`). `port` keeps the
         drop counters (a Port, or the HostEnd of a host whose cable is cut)."""
@@ -288,8 +289,8 @@ class Worker:
         has already honoured): counted, in the worker's statistics, not as a loss of the fabric."""
         self.for_no_kernel += 1
 
-    def _kernel_port(self, switch: str, ps: PortSpec, entry: Callable[[float, Any], None],
-                     port: Any, compiled: tuple[Any, int, bool] | None = None) -> Callable[[float, Any], None]:
+    def _kernel_port(self, switch: str, ps: PortSpec, entry: Callable[[int, Any], None],
+                     port: Any, compiled: tuple[Any, int, bool] | None = None) -> Callable[[int, Any], None]:
         """Port `ps` of `switch` carried to its packet socket: what the kernel sends goes to entry(t,
         frame); the returned deliver(t, frame) gives the host what arrives (to a job's endpoint attached
         there, else to the kernel). `port` keeps the drop counters (a Port, or a HostEnd). `compiled`
@@ -340,7 +341,7 @@ class Worker:
 
     # -- jobs on the fabric clock -----------------------------------------------------
 
-    def attach(self, switch: str, port: str, on_frame: Callable[[float, Any], None]
+    def attach(self, switch: str, port: str, on_frame: Callable[[int, Any], None]
                ) -> tuple[Callable[[Any], None], bytes, bytes]:
         """A job's endpoint at the host behind (switch, port): see emu.dataplane.job.Attach."""
         key, ps, from_host = self._host_port(switch, port)
@@ -361,7 +362,7 @@ class Worker:
         return send, *macs
 
     def attach_udp(self, switch: str, port: str, udp_port: int,
-                   on_frame: Callable[[float, Any], None] | None) -> None:
+                   on_frame: Callable[[int, Any], None] | None) -> None:
         """UDP frames (IPv4 or IPv6) to `udp_port` arriving at the host behind (switch, port) go to
         on_frame(t, frame) (a job's counting receiver) instead of the host's kernel; None gives them back
         to the kernel."""
@@ -369,7 +370,7 @@ class Worker:
         delivery = self.deliveries[key]
         delivery.udp, delivery.udp_port = (None, -1) if on_frame is None else (on_frame, udp_port)
 
-    def _host_port(self, switch: str, port: str) -> tuple[tuple[str, int], PortSpec, Callable[[float, Any], None]]:
+    def _host_port(self, switch: str, port: str) -> tuple[tuple[str, int], PortSpec, Callable[[int, Any], None]]:
         """The host port (switch, port) whose host runs here: its key, spec, and where its host's frames go."""
         s, ps = self._spec_port(switch, port)
         if ps.peer_kind != "host":
@@ -452,13 +453,13 @@ class Worker:
             self._go(job)
         return {"ok": True, "job": job_id}
 
-    def _start_job(self, job_id: int, at: float, wall_at: float) -> dict[str, Any]:
+    def _start_job(self, job_id: int, at: int, wall_at: float) -> dict[str, Any]:
         """A held job's part starts at fabric instant `at` (StartJob), at once: its loop's begin moves fabric
         time there and opens the windows; paced, the wall meets it at `wall_at` (the workers' common clock)."""
         job = self.jobs.get(job_id)
         if job is None or job.begun:
             raise ValueError(f"no job {job_id} waiting to start")
-        job.params["at"] = at
+        job.params["at"] = int(at)
         if wall_at >= 0:
             job.params["wall_at"] = wall_at - common_offset(self.across)
         self._go(job)
@@ -542,12 +543,12 @@ class Worker:
         now = self.loop.clock()
         match req:
             case Ping():
-                return {"ok": True, "worker": self.index, "switches": sorted(self.switches), "now": self.loop.clock(),
+                return {"ok": True, "worker": self.index, "switches": sorted(self.switches), "now_ps": now,
                         "channel": list(self.channel_addr) if self.channel_addr else None,
                         "peers": self.channels.connected if self.channels else 0}
             case Stats():
                 self._collect_socket_drops()
-                return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "fabric_now_s": now,
+                return {"ok": True, "worker": self.index, "dilation": self.spec.dilation, "fabric_now_s": to_s(now),
                         "fidelity": self.loop.lateness.summary(),
                         **({"channel": {"windows": self.channels.windows, "received": self.channels.handed,
                                         **({"clocks": self.channels.clock_bounds()} if self.spec.paced else {}),
@@ -580,21 +581,21 @@ class Worker:
                 self._probes += 1
                 pid = self._probes
                 for seq in range(int(count)):
-                    self.loop.at(now + seq * float(spacing_s), self._probe_one, (sw, idx, pid, seq))
+                    self.loop.at(now + seq * to_ps(float(spacing_s)), self._probe_one, (sw, idx, pid, seq))
                 return {"ok": True, "probe": pid}
             case ProbeResult(switch, probe):
-                return {"ok": True, "rtts_s": self._switch(switch).probe_rtts.get(int(probe), [])}
+                return {"ok": True, "rtts_s": [to_s(r) for r in self._switch(switch).probe_rtts.get(int(probe), [])]}
             case SampleQueues(ports, interval_s, most):
                 # Queue depth over time, for the ports asked for: (engine time, bytes queued) pairs.
                 self.sampled = [self._port(sw, port) for sw, port in ports]
                 self.sample_names = [f"{sw}/{port}" for sw, port in ports]
                 self.samples = deque(maxlen=int(most))
-                self.sample_every = float(interval_s)
+                self.sample_every = to_ps(float(interval_s))
                 self.loop.at(now, self._sample, None)
             case QueueSamples():
                 return {"ok": True, "ports": self.sample_names,
-                        "samples": [(t, q) for t, q, _ in self.samples],
-                        "paused": [(t, p) for t, _, p in self.samples],
+                        "samples": [(to_s(t), q) for t, q, _ in self.samples],
+                        "paused": [(to_s(t), p) for t, _, p in self.samples],
                         "origin_s": 0.0}
             case RunJob(kind, params, hold):
                 return self._run_job(kind, params, hold)
@@ -623,7 +624,7 @@ class Worker:
             if drops:
                 port.drops["rx_socket_overflow"] = port.drops.get("rx_socket_overflow", 0) + drops
 
-    def _sample(self, t: float, _: Any) -> None:
+    def _sample(self, t: int, _: Any) -> None:
         if not self.sampled:
             return
         if not self.loop.measuring:
@@ -653,7 +654,7 @@ class Worker:
         return sw, idx
 
     @staticmethod
-    def _probe_one(t: float, arg: tuple[Switch, int, int, int]) -> None:
+    def _probe_one(t: int, arg: tuple[Switch, int, int, int]) -> None:
         sw, idx, pid, seq = arg
         sw.send_probe(t, idx, pid, seq)
 
@@ -679,11 +680,11 @@ class Worker:
             pass
 
 
-def _paused(port: Any, t: float) -> float:
-    """Engine seconds up to t that anything sending through this switch port was held by PFC: its
+def _paused(port: Any, t: int) -> float:
+    """Fabric seconds up to t that anything sending through this switch port was held by PFC: its
     transmitter's pauses, and a host port's NIC model's (the host held by the switch's own XOFF)."""
-    held = sum(port.tx.paused_seconds(t))
-    return held + sum(port.nic.paused_seconds(t)) if port.nic is not None else held
+    held = sum(port.tx.paused_ps(t)) + (sum(port.nic.paused_ps(t)) if port.nic is not None else 0)
+    return to_s(held)
 
 
 def job_class(kind: str) -> type[Job]:

@@ -2,7 +2,7 @@
 """MetaRoCE's data path compiled: emu.roce.transport.Device and emu.roce.endpoint.Endpoint on the fabric clock.
 
 The reference (transport.py, endpoint.py) is the specification: every method here is its method,
-step for step, in the same order, with the same floating-point sums, so a job gives the same figures
+step for step, in the same order, with the same integer times and floating-point rates, so a job gives the same figures
 on either core bit for bit (tests/test_cores.py). What differs is the cost: segments, the in-flight
 window, the SACK set and the charged PSNs are C structures; frames are built into the compiled core's
 pooled buffers and handed straight to the switch port's NIC model; an arrival goes straight from the
@@ -19,11 +19,12 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
-from libc.math cimport INFINITY, frexp
+from libc.math cimport frexp, rint
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 
 from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, FromHost, Sink, packet_new, packet_free,
-                                  packet_from, packet_bytes, PENDING, crc32)
+                                  packet_from, packet_bytes, PENDING, crc32, c_to_ps, c_to_s, c_ser_ps,
+                                  c_rate_of)
 
 from collections import deque
 
@@ -61,8 +62,9 @@ cdef enum:
     FABRIC_CNP_PORT = 49169
     ROCE_PORT = 4791
 
-cdef double ACK_DELAY_S = 0.5e-6
-cdef double TIMER_SLACK_S = 1e-9
+cdef int64_t ACK_DELAY_PS = 500000  # emu.roce.transport.ACK_DELAY_PS
+cdef int64_t NEVER = 9223372036854775807  # emu.simtime.NEVER
+cdef int64_t SAMPLE_EVERY = 10000000  # 10 us: Device.sample_every
 cdef double LOSS_GAIN = 1.0 / 256
 cdef double W_MIN = 1.0 / 16
 cdef double W_STEP = 1.0 / 64
@@ -75,6 +77,24 @@ cdef inline double pmin(double a, double b) noexcept nogil:
 
 cdef inline double pmax(double a, double b) noexcept nogil:
     return b if b > a else a
+
+
+cdef inline int64_t imin(int64_t a, int64_t b) noexcept nogil:
+    return b if b < a else a
+
+
+cdef inline int64_t imax(int64_t a, int64_t b) noexcept nogil:
+    return b if b > a else a
+
+
+cdef inline int64_t smoothed(int64_t srtt, int64_t sample) noexcept nogil:
+    """emu.roce.transport.smoothed: (7 srtt + sample) // 8, both >= 0 (C's division is the floor here)."""
+    return sample if srtt == 0 else (7 * srtt + sample) // 8
+
+
+cdef inline int64_t share_ps(int64_t wire_ps, double weight) noexcept nogil:
+    """emu.roce.transport.share_ps: 1/weight of the wire time, nearest (rint: halves to even, as round())."""
+    return wire_ps if weight == 1.0 else <int64_t>rint(<double>wire_ps / weight)
 
 
 # -- lateness (emu.fidelity.Lateness's histogram, compiled) ----------------------------------------------
@@ -135,7 +155,7 @@ cdef struct Seg:
     int length
     int64_t wr
     int plane
-    double sent_at
+    int64_t sent_at
     int sends
     bint acked
     bint has_imm
@@ -302,7 +322,7 @@ cdef void win_clear(Window* w) noexcept:
 cdef struct Charged:    # PSN -> (plane, first sent), in the order first charged (a dict's)
     int64_t* key
     int* plane
-    double* first
+    int64_t* first
     bint* live
     Py_ssize_t cap, head, tail, count
     int64_t* hkey       # open addressing: PSN -> slot + 1 (0: empty, -1: deleted)
@@ -336,7 +356,7 @@ cdef int _charged_rebuild(Charged* c, Py_ssize_t want) except -1:
         hcap *= 2
     cdef int64_t* key = <int64_t*>malloc(cap * sizeof(int64_t))
     cdef int* plane = <int*>malloc(cap * sizeof(int))
-    cdef double* first = <double*>malloc(cap * sizeof(double))
+    cdef int64_t* first = <int64_t*>malloc(cap * sizeof(int64_t))
     cdef bint* live = <bint*>malloc(cap * sizeof(bint))
     cdef int64_t* hkey = <int64_t*>malloc(hcap * sizeof(int64_t))
     cdef int64_t* hval = <int64_t*>malloc(hcap * sizeof(int64_t))
@@ -365,7 +385,7 @@ cdef int _charged_rebuild(Charged* c, Py_ssize_t want) except -1:
     return 0
 
 
-cdef int charged_set(Charged* c, int64_t psn, int plane, double first) except -1:
+cdef int charged_set(Charged* c, int64_t psn, int plane, int64_t first) except -1:
     """charged[psn] = (plane, first): in place if it is there (a dict keeps a key's place)."""
     cdef Py_ssize_t s = charged_find(c, psn), k
     if s >= 0:
@@ -469,11 +489,13 @@ cdef class Cc:
     cdef readonly str name
     cdef public double line_rate, rate
     cdef public int64_t cnps
-    cdef public double cnp_interval_s
+    cdef public int64_t cnp_interval
     cdef bint dcqcn
-    cdef double g, alpha_period_s, increase_period_s, ai_fraction, hai_fraction, min_rate_fraction
+    cdef int64_t alpha_period, increase_period
+    cdef double g, ai_fraction, hai_fraction, min_rate_fraction
     cdef int fast_recovery_steps
-    cdef public double alpha, target, last_cnp, last_alpha, last_increase
+    cdef public double alpha, target
+    cdef public int64_t last_cnp, last_alpha, last_increase
     cdef public int stage
 
     def __init__(self, str name, double line_rate):
@@ -483,11 +505,11 @@ cdef class Cc:
         self.line_rate = line_rate
         self.rate = ref.rate
         self.cnps = 0
-        self.cnp_interval_s = ref.cnp_interval_s
+        self.cnp_interval = ref.cnp_interval
         self.dcqcn = name == "dcqcn"
         if self.dcqcn:
             p = DcqcnParams()
-            self.g, self.alpha_period_s, self.increase_period_s = p.g, p.alpha_period_s, p.increase_period_s
+            self.g, self.alpha_period, self.increase_period = p.g, ref.alpha_period, ref.increase_period
             self.fast_recovery_steps = p.fast_recovery_steps
             self.ai_fraction, self.hai_fraction, self.min_rate_fraction = p.ai_fraction, p.hai_fraction, p.min_rate_fraction
             self.alpha = ref.alpha
@@ -495,7 +517,7 @@ cdef class Cc:
             self.last_cnp, self.last_alpha, self.last_increase = ref.last_cnp, ref.last_alpha, ref.last_increase
             self.stage = ref.stage
 
-    cdef void on_cnp(self, double now) noexcept:
+    cdef void on_cnp(self, int64_t now) noexcept:
         self.cnps += 1
         if not self.dcqcn:
             return
@@ -507,19 +529,19 @@ cdef class Cc:
         self.last_increase = now
         self.stage = 0
 
-    cdef void tick(self, double now) noexcept:
+    cdef void tick(self, int64_t now) noexcept:
         cdef double step
         if not self.dcqcn:
             return
         if self.last_alpha < 0:
             self.last_alpha = self.last_increase = now
             return
-        while now - self.last_alpha >= self.alpha_period_s:
-            self.last_alpha += self.alpha_period_s
-            if self.last_alpha - self.last_cnp >= self.alpha_period_s:
+        while now - self.last_alpha >= self.alpha_period:
+            self.last_alpha += self.alpha_period
+            if self.last_cnp < 0 or self.last_alpha - self.last_cnp >= self.alpha_period:
                 self.alpha *= 1 - self.g
-        while now - self.last_increase >= self.increase_period_s:
-            self.last_increase += self.increase_period_s
+        while now - self.last_increase >= self.increase_period:
+            self.last_increase += self.increase_period
             self.stage += 1
             if self.stage > self.fast_recovery_steps:
                 step = self.hai_fraction if self.stage > 2 * self.fast_recovery_steps else self.ai_fraction
@@ -533,14 +555,14 @@ cdef struct Plane:
     int index
     uint8_t addr_b[16]
     uint8_t head[14]    # Ethernet: the switch port's MAC, the host's, IPv6
-    double next_free
+    int64_t next_free
     bint healthy
     int64_t losses
-    double probe_due
+    int64_t probe_due
     int64_t probe_psn
-    double probe_at
-    double srtt
-    double base_rtt
+    int64_t probe_at
+    int64_t srtt
+    int64_t base_rtt
     double loss_rate
     double weight
     int64_t tx_packets, tx_bytes, rx_packets, retransmits, probes, tx_after_down, downs, spurious, trims, excluded
@@ -577,26 +599,26 @@ cdef class QueuePair:
     cdef Window inflight
     cdef int64_t sacked, cum_acked
     cdef WrQ wrs
-    cdef double next_send, ready_at
+    cdef int64_t next_send, ready_at
     cdef bint window_full
-    cdef public double srtt
+    cdef public int64_t srtt
     cdef public int64_t retransmits, timeouts, trim_nacks
     cdef PsnQ resend
-    cdef double last_trim_cut
+    cdef int64_t last_trim_cut
     cdef Charged charged
     cdef list _rate_trace
     cdef int64_t highest_sacked
     cdef bint sacked_since
-    cdef double reo_wnd, rto_check, cum_at
+    cdef int64_t reo_wnd, rto_check, cum_at
     cdef int64_t recover_psn
     cdef public object error
     cdef int64_t expected, newest
     cdef Beyond beyond
     cdef bint ack_due
     cdef int64_t ack_unsent
-    cdef double ack_deadline
+    cdef int64_t ack_deadline
     cdef int ack_plane
-    cdef double last_cnp
+    cdef int64_t last_cnp
     cdef public int64_t cnps_sent, bad, rx_bytes
     cdef dict imm_wait
     cdef list _rx_trace
@@ -618,21 +640,21 @@ cdef class QueuePair:
         self.next_psn = 0
         self.sacked = 0
         self.cum_acked = -1
-        self.cum_at = 0.0
+        self.cum_at = 0
         self.recover_psn = -1
-        self.next_send = 0.0
-        self.ready_at = 0.0
+        self.next_send = 0
+        self.ready_at = 0
         self.window_full = False
-        self.srtt = 0.0
+        self.srtt = 0
         self.retransmits = 0
         self.timeouts = 0
         self.trim_nacks = 0
-        self.last_trim_cut = -1.0
+        self.last_trim_cut = -1
         self._rate_trace = []
         self.highest_sacked = -1
         self.sacked_since = False
-        self.reo_wnd = 0.0
-        self.rto_check = 0.0
+        self.reo_wnd = 0
+        self.rto_check = 0
         self.error = None
         self.expected = 0
         self.newest = -1
@@ -641,9 +663,9 @@ cdef class QueuePair:
         memset(self.beyond.w, 0, 1024 // 8)
         self.ack_due = False
         self.ack_unsent = 0
-        self.ack_deadline = 0.0
+        self.ack_deadline = 0
         self.ack_plane = 0
-        self.last_cnp = -1.0
+        self.last_cnp = -1
         self.cnps_sent = 0
         self.bad = 0
         self.rx_bytes = 0
@@ -717,7 +739,7 @@ cdef class QueuePair:
             seg.length = n
             seg.wr = wr_id
             seg.plane = -1
-            seg.sent_at = 0.0
+            seg.sent_at = 0
             seg.sends = 0
             seg.acked = False
             seg.has_imm = False
@@ -800,16 +822,16 @@ cdef class Device:
     cdef bint weighted
     cdef object retry_limit_obj
     cdef int64_t retry_limit
-    cdef public double alarm_at
+    cdef public int64_t alarm_at
     cdef public object trim_dscp
     cdef int c_trim_dscp
     cdef int tc_data
-    cdef double burst, min_probe_s
+    cdef int64_t burst, min_probe
     cdef public int mtu
     cdef public int window
     cdef public str cc_name
     cdef public double plane_rate
-    cdef double s_per_byte, rto, rtt_hint, ack_delay, slack, reorder_budget
+    cdef int64_t wire_rate, rto, rtt_hint, ack_delay, reorder_budget
     cdef public object rng
     cdef Plane planes_c[MAXP]
     cdef int nplanes
@@ -823,7 +845,7 @@ cdef class Device:
     cdef list buffers        # the regions' buffers, held while the device points into them
     cdef public object cq, recv_cq
     cdef int64_t c_bad_icrc, c_truncated, c_unknown_qp, c_nak_sent, c_ce_marked, c_duplicates, c_trimmed
-    cdef double sample_s, next_sample
+    cdef int64_t next_sample
     cdef list _plane_trace
     cdef Late* c_send_late
     cdef Late* c_recv_late
@@ -855,24 +877,23 @@ cdef class Device:
         self.weighted = spray == "weighted"
         self.retry_limit_obj = retry_limit
         self.retry_limit = -1 if retry_limit is None else retry_limit
-        self.alarm_at = INFINITY
+        self.alarm_at = NEVER
         self.trim_dscp = trim_dscp
         self.c_trim_dscp = -1 if trim_dscp is None else trim_dscp
         self.tc_data = TC_DATA if trim_dscp is None else TC_DATA_TRIMMABLE
         self.clock = clock
         self.sched = <Schedule?>clock.sched
-        self.burst = 0.0
-        self.min_probe_s = 0.0
+        self.burst = 0  # FabricIO's: every send woken when it is due
+        self.min_probe = 0
         self.mtu = mtu
         self.window = window
         self.cc_name = cc
         self.plane_rate = plane_rate_bps
-        self.s_per_byte = 8.0 / plane_rate_bps
-        self.rto = rto_fabric_s
-        self.rtt_hint = rtt_hint_fabric_s
-        self.ack_delay = ACK_DELAY_S
-        self.slack = TIMER_SLACK_S
-        self.reorder_budget = SACK_BITS * (mtu + HEADERS) * self.s_per_byte / len(addrs)
+        self.wire_rate = c_rate_of(plane_rate_bps)
+        self.rto = c_to_ps(rto_fabric_s)
+        self.rtt_hint = c_to_ps(rtt_hint_fabric_s)
+        self.ack_delay = ACK_DELAY_PS
+        self.reorder_budget = c_ser_ps(SACK_BITS * (mtu + HEADERS), self.wire_rate) // len(addrs)
         self.rng = random.Random(seed)
         self.nplanes = len(addrs)
         self.planes = []
@@ -888,14 +909,14 @@ cdef class Device:
             memcpy(p.addr_b, <char*>b, 16)
             h = io.head[i]
             memcpy(p.head, <char*>h, 14)
-            p.next_free = 0.0
+            p.next_free = 0
             p.healthy = True
             p.losses = 0
-            p.probe_due = 0.0
+            p.probe_due = 0
             p.probe_psn = -1
-            p.probe_at = -1.0
-            p.srtt = 0.0
-            p.base_rtt = INFINITY
+            p.probe_at = -1
+            p.srtt = 0
+            p.base_rtt = NEVER
             p.loss_rate = 0.0
             p.weight = 1.0
         self.sends = list(io.send)
@@ -907,8 +928,7 @@ cdef class Device:
         self.recv_cq = deque()
         self.c_bad_icrc = self.c_truncated = self.c_unknown_qp = self.c_nak_sent = 0
         self.c_ce_marked = self.c_duplicates = self.c_trimmed = 0
-        self.sample_s = 10e-6
-        self.next_sample = 0.0
+        self.next_sample = 0
         self._plane_trace = []
 
     def __dealloc__(self):
@@ -954,7 +974,7 @@ cdef class Device:
         for i in range(self.nplanes):
             p = &self.planes_c[i]
             out.append({"plane": p.index, "addr": self.planes[i].addr, "healthy": bool(p.healthy),
-                        "weight": round(p.weight, 4), "srtt_fabric_s": p.srtt,
+                        "weight": round(p.weight, 4), "srtt_fabric_s": c_to_s(p.srtt),
                         "loss_rate": round(p.loss_rate, 5), "tx_packets": p.tx_packets, "tx_bytes": p.tx_bytes,
                         "rx_packets": p.rx_packets, "retransmits": p.retransmits, "probes": p.probes,
                         "tx_after_down": p.tx_after_down, "downs": p.downs, "spurious_retransmits": p.spurious,
@@ -972,14 +992,14 @@ cdef class Device:
             if old is not None:
                 psn, sends, plane, sent_at, acked = old
                 text += (f" (oldest PSN {psn}, sent {sends} times, last on plane {plane} "
-                         f"{now - sent_at:.2f} s ago{', SACKed' if acked else ''})")
+                         f"{c_to_s(now - sent_at):.2f} s ago{', SACKed' if acked else ''})")
             text += (f", acked to {qp.cum_acked_psn}, highest SACKed {qp.highest_sacked_psn}, srtt "
-                     f"{qp.srtt * 1e3:.3f} ms, RTO {max(self.rto, 4 * (qp.srtt or self.rtt_hint) + self.ack_delay) * 1e3:.3f} ms, "
-                     f"next send in {(qp.next_send_at - now) * 1e3:.3f} ms, {qp.retransmits} retransmits")
+                     f"{_ms(qp.srtt)} ms, RTO {_ms(max(self.rto, 4 * (qp.srtt or self.rtt_hint) + self.ack_delay))} ms, "
+                     f"next send in {_ms(qp.next_send_at - now)} ms, {qp.retransmits} retransmits")
             qps.append(text)
         planes = ", ".join(f"plane {self.planes_c[i].index} {'up' if self.planes_c[i].healthy else 'down'} "
                            f"(losses {self.planes_c[i].losses}, free in "
-                           f"{(self.planes_c[i].next_free - now) * 1e3:.3f} ms)" for i in range(self.nplanes))
+                           f"{_ms(self.planes_c[i].next_free - now)} ms)" for i in range(self.nplanes))
         return f"{'; '.join(qps)}; {planes}"
 
     # -- resources ------------------------------------------------------------------------------------
@@ -1020,8 +1040,8 @@ cdef class Device:
     def close(self):
         pass
 
-    def alarm(self, double at):
-        self.alarm_at = pmin(self.alarm_at, at)
+    def alarm(self, int64_t at):
+        self.alarm_at = imin(self.alarm_at, at)
 
     def poll_cq(self):
         out = list(self.cq)
@@ -1052,25 +1072,25 @@ cdef class Device:
 
     # -- the crank -------------------------------------------------------------------------------------
 
-    def step(self, double now):
+    def step(self, int64_t now):
         return self.c_step(now)
 
-    cdef double c_step(self, double now) except? -1.0:
+    cdef int64_t c_step(self, int64_t now) except? -1:
         cdef QueuePair qp
         cdef Plane* p
         cdef int i
         cdef bint any_sent
-        cdef double due, free_
+        cdef int64_t due, free_
         cdef bint found
         if now >= self.alarm_at:
-            self.alarm_at = INFINITY
+            self.alarm_at = NEVER
         if now >= self.next_sample:
-            self.next_sample = now + self.sample_s
+            self.next_sample = now + SAMPLE_EVERY
             for qp in self.qp_list:
                 if qp.rx_bytes and (not qp._rx_trace or qp._rx_trace[len(qp._rx_trace) - 1][1] != qp.rx_bytes):
-                    qp._rx_trace.append((now, qp.rx_bytes))
+                    qp._rx_trace.append((c_to_s(now), qp.rx_bytes))
                 if qp.c_busy() and (not qp._rate_trace or qp._rate_trace[len(qp._rate_trace) - 1][1] != qp.cc.rate):
-                    qp._rate_trace.append((now, qp.cc.rate))
+                    qp._rate_trace.append((c_to_s(now), qp.cc.rate))
             any_sent = False
             for i in range(self.nplanes):
                 if self.planes_c[i].tx_bytes:
@@ -1078,7 +1098,7 @@ cdef class Device:
             if any_sent:
                 sent = [self.planes_c[i].tx_bytes for i in range(self.nplanes)]
                 if not self._plane_trace or self._plane_trace[len(self._plane_trace) - 1][1] != sent:
-                    self._plane_trace.append((now, sent))
+                    self._plane_trace.append((c_to_s(now), sent))
         for qp in self.qp_list:
             if qp.ack_due and now >= qp.ack_deadline:
                 self._send_ack(qp, SYNDROME_ACK, -1, False, -1, False)
@@ -1088,7 +1108,7 @@ cdef class Device:
             self._recover(qp, now)
             self._send_data(qp, now)
         self._probe_planes(now)
-        due = INFINITY
+        due = NEVER
         cdef bint known = False  # the earliest free plane, the same for every queue pair: found once
         for qp in self.qp_list:
             if (qp.pending.n and qp.inflight.n - qp.sacked < self.window) or qp.resend.n:
@@ -1102,20 +1122,20 @@ cdef class Device:
                             if not found or p.next_free < free_:
                                 free_ = p.next_free
                                 found = True
-                due = pmin(due, pmax(qp.next_send, free_))
+                due = imin(due, imax(qp.next_send, free_))
             if qp.ack_due:
-                due = pmin(due, qp.ack_deadline)
+                due = imin(due, qp.ack_deadline)
             if qp.inflight.n:
-                due = pmin(due, qp.rto_check)
+                due = imin(due, qp.rto_check)
         for i in range(self.nplanes):
             p = &self.planes_c[i]
             if not (p.healthy and p.weight):
-                due = pmin(due, p.probe_due)
-        return pmin(due, self.alarm_at)
+                due = imin(due, p.probe_due)
+        return imin(due, self.alarm_at)
 
     # -- sending -----------------------------------------------------------------------------------------
 
-    cdef Plane* _pick_plane(self, double now, int avoid) noexcept:
+    cdef Plane* _pick_plane(self, int64_t now, int avoid) noexcept:
         cdef Plane* best = NULL
         cdef Plane* p
         cdef int i
@@ -1193,7 +1213,7 @@ cdef class Device:
                 return True
         return False
 
-    cdef bint _transmit(self, QueuePair qp, Seg* seg, Plane* plane, double now) except -1:
+    cdef bint _transmit(self, QueuePair qp, Seg* seg, Plane* plane, int64_t now) except -1:
         cdef int64_t psn = seg.psn if seg.psn >= 0 else qp.next_psn
         cdef int k = psn % ENTROPY
         cdef Packet* pkt = self._data_packet(qp, plane, FABRIC_TX_PORT + k, psn, seg.va, seg.rkey, seg.data,
@@ -1203,9 +1223,9 @@ cdef class Device:
             seg.psn = psn
             qp.next_psn += 1
         cdef int64_t size = seg.length + HEADERS + (IMM_BYTES if seg.has_imm else 0)
-        plane.next_free = pmax(plane.next_free, now) + size * self.s_per_byte / plane.weight
-        cdef double gap = <double>(size * 8) / qp.cc.rate
-        qp.next_send = pmax(qp.next_send, now - gap) + gap
+        plane.next_free = imax(plane.next_free, now) + share_ps(c_ser_ps(size, self.wire_rate), plane.weight)
+        cdef int64_t gap = c_ser_ps(size, c_rate_of(qp.cc.rate))
+        qp.next_send = imax(qp.next_send, now - gap) + gap
         plane.tx_packets += 1
         plane.tx_bytes += seg.length
         if not plane.healthy:
@@ -1216,15 +1236,15 @@ cdef class Device:
         win_put(&qp.inflight, seg)
         return True
 
-    cdef int _send_data(self, QueuePair qp, double now) except -1:
+    cdef int _send_data(self, QueuePair qp, int64_t now) except -1:
         cdef Plane* plane
-        cdef double due, horizon
+        cdef int64_t due, horizon
         cdef Seg* seg
         if qp.window_full:
             if qp.inflight.n - qp.sacked >= self.window:
                 return 0
             qp.window_full = False
-            qp.ready_at = pmax(qp.ready_at, now)
+            qp.ready_at = imax(qp.ready_at, now)
         horizon = now + self.burst
         if qp.pending.n and qp.inflight.n - qp.sacked >= self.window:
             qp.window_full = True
@@ -1233,15 +1253,15 @@ cdef class Device:
             plane = self._pick_plane(now, -1)
             if plane == NULL:
                 return 0
-            due = pmax(pmax(qp.next_send, plane.next_free), qp.ready_at)
+            due = imax(imax(qp.next_send, plane.next_free), qp.ready_at)
             seg = segq_front(&qp.pending)
             self._transmit(qp, seg, plane, now)
             seg_unref(segq_pop(&qp.pending))
-            late_add(self.c_send_late, now - due if now > due else 0.0)
+            late_add(self.c_send_late, c_to_s(now - due) if now > due else 0.0)
         return 0
 
-    cdef double _probe_interval(self) noexcept:
-        cdef double srtt = 0.0
+    cdef int64_t _probe_interval(self) noexcept:
+        cdef int64_t srtt = 0
         cdef bint first = True
         cdef QueuePair qp
         for qp in self.qp_list:
@@ -1250,10 +1270,10 @@ cdef class Device:
                 first = False
             elif qp.srtt > srtt:
                 srtt = qp.srtt
-        return pmax(4 * srtt + self.ack_delay if srtt != 0 else self.rto, self.min_probe_s)
+        return imax(4 * srtt + self.ack_delay if srtt != 0 else self.rto, self.min_probe)
 
-    cdef int _recover(self, QueuePair qp, double now) except -1:
-        cdef double rto, lost_at, backoff, first_sent, since
+    cdef int _recover(self, QueuePair qp, int64_t now) except -1:
+        cdef int64_t rto, lost_at, backoff, first_sent, since
         cdef int64_t highest, reorder
         cdef Py_ssize_t i
         cdef Seg* seg
@@ -1262,13 +1282,13 @@ cdef class Device:
         cdef Plane* plane
         cdef Plane* p
         cdef int j
-        cdef double free_, srtt_p
+        cdef int64_t free_, srtt_p
         cdef bint found
         if not qp.inflight.n or (not qp.sacked_since and now < qp.rto_check):
             return 0
         qp.sacked_since = False
-        rto = pmax(self.rto, 4 * (qp.srtt if qp.srtt != 0 else self.rtt_hint) + self.ack_delay)
-        qp.rto_check = now + rto / 4
+        rto = imax(self.rto, 4 * (qp.srtt if qp.srtt != 0 else self.rtt_hint) + self.ack_delay)
+        qp.rto_check = now + rto // 4
         highest = qp.highest_sacked
         reorder = DUP_THRESH * self.nplanes if qp.pending.n else 1
         i = 0
@@ -1277,7 +1297,7 @@ cdef class Device:
             i += 1
             since = (qp.cum_at if seg.sends == 1 and seg.psn > highest and qp.cum_at > seg.sent_at
                      and seg.psn > qp.recover_psn else seg.sent_at)
-            if seg.psn > highest and now - since < rto - self.slack:
+            if seg.psn > highest and now - since < rto:
                 break
             if seg.acked:
                 continue
@@ -1285,11 +1305,11 @@ cdef class Device:
             if highest - seg.psn >= reorder and qp.srtt > 0 and seg.sends == 1:
                 srtt_p = self.planes_c[seg.plane].srtt
                 lost_at = seg.sent_at + 2 * (srtt_p if srtt_p != 0 else qp.srtt) + self.ack_delay + qp.reo_wnd
-                overtaken = now >= lost_at - self.slack
+                overtaken = now >= lost_at
                 if not overtaken and lost_at < qp.rto_check:
                     qp.rto_check = lost_at
             backoff = rto * (1 << (seg.sends - 1 if seg.sends - 1 < 6 else 6))
-            timer = now - since >= backoff - self.slack
+            timer = now - since >= backoff
             if timer and self.retry_limit >= 0 and seg.sends > self.retry_limit:
                 qp.fail("retry exceeded")
                 return 0
@@ -1303,7 +1323,7 @@ cdef class Device:
                         break
                 usable = self._usable_besides(seg.plane)
                 plane = self._pick_plane(now, seg.plane if usable else -1)
-                first_sent = seg.sent_at if seg.sends == 1 else -1.0
+                first_sent = seg.sent_at if seg.sends == 1 else -1
                 if plane == NULL:
                     found = False
                     free_ = now
@@ -1313,7 +1333,7 @@ cdef class Device:
                             if not found or p.next_free < free_:
                                 free_ = p.next_free
                                 found = True
-                    qp.rto_check = pmax(free_, now + self.burst)
+                    qp.rto_check = imax(free_, now + self.burst)
                     return 0
                 self._transmit(qp, seg, plane, now)
                 if timer and not (overtaken and seg.sends == 1):
@@ -1333,7 +1353,7 @@ cdef class Device:
                 qp.retransmits += 1
         return 0
 
-    cdef int _resend(self, QueuePair qp, double now) except -1:
+    cdef int _resend(self, QueuePair qp, int64_t now) except -1:
         cdef Seg* seg
         cdef Plane* plane
         while qp.resend.n:
@@ -1353,7 +1373,7 @@ cdef class Device:
             qp.retransmits += 1
         return 0
 
-    cdef int _on_nack(self, QueuePair qp, int64_t echo, double now) except -1:
+    cdef int _on_nack(self, QueuePair qp, int64_t echo, int64_t now) except -1:
         cdef int64_t psn = unwrap(echo, qp.cum_acked if qp.cum_acked > 0 else 0)
         cdef Seg* seg = win_get(&qp.inflight, psn)
         cdef Py_ssize_t i
@@ -1365,14 +1385,14 @@ cdef class Device:
         qp.trim_nacks += 1
         self.planes_c[seg.plane].trims += 1
         psnq_push(&qp.resend, psn)
-        if self.cc_name != "none" and now - qp.last_trim_cut >= qp.cc.cnp_interval_s:
+        if self.cc_name != "none" and (qp.last_trim_cut < 0 or now - qp.last_trim_cut >= qp.cc.cnp_interval):
             qp.last_trim_cut = now
             qp.cc.tick(now)
             qp.cc.on_cnp(now)
-            qp._rate_trace.append((now, qp.cc.rate))
+            qp._rate_trace.append((c_to_s(now), qp.cc.rate))
         return 0
 
-    cdef int _probe_planes(self, double now) except -1:
+    cdef int _probe_planes(self, int64_t now) except -1:
         cdef int i
         cdef Plane* plane
         cdef QueuePair qp
@@ -1401,10 +1421,10 @@ cdef class Device:
 
     # -- receiving ---------------------------------------------------------------------------------------
 
-    def on_frame(self, int plane_index, frame, double now):
+    def on_frame(self, int plane_index, frame, int64_t now):
         self.c_on_frame(plane_index, packet_from(frame), now)
 
-    cdef int c_on_frame(self, int plane_index, Packet* pkt, double now) except -1:
+    cdef int c_on_frame(self, int plane_index, Packet* pkt, int64_t now) except -1:
         """Takes pkt."""
         cdef Plane* plane = &self.planes_c[plane_index]
         cdef uint8_t* f = pkt.data
@@ -1421,7 +1441,7 @@ cdef class Device:
         return 0
 
     cdef int _packet(self, Plane* plane, Packet* pkt, const uint8_t* data, int n, const uint8_t* src, int sport,
-                     int tclass, double now) except -1:
+                     int tclass, int64_t now) except -1:
         cdef int op
         cdef uint32_t qpn
         cdef int64_t psn
@@ -1454,7 +1474,7 @@ cdef class Device:
         if op == OP_CNP:
             (<QueuePair>qp).cc.tick(now)
             (<QueuePair>qp).cc.on_cnp(now)
-            (<QueuePair>qp)._rate_trace.append((now, (<QueuePair>qp).cc.rate))
+            (<QueuePair>qp)._rate_trace.append((c_to_s(now), (<QueuePair>qp).cc.rate))
             return 0
         self.c_truncated += 1
         return 0
@@ -1481,7 +1501,7 @@ cdef class Device:
         return self._send_ack(q, SYNDROME_NAK_PSN, plane.index, False, psn, True)
 
     cdef int _on_data(self, QueuePair qp, Plane* plane, const uint8_t* data, int n, int64_t wpsn, bint ack_req,
-                      int tclass, double now, bint has_imm, uint32_t imm, bint imm_cut) except -1:
+                      int tclass, int64_t now, bint has_imm, uint32_t imm, bint imm_cut) except -1:
 
         cdef int head = DATA_HEADER + (IMM_BYTES if has_imm else 0)
         if n < head + ICRC_BYTES or imm_cut:
@@ -1532,12 +1552,10 @@ cdef class Device:
             qp.ack_unsent += 1
             if qp.ack_unsent >= ACK_EVERY:
                 self._send_ack(qp, SYNDROME_ACK, -1, False, -1, False)
-        cdef double interval
         cdef Packet* pkt
         if tclass & 3 == 3:
             self.c_ce_marked += 1
-            interval = qp.cc.cnp_interval_s
-            if now - qp.last_cnp >= interval:
+            if qp.last_cnp < 0 or now - qp.last_cnp >= qp.cc.cnp_interval:
                 qp.last_cnp = now
                 qp.cnps_sent += 1
                 pkt = packet_new(62 + BTH_BYTES + 16 + ICRC_BYTES)
@@ -1583,7 +1601,7 @@ cdef class Device:
         return self._send(plane, TC_CNP if cnp else TC_ACK, qp.rplanes[plane_index],
                           FABRIC_CNP_PORT if cnp else FABRIC_CTL_PORT, pkt)
 
-    cdef int _on_ack(self, QueuePair qp, Plane* plane, const uint8_t* data, int n, int64_t wpsn, double now
+    cdef int _on_ack(self, QueuePair qp, Plane* plane, const uint8_t* data, int n, int64_t wpsn, int64_t now
                      ) except -1:
 
         cdef uint32_t aeth = _rd32(data + 12)
@@ -1606,17 +1624,15 @@ cdef class Device:
         cdef int64_t echoed = unwrap(echo, cum)
         if duplicate:
             if echoed == plane.probe_psn and plane.probe_at >= 0:
-                plane.srtt = 0.0
+                plane.srtt = 0
                 _rtt_sample(plane, now - plane.probe_at)
-                plane.probe_at = -1.0
+                plane.probe_at = -1
                 plane.healthy, plane.losses = True, 0
             else:
                 self._innocent(qp, echoed, now)
         cdef Seg* newest = win_get(&qp.inflight, echoed)
-        cdef double sample
         if newest != NULL and newest.sends == 1 and not newest.acked:
-            sample = now - newest.sent_at
-            qp.srtt = sample if qp.srtt == 0 else 0.875 * qp.srtt + 0.125 * sample
+            qp.srtt = smoothed(qp.srtt, now - newest.sent_at)
         cdef Py_ssize_t ndone = 0
         while ndone < qp.inflight.n and win_at(&qp.inflight, ndone).psn <= cum:
             ndone += 1
@@ -1657,7 +1673,7 @@ cdef class Device:
             qp.wrs.n -= 1
         return 0
 
-    cdef void _acked(self, Seg* seg, double now, bint sample) noexcept:
+    cdef void _acked(self, Seg* seg, int64_t now, bint sample) noexcept:
         seg.acked = True
         cdef Plane* carrier
         if seg.sends == 1:
@@ -1669,9 +1685,10 @@ cdef class Device:
 
     cdef void _reweigh(self) noexcept:
         cdef int live[MAXP]
-        cdef double queued[MAXP]
+        cdef int64_t queued[MAXP]
         cdef int nlive = 0, i, j
-        cdef double budget, fastest, typical, q, w, x
+        cdef int64_t budget, fastest, typical, q, x
+        cdef double w
         cdef Plane* p
         if not self.weighted:
             return
@@ -1685,7 +1702,7 @@ cdef class Device:
         budget = self.reorder_budget
         fastest = self.planes_c[live[0]].srtt
         for i in range(1, nlive):
-            fastest = pmin(fastest, self.planes_c[live[i]].srtt)
+            fastest = imin(fastest, self.planes_c[live[i]].srtt)
         for i in range(nlive):
             x = self.planes_c[live[i]].srtt - self.planes_c[live[i]].base_rtt
             j = i
@@ -1693,27 +1710,27 @@ cdef class Device:
                 queued[j] = queued[j - 1]
                 j -= 1
             queued[j] = x
-        typical = queued[(nlive - 1) // 2] + budget / 8
+        typical = queued[(nlive - 1) // 2] + budget // 8
         for i in range(nlive):
             p = &self.planes_c[live[i]]
             if p.srtt - fastest > budget:
                 if p.weight:
                     p.weight = 0.0
                     p.excluded += 1
-                    p.probe_due = 0.0
+                    p.probe_due = 0
                 continue
             q = p.srtt - p.base_rtt
-            w = W_MIN if p.loss_rate >= 0.5 else pmax(W_MIN, 1.0 if q <= typical else typical / q)
+            w = W_MIN if p.loss_rate >= 0.5 else pmax(W_MIN, 1.0 if q <= typical else <double>typical / <double>q)
             p.weight = w if w <= p.weight else pmin(w, pmax(W_MIN, p.weight + W_STEP))
 
-    cdef void _innocent(self, QueuePair qp, int64_t psn, double now) noexcept:
+    cdef void _innocent(self, QueuePair qp, int64_t psn, int64_t now) noexcept:
         cdef Py_ssize_t s = charged_find(&qp.charged, psn)
         if s < 0:
             return
         cdef int index = qp.charged.plane[s]
-        cdef double first_sent = qp.charged.first[s]
+        cdef int64_t first_sent = qp.charged.first[s]
         charged_drop(&qp.charged, s)
-        qp.reo_wnd = pmin(qp.reo_wnd + qp.srtt / 4, 2 * qp.srtt)
+        qp.reo_wnd = imin(qp.reo_wnd + qp.srtt // 4, 2 * qp.srtt)
         cdef Plane* plane = &self.planes_c[index]
         if first_sent >= 0:
             _rtt_sample(plane, now - first_sent)
@@ -1724,9 +1741,9 @@ cdef class Device:
             plane.healthy, plane.losses = True, 0
 
 
-cdef inline void _rtt_sample(Plane* plane, double sample) noexcept:
-    plane.srtt = sample if plane.srtt == 0 else 0.875 * plane.srtt + 0.125 * sample
-    plane.base_rtt = pmin(plane.base_rtt, sample)
+cdef inline void _rtt_sample(Plane* plane, int64_t sample) noexcept:
+    plane.srtt = smoothed(plane.srtt, sample)
+    plane.base_rtt = imin(plane.base_rtt, sample)
 
 
 cdef inline void _be32(uint8_t* b, uint32_t v) noexcept nogil:
@@ -1802,7 +1819,7 @@ cdef class RingOp:
     cdef int64_t* got
     cdef Py_ssize_t ngot, capgot
     cdef public int64_t msg
-    cdef public double done_at
+    cdef public int64_t done_at
 
     def __cinit__(self):
         self.cs = NULL
@@ -1849,7 +1866,7 @@ cdef class RingOp:
             self.got[self.ngot] = w
             self.ngot += 1
         self.msg = self.base
-        self.done_at = 0.0
+        self.done_at = 0
 
     cdef int _drain(self) except -1:
         """got.update(c.wr_id for c in dev.poll_recv())"""
@@ -1980,10 +1997,10 @@ cdef enum:
     WAIT_RING = 5
 
 
-cdef int _ev_wake(object obj, double t, object parg, void* varg, int64_t iarg) except -1:
+cdef int _ev_wake(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     cdef Endpoint ep = <Endpoint>obj
     if t == ep.wake_at:
-        ep.wake_at = INFINITY
+        ep.wake_at = NEVER
         ep.kick(t)
     return 0
 
@@ -2002,13 +2019,13 @@ cdef class Arrival(Sink):
     def bind(self, Endpoint ep):
         self.ep = ep
 
-    cdef int take(self, double t, Packet* p) except -1:
+    cdef int take(self, int64_t t, Packet* p) except -1:
         if self.ep is None:
             packet_free(p)
             return 0
         return self.ep.c_arrive(self.plane, t, p)
 
-    def __call__(self, double t, frame):
+    def __call__(self, int64_t t, frame):
         self.take(t, packet_from(frame))
 
 
@@ -2028,7 +2045,7 @@ cdef class Endpoint:
     cdef QueuePair wait_qp
     cdef RingOp ring
     cdef int ring_pending
-    cdef public double wake_at
+    cdef public int64_t wake_at
     cdef int64_t same
     cdef public bint stopped
 
@@ -2041,7 +2058,7 @@ cdef class Endpoint:
         self.op = None
         self.done = None
         self._set_wait(None)
-        self.wake_at = INFINITY
+        self.wake_at = NEVER
         self.same = 0
         self.stopped = False
 
@@ -2098,17 +2115,17 @@ cdef class Endpoint:
             arrival.bind(ep)
         return ep
 
-    cdef int c_arrive(self, int plane, double t, Packet* p) except -1:
+    cdef int c_arrive(self, int plane, int64_t t, Packet* p) except -1:
         if self.stopped:
             packet_free(p)
             return 0
         self.dev.c_on_frame(plane, p, t)
         return self.kick(t)
 
-    def arrive(self, int plane, double t, frame):
+    def arrive(self, int plane, int64_t t, frame):
         self.c_arrive(plane, t, packet_from(frame))
 
-    def start(self, op, double t, done):
+    def start(self, op, int64_t t, done):
         self.op = op
         self._set_wait(None)
         self.done = done
@@ -2124,8 +2141,8 @@ cdef class Endpoint:
     def describe(self):
         return self.dev.describe()
 
-    cdef int kick(self, double t) except -1:
-        cdef double due
+    cdef int kick(self, int64_t t) except -1:
+        cdef int64_t due
         if self.stopped:
             return 0
         try:
@@ -2141,17 +2158,17 @@ cdef class Endpoint:
             self.same += 1
             if self.same > STUCK_WAKES:
                 self.op = None
-                self.fail(f"{self.name}: its device makes no progress at {t:.9f} s: {self.dev.describe()}")
+                self.fail(f"{self.name}: its device makes no progress at {c_to_s(t):.9f} s: {self.dev.describe()}")
                 return 0
             due = t
         else:
             self.same = 0
-        if due < self.wake_at or self.wake_at < t:
+        if due != NEVER and (due < self.wake_at or self.wake_at < t):
             self.wake_at = due
             self.sched.push_held(due, _ev_wake, self)
         return 0
 
-    cdef bint _advance(self, double t) except -1:
+    cdef bint _advance(self, int64_t t) except -1:
         cdef bint moved = False
         cdef int code
         while self.op is not None:
@@ -2200,3 +2217,7 @@ cdef class Endpoint:
         if self.ring_pending == RING_RECV:
             return len(self.dev.recv_cq) > 0
         return not self.dev.c_busy()
+
+
+def _ms(int64_t ps):
+    return f"{c_to_s(ps) * 1e3:.3f}"

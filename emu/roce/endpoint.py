@@ -19,6 +19,7 @@ from typing import Any
 
 from emu.dataplane.job import Attach
 from emu.roce.transport import Device, FabricIO
+from emu.simtime import NEVER, to_s
 
 Wait = Callable[[], bool] | None
 Op = Generator[Wait, None, Any]
@@ -56,9 +57,9 @@ class Endpoint:
         self.fail = fail
         self.name = name
         self.op: Op | None = None
-        self.done: Callable[[Any, float], None] | None = None
+        self.done: Callable[[Any, int], None] | None = None
         self.wait: Wait = None
-        self.wake_at = float("inf")
+        self.wake_at = NEVER
         self.same = 0  # wake-ups in a row at one instant
         self.stopped = False  # its job has ended: it sends, answers and wakes no more
 
@@ -66,7 +67,7 @@ class Endpoint:
     def attached(cls, host: Attach, planes: list[list[Any]], fail: Callable[[str], None], name: str,
                  **device: Any) -> Endpoint:
         """A device on the host's ports `planes` ([switch, port, IPv6 address, rate b/s] each, in plane
-        order), on the engine's loop (fabric seconds, on either clock);
+        order), on the engine's loop (fabric picoseconds, on either clock);
         `device`: Device's other settings. On the
         compiled core, its compiled twin (emu.roce._device: the same events, the same figures)."""
         if host.core == "native":
@@ -85,18 +86,18 @@ class Endpoint:
         box.append(cls(host.loop, dev, fail, name))
         return box[0]
 
-    def arrive(self, plane: int, t: float, frame: Any) -> None:
+    def arrive(self, plane: int, t: int, frame: Any) -> None:
         if self.stopped:
             return
         self.dev.on_frame(plane, frame, t)
         self.kick(t)
 
-    def _wake(self, t: float, _: Any) -> None:
+    def _wake(self, t: int, _: Any) -> None:
         if t == self.wake_at:
-            self.wake_at = float("inf")
+            self.wake_at = NEVER
             self.kick(t)
 
-    def start(self, op: Op, t: float, done: Callable[[Any, float], None]) -> None:
+    def start(self, op: Op, t: int, done: Callable[[Any, int], None]) -> None:
         """Run `op` from time t; done(its value, the time it ended) once it has."""
         self.op, self.wait, self.done = op, None, done
         self.kick(t)
@@ -113,7 +114,7 @@ class Endpoint:
     def describe(self) -> str:
         return self.dev.describe()
 
-    def kick(self, t: float) -> None:
+    def kick(self, t: int) -> None:
         """Do what is due, let the operation go on as far as it can, and sleep until the next due time."""
         if self.stopped:
             return
@@ -130,16 +131,16 @@ class Endpoint:
             self.same += 1
             if self.same > STUCK_WAKES:
                 self.op = None
-                self.fail(f"{self.name}: its device makes no progress at {t:.9f} s: {self.dev.describe()}")
+                self.fail(f"{self.name}: its device makes no progress at {to_s(t):.9f} s: {self.dev.describe()}")
                 return
             due = t
         else:
             self.same = 0
-        if due < self.wake_at or self.wake_at < t:
+        if due != NEVER and (due < self.wake_at or self.wake_at < t):
             self.wake_at = due
             self.loop.at(due, self._wake, None)
 
-    def _advance(self, t: float) -> bool:
+    def _advance(self, t: int) -> bool:
         """Resume the operation while what it waits for holds; True if it did anything."""
         moved = False
         while self.op is not None and (self.wait is None or self.wait()):

@@ -23,6 +23,7 @@ from typing import Any
 from emu.dataplane.job import Attach, Job
 from emu.roce.endpoint import Endpoint, Op, drive_wall
 from emu.roce.transport import SPRAYS, Device, MemoryRegion, QueuePair, host_plane_addresses
+from emu.simtime import to_s
 
 
 def publish(directory: str, name: str, info: dict[str, Any]) -> None:
@@ -55,7 +56,7 @@ def writes(dev: Device, qp: QueuePair, mr: MemoryRegion, remote: dict[str, int],
     """The client's operation, on either clock: `lat_iters` 8-byte writes one at a time (post to
     completion, one round trip each), then the whole region in messages of `message` bytes, all
     posted at once. Its value is the client's result, in fabric units."""
-    now = dev.clock.clock  # fabric seconds on either clock (a ProcessClock in a process of its own)
+    now = dev.clock.clock  # fabric picoseconds on either clock (a ProcessClock in a process of its own)
 
     lats = []
     for i in range(lat_iters):
@@ -63,18 +64,18 @@ def writes(dev: Device, qp: QueuePair, mr: MemoryRegion, remote: dict[str, int],
         qp.post_write(10_000 + i, mr, 0, 8, remote["va"], remote["rkey"])
         yield qp.idle
         dev.poll_cq()
-        lats.append(now() - t)
+        lats.append(to_s(now() - t))
     dev.reset_fidelity()
     t0 = now()
     for wr, off in enumerate(range(0, mr.size, message)):
         qp.post_write(wr, mr, off, min(message, mr.size - off), remote["va"] + off, remote["rkey"])
     yield qp.idle
-    elapsed = now() - t0
+    elapsed = to_s(now() - t0)
     comps = dev.poll_cq()
     lats.sort()
     return {
         "role": "client", "qpn": qp.qpn, "bytes": mr.size, "message": message,
-        "elapsed_s": elapsed,  # the device's clock's seconds: fabric seconds on either clock
+        "elapsed_s": elapsed,  # the device's clock's: fabric seconds on either clock
         "fabric_s": elapsed, "bw_fabric_bps": mr.size * 8 / elapsed if elapsed else 0.0,
         "completions_ok": sum(c.status == "ok" for c in comps), "completions": len(comps),
         "retransmits": qp.retransmits, "timeouts": qp.timeouts, "trim_nacks": qp.trim_nacks,
@@ -194,7 +195,7 @@ class PerfJob(WritersJob):
         return {"clients": self.results,
                 "server": server_result(self.server.dev, self.ends, int(self.params["nbytes"]),
                                         int(self.params["seed"])) if mine else None,
-                "fabric_s": self.since(self.loop.now), "t0_fabric_s": self.t0}  # the traces' clock
+                "fabric_s": self.since(self.loop.now), "t0_fabric_s": to_s(self.t0)}  # the traces' clock
 
     @staticmethod
     def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -250,7 +251,7 @@ class WritesJob(WritersJob):
         return {"pairs": [{"src": a, "dst": b, "client": r,
                            "data_ok": mr.buf == pattern(n, s) if self.here(hosts[b]) else None}
                           for (a, b), r, (mr, s) in zip(self.pairs, self.results, self.ends, strict=True)],
-                "fabric_s": self.since(self.loop.now), "t0_fabric_s": self.t0}  # the traces' clock
+                "fabric_s": self.since(self.loop.now), "t0_fabric_s": to_s(self.t0)}  # the traces' clock
 
     @staticmethod
     def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -65,6 +65,7 @@ from emu.clock import Clock, ProcessClock
 from emu.fidelity import Lateness, Part, tight_timers
 from emu.roce import wire
 from emu.roce.cc import CongestionControl, make
+from emu.simtime import NEVER, PS_PER_US, rate_of, ser_ps, to_ps, to_s
 
 HEADERS = wire.DATA_HEADER + wire.ICRC_BYTES + 8 + 40 + 14 + 24  # RoCE + UDP + IPv6 + Ethernet + wire
 TC_DATA = 26 << 2 | 0b10  # lossless class, ECT(0)
@@ -78,16 +79,11 @@ DUP_THRESH = 3
 # (at the switch port's ingress) serialises them at line rate whenever they arrive, so sending a
 # little early costs no fidelity, while a sleep that short would cost a timer wake-up each (about
 # 50 us with the default timer slack, more than a packet's whole budget).
-BURST_S = 20e-6
+BURST_S = 20e-6  # wall seconds
 LOSS_TO_DOWN = 8
 CHARGED_KEPT = 4096  # retransmitted PSNs remembered for a late duplicate's refund
 ACK_EVERY = 16  # data packets per coalesced ACK
-ACK_DELAY_S = 0.5e-6  # fabric seconds an arrival waits for its ACK at most
-# A timer is due at its instant, not one rounding later: times are absolute floats, so sent_at + RTO
-# computed at t0 = 1.0 and at t0 = 2.0 differ in the last bit, and a check landing exactly on a timer's
-# instant would fire or not with the job's start time (a spurious retransmission in one run, none in the
-# next, and a replica's death detected 39 or 186 ms after it). Far below any modelled delay.
-TIMER_SLACK_S = 1e-9
+ACK_DELAY_PS = PS_PER_US // 2  # fabric time an arrival waits for its ACK at most
 ENTROPY = 4
 SPRAYS = ("weighted", "equal")
 LOSS_GAIN = 1 / 256  # a plane's loss rate averages over about this many of its packets' fates
@@ -154,7 +150,7 @@ class Segment:
     view: memoryview
     wr: int
     plane: int = -1
-    sent_at: float = 0.0
+    sent_at: int = 0  # picoseconds
     sends: int = 0
     acked: bool = False
     imm: int | None = None  # the last segment of a write with immediate carries it
@@ -175,16 +171,16 @@ class Plane:
     ctl_port: int
     cnp: Any
     cnp_port: int
-    next_free: float = 0.0
+    next_free: int = 0  # picoseconds, as every time here
     healthy: bool = True
     losses: int = 0
-    probe_due: float = 0.0
+    probe_due: int = 0
     probe_psn: int = -1  # the PSN the last probe over this plane repeated
-    probe_at: float = -1.0  # when it went (its answer is a round trip sample of the plane)
-    # Health (weighted spraying): the plane's own round trip, smoothed and least seen (wall s), the
-    # share of its packets it loses (smoothed), and the weight they give it (its share of the sends).
-    srtt: float = 0.0
-    base_rtt: float = float("inf")
+    probe_at: int = -1  # when it went (its answer is a round trip sample of the plane)
+    # Health (weighted spraying): the plane's own round trip, smoothed and least seen, the share of its
+    # packets it loses (smoothed), and the weight they give it (its share of the sends).
+    srtt: int = 0
+    base_rtt: int = NEVER
     loss_rate: float = 0.0
     weight: float = 1.0
     stats: dict[str, int] = field(default_factory=lambda: {"tx_packets": 0, "tx_bytes": 0, "rx_packets": 0,
@@ -210,25 +206,25 @@ class QueuePair:
         self.cum_acked = -1
         # When the cumulative ACK last moved (RFC 6298, 5.3: the timer restarts on new data acknowledged):
         # a long queue that delays but delivers is not a loss.
-        self.cum_at = 0.0
+        self.cum_at = 0
         # After a timer fired, every packet then in flight (up to this PSN) is timed from its own send
         # until the cumulative ACK passes it: a loss the timer found is repaired at once, not one hole
         # per restart (TCP's recovery point after a timeout).
         self.recover_psn = -1
         self.wrs: deque[tuple[int, Segment, int]] = deque()  # (wr_id, its last segment, bytes)
-        self.next_send = 0.0
-        self.ready_at = 0.0  # when the queue last became non-empty (wall): a send is due no earlier
+        self.next_send = 0
+        self.ready_at = 0  # when the queue last became non-empty: a send is due no earlier
         self.window_full = False  # sends wait for ACKs: not late while they do
-        self.srtt = 0.0
+        self.srtt = 0
         self.retransmits = 0
         self.timeouts = 0  # retransmissions the timer sent (no SACK, no NACK had said the packet was lost)
         self.trim_nacks = 0  # NACKs for trimmed packets: each resent at once, on another plane
         self.resend: deque[int] = deque()  # PSNs a NACK asked for again, to go before new data
-        self.last_trim_cut = -1.0  # when a trim last cut the rate (at most once a CNP interval)
+        self.last_trim_cut = -1  # when a trim last cut the rate (at most once a CNP interval; -1: never)
         # PSN -> the plane its last retransmission charged with losing it and when that copy was sent
         # (-1: not the first copy), until a duplicate arrival
         # proves that plane innocent (kept past the cumulative ACK: the duplicate may come later).
-        self.charged: dict[int, tuple[int, float]] = {}
+        self.charged: dict[int, tuple[int, int]] = {}
         self.rate_trace: list[tuple[float, float]] = []  # (fabric s, bps): on every CNP and every sample
         self.highest_sacked = -1
         self.sacked_since = False
@@ -236,8 +232,8 @@ class QueuePair:
         # way (RACK's reordering window, RFC 8985): grown by a quarter round trip each time a packet
         # taken for lost arrives after all, up to two round trips. Spraying over planes whose queues
         # differ (an ECMP collision on one leaf uplink) reorders by more than a fixed rule allows.
-        self.reo_wnd = 0.0
-        self.rto_check = 0.0
+        self.reo_wnd = 0
+        self.rto_check = 0
         self.error: str | None = None
         # responder
         self.expected = 0
@@ -245,9 +241,9 @@ class QueuePair:
         self.beyond: set[int] = set()
         self.ack_due = False
         self.ack_unsent = 0  # data packets arrived since the last ACK
-        self.ack_deadline = 0.0  # wall time by which a coalesced ACK goes out
+        self.ack_deadline = 0  # when a coalesced ACK goes out at the latest
         self.ack_plane = 0
-        self.last_cnp = -1.0
+        self.last_cnp = -1  # when this receiver last sent a CNP (-1: never)
         self.cnps_sent = 0
         self.bad = 0
         self.rx_bytes = 0
@@ -330,7 +326,7 @@ class KernelIO:
     `Device.progress`. Packets due within BURST_S go in one go (a sleep that short costs more than it
     saves), and a plane marked down is probed at most every 10 ms of wall time."""
 
-    burst = BURST_S
+    burst = BURST_S  # wall seconds
     min_probe_s = 0.01
 
     def open_plane(self, i: int, addr: str, tc_data: int) -> Plane:
@@ -381,7 +377,7 @@ class FabricIO:
     its checksum, RoCEv2 with its ICRC), and arrive through `Device.on_frame`. No kernel socket, fixed
     UDP source ports (the same run hashes the same way), and every send woken exactly when it is due."""
 
-    burst = 0.0
+    burst = 0.0  # wall seconds: none
     min_probe_s = 0.0
 
     def __init__(self, send: list[Any], host_macs: list[bytes], switch_macs: list[bytes]) -> None:
@@ -418,7 +414,8 @@ class Device:
                  spray: str = "weighted", retry_limit: int | None = None, rtt_hint_fabric_s: float = 0.0) -> None:
         """`clock` and `io`: a ProcessClock at `dilation` and KernelIO (the default: kernel sockets bound to
         `addrs`, in this namespace, fabric time = monotonic() / D), or the engine's loop and the FabricIO
-        of the host's switch ports (`dilation` unused). Every time inside is fabric seconds. `trim_dscp`:
+        of the host's switch ports (`dilation` unused). Every time inside is whole picoseconds of fabric time
+        (emu.simtime): the settings in seconds are rounded once, here. `trim_dscp`:
         trimming mode (the fabric's switches cut instead of dropping): data goes out trimmable, and a
         packet that arrives with this DSCP is a trimmed one, NACKed at once. `spray`: "weighted" (each
         plane's share follows its measured health, `_reweigh`) or "equal" (every live plane alike).
@@ -432,30 +429,30 @@ class Device:
             raise RoceError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
         self.spray = spray
         self.retry_limit = retry_limit
-        self.alarm_at = float("inf")  # the user's own wake-up (Device.alarm)
+        self.alarm_at = NEVER  # the user's own wake-up (Device.alarm)
         self.trim_dscp = trim_dscp
         self.tc_data = TC_DATA if trim_dscp is None else TC_DATA_TRIMMABLE
         self.clock = clock = clock if clock is not None else ProcessClock(dilation)
         # In a process of its own, the clock says how long the wall's waits and lateness are in fabric time.
         self.process = clock if isinstance(clock, ProcessClock) else None
         self.io = io = io if io is not None else KernelIO()
-        # Sends due within this go in one go; a plane marked down is probed at most this often (fabric s).
-        self.burst = self.process.fabric_s_of_wall(io.burst) if self.process else io.burst
-        self.min_probe_s = self.process.fabric_s_of_wall(io.min_probe_s) if self.process else io.min_probe_s
+        # Sends due within this go in one go; a plane marked down is probed at most this often (the wall's
+        # seconds in a process of its own, where the kernel's timers are what it saves).
+        self.burst = self.process.fabric_ps_of_wall(io.burst) if self.process else to_ps(io.burst)
+        self.min_probe = self.process.fabric_ps_of_wall(io.min_probe_s) if self.process else to_ps(io.min_probe_s)
         self.mtu = mtu
         self.window = window
         self.cc_name = cc
         self.plane_rate = plane_rate_bps
-        self.s_per_byte = 8 / plane_rate_bps
-        self.rto = rto_fabric_s
-        self.rtt_hint = rtt_hint_fabric_s
-        self.ack_delay = ACK_DELAY_S
-        self.slack = TIMER_SLACK_S
+        self.wire_rate = rate_of(plane_rate_bps)  # whole bit/s, what a packet's time on a plane is of
+        self.rto = to_ps(rto_fabric_s)
+        self.rtt_hint = to_ps(rtt_hint_fabric_s)
+        self.ack_delay = ACK_DELAY_PS
         # How far apart in time the planes may deliver: a packet on a plane slower than the rest holds
         # the cumulative ACK, and what arrives more than SACK_BITS packets past it is reported late and
         # counts against the window, so the whole connection stalls. At the device's full rate that
         # is SACK_BITS packets' time (2.9 us at 8 x 100G, 1 KiB MTU).
-        self.reorder_budget = wire.SACK_BITS * (mtu + HEADERS) * self.s_per_byte / len(addrs)
+        self.reorder_budget = ser_ps(wire.SACK_BITS * (mtu + HEADERS), self.wire_rate) // len(addrs)
         self.rng = random.Random(seed)
         self.planes = [io.open_plane(i, a, self.tc_data) for i, a in enumerate(addrs)]
         self.qps: dict[int, QueuePair] = {}
@@ -464,8 +461,8 @@ class Device:
         self.recv_cq: deque[Completion] = deque()  # writes with immediate, whole and in order
         self.counters = {"bad_icrc": 0, "truncated": 0, "unknown_qp": 0, "nak_sent": 0, "ce_marked": 0,
                          "duplicates": 0, "trimmed": 0}
-        self.sample_s = 10e-6  # receive-side throughput samples every 10 us of fabric time
-        self.next_sample = 0.0
+        self.sample_every = 10 * PS_PER_US  # receive-side throughput samples every 10 us of fabric time
+        self.next_sample = 0
         self.plane_trace: list[tuple[float, list[int]]] = []  # (fabric s, bytes sent per plane), sampled
         io.start()
         self.rx_fds = [p.rx.fileno() for p in self.planes if p.rx is not None]
@@ -473,7 +470,7 @@ class Device:
         self.rx_view = memoryview(self.rx_buf)
         self.src_cache: dict[str, bytes] = {}  # sender address text -> its 16 bytes
         # Fidelity: sends against their paced slot, receives against the kernel's arrival stamp (wall s in
-        # a process of its own; inside the engine, its loop's seconds).
+        # a process of its own; inside the engine, fabric seconds).
         self.send_late = Lateness()
         self.recv_late = Lateness()
 
@@ -515,25 +512,25 @@ class Device:
         # Wake BURST_S before the next send is due: a wake-up a little late still sends on time.
         select.select(self.rx_fds, (), (), wait - BURST_S if wait > 2 * BURST_S else 0.0)
 
-    def alarm(self, at: float) -> None:
+    def alarm(self, at: int) -> None:
         """Be woken at `at` (this device's clock) even if nothing of its own is due then: a user's timer."""
         self.alarm_at = min(self.alarm_at, at)
 
-    def step(self, now: float) -> float:
+    def step(self, now: int) -> int:
         """Everything due at `now` (ACKs, congestion control, recovery, sends, probes); returns when the
-        device next has something to do of its own (inf: only an arrival can wake it)."""
+        device next has something to do of its own (NEVER: only an arrival can wake it)."""
         if now >= self.alarm_at:
-            self.alarm_at = float("inf")
+            self.alarm_at = NEVER
         if now >= self.next_sample:
-            self.next_sample = now + self.sample_s
+            self.next_sample = now + self.sample_every
             for qp in self.qps.values():
                 if qp.rx_bytes and (not qp.rx_trace or qp.rx_trace[-1][1] != qp.rx_bytes):
-                    qp.rx_trace.append((now, qp.rx_bytes))
+                    qp.rx_trace.append((to_s(now), qp.rx_bytes))
                 if qp.busy() and (not qp.rate_trace or qp.rate_trace[-1][1] != qp.cc.rate):
-                    qp.rate_trace.append((now, qp.cc.rate))
+                    qp.rate_trace.append((to_s(now), qp.cc.rate))
             sent = [p.stats["tx_bytes"] for p in self.planes]
             if any(sent) and (not self.plane_trace or self.plane_trace[-1][1] != sent):
-                self.plane_trace.append((now, sent))
+                self.plane_trace.append((to_s(now), sent))
         for qp in self.qps.values():
             if qp.ack_due and now >= qp.ack_deadline:
                 self._send_ack(qp)
@@ -543,7 +540,7 @@ class Device:
             self._recover(qp, now)
             self._send_data(qp, now)
         self._probe_planes(now)
-        due = float("inf")
+        due = NEVER
         for qp in self.qps.values():
             if (qp.pending and len(qp.inflight) - qp.sacked < self.window) or qp.resend:
                 free = min((p.next_free for p in self.planes if p.healthy and p.weight), default=now)
@@ -575,13 +572,13 @@ class Device:
             if qp.inflight:
                 old = qp.inflight[min(qp.inflight)]
                 text += (f" (oldest PSN {old.psn}, sent {old.sends} times, last on plane {old.plane} "
-                         f"{now - old.sent_at:.2f} s ago{', SACKed' if old.acked else ''})")
-            text += (f", acked to {qp.cum_acked}, highest SACKed {qp.highest_sacked}, srtt {qp.srtt * 1e3:.3f} ms, "
-                     f"RTO {max(self.rto, 4 * (qp.srtt or self.rtt_hint) + self.ack_delay) * 1e3:.3f} ms, "
-                     f"next send in {(qp.next_send - now) * 1e3:.3f} ms, {qp.retransmits} retransmits")
+                         f"{to_s(now - old.sent_at):.2f} s ago{', SACKed' if old.acked else ''})")
+            text += (f", acked to {qp.cum_acked}, highest SACKed {qp.highest_sacked}, srtt {_ms(qp.srtt)} ms, "
+                     f"RTO {_ms(max(self.rto, 4 * (qp.srtt or self.rtt_hint) + self.ack_delay))} ms, "
+                     f"next send in {_ms(qp.next_send - now)} ms, {qp.retransmits} retransmits")
             qps.append(text)
         planes = ", ".join(f"plane {p.index} {'up' if p.healthy else 'down'} (losses {p.losses}, "
-                           f"free in {(p.next_free - now) * 1e3:.3f} ms)" for p in self.planes)
+                           f"free in {_ms(p.next_free - now)} ms)" for p in self.planes)
         return f"{'; '.join(qps)}; {planes}"
 
     def has_recv(self) -> bool:
@@ -605,7 +602,7 @@ class Device:
 
     # -- sending ----------------------------------------------------------------------
 
-    def _pick_plane(self, qp: QueuePair, now: float, avoid: int = -1) -> Plane | None:
+    def _pick_plane(self, qp: QueuePair, now: int, avoid: int = -1) -> Plane | None:
         """The healthy plane whose wire frees first: spraying that keeps every plane as busy as its
         weight says (a plane of weight 0 carries only probes)."""
         best = None
@@ -621,7 +618,7 @@ class Device:
         alltoall stuck at 1.000000911 s)."""
         return any(p.healthy and p.weight and p.index != index for p in self.planes)
 
-    def _transmit(self, qp: QueuePair, seg: Segment, plane: Plane, now: float) -> bool:
+    def _transmit(self, qp: QueuePair, seg: Segment, plane: Plane, now: int) -> bool:
         """Send seg on plane; False if the socket would block (nothing changed: try again later).
         A new segment takes its PSN only once it is on the wire, so a PSN is never skipped."""
         psn = seg.psn if seg.psn >= 0 else qp.next_psn
@@ -636,10 +633,10 @@ class Device:
             qp.next_psn += 1
         size = len(seg.view) + HEADERS + (0 if seg.imm is None else wire.IMM_BYTES)
         # A plane of weight w is offered a packet every 1/w of its wire's time: its share of the sends.
-        plane.next_free = max(plane.next_free, now) + size * self.s_per_byte / plane.weight
+        plane.next_free = max(plane.next_free, now) + share_ps(ser_ps(size, self.wire_rate), plane.weight)
         # The rate control's pacing keeps one packet of credit: a send that waited for a plane (their
         # sends fall out of step once weights differ) does not also lose its slot at the rate.
-        gap = size * 8 / qp.cc.rate
+        gap = ser_ps(size, rate_of(qp.cc.rate))
         qp.next_send = max(qp.next_send, now - gap) + gap
         plane.stats["tx_packets"] += 1
         plane.stats["tx_bytes"] += len(seg.view)
@@ -651,7 +648,7 @@ class Device:
         qp.inflight[seg.psn] = seg
         return True
 
-    def _send_data(self, qp: QueuePair, now: float) -> None:
+    def _send_data(self, qp: QueuePair, now: int) -> None:
         if qp.window_full:
             if len(qp.inflight) - qp.sacked >= self.window:
                 return
@@ -671,16 +668,16 @@ class Device:
             if not self._transmit(qp, qp.pending[0], plane, now):
                 return
             qp.pending.popleft()
-            late = now - due if now > due else 0.0
-            self.send_late.add(self.process.wall_s_of_fabric(late) if self.process else late)
+            late = now - due if now > due else 0
+            self.send_late.add(self.process.wall_s_of_fabric(late) if self.process else to_s(late))
 
-    def _recover(self, qp: QueuePair, now: float) -> None:
+    def _recover(self, qp: QueuePair, now: int) -> None:
         """Retransmit what SACKs or the timer say is lost, on another plane."""
         if not qp.inflight or (not qp.sacked_since and now < qp.rto_check):
             return
         qp.sacked_since = False
         rto = max(self.rto, 4 * (qp.srtt or self.rtt_hint) + self.ack_delay)
-        qp.rto_check = now + rto / 4
+        qp.rto_check = now + rto // 4
         highest = qp.highest_sacked
         # Spraying reorders by design: a PSN counts as lost only when packets sent after it on
         # every plane have overtaken it (or, with nothing left to send, any later one has: the tail of a
@@ -696,18 +693,18 @@ class Device:
             # runs from its own send: holes are not made to wait for each other's repair.
             since = (qp.cum_at if seg.sends == 1 and seg.psn > highest and qp.cum_at > seg.sent_at
                      and seg.psn > qp.recover_psn else seg.sent_at)
-            if seg.psn > highest and now - since < rto - self.slack:
+            if seg.psn > highest and now - since < rto:
                 break  # later packets were sent later still
             if seg.acked:
                 continue
             overtaken = False
             if highest - seg.psn >= reorder and qp.srtt > 0 and seg.sends == 1:
                 lost_at = seg.sent_at + 2 * (self.planes[seg.plane].srtt or qp.srtt) + self.ack_delay + qp.reo_wnd
-                overtaken = now >= lost_at - self.slack
+                overtaken = now >= lost_at
                 if not overtaken and lost_at < qp.rto_check:
                     qp.rto_check = lost_at
             backoff = rto * (1 << min(seg.sends - 1, 6))  # each timeout of the same packet doubles its timer
-            timer = now - since >= backoff - self.slack
+            timer = now - since >= backoff
             if timer and self.retry_limit is not None and seg.sends > self.retry_limit:
                 qp.fail("retry exceeded")
                 return
@@ -717,7 +714,7 @@ class Device:
                 # Never back onto the plane that lost it while another one carries data: wait for a free one.
                 usable = self._usable_besides(seg.plane)
                 plane = self._pick_plane(qp, now, avoid=seg.plane if usable else -1)
-                first_sent = seg.sent_at if seg.sends == 1 else -1.0
+                first_sent = seg.sent_at if seg.sends == 1 else -1
                 if plane is None or not self._transmit(qp, seg, plane, now):
                     # Come back when a plane frees, before new data takes it: without this the
                     # retransmission waits for an ACK that lands while a plane is free, and at line
@@ -741,7 +738,7 @@ class Device:
                     lost_on.probe_due = now + self._probe_interval()
                 qp.retransmits += 1
 
-    def _resend(self, qp: QueuePair, now: float) -> None:
+    def _resend(self, qp: QueuePair, now: int) -> None:
         """What NACKs asked for, before any new data, each on another plane than the one that trimmed it
         (that plane's queue was full a moment ago). A trim is congestion, not a failure: no plane is
         charged with a loss. Paced by the rate control as new data is: unpaced resends kept a queue
@@ -760,7 +757,7 @@ class Device:
             qp.resend.popleft()
             qp.retransmits += 1
 
-    def _on_nack(self, qp: QueuePair, echo: int, now: float) -> None:
+    def _on_nack(self, qp: QueuePair, echo: int, now: int) -> None:
         """A trimmed packet's NACK: resend that PSN at once (no timer), and take the trim as congestion.
         DCQCN's only way down is a CNP, so a trim enters as one, at most one per CNP interval (as the
         receiver paces its CNPs): a trim says a queue overflowed, at least what a mark says."""
@@ -771,20 +768,20 @@ class Device:
         qp.trim_nacks += 1
         self.planes[seg.plane].stats["trims"] += 1
         qp.resend.append(psn)
-        if self.cc_name != "none" and now - qp.last_trim_cut >= qp.cc.cnp_interval_s:
+        if self.cc_name != "none" and (qp.last_trim_cut < 0 or now - qp.last_trim_cut >= qp.cc.cnp_interval):
             qp.last_trim_cut = now
             qp.cc.tick(now)
             qp.cc.on_cnp(now)
-            qp.rate_trace.append((now, qp.cc.rate))
+            qp.rate_trace.append((to_s(now), qp.cc.rate))
 
-    def _probe_interval(self) -> float:
-        """How often a plane marked down is probed (wall s): a retransmission timeout from the measured
+    def _probe_interval(self) -> int:
+        """How often a plane marked down is probed: a retransmission timeout from the measured
         round trip, not the RTO's floor (200 us of fabric is seconds of wall time at a large D, and a
         plane wrongly down that long skews the spraying), and never more often than every 10 ms."""
-        srtt = max((qp.srtt for qp in self.qps.values()), default=0.0)
-        return max(4 * srtt + self.ack_delay if srtt else self.rto, self.min_probe_s)
+        srtt = max((qp.srtt for qp in self.qps.values()), default=0)
+        return max(4 * srtt + self.ack_delay if srtt else self.rto, self.min_probe)
 
-    def _probe_planes(self, now: float) -> None:
+    def _probe_planes(self, now: int) -> None:
         for plane in self.planes:
             if (plane.healthy and plane.weight) or now < plane.probe_due:
                 continue
@@ -812,7 +809,7 @@ class Device:
 
     # -- receiving ----------------------------------------------------------------------
 
-    def on_frame(self, plane_index: int, frame: Any, now: float) -> None:
+    def on_frame(self, plane_index: int, frame: Any, now: int) -> None:
         """Fabric clock: a whole frame (Ethernet, IPv6, UDP, RoCEv2) the switch delivered to this port."""
         plane = self.planes[plane_index]
         plane.stats["rx_packets"] += 1
@@ -823,7 +820,7 @@ class Device:
         tclass = (mv[14] & 0x0F) << 4 | mv[15] >> 4
         self._packet(plane, mv[62:], bytes(mv[22:38]), mv[54] << 8 | mv[55], tclass, now)
 
-    def _receive(self, now: float) -> None:
+    def _receive(self, now: int) -> None:
         wall = time.time()  # the kernel stamps arrivals on the realtime clock
         for plane in self.planes:
             for _ in range(256):
@@ -845,7 +842,7 @@ class Device:
                     src = self.src_cache[addr[0]] = wire.ip6(addr[0].split("%")[0])
                 self._packet(plane, data, src, addr[1], tclass, now)
 
-    def _packet(self, plane: Plane, data: memoryview, src: bytes, sport: int, tclass: int, now: float) -> None:
+    def _packet(self, plane: Plane, data: memoryview, src: bytes, sport: int, tclass: int, now: int) -> None:
         """`data` is a view of the receive buffer, valid until the next receive: nothing keeps it."""
         if tclass >> 2 == self.trim_dscp:  # cut by a switch: its ICRC no longer matches, by design
             self._on_trimmed(plane, data)
@@ -871,7 +868,7 @@ class Device:
         elif op == wire.OP_CNP:
             qp.cc.tick(now)  # its timers up to now first: the cut is of the rate at now
             qp.cc.on_cnp(now)
-            qp.rate_trace.append((now, qp.cc.rate))
+            qp.rate_trace.append((to_s(now), qp.cc.rate))
         else:
             self.counters["truncated"] += 1
 
@@ -900,7 +897,7 @@ class Device:
         return near + delta
 
     def _on_data(self, qp: QueuePair, plane: Plane, data: memoryview, wpsn: int, ack_req: bool, tclass: int,
-                 now: float, imm: int | None) -> None:
+                 now: int, imm: int | None) -> None:
         head = wire.DATA_HEADER if imm is None else wire.DATA_HEADER + wire.IMM_BYTES
         if len(data) < head + wire.ICRC_BYTES or imm == -1:
             self.counters["truncated"] += 1
@@ -951,8 +948,7 @@ class Device:
                 self._send_ack(qp)
         if tclass & 3 == 3:
             self.counters["ce_marked"] += 1
-            interval = qp.cc.cnp_interval_s
-            if now - qp.last_cnp >= interval:
+            if qp.last_cnp < 0 or now - qp.last_cnp >= qp.cc.cnp_interval:
                 qp.last_cnp = now
                 qp.cnps_sent += 1
                 self._send_ctl(qp, plane.index, wire.cnp_packet(qp.remote_qpn), cnp=True)
@@ -979,7 +975,7 @@ class Device:
         self._send(plane, -2 if cnp else -1, port, TC_CNP if cnp else TC_ACK, qp.remote_planes[plane_index],
                    qp.remote_addrs[plane_index], wire.seal(plane.addr_b, qp.remote_planes[plane_index], port, body))
 
-    def _on_ack(self, qp: QueuePair, plane: Plane, data: memoryview, wpsn: int, now: float) -> None:
+    def _on_ack(self, qp: QueuePair, plane: Plane, data: memoryview, wpsn: int, now: int) -> None:
         syndrome, echo, base, bitmap, duplicate = wire.parse_ack(data)
         if syndrome == wire.SYNDROME_NAK_PSN:  # "send this PSN again": a switch trimmed it
             self._on_nack(qp, echo, now)
@@ -998,16 +994,15 @@ class Device:
                 # The probe went and its answer came back by the plane: it delivers, and how fast. Its
                 # round trip replaces the smoothed one: the plane carried nothing else of ours, so
                 # there is no queue of ours to smooth over, and a healed plane is seen so at once.
-                plane.srtt = 0.0
+                plane.srtt = 0
                 self._rtt_sample(plane, now - plane.probe_at)
-                plane.probe_at = -1.0
+                plane.probe_at = -1
                 plane.healthy, plane.losses = True, 0
             else:
                 self._innocent(qp, echoed, now)
         newest = qp.inflight.get(echoed)
         if newest is not None and newest.sends == 1 and not newest.acked:
-            sample = now - newest.sent_at
-            qp.srtt = sample if qp.srtt == 0 else 0.875 * qp.srtt + 0.125 * sample
+            qp.srtt = smoothed(qp.srtt, now - newest.sent_at)
         done = []
         for psn in qp.inflight:
             if psn > cum:
@@ -1041,7 +1036,7 @@ class Device:
             wr_id, _, nbytes = qp.wrs.popleft()
             self.cq.append(Completion(wr_id, "ok", nbytes))
 
-    def _acked(self, seg: Segment, now: float, sample: bool = True) -> None:
+    def _acked(self, seg: Segment, now: int, sample: bool = True) -> None:
         """First acknowledgement of a segment (SACK or cumulative): a packet sent once proves that its
         plane delivers, and its earlier "losses" were late. Its round trip is a sample of its plane's:
         the way there by that plane, an ACK's coalescing, the way back by whichever plane the ACK took
@@ -1057,8 +1052,8 @@ class Device:
             carrier.loss_rate -= carrier.loss_rate * LOSS_GAIN
 
     @staticmethod
-    def _rtt_sample(plane: Plane, sample: float) -> None:
-        plane.srtt = sample if plane.srtt == 0 else 0.875 * plane.srtt + 0.125 * sample
+    def _rtt_sample(plane: Plane, sample: int) -> None:
+        plane.srtt = smoothed(plane.srtt, sample)
         plane.base_rtt = min(plane.base_rtt, sample)
 
     def _reweigh(self) -> None:
@@ -1089,28 +1084,28 @@ class Device:
         budget = self.reorder_budget
         fastest = min(p.srtt for p in live)
         queued = sorted(p.srtt - p.base_rtt for p in live)
-        typical = queued[(len(queued) - 1) // 2] + budget / 8
+        typical = queued[(len(queued) - 1) // 2] + budget // 8
         for p in live:
             if p.srtt - fastest > budget:
                 if p.weight:
                     p.weight = 0.0
                     p.stats["excluded"] += 1
-                    p.probe_due = 0.0
+                    p.probe_due = 0
                 continue
             q = p.srtt - p.base_rtt
             w = W_MIN if p.loss_rate >= 0.5 else max(W_MIN, 1.0 if q <= typical else typical / q)
             p.weight = w if w <= p.weight else min(w, max(W_MIN, p.weight + W_STEP))  # back from 0 at W_MIN
 
-    def _innocent(self, qp: QueuePair, psn: int, now: float) -> None:
+    def _innocent(self, qp: QueuePair, psn: int, now: int) -> None:
         """PSN arrived twice: the plane charged with losing it delivered it late. Refund the loss; a
         plane marked down on such evidence is used again (a delivered packet is proof enough). The
         late copy's round trip (its D-SACK comes back at once, by the same plane) is a sample of that
         plane's: a plane far longer than the rest gets its first samples so, since every packet it
         carries is taken for lost, and resent, before the plane's own round trip is known."""
-        index, first_sent = qp.charged.pop(psn, (-1, -1.0))
+        index, first_sent = qp.charged.pop(psn, (-1, -1))
         if index < 0:
             return
-        qp.reo_wnd = min(qp.reo_wnd + qp.srtt / 4, 2 * qp.srtt)
+        qp.reo_wnd = min(qp.reo_wnd + qp.srtt // 4, 2 * qp.srtt)
         plane = self.planes[index]
         if first_sent >= 0:
             self._rtt_sample(plane, now - first_sent)
@@ -1122,7 +1117,7 @@ class Device:
 
     def plane_stats(self) -> list[dict[str, Any]]:
         return [{"plane": p.index, "addr": p.addr, "healthy": p.healthy, "weight": round(p.weight, 4),
-                 "srtt_fabric_s": p.srtt, "loss_rate": round(p.loss_rate, 5), **p.stats}
+                 "srtt_fabric_s": to_s(p.srtt), "loss_rate": round(p.loss_rate, 5), **p.stats}
                 for p in self.planes]
 
     def reset_fidelity(self) -> None:
@@ -1133,6 +1128,21 @@ class Device:
         """This endpoint's parts (fidelity.Part fields), to be carried to the harness as JSON."""
         return [asdict(Part.from_summary(f"endpoint {name} send", "endpoint", self.send_late.summary(), paced=True)),
                 asdict(Part.from_summary(f"endpoint {name} receive", "endpoint", self.recv_late.summary()))]
+
+
+def smoothed(srtt: int, sample: int) -> int:
+    """A round trip smoothed over samples (RFC 6298's 1/8 gain), in whole picoseconds: the first sample
+    as it is, then seven eighths of the old plus an eighth of the new, rounded down (both are >= 0)."""
+    return sample if srtt == 0 else (7 * srtt + sample) // 8
+
+
+def share_ps(wire_ps: int, weight: float) -> int:
+    """A packet's time on a plane offered it at `weight` of its rate (1/weight of its wire time), nearest."""
+    return wire_ps if weight == 1.0 else round(wire_ps / weight)
+
+
+def _ms(ps: int) -> str:
+    return f"{to_s(ps) * 1e3:.3f}"
 
 
 def host_plane_addresses(prefix: str = "") -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from emu.dataplane.job import Attach, Job
 from emu.packet import ETH_P_IPV4, ETH_P_IPV6, UDP, ethernet, ipv4_header, udp6_frame, udp_headers
+from emu.simtime import PS_PER_S, rate_of, to_ps, to_s
 
 IDLE_S = 100e-6  # after the last send, this long without an arrival ends the count (fabric s), at least
 
@@ -38,13 +39,14 @@ class UdpJob(Job):
     def __init__(self, host: Attach, params: dict[str, Any]) -> None:
         super().__init__(host, params)
         self.bin_s = float(params["bin_s"])
-        self.quiet = max(IDLE_S, float(params.get("quiet_s", 0.0)))
+        self.bin = to_ps(self.bin_s)
+        self.quiet = to_ps(max(IDLE_S, float(params.get("quiet_s", 0.0))))
         self.senders: list[dict[str, Any] | None] = []  # per flow; None: another worker's host sends it
         # One receiver per host and UDP port, as one socket would be, on every port its flows arrive at.
         self.receivers: dict[tuple[str, int, bool], dict[str, Any] | None] = {}
         self.expect: dict[tuple[str, int, bool], int] = {}
         self.ports: set[tuple[str, str, int]] = set()
-        self.last_arrival = 0.0
+        self.last_arrival = 0
         self.sending = 0  # this part's flows still sending
         self.unsent = len(params["flows"])  # every part's, as told
         self.undone = 0  # receivers not yet done, every part's, as told
@@ -56,7 +58,7 @@ class UdpJob(Job):
             if key not in self.receivers:
                 self.undone += 1
                 self.receivers[key] = {"host": key[0], "received_bytes": 0, "by_source": {}, "bins": {},
-                                       "bin_s": self.bin_s, "first_s": None, "last": None,
+                                       "bin_s": self.bin_s, "first": None, "last": None,
                                        "socket_overflow_packets": 0} if here else None
             at = (f["dst"][0], f["dst"][1], key[1])
             if here and at not in self.ports:  # one callback a port: the frame's family picks its receiver
@@ -71,8 +73,9 @@ class UdpJob(Job):
             send, host_mac, switch_mac = host.attach(f["src"][0], f["src"][1], lambda t, frame: None)
             frames = [self._frame(host_mac, switch_mac, f, int(f.get("sport", 40000)) + i)
                       for i in range(max(1, int(f.get("flows", 1))))]
-            per_pkt = (int(f["size"]) + udp_headers(v6) + 24) * 8 / float(f["rate_bps"])
-            self.senders.append({"send": send, "frames": frames, "count": count, "i": 0, "per_pkt": per_pkt,
+            wire_bits = (int(f["size"]) + udp_headers(v6) + 24) * 8
+            self.senders.append({"send": send, "frames": frames, "count": count, "i": 0, "bits": wire_bits,
+                                 "rate": rate_of(float(f["rate_bps"])),
                                  "size": int(f["size"]), "sent_bytes": 0})
 
     def kick(self) -> None:
@@ -91,19 +94,19 @@ class UdpJob(Job):
         udp = UDP.pack(sport, int(f["port"]), 8 + size, 0) + bytes(size)
         return ethernet(switch_mac, host_mac, ETH_P_IPV4, ipv4_header(src, dst, 17, len(udp), tos=tos) + udp)
 
-    def _send(self, t: float, s: dict[str, Any]) -> None:
+    def _send(self, t: int, s: dict[str, Any]) -> None:
         i = s["i"]
         s["send"](s["frames"][i % len(s["frames"])])
         s["sent_bytes"] += s["size"]
         s["i"] = i + 1
         if s["i"] < s["count"]:
-            self.loop.at(self.t0 + s["i"] * s["per_pkt"], self._send, s)
+            self.loop.at(self.t0 + _paced(s["i"] * s["bits"], s["rate"]), self._send, s)
         else:
             self.sending -= 1
             if self.sending == 0:
                 self.tell(["sent", sum(1 for x in self.senders if x is not None)])
 
-    def _arrive(self, key: tuple[str, int, bool], t: float, frame: Any) -> None:
+    def _arrive(self, key: tuple[str, int, bool], t: int, frame: Any) -> None:
         r = self.receivers.get(key)
         if r is None:  # the other family to a receiver's port: no socket of that family there
             return
@@ -113,13 +116,13 @@ class UdpJob(Job):
         else:
             n = (frame[38] << 8 | frame[39]) - 8
             src = frame[26] << 24 | frame[27] << 16 | frame[28] << 8 | frame[29]  # dotted in result(): no string a packet
-        if r["first_s"] is None:
-            r["first_s"] = t
+        if r["first"] is None:
+            r["first"] = t
         r["last"] = t
         r["received_bytes"] += n
         r["by_source"][src] = r["by_source"].get(src, 0) + n
         bins = r["bins"].setdefault(src, {})
-        k = int((t - r["first_s"]) / self.bin_s)
+        k = (t - r["first"]) // self.bin
         bins[k] = bins.get(k, 0) + n
         self.last_arrival = t
         if self.unsent == 0 and self._complete():
@@ -133,7 +136,7 @@ class UdpJob(Job):
             self.done_here = True
             self.tell(["done", sum(1 for r in self.receivers.values() if r is not None)])
 
-    def heard(self, t: float, payload: Any) -> None:
+    def heard(self, t: int, payload: Any) -> None:
         what, n = payload
         if what == "sent":
             self.unsent -= int(n)
@@ -147,7 +150,7 @@ class UdpJob(Job):
             if self.undone == 0:
                 self.finish()
 
-    def _idle(self, t: float, _: Any) -> None:
+    def _idle(self, t: int, _: Any) -> None:
         if self.done_here or self.finished:
             return
         quiet_from = self.last_arrival + self.quiet  # one sum, compared as scheduled: no float ping-pong
@@ -173,15 +176,16 @@ class UdpJob(Job):
                 got.append(None)
                 continue
             ip = ipaddress.IPv6Address if v6 else ipaddress.IPv4Address
-            first, last = r["first_s"], r["last"]
+            first, last = r["first"], r["last"]
             got.append({"udp_port": udp_port,
                         # first_s on the t0_fabric_s clock (the loop's time in fabric seconds)
                         **{k: v for k, v in r.items()
-                           if k not in ("last", "by_source", "bins")},
+                           if k not in ("first", "last", "by_source", "bins")},
+                        "first_s": None if first is None else to_s(first),
                         "by_source": {str(ip(a)): n for a, n in r["by_source"].items()},
                         "bins": {str(ip(a)): b for a, b in r["bins"].items()},
                         "duration_s": self.since(last, first) if first is not None and last is not None else 0.0})
-        return {"sent": sent, "received": got, "fabric_s": self.since(self.loop.now), "t0_fabric_s": self.t0}
+        return {"sent": sent, "received": got, "fabric_s": self.since(self.loop.now), "t0_fabric_s": to_s(self.t0)}
 
     @staticmethod
     def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -191,3 +195,9 @@ class UdpJob(Job):
             return [next(p[field][i] for p in parts if p[field][i] is not None) for i in range(len(parts[0][field]))]
 
         return {**Job.merge(parts), "sent": pick("sent"), "received": pick("received")}
+
+
+def _paced(bits: int, rate_bps: int) -> int:
+    """When a sender at `rate_bps` (whole bit/s) has sent `bits` since its start: picoseconds, nearest,
+    halves up, exact (Python's integers: a flow's whole length, where emu.simtime.ser_ps keeps to int64)."""
+    return (bits * PS_PER_S + rate_bps // 2) // rate_bps
