@@ -68,6 +68,8 @@ class ProcessClock:
         self.d = float(dilation)
 
     def clock(self) -> int:
+        """monotonic() / D, absolute: an int64 holds 106 days of it at D = 1 (a machine up longer gets an
+        OverflowError here), 290 years at D = 1000."""
         return to_ps(time.monotonic() / self.d)
 
     def at_wall(self, monotonic_s: float) -> int:
@@ -81,6 +83,20 @@ class ProcessClock:
     def wall_s_of_fabric(self, fabric_ps: int) -> float:
         """The wall seconds `fabric_ps` of fabric time take (a sleep, a lateness)."""
         return to_s(fabric_ps) * self.d
+
+    def wall_s(self, fabric_s: float) -> float:
+        """The wall seconds `fabric_s` fabric seconds take, for what waits on such processes from outside
+        (a harness's time limit, the control plane's timers): the seconds a person gives, no schedule's."""
+        return fabric_s * self.d
+
+    def fabric_s(self, wall_s: float) -> float:
+        """The fabric seconds of `wall_s` wall seconds, or of a monotonic instant: what such a process
+        reports in wall seconds, read as fabric time."""
+        return wall_s / self.d
+
+    def wall_bps(self, fabric_bps: float) -> float:
+        """The wall rate of a fabric rate: what a process in a host paces itself at."""
+        return fabric_bps / self.d
 
     def at(self, t: int, fn: Callable[[int, Any], None], arg: Any = None) -> None:
         raise NotImplementedError("a process's clock runs no schedule: drive the part with progress()")

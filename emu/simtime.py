@@ -14,7 +14,7 @@ Seconds come back only at the edges, for people and for the wall (results, repor
 pacer and the stamp, where the wall's seconds and D meet): `to_s`.
 
 The rules, the same in the Python reference and the compiled core (emu.dataplane._core's c_to_ps, c_to_s,
-c_ser_ps; tests/test_simtime.py holds them to the same answers):
+c_ser_ps, c_rate_of; tests/test_simtime.py holds them to the same answers):
 
 - `to_ps(s)`: s x 10^12 in double precision, rounded to the nearest integer, halves to even (Python's
   round(), C's rint() in the default rounding mode); outside int64, or not finite, an OverflowError.
@@ -22,8 +22,9 @@ c_ser_ps; tests/test_simtime.py holds them to the same answers):
   quotient, the same on both cores).
 - `ser_ps(nbytes, rate_bps)`: the time of nbytes at a rate in whole bit/s, nbytes x 8 x 10^12 / rate to
   the nearest picosecond, halves up, in integer arithmetic (exact: no float in between). A rate that is
-  not whole bit/s (a rate cut by congestion control, a plane's share) is first rounded to whole bit/s
-  (`rate_of`). Any byte count whose time fits an int64 (a PFC pause of 65 535 quanta is 33.5 Mbit; the
+  not whole bit/s (a rate congestion control cut) is first rounded to whole bit/s (`rate_of`; the compiled
+  core's c_rate_of, held to it by the same test). A plane offered 1/w of its wire's time (MetaRoCE's
+  weighted spraying) takes ser_ps divided by w, rounded to the nearest picosecond (round() / rint()). Any byte count whose time fits an int64 (a PFC pause of 65 535 quanta is 33.5 Mbit; the
   compiled core widens to 128 bits past 1.15 MB); beyond, or a negative count or rate, an OverflowError
   on both cores.
 

@@ -230,7 +230,7 @@ def _write_after(pause_s: float, pace: float = 0.0) -> tuple[float, float, int, 
 @pytest.mark.mininet
 def test_the_same_fabric_after_any_pause_and_at_any_pace(no_leftovers):
     """Issue 41: a job left frames, queues and timers behind; they drain on the schedule (EngineLoop's
-    DRAIN_S), so the next job finds the same fabric whether it starts at once or after a wall-clock pause
+    DRAIN_PS), so the next job finds the same fabric whether it starts at once or after a wall-clock pause
     long enough for the idle clock to run the drain's fabric time many times over. And `--pace` (a fabric
     second taking 2000 wall seconds here, for the live view) changes the wall time only, on a real job,
     not ten bare events."""

@@ -107,10 +107,28 @@ def test_outside_input_is_stamped_at_the_fabric_instant_the_wall_maps_to(sched):
 
 
 def test_a_time_that_is_not_whole_picoseconds_is_refused(sched):
-    """A float (seconds, or a rounded sum) is a caller's bug on either core, not a time to truncate."""
+    """A float (seconds, or a rounded sum) is a caller's bug on either core, not a time to truncate: at every
+    entry the schedule has (the compiled core's int64 arguments would otherwise drop the fraction)."""
     with pytest.raises(TypeError, match="whole picoseconds"):
         sched.at(1e-6, lambda t, _: None, None)
     assert not len(sched) and sched.next_time() == NEVER
+    for run in (lambda: sched.run_until(2.5, 10), lambda: sched.run_due(2.5), lambda: sched.run_window(2.5, 10),
+                lambda: sched.run_paced(Lateness(), 2.5)):
+        with pytest.raises(TypeError, match="whole picoseconds"):
+            run()
+    assert sched.now == 0
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_a_link_refuses_a_float_time_on_either_core(core):
+    from emu.dataplane.loop import Loop
+    from emu.dataplane.pipe import Transmitter
+
+    loop = Loop(core=core)
+    cls = Transmitter if core == "python" else native().Transmitter
+    tx = cls(loop, name="t", rate_bps=1e9, delay_ps=0, deliver=lambda t, f: None)
+    with pytest.raises(TypeError, match="whole picoseconds"):
+        tx.enqueue(1.5, 0, b"x" * 100)
 
 
 @pytest.mark.parametrize("core", CORES)

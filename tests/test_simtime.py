@@ -86,5 +86,7 @@ def test_both_cores_give_the_same_answers_bit_for_bit():
         assert c.to_s(ps) == simtime.to_s(ps), ps
         nbytes, rate = rnd.randrange(0, 1_152_922), rnd.randrange(1, 2 * 10**12)
         assert c.ser_ps(nbytes, rate) == simtime.ser_ps(nbytes, rate), (nbytes, rate)
+        r = rnd.choice([rnd.uniform(0.5, 2e12), rnd.randrange(1, 10**12) + 0.5, 100e9 / rnd.randrange(1, 64)])
+        assert c.rate_of(r) == simtime.rate_of(r), r  # halves to even on both
         nbytes, rate = rnd.randrange(1_152_922, 1 << 40), rnd.randrange(10**6, 2 * 10**12)  # past 64 bits' product
         assert c.ser_ps(nbytes, rate) == simtime.ser_ps(nbytes, rate), (nbytes, rate)

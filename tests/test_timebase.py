@@ -173,13 +173,13 @@ def test_the_same_flows_on_either_clock_come_back_in_fabric_units(no_leftovers):
 
 
 # D in one place (issue 50, item 3): the pacer (emu.dataplane.loop, the schedule's run_paced and stamp) and
-# the edges. MetaRoCE's transport and device keep fabric seconds in a process of their own too (emu.clock's
-# ProcessClock applies D where the process sleeps). What still converts with D are the harnesses that start
-# processes in the hosts (their wall timeouts) and the control plane's wall-clock timers: listed here so
-# that the list can only shrink, and no new model code converts.
+# the edges. MetaRoCE's transport and device keep fabric time in a process of their own too, and what waits
+# on processes in the hosts from outside (harnesses' time limits, the UDP senders' rates and receivers'
+# reports, the control plane's wall-clock timers) asks emu.clock's ProcessClock, where D is applied: no model
+# file multiplies or divides by it. The list of exceptions is empty; a new one fails here.
 MODEL = ("emu/roce", "emu/dataplane", "emu/collectives", "emu/traffic", "emu/net/flows.py", "emu/control")
 PACER = ("emu/dataplane/loop.py", "emu/dataplane/schedule.py")
-STILL_CONVERTING = {"emu/roce/run.py", "emu/net/flows.py", "emu/control/runtime.py", "emu/collectives/run.py"}
+STILL_CONVERTING: set[str] = set()
 _BY_D = re.compile(r"\*\s*(\w+\.)*dilation\b|\bdilation\s*/|/\s*(\w+\.)*dilation\b")
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from emu.clock import ProcessClock
 from emu.collectives import algorithms
 from emu.collectives.job import CollectiveJob, Together
 from emu.collectives.rank import SLICE
@@ -216,7 +217,7 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
     n = len(hosts)
     # Wall time the ranks may take: the collective's bytes at line rate, stretched by D, with room
     # (5x) for a slow run, plus start-up; a fixed limit cut a 16 MiB run at D = 3e6 (17 min) short.
-    timeout = 300.0 + 5 * ideal_fabric_s(hosts, op, sizes) * dilation
+    timeout = 300.0 + ProcessClock(dilation).wall_s(5 * ideal_fabric_s(hosts, op, sizes))
     tmp = scratch_dir("collective")
     procs: list[subprocess.Popen] = []
     try:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from emu.clock import ProcessClock
 from emu.control.model import EncapPolicy, SwitchTables
 from emu.control.routes import Attachment, FabricGraph, LocalEntries, compute_tables, with_local
 from emu.units import FIBRE_S_PER_M, WIRE_OVERHEAD_BYTES, pfc_headroom
@@ -66,6 +67,7 @@ class FabricController:
         self.attachments = attachments
         self.port_names = port_names
         self.dilation = dilation
+        self.wall = ProcessClock(dilation)  # its timers wait in wall time: D applied here
         self.spray = spray
         self.timing = timing or ControlTiming()
         self.local = local or {}
@@ -161,8 +163,8 @@ class FabricController:
 
     def _changed(self) -> None:
         now = time.monotonic()
-        due = now + self.timing.detection_s * self.dilation
-        due = max(due, self._last + self.timing.hold_down_s * self.dilation)
+        due = now + self.wall.wall_s(self.timing.detection_s)
+        due = max(due, self._last + self.wall.wall_s(self.timing.hold_down_s))
         with self._lock:
             if self._due is None or due < self._due:
                 self._due = due
@@ -216,7 +218,7 @@ class FabricController:
         """Wait until no update is pending. By default for as long as a detection delay and a
         hold-down take at this dilation (a 2 ms hold-down is 40 s of wall time at D = 20 000), and 30 s."""
         if timeout is None:
-            timeout = 30.0 + 2 * (self.timing.detection_s + self.timing.hold_down_s) * self.dilation
+            timeout = 30.0 + 2 * self.wall.wall_s(self.timing.detection_s + self.timing.hold_down_s)
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._due is not None or self._busy:

@@ -42,6 +42,7 @@ cdef double c_to_s(int64_t ps) noexcept nogil
 cdef int64_t c_ser_ps(int64_t nbytes, int64_t rate_bps) except -1
 cdef int64_t c_rate_of(double rate_bps) except -1
 cdef int64_t c_pause_ps(int64_t quanta, int64_t rate_bps) except -1
+cdef int64_t ps_of(object t) except? -1
 cdef Packet* packet_new(int size) noexcept
 cdef void packet_free(Packet* p) noexcept
 cdef Packet* packet_from(object frame) except NULL

@@ -84,6 +84,19 @@ cdef int64_t c_rate_of(double rate_bps) except -1:
     return <int64_t>rint(rate_bps)
 
 
+cdef int64_t ps_of(object t) except? -1:
+    """A time handed in from Python: whole picoseconds, as the reference's schedule asks; a float (seconds, or
+    a rounded sum) is a TypeError at its caller on both cores, never truncated by a conversion to int64."""
+    if type(t) is not int:
+        raise TypeError(f"a schedule's time is whole picoseconds (int), got {t!r}")
+    return <int64_t>t
+
+
+def rate_of(double rate_bps):
+    """The compiled c_rate_of, for tests/test_simtime.py."""
+    return c_rate_of(rate_bps)
+
+
 def to_ps(double seconds):
     """The compiled c_to_ps, for tests/test_simtime.py."""
     return c_to_ps(seconds)
@@ -376,9 +389,7 @@ cdef class Schedule:
         return self.kt[0] if self.n else NEVER
 
     def at(self, t, fn, arg=None):
-        if type(t) is not int:  # as the reference: a float time is a bug at its caller, not to be truncated
-            raise TypeError(f"a schedule's time is whole picoseconds (int), got {t!r}")
-        self.push(t, NULL, fn, arg, NULL, 0)
+        self.push(ps_of(t), NULL, fn, arg, NULL, 0)
 
     def next_time(self):
         return self.next_t()
@@ -429,7 +440,8 @@ cdef class Schedule:
             _release(e)
         return 0
 
-    def run_until(self, int64_t until, long long max_events):
+    def run_until(self, until_, long long max_events):
+        cdef int64_t until = ps_of(until_)
         cdef Event e
         cdef long long n = 0
         while self.n and self.kt[0] <= until and n < max_events:
@@ -442,7 +454,8 @@ cdef class Schedule:
             self.now = until
         return n
 
-    def run_due(self, int64_t f):
+    def run_due(self, f_):
+        cdef int64_t f = ps_of(f_)
         cdef Event e
         cdef long long n = 0
         while self.n and self.kt[0] <= f and not self.busy:
@@ -453,7 +466,8 @@ cdef class Schedule:
             n += 1
         return n
 
-    def run_window(self, int64_t limit, long long max_events):
+    def run_window(self, limit_, long long max_events):
+        cdef int64_t limit = ps_of(limit_)
         cdef Event e
         cdef long long n = 0
         while self.n and n < max_events and self.kt[0] < limit:
@@ -473,11 +487,10 @@ cdef class Schedule:
             n += 1
         return n
 
-    def run_paced(self, late, int64_t limit):
+    def run_paced(self, late, limit_):
+        cdef int64_t limit = ps_of(limit_)
         cdef Event e
         cdef long long n = 0
-        cdef int64_t anchor_f = self.anchor_f
-        cdef double anchor_w = self.anchor_w, d = self.idle_dilation
         cdef double wall
         cdef int64_t t
         add = late.add
@@ -489,7 +502,7 @@ cdef class Schedule:
             self._pop(&e)
             if e.t > self.now:
                 self.now = e.t
-            add(wall - (anchor_w + c_to_s(e.t - anchor_f) * d))
+            add(wall - (self.anchor_w + c_to_s(e.t - self.anchor_f) * self.idle_dilation))  # read live, as deadline()
             self._run(&e)
             n += 1
         return n
@@ -565,7 +578,8 @@ cdef class Target:
         self.sw = sw
         self.port = port
 
-    def __call__(self, int64_t t, frame):
+    def __call__(self, t_, frame):
+        cdef int64_t t = ps_of(t_)
         self.sw.ingress(self.port, t, frame)
 
 
@@ -658,7 +672,8 @@ cdef class HostPort:
         self.udp = None
         self.udp_port = -1
 
-    def __call__(self, int64_t t, frame):
+    def __call__(self, t_, frame):
+        cdef int64_t t = ps_of(t_)
         self.c_deliver(t, packet_from(frame))
 
     cdef int c_deliver(self, int64_t t, Packet* p) except -1:
@@ -727,9 +742,10 @@ cdef class KernelPort:
         self.view.release()
         self.base = NULL
 
-    def read(self, int64_t now, int limit):
+    def read(self, now_, int limit):
         """Up to `limit` slots the kernel filled, into the switch at `now` (RxRing.frames_ready's order,
         VLAN tags put back, truncated frames counted and dropped); how many frames went in."""
+        cdef int64_t now = ps_of(now_)
         cdef int n = 0, got = 0
         cdef uint8_t* slot
         cdef uint32_t status, length, snap
@@ -920,7 +936,8 @@ cdef class Transmitter:
             self._start(t)
         return True
 
-    def enqueue(self, int64_t t, int prio, frame, meta=None):
+    def enqueue(self, t_, int prio, frame, meta=None):
+        cdef int64_t t = ps_of(t_)
         return self.c_enqueue(t, prio, packet_from(frame), NO_META if meta is None else <int64_t>meta)
 
     cdef int _pick(self, int64_t t) except? -2:
@@ -1131,7 +1148,8 @@ cdef class Transmitter:
             self._start(t)
         return 0
 
-    def pause(self, int64_t t, dict times):
+    def pause(self, t_, dict times):
+        cdef int64_t t = ps_of(t_)
         cdef uint16_t quanta[8]
         cdef int vector = 0
         for prio, value in times.items():
@@ -1141,7 +1159,8 @@ cdef class Transmitter:
             raise ValueError("pause times by priority, ascending")
         self.c_pause(t, vector, quanta)
 
-    def paused_ps(self, int64_t t):
+    def paused_ps(self, t_):
+        cdef int64_t t = ps_of(t_)
         out = [self.paused_time[q] for q in range(NQ)]
         for q in range(NQ):
             if self.pause_since[q] >= 0:
@@ -1735,20 +1754,24 @@ cdef class SwitchBase:
     def wire_target(self, int port):
         return Target(self, port)
 
-    def ingress(self, int port, int64_t t, frame):
+    def ingress(self, int port, t_, frame):
+        cdef int64_t t = ps_of(t_)
         self.c_ingress(port, t, packet_from(frame))
 
-    def from_host(self, int port, int64_t t, frame):
+    def from_host(self, int port, t_, frame):
+        cdef int64_t t = ps_of(t_)
         self.c_from_host(port, t, packet_from(frame))
 
     def classify(self, frame):
         cdef bytes b = bytes(frame)
         return _traffic_class(self.c_dscp_tc, <const uint8_t*><char*>b, len(b))
 
-    def _enqueue(self, int64_t t, int out_port, int tc, frame, int in_port, int l3=0, int ipv=0):
+    def _enqueue(self, t_, int out_port, int tc, frame, int in_port, int l3=0, int ipv=0):
+        cdef int64_t t = ps_of(t_)
         self.c_enqueue(t, out_port, tc, packet_from(frame), in_port, l3, ipv)
 
-    def send_pfc(self, int64_t t, int port, dict times):
+    def send_pfc(self, t_, int port, dict times):
+        cdef int64_t t = ps_of(t_)
         values = set(times.values())
         if len(values) != 1 or not values <= {0, PFC_XOFF}:
             raise ValueError("the compiled core sends XOFF or XON frames for one or more priorities")

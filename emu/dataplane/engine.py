@@ -64,7 +64,7 @@ from emu.launch import (
     say_death,
     ssh_base,
 )
-from emu.simtime import PS_PER_S
+from emu.simtime import PS_PER_S, to_s
 
 FAILED_LOGS = "/var/log/emu"  # outside RUN_ROOT, which `emu clean` empties; EMU_LOG_DIR puts it elsewhere
 
@@ -315,7 +315,7 @@ class Engine:
         out: dict[str, Any] = {"dilation": self.spec.dilation, "switches": {}, "workers": []}
         ends: dict[str, dict[str, Any]] = {}  # a cut host cable's NIC, counted where its host runs
         if self.spec.channelled:
-            out["lookahead_s"] = self.spec.lookahead_s()  # the window the workers advance in together
+            out["lookahead_s"] = to_s(self.spec.lookahead_ps())  # the window the workers advance in together
         for i in range(self.spec.workers):
             r = self.request(i, Stats())
             out["switches"].update(r["switches"])

@@ -42,7 +42,7 @@ class PartitionedFabric:
             raise SpecError(f"partition: partitions are numbered 0..N-1, N >= 2; got {sorted(set(part.values()))}")
         cut = [(s.name, p) for s in spec.switches for p in s.ports
                if p.peer_kind == "switch" and part[p.peer_switch] != part[s.name]]
-        if not cut or min(p.delay_s for _, p in cut) <= 0:
+        if not cut or min(to_ps(p.delay_s) for _, p in cut) <= 0:  # as the windows keep it
             raise SpecError("partition: the partitions must be joined by links with a propagation delay > 0")
         self.lookahead = min(to_ps(p.delay_s) for _, p in cut) if lookahead is None else lookahead
         self.part = part

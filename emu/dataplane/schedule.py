@@ -60,9 +60,7 @@ class Schedule:
         self.paced = False
 
     def at(self, t: int, fn: Callback, arg: Any = None) -> None:
-        if type(t) is not int:  # as the compiled core's int64 key: a float time is a bug at its caller
-            raise TypeError(f"a schedule's time is whole picoseconds (int), got {t!r}")
-        heapq.heappush(self.heap, (t, next(self._seq), fn, arg))
+        heapq.heappush(self.heap, (ps_of(t), next(self._seq), fn, arg))
 
     def next_time(self) -> int:
         """When the next event is due (NEVER: none is)."""
@@ -108,6 +106,7 @@ class Schedule:
     def run_until(self, until: int, max_events: int) -> int:
         """Virtual time: every event due by `until` (inclusive; NEVER: all), at most `max_events`; the clock
         never goes back (an event scheduled in the past runs at its own time, `now` stays)."""
+        ps_of(until)
         heap = self.heap
         pop = heapq.heappop
         n = 0
@@ -124,6 +123,7 @@ class Schedule:
     def run_due(self, f: int) -> int:
         """Between jobs on the fabric clock: every event due by fabric time `f` (inclusive), until a
         job begins; the clock never goes back."""
+        ps_of(f)
         heap = self.heap
         pop = heapq.heappop
         n = 0
@@ -137,6 +137,7 @@ class Schedule:
 
     def run_window(self, limit: int, max_events: int) -> int:
         """A split fabric's window: events before `limit` (exclusive), at most `max_events`."""
+        ps_of(limit)
         heap = self.heap
         pop = heapq.heappop
         n = 0
@@ -165,6 +166,7 @@ class Schedule:
         none) that the wall has reached through the anchor (`mapped`), in (time, order) as unpaced, each
         one's lateness (wall s past its `deadline`) added to `late`; the clock never goes back. The wall is
         read before each event, so an event behind a slow one is judged by when it ran."""
+        ps_of(limit)
         heap = self.heap
         pop = heapq.heappop
         monotonic = time.monotonic
@@ -182,3 +184,11 @@ class Schedule:
             fn(t, arg)
             n += 1
         return n
+
+
+def ps_of(t: Any) -> int:
+    """A time handed in: whole picoseconds (int), as the compiled core's int64; a float (seconds, or a rounded
+    sum) is a TypeError at its caller on both cores, never truncated nor carried on."""
+    if type(t) is not int:
+        raise TypeError(f"a schedule's time is whole picoseconds (int), got {t!r}")
+    return t

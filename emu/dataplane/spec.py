@@ -237,7 +237,7 @@ class EngineSpec:
                     peer = by_name.get(p.peer_switch)
                     if peer is None or p.peer_port >= len(peer.ports):
                         raise SpecError(f"{s.name}/{p.ifname}: peer {p.peer_switch}:{p.peer_port} does not exist")
-        if self.workers > 1 and self.lookahead_s() <= 0:
+        if self.workers > 1 and self.lookahead_ps() <= 0:  # as the windows keep it: whole picoseconds
             raise SpecError("a fabric split over workers needs a propagation delay > 0 on every link between "
                             "them: that delay is how far one worker may run ahead of another")
 

@@ -60,7 +60,7 @@ from emu.dataplane.ring import FABRIC_PORT_RING, HOST_PORT_RING, RING_BUDGET, Rx
 from emu.dataplane.spec import EngineSpec, PortSpec, SwitchSpec
 from emu.dataplane.wiring import build_switches
 from emu.launch import private_dir, process_start, watch_owner
-from emu.simtime import to_ps, to_s
+from emu.simtime import NEVER, to_ps, to_s
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -397,7 +397,7 @@ class Worker:
         if self.channels is None:
             self.loop.at(self.loop.now, job.heard, payload)
             return
-        t = self.loop.now + self.channels.lookahead
+        t = min(self.loop.now + self.channels.lookahead, NEVER)  # no cut link: never (as the windows)
         self.loop.at(t, job.heard, payload)
         job_id = next(i for i, j in self.jobs.items() if j is job)
         self.channels.send_note(job_id, t, payload)

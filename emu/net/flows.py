@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from emu.clock import ProcessClock
 from emu.fidelity import packet_time_s
 from emu.launch import child_env, python_module
 from emu.packet import udp_headers
@@ -140,7 +141,8 @@ class KernelFlows:
     def __init__(self, net: FabricNet, flows: list[Flow], *, idle_s: float = 3.0,
                  fail_plane: tuple[int, float] | None = None) -> None:
         self.net = net
-        self.dilation = dilation = net.settings.dilation
+        self.dilation = net.settings.dilation
+        self.wall = wall = ProcessClock(self.dilation)  # the processes' clock: D applied here, at the edge
         py = python_module("emu.traffic.udp")
         expect: dict[tuple[str, int, bool], int] = {}
         slowest: dict[tuple[str, int, bool], float] = {}
@@ -148,9 +150,9 @@ class KernelFlows:
             key = (f.dst, f.port, ":" in f.dst_ip)
             expect[key] = expect.get(key, 0) + f.wire_bytes
             slowest[key] = min(slowest.get(key, f.rate_bps), f.rate_bps)
-        bin_s = max(0.005, 10e-6 * dilation)
-        idle = max(idle_s, 20e-6 * dilation)
-        self.timeout = 60.0 + max(3 * expect[k] * 8 / slowest[k] * dilation for k in expect) if expect else 60.0
+        bin_s = max(0.005, wall.wall_s(10e-6))
+        idle = max(idle_s, wall.wall_s(20e-6))
+        self.timeout = 60.0 + max(wall.wall_s(3 * expect[k] * 8 / slowest[k]) for k in expect) if expect else 60.0
         self.receivers: dict[tuple[str, int, bool], subprocess.Popen[str]] = {}
         self.senders: list[subprocess.Popen[str]] = []
         self.failed_at_s: float | None = None
@@ -168,7 +170,7 @@ class KernelFlows:
                     raise FlowError(f"receiver on {dst} port {port} did not start: {err.strip()}")
             for f in flows:
                 cmd = py + ["send", f.dst_ip, str(f.port), "--bytes", str(f.nbytes), "--size", str(f.size),
-                            "--rate", str(f.rate_bps / dilation), "--tos", str(f.tos), "--flows", str(f.flows)]
+                            "--rate", str(wall.wall_bps(f.rate_bps)), "--tos", str(f.tos), "--flows", str(f.flows)]
                 self.senders.append(net.get(f.src).popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                          env=child_env(), text=True))
             if fail_plane is not None:
@@ -177,7 +179,7 @@ class KernelFlows:
                 net.fail(plane=fail_plane[0])
                 self.plane = fail_plane[0]
                 # One system-wide monotonic clock in every namespace, as the receivers'.
-                self.failed_at_s = time.monotonic() / dilation
+                self.failed_at_s = wall.fabric_s(time.monotonic())
         except BaseException:
             self._kill()
             raise
@@ -211,7 +213,7 @@ class KernelFlows:
 
     def _fabric_units(self, r: dict[str, Any]) -> dict[str, Any]:
         """A receiver's wall-clock figures as fabric ones (the engine's receivers' layout)."""
-        d = self.dilation
         first = r.pop("first_monotonic")
-        return {**r, "bin_s": r["bin_s"] / d, "first_s": None if first is None else first / d,
-                "duration_s": r.pop("wall_s") / d}
+        fabric_s = self.wall.fabric_s
+        return {**r, "bin_s": fabric_s(r["bin_s"]), "first_s": None if first is None else fabric_s(first),
+                "duration_s": fabric_s(r.pop("wall_s"))}

@@ -24,7 +24,7 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr
 
 from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, FromHost, Sink, packet_new, packet_free,
                                   packet_from, packet_bytes, PENDING, crc32, c_to_ps, c_to_s, c_ser_ps,
-                                  c_rate_of)
+                                  c_rate_of, ps_of)
 
 from collections import deque
 
@@ -1072,7 +1072,8 @@ cdef class Device:
 
     # -- the crank -------------------------------------------------------------------------------------
 
-    def step(self, int64_t now):
+    def step(self, now_):
+        cdef int64_t now = ps_of(now_)
         return self.c_step(now)
 
     cdef int64_t c_step(self, int64_t now) except? -1:
@@ -1421,7 +1422,8 @@ cdef class Device:
 
     # -- receiving ---------------------------------------------------------------------------------------
 
-    def on_frame(self, int plane_index, frame, int64_t now):
+    def on_frame(self, int plane_index, frame, now_):
+        cdef int64_t now = ps_of(now_)
         self.c_on_frame(plane_index, packet_from(frame), now)
 
     cdef int c_on_frame(self, int plane_index, Packet* pkt, int64_t now) except -1:
@@ -2025,7 +2027,8 @@ cdef class Arrival(Sink):
             return 0
         return self.ep.c_arrive(self.plane, t, p)
 
-    def __call__(self, int64_t t, frame):
+    def __call__(self, t_, frame):
+        cdef int64_t t = ps_of(t_)
         self.take(t, packet_from(frame))
 
 
@@ -2122,10 +2125,12 @@ cdef class Endpoint:
         self.dev.c_on_frame(plane, p, t)
         return self.kick(t)
 
-    def arrive(self, int plane, int64_t t, frame):
+    def arrive(self, int plane, t_, frame):
+        cdef int64_t t = ps_of(t_)
         self.c_arrive(plane, t, packet_from(frame))
 
-    def start(self, op, int64_t t, done):
+    def start(self, op, t_, done):
+        cdef int64_t t = ps_of(t_)
         self.op = op
         self._set_wait(None)
         self.done = done

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from emu.clock import ProcessClock
 from emu.launch import child_env, python_module, scratch_dir
 from emu.roce.perf import PerfJob, WritesJob
 
@@ -36,7 +37,7 @@ class PerfRun:
         self.dir = scratch_dir("roce")
         srcs = src if isinstance(src, list) else [src]
         if timeout is None:
-            timeout = 120.0 + (nbytes * len(srcs) * 8 / 1e9 + lat_iters * 1e-4) * dilation
+            timeout = 120.0 + ProcessClock(dilation).wall_s(nbytes * len(srcs) * 8 / 1e9 + lat_iters * 1e-4)
         args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--cc", cc, "--message", str(message),
                 "--timeout", str(timeout), "--lat-iters", str(lat_iters), "--mtu", str(mtu),
                 "--plane-rate", str(plane_rate_bps), "--spray", spray] + ([] if trim_dscp is None else ["--trim-dscp", str(trim_dscp)])

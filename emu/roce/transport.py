@@ -31,7 +31,7 @@ the loss is refunded and, if it was down, the plane is used again at once
 in use is never marked down: a device whose planes all look dead keeps
 retransmitting on one and probing the rest, it does not stop.
 
-The responder coalesces ACKs: one per ACK_EVERY data packets or ACK_DELAY_S
+The responder coalesces ACKs: one per ACK_EVERY data packets or ACK_DELAY_PS
 of fabric time, whichever comes first, and at once for a packet that asks
 (a retransmission or a probe) or that ends a write with immediate. Every
 ACK is cumulative with the SACK bitmap, so a lost ACK costs nothing but time.
