@@ -122,6 +122,7 @@ def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray:
             links.setdefault(number[nbr], []).append((d["ports"][n][0], d["ports"][nbr][1], d["rate"]))
         nbrs.append([(j, sum(r for _, _, r in ls), ls) for j, ls in links.items()])
     adjacent = [[j for j, _, _ in row] for row in nbrs]
+    position = [{j: k for k, (j, _, _) in enumerate(row)} for row in nbrs]
     answers: list[dict[tuple, tuple[int, float]]] = [{} for _ in names]  # (closer, caps) -> (group, capacity)
 
     def group_for(sw: int, hops: tuple[tuple[int, str, float], ...], gmode: str) -> int:
@@ -134,12 +135,12 @@ def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray:
             tables[sw].groups.append(Group(id=gid, members=tuple(NextHop(*h) for h in hops), mode=gmode))
         return gid
 
-    def answer(sw: int, closer: tuple[int, ...], cap: list[float]) -> tuple[int, float]:
-        """`sw`'s group toward a destination whose closer neighbours are `closer` (indices into nbrs[sw]),
-        and the capacity it can pass on: the reference's arithmetic, in its order."""
+    def answer(sw: int, closer: list[int], cap: list[float]) -> tuple[int, float]:
+        """`sw`'s group toward a destination whose closer neighbours are `closer`, and the capacity it can
+        pass on: the reference's arithmetic, in its order (the neighbours as `sw`'s links first reach them)."""
         members = []
         total = 0.0
-        for k in closer:
+        for k in sorted(position[sw][j] for j in closer):
             j, rate, links = nbrs[sw][k]
             usable = min(rate, cap[j])
             total += usable
@@ -167,15 +168,16 @@ def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray:
         dist[target] = 0
         cap[target] = float("inf")
         order = [target]
+        closer: dict[int, list[int]] = {}  # each switch's neighbours one hop nearer the target
         made: dict[int, list[Route]] = {}  # group id -> the routes toward this target of the switches using it
         for sw in order:  # breadth first: every closer neighbour's capacity is known before it is needed
             d = dist[sw]
             if sw != target:
-                closer = tuple(k for k, j in enumerate(adjacent[sw]) if dist[j] == d - 1)
-                key = (closer, tuple(cap[adjacent[sw][k]] for k in closer))
+                near = closer[sw]
+                key = (tuple(near), tuple(map(cap.__getitem__, near)))
                 known = answers[sw].get(key)
                 if known is None:
-                    known = answers[sw][key] = answer(sw, closer, cap)
+                    known = answers[sw][key] = answer(sw, near, cap)
                 gid, cap[sw] = known
                 routes = made.get(gid)
                 if routes is None:
@@ -185,6 +187,9 @@ def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray:
                 if dist[j] < 0:
                     dist[j] = d + 1
                     order.append(j)
+                    closer[j] = [sw]
+                elif dist[j] == d + 1:
+                    closer[j].append(sw)
     return dict(zip(names, tables, strict=True))
 
 
