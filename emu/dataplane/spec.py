@@ -306,7 +306,7 @@ class EngineSpec:
                         "loopback4": s.loopback4,
                         "loopback6": s.loopback6,
                         "ports": [p.to_dict() for p in s.ports],
-                        "tables": s.tables.to_dict(),
+                        "tables": s.tables.to_dict(compact=True),
                         "qos": s.qos.to_dict(),
                     }
                     for s in self.switches
