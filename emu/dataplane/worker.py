@@ -10,6 +10,7 @@ engine named, so the engine can report it.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -811,6 +812,10 @@ def main(argv: list[str] | None = None) -> int:
               "     directory of its own, and the worker ends when its session (stdin) does", file=sys.stderr)
         return 2
     made = len(argv) == 3 and argv[2] == "-"
+    # No cycle collection while the spec is read and the switches built (millions of objects, walked again
+    # and again); what they made lives as long as the worker, so the collector is told to leave it be
+    # (gc.freeze, below) and walks only what the jobs make.
+    gc.disable()
     if made:
         spec = _spec_from_session(argv[0])
     else:
@@ -859,6 +864,8 @@ def main(argv: list[str] | None = None) -> int:
         importlib.import_module(module)
     if worker.native:
         importlib.import_module("emu.roce._device")
+    gc.freeze()
+    gc.enable()
     print(f"worker {index} ready: {', '.join(sorted(worker.switches))}", flush=True)
     try:
         worker.loop.run_forever()
