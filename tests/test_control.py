@@ -113,6 +113,8 @@ def test_tables_to_dict_is_asdict_and_a_bad_prefix_is_refused_every_time():
     assert SwitchTables.from_dict(t.to_dict()) == t
     assert t.to_dict(compact=True)["routes"] == {"prefixes": ["10.0.0.2/32", "fdee::/16"], "groups": [0, 0]}
     assert SwitchTables.from_dict(t.to_dict(compact=True)) == t
+    with pytest.raises(TableError, match="route prefix '10.0.0.300/32'"):
+        SwitchTables.from_dict({**t.to_dict(), "routes": {"prefixes": ["10.0.0.300/32"], "groups": [0]}})
     with pytest.raises(TableError, match="2 route prefixes for 1 groups"):
         SwitchTables.from_dict({**t.to_dict(), "routes": {"prefixes": ["10.0.0.2/32", "fdee::/16"], "groups": [0]}})
     port = PortSpec(index=1, ifname="h-eth1", mac="02:00:00:00:00:01", rate_bps=1e11, delay_s=1e-6, peer_kind="host",

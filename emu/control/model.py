@@ -162,5 +162,16 @@ def _routes(given: Any) -> list[Route]:
     if isinstance(given, dict):
         if len(given["prefixes"]) != len(given["groups"]):
             raise TableError(f"{len(given['prefixes'])} route prefixes for {len(given['groups'])} groups")
-        return [Route(p, g) for p, g in zip(given["prefixes"], given["groups"], strict=True)]
+        for prefix in set(given["prefixes"]):  # each prefix checked once, then its routes made as they are
+            Route(prefix, 0)
+        return [checked_route(p, g) for p, g in zip(given["prefixes"], given["groups"], strict=True)]
     return [Route(**r) for r in given]
+
+
+def checked_route(prefix: str, group: int) -> Route:
+    """A route of a prefix already checked, made without checking it again: Route's own check, remembered,
+    still cost a microsecond a route, and FPF 4096 x 8 has 798 208 (controller and worker each)."""
+    r = object.__new__(Route)
+    object.__setattr__(r, "prefix", prefix)
+    object.__setattr__(r, "group", group)
+    return r
