@@ -813,8 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     made = len(argv) == 3 and argv[2] == "-"
     # No cycle collection while the spec is read and the switches built (millions of objects, walked again
-    # and again); on again once they are (frozen instead, the collector's full passes came after every few
-    # thousand objects, whatever the heap, and a 4096 x 8 worker's Stats reply took over 5 s).
+    # and again); on again, as before, once they are.
     gc.disable()
     if made:
         spec = _spec_from_session(argv[0])
