@@ -285,6 +285,8 @@ class EngineSpec:
         return f"{worker} (on {self.machines[worker]})" if self.machines else str(worker)
 
     def to_json(self) -> str:
+        qos: dict[int, dict[str, Any]] = {}  # by object: a fabric's switches share one QosSpec (asdict each time
+        # was 1.7 s of FPF 4096 x 8's spec under the profiler)
         return json.dumps(
             {
                 "dilation": self.dilation,
@@ -307,7 +309,7 @@ class EngineSpec:
                         "loopback6": s.loopback6,
                         "ports": [p.to_dict() for p in s.ports],
                         "tables": s.tables.to_dict(compact=True),
-                        "qos": s.qos.to_dict(),
+                        "qos": qos[id(s.qos)] if id(s.qos) in qos else qos.setdefault(id(s.qos), s.qos.to_dict()),
                     }
                     for s in self.switches
                 ],

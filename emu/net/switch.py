@@ -165,7 +165,7 @@ def _subnet(gateway: str, address: str) -> str:
     if not gateway:
         return ""
     net, text = _network(gateway)
-    return text if ipaddress.ip_interface(address).ip in net else ""
+    return text if ipaddress.ip_address(address.split("/")[0]) in net else ""
 
 
 @lru_cache(maxsize=1 << 16)
