@@ -813,7 +813,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     made = len(argv) == 3 and argv[2] == "-"
     # No cycle collection while the spec is read and the switches built (millions of objects, walked again
-    # and again); on again, as before, once they are.
+    # and again), and what they made frozen once they are (gc.freeze): it lives as long as the worker, and
+    # merely switched back on, the collector would walk all of it in the job's first collections.
     gc.disable()
     if made:
         spec = _spec_from_session(argv[0])
@@ -863,6 +864,7 @@ def main(argv: list[str] | None = None) -> int:
         importlib.import_module(module)
     if worker.native:
         importlib.import_module("emu.roce._device")
+    gc.freeze()
     gc.enable()
     print(f"worker {index} ready: {', '.join(sorted(worker.switches))}", flush=True)
     try:
