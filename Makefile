@@ -1,4 +1,4 @@
-# Two commands: `make demo` and `make test`. Both set up what is missing first.
+# Two commands: `make demo` and `make test` (and CI's `make check-long`). Each sets up what is missing first.
 # prometheus is installed for its promtool (the Grafana dashboard's queries are tested with it),
 # openssh-server and sudo for the cluster's namespace machines (each runs its own sshd; Mininet's
 # cluster edition calls sudo); Open MPI and libfaketime for `emu run` (mpirun, mpicc; the ranks' fabric time);
@@ -10,7 +10,7 @@ EMU := $(VENV)/bin/emu
 APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool chromium prometheus openssh-server openssh-client sudo \
   openmpi-bin libopenmpi-dev libfaketime faketime
 
-.PHONY: setup demo test lint clean p4
+.PHONY: setup demo test check-long lint clean p4
 
 setup: $(VENV)/.done
 
@@ -40,10 +40,21 @@ demo: setup
 	$(EMU) up fpf --gpus 8 --planes 8 --test pingall
 	$(EMU) scenario incast
 
+# The suite in two tiers (docs/testing.md): `make test` runs every test but those marked long (pytest.mark.long:
+# the long end-to-end runs on BMv2, over two machines, whole lab checks, benches, MPI jobs), `make check-long`
+# runs exactly those. Together they are the whole suite, as `pytest tests` is; CI (.ci/run) runs both.
+# EMU_RECORD_FIGURES is for recording figures by hand, never for a check: both unset it.
+PYTEST := env -u EMU_RECORD_FIGURES $(PY) -m pytest -q tests
+
 test: setup
 	$(EMU) clean --quiet
 	$(VENV)/bin/ruff check emu tests topologies labs tools
-	$(PY) -m pytest -q tests --junitxml=results/junit.xml
+	$(PYTEST) -m 'not long' --junitxml=results/junit.xml
+	$(EMU) clean --quiet
+
+check-long: setup
+	$(EMU) clean --quiet
+	$(PYTEST) -m long --junitxml=results/junit-long.xml
 	$(EMU) clean --quiet
 
 lint: setup

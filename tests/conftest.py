@@ -25,9 +25,24 @@ _SCRATCH = tempfile.mkdtemp(prefix="suite-state-")
 os.environ["EMU_CACHE_DIR"] = os.path.join(_SCRATCH, "cache")
 os.environ["EMU_LOG_DIR"] = os.path.join(_SCRATCH, "log")
 # Where the labs are is the checkout's, not the shell's: a user's EMU_LABS (their own labs folder) would
-# make the lab tests check that folder instead (issue 51, item 12). EMU_CORE=python is kept: it is how a
-# machine without a compiler tests the Python core alone.
+# make the lab tests check that folder instead (issue 51, item 12).
 os.environ.pop("EMU_LABS", None)
+# The core every process of the suite runs on is named, not left to the shell: EMU_CORE=python is how a
+# machine without a compiler tests the Python core alone, and anything else means the compiled core (which
+# pytest_configure then requires), so a shell's stray EMU_CORE=native (or a typo) tests what a default run
+# does rather than failing deep inside one test (issue 51, item 12).
+os.environ["EMU_CORE"] = "python" if os.environ.get("EMU_CORE") == "python" else "native"
+# EMU_RECORD_FIGURES=1 makes test_cores write the figures it would compare with (then skip): meant for
+# `EMU_RECORD_FIGURES=1 pytest tests/test_cores.py`, never for a check, so `make test` and `make
+# check-long` unset it; a run with it set says so in its header and in each skip.
+RECORDING = bool(os.environ.get("EMU_RECORD_FIGURES"))
+
+
+def pytest_report_header(config):
+    lines = [f"EMU_CORE={os.environ['EMU_CORE']} for every process of the suite"]
+    if RECORDING:
+        lines.append("EMU_RECORD_FIGURES is set: test_cores records its figures rather than comparing them")
+    return lines
 
 
 def _tree(paths: tuple[str, ...]) -> dict[str, str]:

@@ -96,6 +96,7 @@ def test_fpf_two_planes_pingall_on_bmv2(links, compiled, no_leftovers):
 @pytest.mark.root
 @pytest.mark.mininet
 @needs_bmv2
+@pytest.mark.long
 def test_ecn_marks_under_congestion_on_bmv2(compiled, no_leftovers):
     """Two MetaRoCE flows into one port: BMv2's queue passes the threshold and marks CE; the receiver
     answers with CNPs. The links are the engine's, so this holds without netem."""
@@ -180,6 +181,7 @@ def test_netem_refused_by_the_kernel_is_one_error_naming_the_interface(no_leftov
 @pytest.mark.mininet
 @needs_bmv2
 @pytest.mark.parametrize("backend", ["native", "bmv2"])
+@pytest.mark.long
 def test_incast_is_lossless_with_pfc_and_loses_without_on_both_backends(backend, compiled, tmp_path, no_leftovers,
                                                                         request):
     """The same 5:1 incast into a 256 KiB port buffer, the same verdicts on the engine and on BMv2. On BMv2
@@ -236,6 +238,7 @@ def test_incast_is_lossless_with_pfc_and_loses_without_on_both_backends(backend,
     ("wcmp", {"flows": "1024", "bytes": "2MiB"}, 10000),  # 256 over 512 KiB: sampling error 0.08
     ("roce-plane-down", {"planes": "4", "bytes": "2MiB"}, 200000),
 ])
+@pytest.mark.long
 def test_the_same_scenario_verdict_on_both_backends(scenario, params, dilation, backend, compiled, tmp_path,
                                                     no_leftovers, request):
     """The control plane is one; only the data plane differs. A policy steers the flow the same way
@@ -288,6 +291,7 @@ def test_the_same_scenario_verdict_on_both_backends(scenario, params, dilation, 
 @needs_bmv2
 @pytest.mark.root
 @pytest.mark.mininet
+@pytest.mark.long
 def test_a_bmv2_collective_is_never_judged_better_than_unknown(compiled, no_leftovers):
     """Issue 27, item 2: simple_switch keeps no schedule it could report against, so a BMv2 collective's
     verdict is unknown (the README says so), --strict exits 3, and auto D learns nothing from it."""
@@ -371,6 +375,7 @@ def _engine_link_veths() -> set[str]:
 @pytest.mark.root
 @pytest.mark.mininet
 @needs_bmv2
+@pytest.mark.long
 def test_emu_clean_spares_a_live_bmv2_runs_engine_links_and_removes_a_killed_ones(compiled, no_leftovers):
     """The engine-link veths are in their run's record: `emu clean` while the run lives leaves them (it
     pings across them after), and once the run is killed -9 removes them (and the rest: no_leftovers)."""
@@ -417,6 +422,7 @@ def test_notifications_socket_goes_in_the_run_folder(tmp_path):
 @pytest.mark.root
 @pytest.mark.mininet
 @needs_bmv2
+@pytest.mark.long
 def test_trimming_on_bmv2_cuts_in_egress_and_the_receivers_nack_every_cut(compiled, tmp_path, no_leftovers):
     """Issue 23: `emu scenario trimming --backend bmv2 --links engine` runs; fabric.p4 cuts in egress
     (BMv2's own counter), the cut frames reach the receivers' kernels with a valid UDP checksum (they

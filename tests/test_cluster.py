@@ -188,6 +188,7 @@ def _worker_on(machine_ns: str) -> list[int]:
 
 
 @pytest.mark.root
+@pytest.mark.long
 def test_an_engine_worker_on_another_machine_carries_its_switches_and_the_figures_hold(bag_alone, cluster):
     """Region 1's super-spine switches run on m2, started over ssh: its worker listens on m2's LAN
     address, its links to this machine (20 km and the 2 km campus cables) are channels over the LAN.
@@ -210,6 +211,7 @@ def test_an_engine_worker_on_another_machine_carries_its_switches_and_the_figure
 
 
 @pytest.mark.root
+@pytest.mark.long
 def test_a_remote_worker_killed_mid_job_is_named_with_its_machine(cluster):
     import os
     import signal
@@ -242,6 +244,7 @@ def test_machines_are_checked_before_anything_is_built():
 
 
 @pytest.mark.root
+@pytest.mark.long
 def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(bag_alone, cluster, tmp_path):
     """`--machines m1,m2`: split at the 50 km links, each region's switches and hosts on one machine,
     this one only the controller. Each host is a namespace on its machine (Mininet's RemoteHost),
@@ -289,6 +292,7 @@ def test_bag_over_two_machines_each_region_with_its_hosts_on_its_own(bag_alone, 
 
 
 @pytest.mark.root
+@pytest.mark.long
 def test_fpf_by_planes_over_two_machines_cuts_the_host_cables(cluster):
     """One leaf a plane: plane 0 on m1, plane 1 on m2, each GPU on one of them with a cable to each
     plane's leaf. A cable to the other machine's leaf is cut: its veth is made on the host's machine,
@@ -362,6 +366,7 @@ def skewed_cluster(no_leftovers, monkeypatch):
 
 
 @pytest.mark.root
+@pytest.mark.long
 def test_the_wall_clock_over_two_machines_counts_their_clocks_agreement(skewed_cluster):
     """On the wall clock the machines' workers cross frames at once, stamped on the machines' common
     clock (CLOCK_REALTIME, which PTP keeps in agreement); each worker measures its peers' clocks at
@@ -410,6 +415,7 @@ def _emu(cluster, *args: str, timeout: float = 600):
 
 
 @pytest.mark.root
+@pytest.mark.long
 def test_the_cli_over_two_machines_pingall_and_an_fpf_collective_each_plane_on_both(cluster):
     """The issue's acceptance from the command line: `emu up bag --machines m1,m2 --test pingall`, no loss,
     nothing left; an FPF with its planes on two machines (one leaf a plane: the hosts' cables to the
@@ -429,6 +435,7 @@ def test_the_cli_over_two_machines_pingall_and_an_fpf_collective_each_plane_on_b
 
 
 @pytest.mark.root
+@pytest.mark.long
 def test_a_controller_killed_mid_run_leaves_nothing_once_emu_clean_machines_has_run(cluster):
     import os
     import signal
@@ -461,6 +468,7 @@ def test_a_controller_killed_mid_run_leaves_nothing_once_emu_clean_machines_has_
 
 
 @pytest.mark.root
+@pytest.mark.long
 def test_emu_clean_spares_a_live_cluster_runs_remote_worker_and_removes_a_killed_runs(cluster):
     """A worker on m2 has its run directory (run-...-w1) in m2's own /run/emu, which this machine's
     `emu clean` cannot list: it reads the worker's record where the worker sees it and leaves a live

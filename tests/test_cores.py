@@ -129,6 +129,7 @@ NOT_COMPARED = {"collectives": "step 2 moves 16 MiB over 16 ranks: 47 s on the P
 
 
 @pytest.mark.parametrize("lab", LABS)
+@pytest.mark.long
 def test_a_lab_solution_measures_the_same_on_both_cores(lab, no_leftovers, lab_solution):
     """Each step's detail is what the checker measured (counters, times, shares): the same on both cores.
     Run as a student runs it (`emu lab check NAME --solution --json`, the lab's own clock, the fabric's

@@ -86,6 +86,7 @@ def test_a_worker_that_stops_for_a_while_makes_the_verdict_name_it(no_leftovers)
 
 @pytest.mark.root
 @pytest.mark.mininet
+@pytest.mark.long
 def test_a_udp_sender_held_still_makes_the_verdict_name_it(no_leftovers):
     """Issue 27, item 4, the generator's half: a paced UDP sender stopped (SIGSTOP) for 0.3 s of wall
     time mid-flow sends what fell due late, so its mean lateness passes the paced senders' limit and

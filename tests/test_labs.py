@@ -14,6 +14,15 @@ from emu import labs
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
 LABS = labs.lab_names()
+# The labs whose checker runs BMv2, Open MPI or 16-rank collectives (5-20 s each here), and every lab on its
+# other clock (the wall's, at its D), run in `make check-long` (pytest.mark.long; docs/testing.md).
+LONG_LABS = {"collectives", "mpi-planes", "p4-ecn"}
+
+
+def _tiered(names: list[str]) -> list:
+    return [pytest.param(n, marks=pytest.mark.long) if n in LONG_LABS else n for n in names]
+
+
 CHECKER_S = 60  # README: "Each checker takes a minute or less here."
 
 
@@ -37,6 +46,7 @@ def test_lab_list_names_every_lab_with_its_title():
 OTHER_CLOCKS = [(name, clock) for name in LABS for clock in labs.clocks(name)[1:]]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name,clock", OTHER_CLOCKS)
 def test_the_solution_passes_on_the_labs_other_clock_too(name, clock, no_leftovers):
     out = emu("lab", "check", name, "--solution", "--clock", clock, "--json")
@@ -50,7 +60,7 @@ def test_a_clock_the_lab_does_not_have_is_one_clear_error():
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("name", LABS)
+@pytest.mark.parametrize("name", _tiered(LABS))
 def test_solution_passes_and_the_starter_fails_with_a_hint(name, tmp_path, no_leftovers, lab_solution):
     out, took = lab_solution(name)
     result = json.loads(out.stdout)
@@ -149,7 +159,7 @@ def test_every_lab_has_a_wrong_answer_case():
     assert sorted(WRONG) == LABS
 
 
-@pytest.mark.parametrize("name", sorted(WRONG))
+@pytest.mark.parametrize("name", _tiered(sorted(WRONG)))
 def test_a_wrong_but_running_answer_fails_the_right_step_with_its_hint(name, tmp_path, no_leftovers):
     module, edits, hints = WRONG[name]
     work = tmp_path / "work"

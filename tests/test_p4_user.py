@@ -241,6 +241,7 @@ def test_failing_hook_names_the_switch_and_leaves_nothing(tmp_path, no_leftovers
 @pytest.mark.root
 @pytest.mark.mininet
 @needs_bmv2
+@pytest.mark.long
 def test_hook_runs_once_per_run(tmp_path, no_leftovers):
     """`emu up` asks the backend's checks three times and starts once: the hook's module is executed
     once, and tables() once for each switch (the hook runs as root: no more than it must)."""

@@ -30,6 +30,7 @@ def spine_packets(stats: dict, spines: list[str]) -> list[int]:
     return [sum(p["tx_packets"] for p in stats["switches"][s]["ports"].values()) for s in spines]
 
 
+@pytest.mark.long
 def test_the_cli_commands_and_run_options_on_a_live_fpf(no_leftovers):
     live = Live("fpf", "--gpus", "2", "--planes", "2", "--leaves", "2", "--spines", "2", "--spray",
                 "--dilation", "2000")
@@ -165,6 +166,7 @@ def test_bench_collective_other_ops_print_the_table(op, no_leftovers):
     assert int(rows[0][0]) == (4 * 65536 if op == "allgather" else 65536)
 
 
+@pytest.mark.long
 def test_bench_engine_measures_the_engine_against_a_bridge_in_one_run(no_leftovers):
     """README: `emu bench engine --json`: both figures from this run, the ratio of the two, and how; with
     `--web 1` (docs/web.md) the engine's sweep again with the live view's page open in headless
@@ -225,6 +227,7 @@ def test_bench_roce_and_sync_measure_what_the_readme_says(no_leftovers):
     assert "--rounds" in emu("bench", "sync", "--rounds", "5").stderr
 
 
+@pytest.mark.long
 def test_make_demo_runs_and_runs_again(no_leftovers):
     """README: `make demo` is idempotent. It runs, and leaves nothing for `emu clean` to remove; what a
     second run does differently is only its set-up, which is then a no-op (a file target, up to date):
@@ -240,6 +243,7 @@ def test_make_demo_runs_and_runs_again(no_leftovers):
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout + again.stderr
 
 
+@pytest.mark.long
 def test_bench_setup_times_both_ways_in_one_run_and_leaves_nothing(no_leftovers):
     """README: `emu bench setup`: the emulator's bring-up and tear-down against plain Mininet building
     the same graph, the ratio, and each step (create, address, route, delete) both ways."""

@@ -247,6 +247,7 @@ def test_a_fabric_too_big_for_this_machine_is_refused_before_anything_exists(mon
     assert (set(os.listdir("/run/emu")) if os.path.isdir("/run/emu") else set()) == before
 
 
+@pytest.mark.long
 def test_soak_bench_reports_no_leftovers_and_no_failures(no_leftovers):
     """`emu bench soak` in small: a cycle with malformed frames, a run killed -9, no incast (the same
     incast is test_scenarios', and at auto D make demo's)."""

@@ -120,6 +120,7 @@ def test_the_reference_core_replays_the_same_figures(tmp_path, no_leftovers):
     assert out["python"] == out["native"]
 
 
+@pytest.mark.long
 def test_a_replay_and_tenants_on_the_wall_clock_give_the_fabric_clocks_figures(tmp_path, no_leftovers):
     """The same jobs inside the engine on its wall loop (one worker): at a D where the verdict is ok, the
     step time and each tenant's time within 1 % of the fabric clock's (a run that fell behind proves

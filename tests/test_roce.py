@@ -39,6 +39,7 @@ def test_64mib_write_correct_and_sprayed_evenly(no_leftovers):
     assert server["counters"]["bad_icrc"] == 0
 
 
+@pytest.mark.long
 def test_plane_failure_mid_transfer(no_leftovers):
     net = fpf(planes=4)
     try:

@@ -202,6 +202,7 @@ def test_a_job_over_its_timeout_exits_124_naming_the_option_and_its_value(mpi, n
 
 @pytest.mark.root
 @pytest.mark.mininet
+@pytest.mark.long
 def test_the_api_returns_each_ranks_result_and_raises_on_a_failure(nothing_left):
     from emu import FabricNet, FPFTopo
 
@@ -333,6 +334,7 @@ def allreduce_program(tmp_path_factory) -> str:
 
 @pytest.mark.root
 @pytest.mark.mininet
+@pytest.mark.long
 def test_an_mpi_allreduce_times_itself_in_fabric_time_at_two_dilations(allreduce_program, nothing_left):
     """A C program of MPI_Allreduce (4 Mi floats, 16 MiB, 3 times) between two FPF hosts over 2 planes,
     through `emu run --mpi`: each rank's MPI_Wtime interval is fabric time, i.e. the same interval of the
@@ -357,6 +359,7 @@ def test_an_mpi_allreduce_times_itself_in_fabric_time_at_two_dilations(allreduce
 
 @pytest.mark.root
 @pytest.mark.mininet
+@pytest.mark.long
 def test_iperf3s_own_report_reads_the_fabric_rate_at_d_1000(nothing_left):
     """iperf3 in two hosts on one leaf, over one 100G link each, at D = 1000 (100 Mb/s of wall): its own
     receiver figure, read as printed, is TCP's goodput of 100 Gb/s: 1448 B of payload in 1538 B on the

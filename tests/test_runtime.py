@@ -90,8 +90,8 @@ def test_failure_moves_all_traffic_to_the_surviving_path():
     try:
         c.set_link("a", "c", False)
         c.settle()
-        (grp,) = [g for g in c.pushed["a"]["groups"] if g["id"] == c.pushed["a"]["routes"][0]["group"]]
-        assert [m["port"] for m in grp["members"]] == [1]
+        (grp,) = [g for g in c.pushed["a"].groups if g.id == c.pushed["a"].routes[0].group]
+        assert [m.port for m in grp.members] == [1]
         with pytest.raises(ValueError, match="no switch-to-switch link"):
             c.set_link("a", "d", False)
     finally:
@@ -103,8 +103,8 @@ def test_capacity_change_reweighs_after_detection():
     try:
         c.set_capacity("c", "d", 400e9)  # the thin long-haul link is upgraded
         c.settle()
-        (grp,) = [g for g in c.pushed["a"]["groups"] if g["id"] == c.pushed["a"]["routes"][0]["group"]]
-        assert {m["port"]: m["weight"] for m in grp["members"]} == {1: 400.0, 2: 400.0}
+        (grp,) = [g for g in c.pushed["a"].groups if g.id == c.pushed["a"].routes[0].group]
+        assert {m.port: m.weight for m in grp.members} == {1: 400.0, 2: 400.0}
         assert "a" in rec.pushes
         with pytest.raises(ValueError, match="capacity must be > 0"):
             c.set_capacity("c", "d", 0)

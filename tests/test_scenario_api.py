@@ -116,6 +116,7 @@ class _LongLine(FabricTopo):
 
 @pytest.mark.root
 @pytest.mark.mininet
+@pytest.mark.long
 def test_a_ping_waits_for_as_long_as_the_slowest_path_takes_at_this_d(no_leftovers):
     """At D = 5000 a 1 ms fabric round trip is 5 s of wall time: past the 2 s the scenarios' pings used to
     wait (-W2). net.round_trips waits as the fabric's slowest path takes at this D, and gets every reply."""

@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.root, pytest.mark.mininet]
 PARAMS = {"senders": "5", "bytes": "512KiB"}
 
 
+@pytest.mark.long
 def test_incast_pfc_is_what_makes_it_lossless(incast_native, no_leftovers):
     runs, tmp_path = incast_native
     on, off = runs[True], runs[False]

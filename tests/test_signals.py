@@ -107,14 +107,19 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+# The BMv2 incast, BMv2's pings, a wall-clock collective's ranks and a fabric-clock job under SIGTERM run in
+# `make check-long` (pytest.mark.long; docs/testing.md): each signal and each kind of run keeps a case here.
+LONG = pytest.mark.long
+
+
 @pytest.mark.parametrize("name, sig, moment", [
     ("up", signal.SIGTERM, "veths"), ("up", signal.SIGHUP, "workers"), ("up", signal.SIGINT, "pings"),
     ("up", signal.SIGTERM, "pings"),
-    ("incast", signal.SIGTERM, "workers"), ("bmv2-incast", signal.SIGTERM, "senders"),
-    ("collective", signal.SIGTERM, "switches"), ("collective", signal.SIGTERM, "ranks"),
-    ("collective", signal.SIGINT, "ranks"),
-    ("fabric-collective", signal.SIGTERM, "job"), ("fabric-collective", signal.SIGINT, "job"),
-    ("bmv2", signal.SIGTERM, "switches"), ("bmv2", signal.SIGTERM, "pings"),
+    ("incast", signal.SIGTERM, "workers"), pytest.param("bmv2-incast", signal.SIGTERM, "senders", marks=LONG),
+    ("collective", signal.SIGTERM, "switches"), pytest.param("collective", signal.SIGTERM, "ranks", marks=LONG),
+    pytest.param("collective", signal.SIGINT, "ranks", marks=LONG),
+    pytest.param("fabric-collective", signal.SIGTERM, "job", marks=LONG), ("fabric-collective", signal.SIGINT, "job"),
+    ("bmv2", signal.SIGTERM, "switches"), pytest.param("bmv2", signal.SIGTERM, "pings", marks=LONG),
 ])
 def test_a_signal_at_any_moment_leaves_nothing_and_the_next_run_works(name, sig, moment, no_leftovers):
     interfaces = set(root_interfaces())
@@ -144,6 +149,7 @@ def test_a_signal_at_any_moment_leaves_nothing_and_the_next_run_works(name, sig,
     subprocess.run(["rm", "-rf", "/run/emu/sig-out"], check=False)
 
 
+@pytest.mark.long
 def test_kill_9_of_the_owner_takes_workers_and_switches_down_and_the_next_run_clears_the_rest(no_leftovers):
     """Workers watch their owner's pidfd, simple_switch gets a parent-death signal: nothing spins on.
     The veths stay (nobody ran to delete them), and the next run removes them itself, saying so."""

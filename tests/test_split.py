@@ -101,6 +101,7 @@ def _jobs(workers: int):
 
 
 @pytest.mark.root
+@pytest.mark.long
 def test_rdma_writes_and_udp_flows_across_the_split_give_the_figures_of_one_worker(no_leftovers):
     """The perf, writes and UDP jobs run split like a collective: each worker runs its own hosts'
     endpoints and flows; a writer's end, a part's flows sent and its receivers done are told to every

@@ -129,6 +129,7 @@ def test_a_result_says_its_clock_and_a_plot_names_it():
 
 @pytest.mark.root
 @pytest.mark.mininet
+@pytest.mark.long
 def test_the_same_flows_on_either_clock_come_back_in_fabric_units(no_leftovers):
     """`net.traffic` on both clocks: a receiver's times are fabric seconds on the wall clock too (D applied
     once: in emu.net.flows for processes in the hosts, in the job's loop time inside the engine), so the

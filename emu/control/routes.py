@@ -21,11 +21,11 @@ host, to its port.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import networkx as nx
 
-from emu.control.model import EncapPolicy, Group, MySid, NextHop, Route, SwitchTables
+from emu.control.model import EncapPolicy, Group, MySid, NextHop, Route, SwitchTables, checked_route
 
 
 @dataclass(frozen=True)
@@ -98,18 +98,34 @@ def remote_prefixes(attachments: list[Attachment]) -> dict[str, list[str]]:
 def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray: bool = False,
                    aggregate: bool = True) -> dict[str, SwitchTables]:
     """Every switch's groups and routes. `aggregate` False: a route per attachment on every switch (what
-    tests compare the subnets' routes with)."""
-    g = fabric.live()
-    tables = {n: SwitchTables() for n in g.nodes}
-    group_ids: dict[str, dict[tuple, int]] = {n: {} for n in g.nodes}
-    mode = "spray" if spray else "hash"
-    # Each switch's links as plain tuples (neighbour, port, the neighbour's MAC, rate), in the graph's order,
-    # read once: networkx's edge views, read again for every destination, were most of an FPF 2048 x 8's
-    # tables (one destination switch after another, every switch of its plane each time).
-    adj = {n: [(nbr, d["ports"][n][0], d["ports"][nbr][1], d["rate"]) for _, nbr, d in g.edges(n, data=True)]
-           for n in g.nodes}
+    tests compare the subnets' routes with).
 
-    def group_for(sw: str, hops: tuple[tuple[int, str, float], ...], gmode: str) -> int:
+    One breadth-first search per destination switch, over switches numbered once, each switch's links
+    gathered by neighbour once; a switch's next hops toward a destination are worked out once for each
+    set of closer neighbours and their capacities (FPF 4096 x 8: 204 800 (switch, destination) pairs, a
+    few dozen distinct answers a switch), and the routes of one group toward one destination are made
+    once and shared by the switches that use that group (routes are immutable). networkx's search and a
+    scan of every link for every pair were 10-27 s of FPF 4096 x 8's bring-up; tests/test_control.py
+    holds the tables equal to that reference's on several fabrics."""
+    g = fabric.live()
+    names = list(g.nodes)
+    number = {n: i for i, n in enumerate(names)}
+    tables = [SwitchTables() for _ in names]
+    group_ids: list[dict[tuple, int]] = [{} for _ in names]
+    mode = "spray" if spray else "hash"
+    # Each switch's neighbours in the order its links first reach them, each with its links (port, the
+    # neighbour's MAC, rate) in the graph's order and their summed rate, summed as the reference sums it.
+    nbrs: list[list[tuple[int, float, list[tuple[int, str, float]]]]] = []
+    for n in names:
+        links: dict[int, list[tuple[int, str, float]]] = {}
+        for _, nbr, d in g.edges(n, data=True):
+            links.setdefault(number[nbr], []).append((d["ports"][n][0], d["ports"][nbr][1], d["rate"]))
+        nbrs.append([(j, sum(r for _, _, r in ls), ls) for j, ls in links.items()])
+    adjacent = [[j for j, _, _ in row] for row in nbrs]
+    position = [{j: k for k, (j, _, _) in enumerate(row)} for row in nbrs]
+    answers: list[dict[tuple, tuple[int, float]]] = [{} for _ in names]  # (closer, caps) -> (group, capacity)
+
+    def group_for(sw: int, hops: tuple[tuple[int, str, float], ...], gmode: str) -> int:
         """The id of `sw`'s group of these next hops (port, MAC, weight), made the first time it is asked."""
         key = (gmode, hops)
         ids = group_ids[sw]
@@ -119,40 +135,62 @@ def compute_tables(fabric: FabricGraph, attachments: list[Attachment], *, spray:
             tables[sw].groups.append(Group(id=gid, members=tuple(NextHop(*h) for h in hops), mode=gmode))
         return gid
 
+    def answer(sw: int, closer: list[int], cap: list[float]) -> tuple[int, float]:
+        """`sw`'s group toward a destination whose closer neighbours are `closer`, and the capacity it can
+        pass on: the reference's arithmetic, in its order (the neighbours as `sw`'s links first reach them)."""
+        members = []
+        total = 0.0
+        for k in sorted(position[sw][j] for j in closer):
+            j, rate, links = nbrs[sw][k]
+            usable = min(rate, cap[j])
+            total += usable
+            members += [(port, mac, round(r * usable / rate / 1e9, 3)) for port, mac, r in links]
+        members.sort(key=lambda m: m[0])
+        return group_for(sw, tuple(members), mode), total
+
     by_switch: dict[str, list[Attachment]] = {}
     for a in attachments:
         by_switch.setdefault(a.switch, []).append(a)
     remote = remote_prefixes(attachments) if aggregate else \
         {sw: [a.prefix for a in atts] for sw, atts in by_switch.items()}
-    for target, atts in by_switch.items():
-        if target not in g:
+    dist = [-1] * len(names)
+    cap = [0.0] * len(names)
+    for target_name, atts in by_switch.items():
+        target = number.get(target_name)
+        if target is None:
             continue
-        dist = nx.single_source_shortest_path_length(g, target)
-        cap: dict[str, float] = {target: float("inf")}
-        routes = [Route(prefix, 0) for prefix in remote[target]]  # the prefixes, checked once
-        for sw, d in sorted(dist.items(), key=lambda kv: kv[1]):
-            if sw == target:
-                for a in atts:
-                    if a.port >= 0:
-                        gid = group_for(sw, ((a.port, a.mac, 1.0),), "hash")
-                        tables[sw].routes.append(Route(a.prefix, gid))
-                continue
-            by_nbr: dict[str, list[tuple[int, str, float]]] = {}
-            for nbr, port, peer_mac, rate in adj[sw]:
-                if dist.get(nbr) == d - 1:
-                    by_nbr.setdefault(nbr, []).append((port, peer_mac, rate))
-            members = []
-            total = 0.0
-            for nbr, links in by_nbr.items():
-                rate = sum(r for _, _, r in links)
-                usable = min(rate, cap[nbr])
-                total += usable
-                members += [(port, mac, round(r * usable / rate / 1e9, 3)) for port, mac, r in links]
-            cap[sw] = total
-            members.sort(key=lambda m: m[0])
-            gid = group_for(sw, tuple(members), mode)
-            tables[sw].routes.extend(replace(r, group=gid) for r in routes)
-    return tables
+        prefixes = [Route(prefix, 0).prefix for prefix in remote[target_name]]  # each checked once
+        for a in atts:
+            if a.port >= 0:
+                tables[target].routes.append(Route(a.prefix, group_for(target, ((a.port, a.mac, 1.0),), "hash")))
+        for i in range(len(names)):
+            dist[i] = -1
+        dist[target] = 0
+        cap[target] = float("inf")
+        order = [target]
+        closer: dict[int, list[int]] = {}  # each switch's neighbours one hop nearer the target
+        made: dict[int, list[Route]] = {}  # group id -> the routes toward this target of the switches using it
+        for sw in order:  # breadth first: every closer neighbour's capacity is known before it is needed
+            d = dist[sw]
+            if sw != target:
+                near = closer[sw]
+                key = (tuple(near), tuple(map(cap.__getitem__, near)))
+                known = answers[sw].get(key)
+                if known is None:
+                    known = answers[sw][key] = answer(sw, near, cap)
+                gid, cap[sw] = known
+                routes = made.get(gid)
+                if routes is None:
+                    routes = made[gid] = [checked_route(p, gid) for p in prefixes]
+                tables[sw].routes.extend(routes)
+            for j in adjacent[sw]:
+                if dist[j] < 0:
+                    dist[j] = d + 1
+                    order.append(j)
+                    closer[j] = [sw]
+                elif dist[j] == d + 1:
+                    closer[j].append(sw)
+    return dict(zip(names, tables, strict=True))
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from mininet.node import Host, Node, Switch
@@ -163,8 +164,15 @@ def _subnet(gateway: str, address: str) -> str:
     """The host link's subnet (its gateway's network), if the host's address is in it; else none."""
     if not gateway:
         return ""
+    net, text = _network(gateway)
+    return text if ipaddress.ip_address(address.split("/")[0]) in net else ""
+
+
+@lru_cache(maxsize=1 << 16)
+def _network(gateway: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]:
+    """A gateway's network and its text, parsed once: a leaf's hosts share one (FPF 4096 x 8: 65 536 links)."""
     net = ipaddress.ip_interface(gateway).network
-    return str(net) if ipaddress.ip_interface(address).ip in net else ""
+    return net, str(net)
 
 
 def default_settings() -> RunSettings:
