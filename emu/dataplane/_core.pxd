@@ -16,11 +16,6 @@ cdef struct Event:
     void* varg
     int64_t iarg
 
-cdef struct Key:        # a heap entry: the event's time and place in the order, and its slot in the pool
-    int64_t t
-    int64_t seq
-    int64_t slot
-
 cdef struct Packet:
     int len
     int cap
@@ -58,7 +53,9 @@ cdef int deliver_now(object target, int64_t t, Packet* p) except -1
 cdef int deliver_at(Schedule sched, object target, int64_t t, Packet* p) except -1
 
 cdef class Schedule:
-    cdef Key* heap              # a 4-ary heap of keys, packed: a node's four children share a cache line or two
+    cdef int64_t* kt            # the heap: each event's time, sequence, and slot in the pool
+    cdef int64_t* ks
+    cdef int32_t* ki
     cdef Event* pool
     cdef int32_t* spare         # free slots of the pool
     cdef Py_ssize_t n, cap, used, nspare

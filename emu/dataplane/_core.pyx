@@ -228,18 +228,18 @@ cdef void materialize(Packet* p) noexcept:
 
 cdef class Schedule:
     """emu.dataplane.schedule.Schedule, compiled: events ordered by (time, sequence). The heap holds only
-    their keys and a slot number (what a sift moves: 24 bytes, not the event), packed in one array as a
-    4-ary heap (half the levels of a binary one, a node's children side by side; (time, sequence) is unique,
-    so the order events pop in is the reference's whatever the heap's shape); the events stay in a pool.
+    their keys and a slot number (what a sift moves: 20 bytes, not the event); the events stay in a pool.
     An event is a C function on a core object (a link's end of transmission, a frame's arrival) or a
     Python callback fn(t, arg), run where the reference runs it."""
 
     def __cinit__(self, mode: str = "virtual", idle_dilation: float = 1.0):
         self.cap = 1024
-        self.heap = <Key*>malloc(self.cap * sizeof(Key))
+        self.kt = <int64_t*>malloc(self.cap * sizeof(int64_t))
+        self.ks = <int64_t*>malloc(self.cap * sizeof(int64_t))
+        self.ki = <int32_t*>malloc(self.cap * sizeof(int32_t))
         self.pool = <Event*>malloc(self.cap * sizeof(Event))
         self.spare = <int32_t*>malloc(self.cap * sizeof(int32_t))
-        if not (self.heap and self.pool and self.spare):
+        if not (self.kt and self.ks and self.ki and self.pool and self.spare):
             raise MemoryError()
         self.n = 0
         self.used = 0
@@ -259,12 +259,14 @@ cdef class Schedule:
         cdef Py_ssize_t i
         cdef Event* e
         for i in range(self.n):
-            e = &self.pool[self.heap[i].slot]
+            e = &self.pool[self.ki[i]]
             if e.fn == NULL:
                 _release(e)
             elif e.held:
                 Py_XDECREF(e.obj)
-        free(self.heap)
+        free(self.kt)
+        free(self.ks)
+        free(self.ki)
         free(self.pool)
         free(self.spare)
 
@@ -281,10 +283,18 @@ cdef class Schedule:
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t cap = 2 * self.cap
-        cdef Key* heap = <Key*>realloc(self.heap, cap * sizeof(Key))
-        if heap == NULL:
+        cdef int64_t* kt = <int64_t*>realloc(self.kt, cap * sizeof(int64_t))
+        if kt == NULL:
             raise MemoryError()
-        self.heap = heap
+        self.kt = kt
+        cdef int64_t* ks = <int64_t*>realloc(self.ks, cap * sizeof(int64_t))
+        if ks == NULL:
+            raise MemoryError()
+        self.ks = ks
+        cdef int32_t* ki = <int32_t*>realloc(self.ki, cap * sizeof(int32_t))
+        if ki == NULL:
+            raise MemoryError()
+        self.ki = ki
         cdef Event* pool = <Event*>realloc(self.pool, cap * sizeof(Event))
         if pool == NULL:
             raise MemoryError()
@@ -323,24 +333,30 @@ cdef class Schedule:
             Py_INCREF(obj)
         e.varg = varg
         e.iarg = iarg
-        cdef Key* h = self.heap
+        cdef int64_t* kt = self.kt
+        cdef int64_t* ks = self.ks
+        cdef int32_t* ki = self.ki
         cdef Py_ssize_t i = self.n, up
         self.n += 1
         while i > 0:
-            up = (i - 1) >> 2
-            if t < h[up].t or (t == h[up].t and seq < h[up].seq):
-                h[i] = h[up]
+            up = (i - 1) >> 1
+            if t < kt[up] or (t == kt[up] and seq < ks[up]):
+                kt[i] = kt[up]
+                ks[i] = ks[up]
+                ki[i] = ki[up]
                 i = up
             else:
                 break
-        h[i].t = t
-        h[i].seq = seq
-        h[i].slot = slot
+        kt[i] = t
+        ks[i] = seq
+        ki[i] = slot
         return 0
 
     cdef inline void _pop(self, Event* out) noexcept:
-        cdef Key* h = self.heap
-        cdef int32_t slot = <int32_t>h[0].slot
+        cdef int64_t* kt = self.kt
+        cdef int64_t* ks = self.ks
+        cdef int32_t* ki = self.ki
+        cdef int32_t slot = ki[0]
         out[0] = self.pool[slot]
         self.spare[self.nspare] = slot
         self.nspare += 1
@@ -348,26 +364,29 @@ cdef class Schedule:
         cdef Py_ssize_t n = self.n
         if n == 0:
             return
-        cdef Key last = h[n]
-        cdef Py_ssize_t i = 0, c, j, best, end
+        cdef int64_t t = kt[n]
+        cdef int64_t seq = ks[n]
+        cdef int32_t last = ki[n]
+        cdef Py_ssize_t i = 0, c
         while True:
-            c = 4 * i + 1
+            c = 2 * i + 1
             if c >= n:
                 break
-            best = c
-            end = c + 4 if c + 4 < n else n
-            for j in range(c + 1, end):
-                if h[j].t < h[best].t or (h[j].t == h[best].t and h[j].seq < h[best].seq):
-                    best = j
-            if h[best].t < last.t or (h[best].t == last.t and h[best].seq < last.seq):
-                h[i] = h[best]
-                i = best
+            if c + 1 < n and (kt[c + 1] < kt[c] or (kt[c + 1] == kt[c] and ks[c + 1] < ks[c])):
+                c += 1
+            if kt[c] < t or (kt[c] == t and ks[c] < seq):
+                kt[i] = kt[c]
+                ks[i] = ks[c]
+                ki[i] = ki[c]
+                i = c
             else:
                 break
-        h[i] = last
+        kt[i] = t
+        ks[i] = seq
+        ki[i] = last
 
     cdef inline int64_t next_t(self) noexcept:
-        return self.heap[0].t if self.n else NEVER
+        return self.kt[0] if self.n else NEVER
 
     def at(self, t, fn, arg=None):
         self.push(ps_of(t), NULL, fn, arg, NULL, 0)
@@ -390,7 +409,7 @@ cdef class Schedule:
     cdef int64_t cclock(self) except? -1:
         if self.mode == VIRTUAL:
             return self.now
-        if self.busy or self.windowed or (self.n and self.heap[0].t < self.drain_until):
+        if self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until):
             return self.now
         cdef int64_t f = self.mapped_at(monotonic())
         return f if f > self.now else self.now
@@ -401,7 +420,7 @@ cdef class Schedule:
     def stamp(self):
         if self.mode != ENGINE:
             return self.cclock()
-        if not self.paced and (self.busy or self.windowed or (self.n and self.heap[0].t < self.drain_until)):
+        if not self.paced and (self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until)):
             return self.now
         cdef int64_t f = self.mapped_at(monotonic())
         return f if f > self.now else self.now
@@ -425,7 +444,7 @@ cdef class Schedule:
         cdef int64_t until = ps_of(until_)
         cdef Event e
         cdef long long n = 0
-        while self.n and self.heap[0].t <= until and n < max_events:
+        while self.n and self.kt[0] <= until and n < max_events:
             self._pop(&e)
             if e.t > self.now:
                 self.now = e.t
@@ -439,7 +458,7 @@ cdef class Schedule:
         cdef int64_t f = ps_of(f_)
         cdef Event e
         cdef long long n = 0
-        while self.n and self.heap[0].t <= f and not self.busy:
+        while self.n and self.kt[0] <= f and not self.busy:
             self._pop(&e)
             if e.t > self.now:
                 self.now = e.t
@@ -451,7 +470,7 @@ cdef class Schedule:
         cdef int64_t limit = ps_of(limit_)
         cdef Event e
         cdef long long n = 0
-        while self.n and n < max_events and self.heap[0].t < limit:
+        while self.n and n < max_events and self.kt[0] < limit:
             self._pop(&e)
             self.now = e.t
             self._run(&e)
@@ -461,7 +480,7 @@ cdef class Schedule:
     def run_job(self, long long max_events):
         cdef Event e
         cdef long long n = 0
-        while self.n and n < max_events and (self.busy or self.heap[0].t < self.drain_until):
+        while self.n and n < max_events and (self.busy or self.kt[0] < self.drain_until):
             self._pop(&e)
             self.now = e.t
             self._run(&e)
@@ -476,7 +495,7 @@ cdef class Schedule:
         cdef int64_t t
         add = late.add
         while self.n:
-            t = self.heap[0].t
+            t = self.kt[0]
             wall = monotonic()
             if t >= limit or t > self.mapped_at(wall):
                 break
