@@ -93,6 +93,6 @@ def test_end_with_no_segments_left_is_dropped():
 
     srh = pk.srh([pk.ip6("fc00:b::1")], 41, segments_left=0)
     pkt = pk.ipv6_header(pk.ip6("fc00:a::1"), pk.ip6("fc00:b::1"), 43, len(srh)) + srh
-    b.ingress(0, 0.0, bytes.fromhex(MAC[("B", 0)].replace(":", "")) + bytes(6) + b"\x86\xdd" + pkt)
+    b.ingress(0, 0, bytes.fromhex(MAC[("B", 0)].replace(":", "")) + bytes(6) + b"\x86\xdd" + pkt)
     vf.run()
     assert b.ports[0].drops == {"srv6_segments_left": 1}
