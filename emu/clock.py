@@ -82,7 +82,7 @@ class ProcessClock:
 
     def wall_s_of_fabric(self, fabric_ps: int) -> float:
         """The wall seconds `fabric_ps` of fabric time take (a sleep, a lateness)."""
-        return to_s(fabric_ps) * self.d
+        return self.wall_s(to_s(fabric_ps))
 
     def wall_s(self, fabric_s: float) -> float:
         """The wall seconds `fabric_s` fabric seconds take, for what waits on such processes from outside

@@ -60,7 +60,9 @@ class Schedule:
         self.paced = False
 
     def at(self, t: int, fn: Callback, arg: Any = None) -> None:
-        heapq.heappush(self.heap, (ps_of(t), next(self._seq), fn, arg))
+        if type(t) is not int:  # the check inline: this is the reference's hot path
+            ps_of(t)
+        heapq.heappush(self.heap, (t, next(self._seq), fn, arg))
 
     def next_time(self) -> int:
         """When the next event is due (NEVER: none is)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from emu.dataplane.job import Attach, Job
 from emu.packet import ETH_P_IPV4, ETH_P_IPV6, UDP, ethernet, ipv4_header, udp6_frame, udp_headers
-from emu.simtime import PS_PER_S, rate_of, to_ps, to_s
+from emu.simtime import rate_of, ser_ps, to_ps, to_s
 
 IDLE_S = 100e-6  # after the last send, this long without an arrival ends the count (fabric s), at least
 
@@ -73,8 +73,8 @@ class UdpJob(Job):
             send, host_mac, switch_mac = host.attach(f["src"][0], f["src"][1], lambda t, frame: None)
             frames = [self._frame(host_mac, switch_mac, f, int(f.get("sport", 40000)) + i)
                       for i in range(max(1, int(f.get("flows", 1))))]
-            wire_bits = (int(f["size"]) + udp_headers(v6) + 24) * 8
-            self.senders.append({"send": send, "frames": frames, "count": count, "i": 0, "bits": wire_bits,
+            wire_bytes = int(f["size"]) + udp_headers(v6) + 24
+            self.senders.append({"send": send, "frames": frames, "count": count, "i": 0, "wire": wire_bytes,
                                  "rate": rate_of(float(f["rate_bps"])),
                                  "size": int(f["size"]), "sent_bytes": 0})
 
@@ -100,7 +100,8 @@ class UdpJob(Job):
         s["sent_bytes"] += s["size"]
         s["i"] = i + 1
         if s["i"] < s["count"]:
-            self.loop.at(self.t0 + _paced(s["i"] * s["bits"], s["rate"]), self._send, s)
+            # the i-th datagram leaves when the first i have taken their time at the rate: one exact rounding
+            self.loop.at(self.t0 + ser_ps(s["i"] * s["wire"], s["rate"]), self._send, s)
         else:
             self.sending -= 1
             if self.sending == 0:
@@ -195,9 +196,3 @@ class UdpJob(Job):
             return [next(p[field][i] for p in parts if p[field][i] is not None) for i in range(len(parts[0][field]))]
 
         return {**Job.merge(parts), "sent": pick("sent"), "received": pick("received")}
-
-
-def _paced(bits: int, rate_bps: int) -> int:
-    """When a sender at `rate_bps` (whole bit/s) has sent `bits` since its start: picoseconds, nearest,
-    halves up, exact (Python's integers: a flow's whole length, where emu.simtime.ser_ps keeps to int64)."""
-    return (bits * PS_PER_S + rate_bps // 2) // rate_bps
