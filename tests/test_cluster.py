@@ -308,7 +308,7 @@ def test_fpf_by_planes_over_two_machines_cuts_the_host_cables(cluster):
     with FabricNet(FPFTopo(**topo), clock="fabric", machines=["m1", "m2"]) as net:
         spec = net.engine.spec
         assert {s.name: spec.machines[s.worker] for s in spec.switches} == {"p0l0": "m1", "p1l0": "m2"}
-        assert spec.lookahead_s() == pytest.approx(1e-8)
+        assert spec.lookahead_ps() == 10_000  # 10 ns
         home = {h.name: h.server for h in net.hosts}
         assert sorted(home.values()) == ["m1", "m1", "m2", "m2"]
         cut = [(h, f"p1l0-eth{i + 1}") for i, h in enumerate(sorted(home)) if home[h] == "m1"]

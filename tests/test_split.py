@@ -55,7 +55,7 @@ def test_bag_over_two_workers_gives_the_figures_of_one(no_leftovers):
     two, spec = _collective(BAGTopo(**BAG), 2, ["1MiB"])
     regions = {s.worker for s in spec.switches if s.name.startswith("b0")}, \
         {s.worker for s in spec.switches if s.name.startswith("b1")}
-    assert regions == ({0}, {1}) and spec.lookahead_s() == pytest.approx(1e-4)
+    assert regions == ({0}, {1}) and spec.lookahead_ps() == 100_000_000  # 100 us
     assert two.wrong == one.wrong == 0 and two.fidelity["ok"]
     assert two.rows[0].time_us == one.rows[0].time_us
 
@@ -71,7 +71,7 @@ def test_fpf_split_at_its_leaf_spine_cables_runs_a_collective_right(no_leftovers
     topo = {"gpus": 4, "planes": 2, "leaves": 2, "spines": 2}
     one, _ = _collective(FPFTopo(**topo), 1, ["256KiB", "1MiB"])
     two, spec = _collective(FPFTopo(**topo), 2, ["256KiB", "1MiB"])
-    assert spec.lookahead_s() == pytest.approx(5e-7)
+    assert spec.lookahead_ps() == 500_000
     assert two.wrong == 0 and two.fidelity["ok"]
     for a, b in zip(two.rows, one.rows, strict=True):
         assert a.time_us == pytest.approx(b.time_us, rel=0.01)
@@ -138,7 +138,7 @@ def test_fpf_split_by_planes_cuts_the_host_cables(no_leftovers):
     assert {s.name: s.worker for s in spec.switches} == {"p0l0": 0, "p1l0": 1}
     cut = sorted((s.name, p.ifname, p.host_worker) for s in spec.switches for p in s.ports if p.host_worker >= 0)
     assert [(sw, w) for sw, _, w in cut] == [("p0l0", 1), ("p0l0", 1), ("p1l0", 0), ("p1l0", 0)]  # 2 hosts a worker
-    assert spec.lookahead_s() == pytest.approx(1e-8)
+    assert spec.lookahead_ps() == 10_000
     assert two.wrong == 0 and two.fidelity["ok"]
     assert two.rows[0].time_us == pytest.approx(one.rows[0].time_us, rel=0.01)
     # A cut cable's NIC runs on the host's worker, and is counted there: 1 MiB over 2 planes, from each host.

@@ -8,7 +8,6 @@ single process or socket exists.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -274,13 +273,10 @@ class EngineSpec:
         """The worker that runs the host behind host port `p` of switch `s`."""
         return p.host_worker if p.host_worker >= 0 else s.worker
 
-    def lookahead_s(self) -> float:
-        """How far (fabric s) a worker may run ahead of another: the least delay of the links between them."""
-        return min((p.delay_s for _, p in self.cut_links()), default=math.inf)
-
     def lookahead_ps(self) -> int:
-        """The lookahead in picoseconds, as the channels keep it (each cut cable's delay rounded as the switch
-        at its end rounds it); NEVER where no link is cut."""
+        """How far a worker may run ahead of another: the least delay of the links between them, in
+        picoseconds as the channels keep it (each cut cable's delay rounded as the switch at its end rounds
+        it); NEVER where no link is cut."""
         return min((to_ps(p.delay_s) for _, p in self.cut_links()), default=NEVER)
 
     def channel_host(self, worker: int) -> str:
