@@ -93,7 +93,7 @@ def _pair(lookahead: int = 10):
         return lambda window, t, busy: parts[1 - i].barrier(i, window, t, busy)
 
     for i in (0, 1):
-        parts.append(Windows(lookahead, lambda: 1, barrier(i), lambda kind, t, a, p, i=i: got[i].append((t, a, p)),
+        parts.append(Windows(lookahead, lambda: 1, barrier(i), lambda kind, t, a, p, key, i=i: got[i].append((t, a, p)),
                              lambda t, i=i: over[i].append(t)))
     return parts, got, over
 
@@ -107,9 +107,9 @@ def test_windows_deliver_in_time_sender_sequence_order_and_end_together():
         w.start(100)
     assert a.horizon == b.horizon == 110
     a.sent(115)
-    b.arrive(0, a.window, 115, 1, 7, "second")
+    b.arrive(0, a.window, 115, 1, 7, "second", (0, 0))
     a.sent(112)
-    b.arrive(0, a.window, 112, 1, 8, "first")
+    b.arrive(0, a.window, 112, 1, 8, "first", (0, 1))
     a.end_window(120, True)
     assert a.waiting and not got[1]  # nothing is delivered before the peer's barrier
     b.end_window(118, True)
@@ -126,7 +126,7 @@ def test_windows_refuse_a_message_inside_the_window_that_closed():
     (a, b), _, _ = _pair(lookahead=10)
     for w in (a, b):
         w.start(0)
-    b.arrive(0, a.window, 5, 1, 0, "too early")  # due inside the window [0, 1): a broken lookahead
+    b.arrive(0, a.window, 5, 1, 0, "too early", (0, 0))  # due inside the window [0, 1): a broken lookahead
     a.end_window(20, True)
     with pytest.raises(LookaheadError, match="lookahead was broken"):
         b.end_window(20, True)
@@ -139,9 +139,9 @@ def test_a_window_waiting_for_a_peer_that_died_goes_on_without_it():
 
     peers = [1]
     got: list[tuple[int, int, object]] = []
-    w = Windows(10, lambda: peers[0], lambda *_: None, lambda kind, t, a, p: got.append((t, a, p)), lambda t: None)
+    w = Windows(10, lambda: peers[0], lambda *_: None, lambda kind, t, a, p, key: got.append((t, a, p)), lambda t: None)
     w.start(0)
-    w.arrive(1, w.window, 15, 1, 3, "sent before it died")
+    w.arrive(1, w.window, 15, 1, 3, "sent before it died", (0, 0))
     w.end_window(20, True)
     assert w.waiting and not got
     peers[0] = 0  # the channel closed: no peer left

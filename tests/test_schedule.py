@@ -11,6 +11,7 @@ import time
 import pytest
 
 from emu.dataplane.core import make_schedule, native
+from emu.dataplane.schedule import identity, origin
 from emu.fidelity import Lateness
 from emu.simtime import NEVER, PS_PER_S, PS_PER_US, to_ps, to_s
 
@@ -41,7 +42,7 @@ def run_all(s, late: Lateness | None = None) -> int:
     return n
 
 
-def test_events_run_in_time_order_and_ties_in_the_order_scheduled(sched):
+def test_events_run_in_time_order_and_ties_of_one_scheduler_in_the_order_scheduled(sched):
     rnd = random.Random(7)
     ran = []
     times = [rnd.choice([1, 2, 3, 2.5]) * PS_PER_US for _ in range(200)]
@@ -53,17 +54,109 @@ def test_events_run_in_time_order_and_ties_in_the_order_scheduled(sched):
     assert sched.now == max(times)
 
 
-def test_an_event_scheduled_by_an_event_at_its_own_time_runs_after_those_already_there(sched):
+def test_ties_between_schedulers_follow_their_identities_not_the_order_scheduled(sched):
+    """Two origins' events at one instant run in the order of the origins' hashes, whichever was
+    scheduled first; an event's children are ordered by the event's identity, not by when it ran."""
+    a, b = origin("host", "a"), origin("host", "b")
+    first, second = ("a", "b") if a < b else ("b", "a")
+    for names in (("a", "b"), ("b", "a")):
+        got: list[str] = []
+        for name in names:
+            was = sched.enter(origin("host", name))
+            sched.at(PS_PER_US, lambda t, n, got=got: got.append(n), name)
+            sched.leave(was)
+        run_all(sched)
+        assert got == [first, second], names
+    # A child of each at one later instant: its scheduler is its parent's identity.
     ran = []
 
-    def first(t, _):
-        ran.append("first")
-        sched.at(t, lambda t, _: ran.append("scheduled by first"), None)
+    def parent(t, name):
+        sched.at(t + PS_PER_US, lambda t, n: ran.append(n), name)
 
-    sched.at(PS_PER_US, first, None)
-    sched.at(PS_PER_US, lambda t, _: ran.append("second"), None)
+    for name in ("a", "b"):
+        was = sched.enter(origin("host", name))
+        sched.at(2 * PS_PER_US, parent, name)
+        sched.leave(was)
     run_all(sched)
-    assert ran == ["first", "second", "scheduled by first"]
+    assert ran == sorted("ab", key=lambda n: identity(origin("host", n), 0))
+
+
+def test_a_key_taken_for_elsewhere_puts_the_event_where_at_would_have(sched):
+    """What a peer worker schedules with the key the sender took (reserve, at_key) runs where the sender's
+    own at() would have put it, in whatever order the keyed events are handed in."""
+    order = []
+    for port in range(3):
+        was = sched.enter(origin("port", port))
+        order += [(2 * port, sched.reserve()), (2 * port + 1, sched.reserve())]
+        sched.leave(was)
+    ran = []
+    for i, key in reversed(order):  # handed in backwards
+        sched.at_key(PS_PER_US, *key, lambda t, i: ran.append(i), i)
+    run_all(sched)
+    direct = make_schedule("python", "virtual")
+    did = []
+    for port in range(3):
+        was = direct.enter(origin("port", port))
+        for i in (2 * port, 2 * port + 1):
+            direct.at(PS_PER_US, lambda t, i: did.append(i), i)
+        direct.leave(was)
+    direct.run_until(NEVER, 100)
+    assert ran == did and sorted(ran) == list(range(6))
+
+
+def _contest(s, t0: int, instants: int = 400) -> list[str]:
+    """Two symmetric senders, each an event every microsecond from t0, always at the same instant as the
+    other's: who runs first at each instant."""
+    won = []
+
+    def step(t, name):
+        if len(won) < 2 * instants:
+            won.append(name)
+            s.at(t + PS_PER_US, step, name)
+
+    for name in ("a", "b"):
+        was = s.enter(origin("sender", name))
+        s.at(t0, step, name)
+        s.leave(was)
+    while len(s):
+        s.run_until(NEVER, 1 << 20)
+    return won[0::2]
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_ties_between_symmetric_senders_are_fair_and_do_not_depend_on_when_they_start(core):
+    """Neither of two senders that meet at every instant always goes first (scheduling order would make
+    one win every time); the same contest started later, or on the other core, runs alike."""
+    firsts = _contest(make_schedule(core, "virtual"), 0)
+    assert 0.4 < firsts.count("a") / len(firsts) < 0.6, firsts.count("a")
+    assert _contest(make_schedule(core, "virtual"), 12_345_678) == firsts
+    assert _contest(make_schedule("python", "virtual"), 0) == firsts
+
+
+def test_both_cores_break_every_tie_alike():
+    """A random tree of events, many at equal instants, from several origins and from events: the same
+    order on both cores, bit for bit (the keys' hashes are computed alike)."""
+    if len(CORES) < 2:
+        pytest.skip("the compiled core is not built")
+    runs = []
+    for core in CORES:
+        s = make_schedule(core, "virtual")
+        rnd = random.Random(3)
+        ran = []
+
+        def ev(t, i, s=s, rnd=rnd, ran=ran):
+            ran.append(i)
+            for _ in range(rnd.choice([0, 1, 2])):
+                if len(ran) < 3000:
+                    s.at(t + rnd.choice([0, 1, 2]) * PS_PER_US, ev, rnd.getrandbits(20))
+
+        for k in range(20):
+            was = s.enter(origin("rank", k % 5, k))
+            s.at(rnd.choice([0, PS_PER_US]), ev, k)
+            s.leave(was)
+        s.run_until(NEVER, 1 << 20)
+        runs.append(ran)
+    assert len(runs[0]) > 1000 and runs[0] == runs[1]
 
 
 def test_a_paced_run_never_reorders_events_even_when_late(sched):

@@ -309,7 +309,8 @@ class ReplicasJob(Job):
             self.loop.at(self.t0 + to_ps(float(self.fail_spec["after_s"])), self._kill, None)
         for r, (ep, m) in enumerate(zip(self.endpoints, self.members, strict=True)):
             if self.local[r]:
-                ep.start(m.run(), self.t0, lambda out, t, r=r: self.tell([r, out]))
+                with self.as_origin("host", self.params["ranks"][r]["name"], "replicas"):
+                    ep.start(m.run(), self.t0, lambda out, t, r=r: self.tell([r, out]))
 
     def _kill(self, t: int, _: Any) -> None:
         """The replica's host dies: its ports go down, its NIC falls silent (each part, its own)."""

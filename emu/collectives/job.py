@@ -78,7 +78,8 @@ class CollectiveJob(Job):
             ring.fill(size)
         for r, (ep, ring) in enumerate(zip(self.endpoints, self.rings, strict=True)):
             if self.local[r]:
-                ep.start(ring.run_op(size), t, lambda wrong, tt, r=r: self._rank_done(r, wrong, tt))
+                with self.as_origin("host", self.params["ranks"][r]["name"], self.op, size):
+                    ep.start(ring.run_op(size), t, lambda wrong, tt, r=r: self._rank_done(r, wrong, tt))
 
     def _rank_done(self, rank: int, wrong: int, t: int) -> None:
         if self.finished:
@@ -141,9 +142,9 @@ class Together(Job):
         self.participants = [x for job in self.parts for x in job.participants]
 
     def kick(self) -> None:
-        for job in self.parts:  # each starts at the whole's instant
+        for i, job in enumerate(self.parts):  # each starts at the whole's instant
             job.params["joined_at"] = self.t0
-            job.go()
+            job.go("part", i)
         self._part_done()
 
     def _part_done(self) -> None:
@@ -235,9 +236,10 @@ class ReplayJob(Job):
         self.started = self.t0
         for r in range(len(self.nodes)):
             if self.local[r]:
-                for nid, count in sorted(self.waiting[r].items()):
-                    if count == 0:
-                        self._ready(r, nid, self.t0)
+                with self.as_origin("host", self.params["ranks"][r]["name"], "replay"):
+                    for nid, count in sorted(self.waiting[r].items()):
+                        if count == 0:
+                            self._ready(r, nid, self.t0)
 
     def _ready(self, r: int, nid: int, t: int) -> None:
         kind = self.nodes[r][nid][1]
@@ -358,7 +360,9 @@ class ReplayJob(Job):
         for r, ring in zip(members, self.rings[(op, members)], strict=True):
             if self.local[r]:
                 ring.fill(size)
-                self.endpoints[r].start(ring.run_op(size), t, lambda wrong, tt, r=r, k=arg: self._talked(r, k, wrong))
+                with self.as_origin("host", self.params["ranks"][r]["name"], op, size):
+                    self.endpoints[r].start(ring.run_op(size), t,
+                                            lambda wrong, tt, r=r, k=arg: self._talked(r, k, wrong))
 
     def _talked(self, r: int, k: int, wrong: int) -> None:
         if self.finished:

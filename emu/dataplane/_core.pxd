@@ -8,7 +8,8 @@ ctypedef int (*EventFn)(object obj, int64_t t, object parg, void* varg, int64_t 
 
 cdef struct Event:
     int64_t t
-    int64_t seq
+    uint64_t h          # the tie key (emu.dataplane.schedule): its scheduler's identity, which child of it
+    uint32_t c
     EventFn fn          # NULL: a Python callback, obj(t, parg)
     int held            # a compiled event holding a reference to obj (push_held)
     PyObject* obj
@@ -29,7 +30,8 @@ cdef enum:
 
 cdef struct Flight:     # a frame in flight on a link: when it lands, its place in the order, where
     int64_t t
-    int64_t seq
+    uint64_t h
+    uint32_t c
     Packet* p
     PyObject* target
 
@@ -52,14 +54,21 @@ cdef uint32_t crc32(const uint8_t* data, int n, uint32_t start) noexcept nogil
 cdef int deliver_now(object target, int64_t t, Packet* p) except -1
 cdef int deliver_at(Schedule sched, object target, int64_t t, Packet* p) except -1
 
+cdef struct HeapKey:         # what a sift moves: an event's order (time, tie key) and its slot in the pool
+    int64_t t
+    uint64_t h
+    uint32_t c
+    int32_t slot
+
 cdef class Schedule:
-    cdef int64_t* kt            # the heap: each event's time, sequence, and slot in the pool
-    cdef int64_t* ks
-    cdef int32_t* ki
+    cdef HeapKey* heap
     cdef Event* pool
     cdef int32_t* spare         # free slots of the pool
     cdef Py_ssize_t n, cap, used, nspare
-    cdef int64_t seq
+    cdef uint64_t cur_h          # the scheduler at() makes children of, and how many it has made
+    cdef uint32_t cur_n
+    cdef uint64_t run_h          # the running event's own key
+    cdef uint32_t run_c
     cdef public int64_t now
     cdef public int mode
     cdef public int busy
@@ -70,7 +79,7 @@ cdef class Schedule:
     cdef public double anchor_w
     cdef public bint paced
     cdef int push(self, int64_t t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1
-    cdef int push_seq(self, int64_t t, int64_t seq, EventFn fn, object obj, object parg, void* varg,
+    cdef int push_key(self, int64_t t, uint64_t h, uint32_t c, EventFn fn, object obj, object parg, void* varg,
                       int64_t iarg, int held=*) except -1
     cdef int push_held(self, int64_t t, EventFn fn, object obj) except -1
     cdef int _grow(self) except -1
@@ -79,6 +88,7 @@ cdef class Schedule:
     cdef inline int64_t next_t(self) noexcept
     cdef inline void _pop(self, Event* out) noexcept
     cdef inline int _run(self, Event* e) except -1
+    cdef inline void _take(self, Event* e) noexcept
 
 cdef class Target:
     cdef readonly SwitchBase sw

@@ -226,25 +226,57 @@ cdef void materialize(Packet* p) noexcept:
 
 # -- the schedule ------------------------------------------------------------------------------------
 
+cdef enum:
+    HEAP0 = 1024
+
+cdef uint64_t OUTSIDE = 0x5A17E0F7C3D2B1A9ULL  # emu.dataplane.schedule's constants, the same bits
+cdef uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL
+
+
+cdef inline uint64_t c_mix64(uint64_t x) noexcept nogil:
+    """emu.dataplane.schedule.mix64: splitmix64's finaliser."""
+    x ^= x >> 30
+    x *= 0xBF58476D1CE4E5B9ULL
+    x ^= x >> 27
+    x *= 0x94D049BB133111EBULL
+    return x ^ (x >> 31)
+
+
+cdef inline uint64_t c_identity(uint64_t h, uint32_t c) noexcept nogil:
+    """emu.dataplane.schedule.identity."""
+    return c_mix64(h + (<uint64_t>c + 1) * GOLDEN)
+
+
+cdef inline bint before(HeapKey* a, HeapKey* b) noexcept nogil:
+    """Key a runs before key b: (time, scheduler's identity, child) in order."""
+    if a.t != b.t:
+        return a.t < b.t
+    if a.h != b.h:
+        return a.h < b.h
+    return a.c < b.c
+
+
 cdef class Schedule:
-    """emu.dataplane.schedule.Schedule, compiled: events ordered by (time, sequence). The heap holds only
-    their keys and a slot number (what a sift moves: 20 bytes, not the event); the events stay in a pool.
-    An event is a C function on a core object (a link's end of transmission, a frame's arrival) or a
-    Python callback fn(t, arg), run where the reference runs it."""
+    """emu.dataplane.schedule.Schedule, compiled: events ordered by (time, tie key), the keys computed as the
+    reference computes them. The heap holds only each event's key and its slot (what a sift moves: 24
+    bytes, one cache line for a node and its sibling, not the event); the events stay in a pool. An event
+    is a C function on a core object (a link's end of transmission, a frame's arrival) or a Python
+    callback fn(t, arg), run where the reference runs it."""
 
     def __cinit__(self, mode: str = "virtual", idle_dilation: float = 1.0):
-        self.cap = 1024
-        self.kt = <int64_t*>malloc(self.cap * sizeof(int64_t))
-        self.ks = <int64_t*>malloc(self.cap * sizeof(int64_t))
-        self.ki = <int32_t*>malloc(self.cap * sizeof(int32_t))
+        self.cap = HEAP0
+        self.heap = <HeapKey*>malloc(self.cap * sizeof(HeapKey))
         self.pool = <Event*>malloc(self.cap * sizeof(Event))
         self.spare = <int32_t*>malloc(self.cap * sizeof(int32_t))
-        if not (self.kt and self.ks and self.ki and self.pool and self.spare):
+        if not (self.heap and self.pool and self.spare):
             raise MemoryError()
         self.n = 0
         self.used = 0
         self.nspare = 0
-        self.seq = 0
+        self.cur_h = OUTSIDE
+        self.cur_n = 0
+        self.run_h = OUTSIDE
+        self.run_c = 0
         self.now = 0
         self.mode = MODES[mode]
         self.busy = 0
@@ -259,42 +291,32 @@ cdef class Schedule:
         cdef Py_ssize_t i
         cdef Event* e
         for i in range(self.n):
-            e = &self.pool[self.ki[i]]
+            e = &self.pool[self.heap[i].slot]
             if e.fn == NULL:
                 _release(e)
             elif e.held:
                 Py_XDECREF(e.obj)
-        free(self.kt)
-        free(self.ks)
-        free(self.ki)
+        free(self.heap)
         free(self.pool)
         free(self.spare)
 
     cdef int push(self, int64_t t, EventFn fn, object obj, object parg, void* varg, int64_t iarg) except -1:
-        cdef int64_t seq = self.seq
-        self.seq += 1
-        return self.push_seq(t, seq, fn, obj, parg, varg, iarg)
+        cdef uint32_t c = self.cur_n
+        self.cur_n += 1
+        return self.push_key(t, self.cur_h, c, fn, obj, parg, varg, iarg)
 
     cdef int push_held(self, int64_t t, EventFn fn, object obj) except -1:
         """A compiled event on an object that may otherwise go (an endpoint whose job ended): held till it runs."""
-        cdef int64_t seq = self.seq
-        self.seq += 1
-        return self.push_seq(t, seq, fn, obj, None, NULL, 0, 1)
+        cdef uint32_t c = self.cur_n
+        self.cur_n += 1
+        return self.push_key(t, self.cur_h, c, fn, obj, None, NULL, 0, 1)
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t cap = 2 * self.cap
-        cdef int64_t* kt = <int64_t*>realloc(self.kt, cap * sizeof(int64_t))
-        if kt == NULL:
+        cdef HeapKey* heap = <HeapKey*>realloc(self.heap, cap * sizeof(HeapKey))
+        if heap == NULL:
             raise MemoryError()
-        self.kt = kt
-        cdef int64_t* ks = <int64_t*>realloc(self.ks, cap * sizeof(int64_t))
-        if ks == NULL:
-            raise MemoryError()
-        self.ks = ks
-        cdef int32_t* ki = <int32_t*>realloc(self.ki, cap * sizeof(int32_t))
-        if ki == NULL:
-            raise MemoryError()
-        self.ki = ki
+        self.heap = heap
         cdef Event* pool = <Event*>realloc(self.pool, cap * sizeof(Event))
         if pool == NULL:
             raise MemoryError()
@@ -306,10 +328,10 @@ cdef class Schedule:
         self.cap = cap
         return 0
 
-    cdef int push_seq(self, int64_t t, int64_t seq, EventFn fn, object obj, object parg, void* varg, int64_t iarg,
-                      int held=0) except -1:
-        """An event that took its place in the order (`seq`) earlier: a frame in flight on a link, parked in
-        the link's FIFO until the frames ahead of it have landed (Transmitter._fly)."""
+    cdef int push_key(self, int64_t t, uint64_t h, uint32_t c, EventFn fn, object obj, object parg, void* varg,
+                      int64_t iarg, int held=0) except -1:
+        """An event whose key was taken earlier: a frame in flight on a link, parked in the link's FIFO until
+        the frames ahead of it have landed (Transmitter._fly), or one a peer worker scheduled."""
         if self.n == self.cap or (self.nspare == 0 and self.used == self.cap):
             self._grow()
         cdef int32_t slot
@@ -321,7 +343,8 @@ cdef class Schedule:
             self.used += 1
         cdef Event* e = &self.pool[slot]
         e.t = t
-        e.seq = seq
+        e.h = h
+        e.c = c
         e.fn = fn
         e.held = held
         e.obj = <PyObject*>obj
@@ -333,30 +356,27 @@ cdef class Schedule:
             Py_INCREF(obj)
         e.varg = varg
         e.iarg = iarg
-        cdef int64_t* kt = self.kt
-        cdef int64_t* ks = self.ks
-        cdef int32_t* ki = self.ki
+        cdef HeapKey k
+        k.t = t
+        k.h = h
+        k.c = c
+        k.slot = slot
+        cdef HeapKey* heap = self.heap
         cdef Py_ssize_t i = self.n, up
         self.n += 1
         while i > 0:
             up = (i - 1) >> 1
-            if t < kt[up] or (t == kt[up] and seq < ks[up]):
-                kt[i] = kt[up]
-                ks[i] = ks[up]
-                ki[i] = ki[up]
+            if before(&k, &heap[up]):
+                heap[i] = heap[up]
                 i = up
             else:
                 break
-        kt[i] = t
-        ks[i] = seq
-        ki[i] = slot
+        heap[i] = k
         return 0
 
     cdef inline void _pop(self, Event* out) noexcept:
-        cdef int64_t* kt = self.kt
-        cdef int64_t* ks = self.ks
-        cdef int32_t* ki = self.ki
-        cdef int32_t slot = ki[0]
+        cdef HeapKey* heap = self.heap
+        cdef int32_t slot = heap[0].slot
         out[0] = self.pool[slot]
         self.spare[self.nspare] = slot
         self.nspare += 1
@@ -364,32 +384,52 @@ cdef class Schedule:
         cdef Py_ssize_t n = self.n
         if n == 0:
             return
-        cdef int64_t t = kt[n]
-        cdef int64_t seq = ks[n]
-        cdef int32_t last = ki[n]
+        cdef HeapKey last = heap[n]
         cdef Py_ssize_t i = 0, c
         while True:
             c = 2 * i + 1
             if c >= n:
                 break
-            if c + 1 < n and (kt[c + 1] < kt[c] or (kt[c + 1] == kt[c] and ks[c + 1] < ks[c])):
+            if c + 1 < n and before(&heap[c + 1], &heap[c]):
                 c += 1
-            if kt[c] < t or (kt[c] == t and ks[c] < seq):
-                kt[i] = kt[c]
-                ks[i] = ks[c]
-                ki[i] = ki[c]
+            if before(&heap[c], &last):
+                heap[i] = heap[c]
                 i = c
             else:
                 break
-        kt[i] = t
-        ks[i] = seq
-        ki[i] = last
+        heap[i] = last
 
     cdef inline int64_t next_t(self) noexcept:
-        return self.kt[0] if self.n else NEVER
+        return self.heap[0].t if self.n else NEVER
 
     def at(self, t, fn, arg=None):
         self.push(ps_of(t), NULL, fn, arg, NULL, 0)
+
+    def reserve(self):
+        """The key the next at() would take, taken (the reference's reserve)."""
+        cdef uint32_t c = self.cur_n
+        self.cur_n += 1
+        return self.cur_h, c
+
+    def at_key(self, t, uint64_t h, uint64_t c, fn, arg=None):
+        self.push_key(ps_of(t), h, <uint32_t>c, NULL, fn, arg, NULL, 0)
+
+    def enter(self, uint64_t h):
+        was = (self.cur_h, self.cur_n)
+        self.cur_h = h
+        self.cur_n = 0
+        return was
+
+    def leave(self, was):
+        self.cur_h, self.cur_n = was
+
+    @property
+    def key(self):
+        return self.run_h, self.run_c
+
+    @property
+    def cur(self):
+        return self.cur_h, self.cur_n
 
     def next_time(self):
         return self.next_t()
@@ -409,7 +449,7 @@ cdef class Schedule:
     cdef int64_t cclock(self) except? -1:
         if self.mode == VIRTUAL:
             return self.now
-        if self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until):
+        if self.busy or self.windowed or (self.n and self.heap[0].t < self.drain_until):
             return self.now
         cdef int64_t f = self.mapped_at(monotonic())
         return f if f > self.now else self.now
@@ -420,10 +460,17 @@ cdef class Schedule:
     def stamp(self):
         if self.mode != ENGINE:
             return self.cclock()
-        if not self.paced and (self.busy or self.windowed or (self.n and self.kt[0] < self.drain_until)):
+        if not self.paced and (self.busy or self.windowed or (self.n and self.heap[0].t < self.drain_until)):
             return self.now
         cdef int64_t f = self.mapped_at(monotonic())
         return f if f > self.now else self.now
+
+    cdef inline void _take(self, Event* e) noexcept:
+        """A popped event is about to run: it is the scheduler of what it schedules."""
+        self.run_h = e.h
+        self.run_c = e.c
+        self.cur_h = c_identity(e.h, e.c)
+        self.cur_n = 0
 
     cdef inline int _run(self, Event* e) except -1:
         """Run a popped event (a Python callback's objects are let go of after it)."""
@@ -444,12 +491,19 @@ cdef class Schedule:
         cdef int64_t until = ps_of(until_)
         cdef Event e
         cdef long long n = 0
-        while self.n and self.kt[0] <= until and n < max_events:
-            self._pop(&e)
-            if e.t > self.now:
-                self.now = e.t
-            self._run(&e)
-            n += 1
+        cdef uint64_t was_h = self.cur_h
+        cdef uint32_t was_n = self.cur_n
+        try:
+            while self.n and self.heap[0].t <= until and n < max_events:
+                self._pop(&e)
+                if e.t > self.now:
+                    self.now = e.t
+                self._take(&e)
+                self._run(&e)
+                n += 1
+        finally:
+            self.cur_h = was_h
+            self.cur_n = was_n
         if until != NEVER and until > self.now:
             self.now = until
         return n
@@ -458,33 +512,54 @@ cdef class Schedule:
         cdef int64_t f = ps_of(f_)
         cdef Event e
         cdef long long n = 0
-        while self.n and self.kt[0] <= f and not self.busy:
-            self._pop(&e)
-            if e.t > self.now:
-                self.now = e.t
-            self._run(&e)
-            n += 1
+        cdef uint64_t was_h = self.cur_h
+        cdef uint32_t was_n = self.cur_n
+        try:
+            while self.n and self.heap[0].t <= f and not self.busy:
+                self._pop(&e)
+                if e.t > self.now:
+                    self.now = e.t
+                self._take(&e)
+                self._run(&e)
+                n += 1
+        finally:
+            self.cur_h = was_h
+            self.cur_n = was_n
         return n
 
     def run_window(self, limit_, long long max_events):
         cdef int64_t limit = ps_of(limit_)
         cdef Event e
         cdef long long n = 0
-        while self.n and n < max_events and self.kt[0] < limit:
-            self._pop(&e)
-            self.now = e.t
-            self._run(&e)
-            n += 1
+        cdef uint64_t was_h = self.cur_h
+        cdef uint32_t was_n = self.cur_n
+        try:
+            while self.n and n < max_events and self.heap[0].t < limit:
+                self._pop(&e)
+                self.now = e.t
+                self._take(&e)
+                self._run(&e)
+                n += 1
+        finally:
+            self.cur_h = was_h
+            self.cur_n = was_n
         return n
 
     def run_job(self, long long max_events):
         cdef Event e
         cdef long long n = 0
-        while self.n and n < max_events and (self.busy or self.kt[0] < self.drain_until):
-            self._pop(&e)
-            self.now = e.t
-            self._run(&e)
-            n += 1
+        cdef uint64_t was_h = self.cur_h
+        cdef uint32_t was_n = self.cur_n
+        try:
+            while self.n and n < max_events and (self.busy or self.heap[0].t < self.drain_until):
+                self._pop(&e)
+                self.now = e.t
+                self._take(&e)
+                self._run(&e)
+                n += 1
+        finally:
+            self.cur_h = was_h
+            self.cur_n = was_n
         return n
 
     def run_paced(self, late, limit_):
@@ -494,17 +569,24 @@ cdef class Schedule:
         cdef double wall
         cdef int64_t t
         add = late.add
-        while self.n:
-            t = self.kt[0]
-            wall = monotonic()
-            if t >= limit or t > self.mapped_at(wall):
-                break
-            self._pop(&e)
-            if e.t > self.now:
-                self.now = e.t
-            add(wall - (self.anchor_w + c_to_s(e.t - self.anchor_f) * self.idle_dilation))  # read live, as deadline()
-            self._run(&e)
-            n += 1
+        cdef uint64_t was_h = self.cur_h
+        cdef uint32_t was_n = self.cur_n
+        try:
+            while self.n:
+                t = self.heap[0].t
+                wall = monotonic()
+                if t >= limit or t > self.mapped_at(wall):
+                    break
+                self._pop(&e)
+                if e.t > self.now:
+                    self.now = e.t
+                add(wall - (self.anchor_w + c_to_s(e.t - self.anchor_f) * self.idle_dilation))  # read live, as deadline()
+                self._take(&e)
+                self._run(&e)
+                n += 1
+        finally:
+            self.cur_h = was_h
+            self.cur_n = was_n
         return n
 
 
@@ -636,19 +718,19 @@ cdef int deliver_now(object target, int64_t t, Packet* p) except -1:
 
 cdef int deliver_at(Schedule sched, object target, int64_t t, Packet* p) except -1:
     """Hand `p` to `target` at `t`: one event, as the reference's loop.at(t, deliver, frame)."""
-    cdef int64_t seq = sched.seq
-    sched.seq += 1
-    return _deliver_at_seq(sched, target, t, seq, p)
+    cdef uint32_t c = sched.cur_n
+    sched.cur_n += 1
+    return _deliver_at_key(sched, target, t, sched.cur_h, c, p)
 
 
-cdef int _deliver_at_seq(Schedule sched, object target, int64_t t, int64_t seq, Packet* p) except -1:
+cdef int _deliver_at_key(Schedule sched, object target, int64_t t, uint64_t h, uint32_t c, Packet* p) except -1:
     if type(target) is Target:
-        return sched.push_seq(t, seq, _ev_to_switch, (<Target>target).sw, None, p, (<Target>target).port)
+        return sched.push_key(t, h, c, _ev_to_switch, (<Target>target).sw, None, p, (<Target>target).port)
     if type(target) is HostPort:
-        return sched.push_seq(t, seq, _ev_to_host, target, None, p, 0)
+        return sched.push_key(t, h, c, _ev_to_host, target, None, p, 0)
     if isinstance(target, Sink):
-        return sched.push_seq(t, seq, _ev_to_sink, target, None, p, 0)
-    return sched.push_seq(t, seq, _ev_to_python, target, None, p, 0)
+        return sched.push_key(t, h, c, _ev_to_sink, target, None, p, 0)
+    return sched.push_key(t, h, c, _ev_to_python, target, None, p, 0)
 
 
 cdef class Sink:
@@ -1036,28 +1118,30 @@ cdef class Transmitter:
 
     cdef int _fly(self, int64_t arrive, Packet* p) except -1:
         """The frame lands at `arrive`: the reference's loop.at(arrive, deliver, frame), whose place in the
-        order (its sequence number) is taken now. Frames in flight on a link land in the order they left
+        order (its tie key) is taken now. Frames in flight on a link land in the order they left
         it, so they wait in the link's FIFO and only the first is in the schedule's heap: the heap holds a
         link's flight once, not each frame (htsim's pipe), and pops in the same order."""
         cdef Schedule sched = self.sched
-        cdef int64_t seq = sched.seq
-        sched.seq += 1
+        cdef uint64_t h = sched.cur_h
+        cdef uint32_t c = sched.cur_n
+        sched.cur_n += 1
         cdef Flight* f
         if self.nfly and arrive < self.fly[(self.fly_head + self.nfly - 1) % self.fly_cap].t:
             # A shorter cable than the frame ahead of it had (a degradation undone): not behind it in the
             # FIFO; an event of its own, in the same place in the order.
-            return _deliver_at_seq(sched, self.deliver, arrive, seq, p)
+            return _deliver_at_key(sched, self.deliver, arrive, h, c, p)
         if self.nfly == self.fly_cap:
             self._grow_fly()
         f = &self.fly[(self.fly_head + self.nfly) % self.fly_cap]
         f.t = arrive
-        f.seq = seq
+        f.h = h
+        f.c = c
         f.p = p
         f.target = <PyObject*>self.deliver
         Py_INCREF(self.deliver)
         self.nfly += 1
         if self.nfly == 1:
-            sched.push_seq(arrive, seq, _ev_land, self, None, NULL, 0)
+            sched.push_key(arrive, h, c, _ev_land, self, None, NULL, 0)
         return 0
 
     cdef int _grow_fly(self) except -1:
@@ -1081,7 +1165,7 @@ cdef class Transmitter:
         cdef Flight* nxt
         if self.nfly:
             nxt = &self.fly[self.fly_head]
-            self.sched.push_seq(nxt.t, nxt.seq, _ev_land, self, None, NULL, 0)
+            self.sched.push_key(nxt.t, nxt.h, nxt.c, _ev_land, self, None, NULL, 0)
         target = <object>f.target
         Py_XDECREF(f.target)
         return deliver_now(target, t, f.p)

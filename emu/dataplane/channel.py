@@ -27,6 +27,8 @@ part's lateness (emu.fidelity.engine_parts).
 
 The stream between two workers is TCP: ordered and lossless, so a frame is never lost by the
 emulator (a loss must be a modelled one). The messages are fixed binary headers (`HEADER`), defined here once for both ends.
+A frame or a note carries the tie key its sender took for it, so that it runs among the receiver's
+events where it would have run on one worker (emu.dataplane.schedule).
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ from typing import Any
 from emu.dataplane.windows import Windows
 
 # kind, window, time (fabric ps; a clock reply's: the wall's ns), a (port id, job id, busy or worker index),
-# payload length
-HEADER = struct.Struct("<BxxxIqII")
+# payload length, and a frame's or note's tie key (emu.dataplane.schedule: its scheduler, which child)
+HEADER = struct.Struct("<BxxxIqIIQI")
 FRAME, NOTE, BARRIER, HELLO, CLOCK, CLOCK_REPLY = 1, 2, 3, 4, 5, 6
 CLOCK_SAMPLES = 16  # round trips to each peer in a round of clock probes; the shortest one counts
 CLOCK_EVERY_S = 1.0  # wall seconds between rounds: a clock that drifts during a run is seen
@@ -94,12 +96,12 @@ class _Peer:
 
 
 class Channels:
-    """This worker's channels to its peers. `deliver(kind, t, a, payload)` takes what a peer sent, at the
-    time it is due: FRAME (a: port id, payload: the frame) and NOTE (a: job id, payload: JSON). On the
+    """This worker's channels to its peers. `deliver(kind, t, a, payload, key)` takes what a peer sent, at
+    the time it is due, with the tie key its sender took for it: FRAME (a: port id, payload: the frame) and NOTE (a: job id, payload: JSON). On the
     fabric clock `sync` (Windows) holds what arrives during a job until its window's barriers are in."""
 
     def __init__(self, index: int, workers: int, lookahead: int, loop: Any,
-                 deliver: Callable[[int, int, int, bytes], None], machine: Callable[[int], str],
+                 deliver: Callable[[int, int, int, bytes, tuple[int, int]], None], machine: Callable[[int], str],
                  paced: bool = False, across_machines: bool = False) -> None:
         self.index, self.workers, self.lookahead = index, workers, lookahead
         self.paced = paced  # the wall clock: the peers' clocks are measured, and a dead peer's links go down
@@ -146,7 +148,7 @@ class Channels:
         for j in range(self.index + 1, self.workers):
             host, port = peers[j]
             s = socket.create_connection((host, port), timeout=10)
-            s.sendall(HEADER.pack(HELLO, IDLE, 0, self.index, 0))
+            s.sendall(HEADER.pack(HELLO, IDLE, 0, self.index, 0, 0, 0))
             self._add(j, s)
         if self.paced:
             self.loop.at(self.loop.clock(), self._clock_round, 0)
@@ -206,7 +208,7 @@ class Channels:
                 s.close()
                 return
             head += chunk
-        kind, _, _, j, _ = HEADER.unpack(head)
+        kind, _, _, j, _, _, _ = HEADER.unpack(head)
         if kind != HELLO or not 0 <= j < self.workers or j in self.peers:
             s.close()
             return
@@ -236,16 +238,16 @@ class Channels:
 
     # -- sending ----------------------------------------------------------------------
 
-    def send_frame(self, peer: int, pid: int, t_arrive: int, frame: Any) -> None:
-        self._put(peer, FRAME, t_arrive, pid, bytes(frame))
+    def send_frame(self, peer: int, pid: int, t_arrive: int, frame: Any, key: tuple[int, int]) -> None:
+        self._put(peer, FRAME, t_arrive, pid, bytes(frame), key)
 
-    def send_note(self, job: int, t: int, payload: Any) -> None:
+    def send_note(self, job: int, t: int, payload: Any, key: tuple[int, int]) -> None:
         """A job's message to its parts on every other worker, due at `t` (at least one lookahead on)."""
         data = json.dumps(payload).encode()
         for j in list(self.peers):
-            self._put(j, NOTE, t, job, data)
+            self._put(j, NOTE, t, job, data, key)
 
-    def _put(self, j: int, kind: int, t: int, a: int, data: bytes) -> None:
+    def _put(self, j: int, kind: int, t: int, a: int, data: bytes, key: tuple[int, int] = (0, 0)) -> None:
         peer = self.peers.get(j)
         if peer is None and j in self.dead:
             self.dead[j] += 1
@@ -254,10 +256,10 @@ class Channels:
             raise ChannelError(f"no channel to engine worker {self.machine(j)}")
         sync = self.sync
         if kind in (CLOCK, CLOCK_REPLY):  # no fabric event: outside the windows, sent now if the socket takes it
-            peer.tx += HEADER.pack(kind, IDLE, t, a, len(data))
+            peer.tx += HEADER.pack(kind, IDLE, t, a, len(data), 0, 0)
             self._send_now(peer)
             return
-        peer.tx += HEADER.pack(kind, sync.window if sync.active else IDLE, t, a, len(data))
+        peer.tx += HEADER.pack(kind, sync.window if sync.active else IDLE, t, a, len(data), *key)
         peer.tx += data
         if sync.active:
             sync.sent(t)
@@ -278,7 +280,7 @@ class Channels:
 
     def _send_barrier(self, window: int, t: int, busy: bool) -> None:
         for p in self.peers.values():
-            p.tx += HEADER.pack(BARRIER, window, t, int(busy), 0)
+            p.tx += HEADER.pack(BARRIER, window, t, int(busy), 0, 0, 0)
         self.flush()
 
     def flush(self) -> None:
@@ -345,15 +347,16 @@ class Channels:
         rx += data
         at, size = 0, HEADER.size
         while len(rx) - at >= size:
-            kind, window, t, a, n = HEADER.unpack_from(rx, at)
+            kind, window, t, a, n, h, c = HEADER.unpack_from(rx, at)
             if len(rx) - at - size < n:
                 break
             payload = bytes(rx[at + size:at + size + n])
             at += size + n
-            self._message(p, kind, window, t, a, payload)
+            self._message(p, kind, window, t, a, payload, (h, c))
         del rx[:at]
 
-    def _message(self, p: _Peer, kind: int, window: int, t: int, a: int, payload: bytes) -> None:
+    def _message(self, p: _Peer, kind: int, window: int, t: int, a: int, payload: bytes, key: tuple[int, int]
+                 ) -> None:
         if kind == BARRIER:
             self.sync.barrier(p.index, window, t, bool(a))
         elif kind == CLOCK:
@@ -369,6 +372,6 @@ class Channels:
         elif window == IDLE:  # between jobs: due now if its time has passed
             self.idle_handed += 1
             now = self.loop.clock()
-            self.deliver(kind, t if t > now else now, a, payload)
+            self.deliver(kind, t if t > now else now, a, payload, key)
         else:
-            self.sync.arrive(p.index, window, t, kind, a, payload)
+            self.sync.arrive(p.index, window, t, kind, a, payload, key)

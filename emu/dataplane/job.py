@@ -126,10 +126,20 @@ class Job:
         self.begun = False  # started (go): its times count from t0
         self.on_finish: list[Callable[[], None]] = []  # the engine's meter of the job's cost, stopped at its end
 
-    def go(self) -> None:
-        """Start: begin at one instant, then do what comes first."""
-        self.begin()
-        self.kick()
+    def go(self, *part: int | str) -> None:
+        """Start: begin at one instant, then do what comes first, as the origin "begin" (and `part`: which
+        part of a job of several this is); what a host starts, it names by the host (as_origin)."""
+        with self.loop.origin("begin", *part):
+            self.begin()
+            self.kick()
+
+    def as_origin(self, *tags: int | str) -> Any:
+        """Schedule as the origin named by `tags`, a context: what a part of a split job starts (a host's
+        operation, a port's failure) takes the tie keys it takes on one worker (emu.dataplane.schedule).
+        Named by what it is (a host and the operation it starts, e.g. "allreduce" of 1 MiB), not by the
+        job's number or the operation's place in a list, so that the same operation on the same hosts
+        breaks its ties alike alone, in a replay or beside another job."""
+        return self.loop.origin(*tags)
 
     def kick(self) -> None:
         """What the job does at its start instant (t0): its first sends, its endpoints' first operations."""
@@ -158,7 +168,8 @@ class Job:
         up, ports = arg
         for switch, port in ports:
             if self.host.carries(switch, port):  # each worker fails its own ports, at the same fabric time
-                self.host.set_port(switch, port, up)
+                with self.as_origin("port", switch, port):
+                    self.host.set_port(switch, port, up)
 
     def here(self, planes: list[list[Any]]) -> bool:
         """Whether this part runs the host on `planes` ([switch, port, ...] each): on a fabric split over

@@ -21,11 +21,13 @@ import math
 import os
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from emu.dataplane.core import make_schedule
 from emu.dataplane.schedule import Callback
+from emu.dataplane.schedule import origin as origin_of
 from emu.fidelity import Lateness, tight_timers
 from emu.simtime import NEVER, PS_PER_S, to_ps, to_s
 
@@ -43,6 +45,24 @@ class Loop:
         self.sched = sched if sched is not None else make_schedule(core, self.MODE, idle_dilation)
         self.at: Callable[[int, Callback, Any], None] = self.sched.at
         self.clock: Callable[[], int] = self.sched.clock
+        # Ties (emu.dataplane.schedule): an event scheduled with a key taken elsewhere, a key taken for one.
+        self.at_key: Callable[[int, int, int, Callback, Any], None] = self.sched.at_key
+        self.reserve: Callable[[], tuple[int, int]] = self.sched.reserve
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The running event's tie key: what a frame it hands to another worker takes along."""
+        return self.sched.key
+
+    @contextmanager
+    def origin(self, *tags: int | str) -> Iterator[None]:
+        """Schedule as the origin named by `tags` (a job, a rank, a port): what starts outside any event
+        takes the same tie keys on every part of a split fabric."""
+        was = self.sched.enter(origin_of(*tags))
+        try:
+            yield
+        finally:
+            self.sched.leave(was)
 
     @property
     def now(self) -> int:

@@ -7,9 +7,10 @@ arrives at the other end, one propagation delay later. The partitions run in win
 algorithm (emu.dataplane.windows), here with each partition's barrier and frames handed to its peers'
 Windows by a call, so a test of this one process is a test of what the workers run.
 
-Ties: a frame that arrives at the same instant as a local event runs after it (the local one was
-scheduled first); one schedule for all would order them by when each was scheduled. Figures may
-therefore differ from one partition's in the order of equal-time events, never in causality.
+Ties: a frame handed over takes along the tie key its link took for it when it left (the running
+event's key: emu.dataplane.schedule), so it runs among the receiver's events where one schedule for
+all would have run it: the partitions give one schedule's figures, bit for bit. What a test sends in
+from outside is scheduled as the origin of its switch port, alike on one schedule and on several.
 """
 
 from __future__ import annotations
@@ -79,23 +80,25 @@ class PartitionedFabric:
                    frame: Any) -> None:
         mine = self.sync[src]
         mine.sent(t + delay)
-        self.sync[dst].arrive(src, mine.window, t + delay, 0, 0, (ingress, bytes(frame)))
+        self.sync[dst].arrive(src, mine.window, t + delay, 0, 0, (ingress, bytes(frame)), self.loops[src].key)
 
     def _barrier(self, src: int, window: int, t: int, busy: bool) -> None:
         for j, w in enumerate(self.sync):
             if j != src:
                 w.barrier(src, window, t, busy)
 
-    def _deliver(self, i: int, kind: int, t: int, a: int, payload: tuple[Callable[[int, Any], None], bytes]
-                 ) -> None:
+    def _deliver(self, i: int, kind: int, t: int, a: int, payload: tuple[Callable[[int, Any], None], bytes],
+                 key: tuple[int, int]) -> None:
         ingress, frame = payload
-        self.loops[i].at(t, ingress, frame)
+        self.loops[i].at_key(t, *key, ingress, frame)
 
     def send(self, switch: str, ifname: str, frame: bytes, t: int) -> None:
         """A host sends `frame` at `t` into the given switch port (through its NIC model)."""
         sw = self.switches[switch]
         idx = next(p.index for p in sw.ports if p.name == ifname)
-        self.loops[self.part[switch]].at(t, lambda tt, f: sw.from_host(idx, tt, f), frame)
+        loop = self.loops[self.part[switch]]
+        with loop.origin(switch, ifname):
+            loop.at(t, lambda tt, f: sw.from_host(idx, tt, f), frame)
 
     def run(self, until: int = NEVER) -> None:
         """Windows until nothing is left to do (or `until`): each partition runs what is before its

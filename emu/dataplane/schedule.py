@@ -1,4 +1,4 @@
-"""The schedule: timed callbacks run in (time, order scheduled) order. The Python reference core.
+"""The schedule: timed callbacks run in (time, tie key) order. The Python reference core.
 
 Every part that keeps fabric time (links, switches, endpoints, jobs) schedules
 through one `Schedule` (`at(t, fn, arg)`) and reads the time from it
@@ -7,9 +7,33 @@ integers); the loops of emu.dataplane.loop decide when
 its events run (on a virtual clock, paced against the wall, or as fast as the
 CPU allows) by calling one of its `run_*` methods, each the inner loop of one
 pacing. This file is the reference: emu.dataplane._core's Schedule (the
-compiled core) runs the same events in the same order, ties broken by the
-order they were scheduled, and tests hold the two to the same figures bit
-for bit (tests/test_cores.py).
+compiled core) runs the same events in the same order, and tests hold the
+two to the same figures bit for bit (tests/test_cores.py).
+
+Ties. Events due at the same picosecond run in the order of a key that
+every part of a split fabric computes alike, whatever else it runs and
+whenever it hears of the event: an event's key is (its scheduler's
+identity, which child of that scheduler it is). The scheduler is the event
+running when `at` was called; an event's identity is a 64-bit hash of its
+key (`identity`: the c-th output of splitmix64 seeded with its scheduler's
+identity), so the key follows the chain of causes back to an origin, not
+the order in which one process happened to schedule things: a frame carried
+to another worker takes its key along (`at_key`) and runs there where it
+would have run on one worker. Two events of one scheduler keep the order it
+made them in (ties by insertion, as before); events of different schedulers
+at one instant are ordered by their hashes, which is fair between symmetric
+senders (no port or rank always wins a tie) and the same on every run.
+Neither the instant nor a job's number enters a key, so a job's figures do
+not depend on when it starts or what ran before it. Outside any event (a
+job's start, a kernel's frame) the scheduler is an origin: `enter(origin(...))`
+names it by what it is (a host and the operation it starts, a port),
+counting its children from 0 each time, so the same operation on the same
+hosts breaks its ties alike whenever it runs; unnamed, it is the outside,
+one counter for the process. Two schedulers' hashes could collide
+(2**-64 a pair at one instant): their events then run in the order
+scheduled here, and in the heap's order in the compiled core. A
+scheduler's children are counted in 32 bits, as the compiled core counts
+them.
 
 `clock()` is the time a part takes as "now" when it decides something (a
 link delivers a frame in line rather than through the schedule if its
@@ -22,6 +46,7 @@ enters: the wall mapped, on the paced (wall) clock even while a job runs.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import time
@@ -32,19 +57,61 @@ from emu.simtime import NEVER, to_ps, to_s
 
 Callback = Callable[[int, Any], None]
 
+MASK = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+OUTSIDE = 0x5A17E0F7C3D2B1A9  # the scheduler of what is scheduled outside any event and any origin
+ORIGIN = 0x0F1C2B3A49586776  # the root every named origin is hashed from
+
+
+def mix64(x: int) -> int:
+    """splitmix64's finaliser: 64 bits in, 64 well-mixed bits out (the compiled core's c_mix64)."""
+    x ^= x >> 30
+    x = x * 0xBF58476D1CE4E5B9 & MASK
+    x ^= x >> 27
+    x = x * 0x94D049BB133111EB & MASK
+    return x ^ x >> 31
+
+
+def identity(h: int, c: int) -> int:
+    """The identity of the event with key (h, c), which its own children share as their scheduler:
+    mix64(h + (c + 1) x GOLDEN), written out (the reference's hot path)."""
+    x = (h + (c + 1) * GOLDEN) & MASK
+    x ^= x >> 30
+    x = x * 0xBF58476D1CE4E5B9 & MASK
+    x ^= x >> 27
+    x = x * 0x94D049BB133111EB & MASK
+    return x ^ x >> 31
+
+
+def origin(*tags: int | str) -> int:
+    """A named scheduler for what is started outside any event: the same tags give the same identity in
+    every process (strings hashed with BLAKE2b, not Python's per-process hash)."""
+    h = ORIGIN
+    for tag in tags:
+        if isinstance(tag, str):
+            tag = int.from_bytes(hashlib.blake2b(tag.encode(), digest_size=8).digest(), "little")
+        h = mix64(h ^ (tag & MASK))
+    return h
+
 VIRTUAL, ENGINE = 0, 2  # what clock() reads: a unit test's virtual time, or an engine worker's
 MODES = {"virtual": VIRTUAL, "engine": ENGINE}
 
 
 class Schedule:
-    """A heap of (time, sequence, fn, arg), times in whole picoseconds: pure Python, the reference for the
-    compiled core. The wall meets fabric time in `mapped`, `stamp` and `run_paced` alone, where wall seconds
+    """A heap of (time, scheduler, child, sequence, fn, arg), times in whole picoseconds: pure Python, the
+    reference for the compiled core (the sequence orders only a collision of two schedulers' hashes). The wall meets fabric time in `mapped`, `stamp` and `run_paced` alone, where wall seconds
     and D become picoseconds (the anchor: fabric instant `anchor_f` was monotonic instant `anchor_w`)."""
 
     def __init__(self, mode: str = "virtual", idle_dilation: float = 1.0) -> None:
-        self.heap: list[tuple[int, int, Callback, Any]] = []
+        self.heap: list[tuple[int, int, int, int, Callback, Any]] = []
         self._seq = itertools.count()
         self.now = 0
+        # The scheduler that at() makes children of, and how many it has made: the running event's
+        # identity (-1 until at() first needs it), or an origin (enter), or the outside. `running`: the
+        # running event's heap entry.
+        self.cur_h = OUTSIDE
+        self.cur_n = 0
+        self.running: tuple[int, int, int, int, Callback, Any] = (0, OUTSIDE, 0, 0, _nothing, None)
         self.mode = MODES[mode]
         # The fabric clock's state, which clock() and run_job() read: jobs running here, windows open
         # (a split fabric runs a job somewhere), the end of what the last job left to drain, and the
@@ -62,7 +129,47 @@ class Schedule:
     def at(self, t: int, fn: Callback, arg: Any = None) -> None:
         if type(t) is not int:  # the check inline: this is the reference's hot path
             ps_of(t)
-        heapq.heappush(self.heap, (t, next(self._seq), fn, arg))
+        h, c = self.cur_h, self.cur_n
+        if h < 0:  # the running event's identity, made when it first schedules something
+            e = self.running
+            h = self.cur_h = identity(e[1], e[2])
+        self.cur_n = c + 1 & 0xFFFFFFFF  # the compiled core's uint32
+        heapq.heappush(self.heap, (t, h, c, next(self._seq), fn, arg))
+
+    def reserve(self) -> tuple[int, int]:
+        """The key the next at() would take, taken: for an event scheduled elsewhere (another worker)."""
+        h, c = self.cur
+        self.cur_n = c + 1 & 0xFFFFFFFF
+        return h, c
+
+    def at_key(self, t: int, h: int, c: int, fn: Callback, arg: Any = None) -> None:
+        """An event whose key was taken elsewhere (reserve, or a peer's running event: `key`)."""
+        ps_of(t)
+        heapq.heappush(self.heap, (t, h & MASK, c & 0xFFFFFFFF, next(self._seq), fn, arg))
+
+    def enter(self, h: int) -> tuple[int, int]:
+        """Schedule as scheduler `h` (an `origin`) from here, its children counted from 0; returns what
+        to hand `leave` to go back."""
+        was = (self.cur_h, self.cur_n)
+        self.cur_h, self.cur_n = h & MASK, 0
+        return was
+
+    def leave(self, was: tuple[int, int]) -> None:
+        self.cur_h, self.cur_n = was
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The running event's own tie key (h, c): what a frame it hands to another worker takes along."""
+        e = self.running
+        return e[1], e[2]
+
+    @property
+    def cur(self) -> tuple[int, int]:
+        """The scheduler at() makes children of now, and how many it has made."""
+        if self.cur_h < 0:
+            e = self.running
+            self.cur_h = identity(e[1], e[2])
+        return self.cur_h, self.cur_n
 
     def next_time(self) -> int:
         """When the next event is due (NEVER: none is)."""
@@ -112,12 +219,18 @@ class Schedule:
         heap = self.heap
         pop = heapq.heappop
         n = 0
-        while heap and heap[0][0] <= until and n < max_events:
-            t, _, fn, arg = pop(heap)
-            if t > self.now:
-                self.now = t
-            fn(t, arg)
-            n += 1
+        was = (self.cur_h, self.cur_n)
+        try:
+            while heap and heap[0][0] <= until and n < max_events:
+                e = self.running = pop(heap)
+                t = e[0]
+                if t > self.now:
+                    self.now = t
+                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
+                e[4](t, e[5])
+                n += 1
+        finally:
+            self.cur_h, self.cur_n = was
         if until != NEVER and until > self.now:
             self.now = until
         return n
@@ -129,12 +242,18 @@ class Schedule:
         heap = self.heap
         pop = heapq.heappop
         n = 0
-        while heap and heap[0][0] <= f and not self.busy:
-            t, _, fn, arg = pop(heap)
-            if t > self.now:
-                self.now = t
-            fn(t, arg)
-            n += 1
+        was = (self.cur_h, self.cur_n)
+        try:
+            while heap and heap[0][0] <= f and not self.busy:
+                e = self.running = pop(heap)
+                t = e[0]
+                if t > self.now:
+                    self.now = t
+                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
+                e[4](t, e[5])
+                n += 1
+        finally:
+            self.cur_h, self.cur_n = was
         return n
 
     def run_window(self, limit: int, max_events: int) -> int:
@@ -143,11 +262,16 @@ class Schedule:
         heap = self.heap
         pop = heapq.heappop
         n = 0
-        while heap and n < max_events and heap[0][0] < limit:
-            t, _, fn, arg = pop(heap)
-            self.now = t
-            fn(t, arg)
-            n += 1
+        was = (self.cur_h, self.cur_n)
+        try:
+            while heap and n < max_events and heap[0][0] < limit:
+                e = self.running = pop(heap)
+                self.now = t = e[0]
+                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
+                e[4](t, e[5])
+                n += 1
+        finally:
+            self.cur_h, self.cur_n = was
         return n
 
     def run_job(self, max_events: int) -> int:
@@ -156,11 +280,16 @@ class Schedule:
         heap = self.heap
         pop = heapq.heappop
         n = 0
-        while heap and n < max_events and (self.busy or heap[0][0] < self.drain_until):
-            t, _, fn, arg = pop(heap)
-            self.now = t
-            fn(t, arg)
-            n += 1
+        was = (self.cur_h, self.cur_n)
+        try:
+            while heap and n < max_events and (self.busy or heap[0][0] < self.drain_until):
+                e = self.running = pop(heap)
+                self.now = t = e[0]
+                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
+                e[4](t, e[5])
+                n += 1
+        finally:
+            self.cur_h, self.cur_n = was
         return n
 
     def run_paced(self, late: Any, limit: int) -> int:
@@ -174,18 +303,27 @@ class Schedule:
         monotonic = time.monotonic
         mapped, deadline = self.mapped, self.deadline
         n = 0
-        while heap:
-            t = heap[0][0]
-            wall = monotonic()
-            if t >= limit or t > mapped(wall):
-                break
-            _, _, fn, arg = pop(heap)
-            if t > self.now:
-                self.now = t
-            late.add(wall - deadline(t))
-            fn(t, arg)
-            n += 1
+        was = (self.cur_h, self.cur_n)
+        try:
+            while heap:
+                t = heap[0][0]
+                wall = monotonic()
+                if t >= limit or t > mapped(wall):
+                    break
+                e = self.running = pop(heap)
+                if t > self.now:
+                    self.now = t
+                late.add(wall - deadline(t))
+                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
+                e[4](t, e[5])
+                n += 1
+        finally:
+            self.cur_h, self.cur_n = was
         return n
+
+
+def _nothing(t: int, arg: Any) -> None:
+    """What `running` holds before any event has run."""
 
 
 def ps_of(t: Any) -> int:

@@ -7,8 +7,10 @@ window is due at least L after the send, so at or after the horizon: it is with 
 the receiver's next window starts, and no part ever receives something in its past. At the end of its
 window a part sends every peer a barrier carrying the earliest time it still has anything at (its
 next event, or the earliest message it sent) and whether it is busy; once a part holds every peer's
-barrier of that window it schedules what came in, in the order (time, sender, sequence), so the same
-inputs give the same run, and sets the next horizon from the least of the barriers. Once no part is
+barrier of that window it schedules what came in, each message with the tie key its sender took for it
+(emu.dataplane.schedule: the key the event would have had on one schedule), so it runs among the
+receiver's own events where it would have run on one worker; and sets the next horizon from the least
+of the barriers. Once no part is
 busy, the windows stop at the same fabric time everywhere.
 
 The transport is the caller's: `send_barrier` gets the barrier to every peer (emu.dataplane.channel:
@@ -30,13 +32,14 @@ class LookaheadError(RuntimeError):
 
 
 class Windows:
-    """One part's windows. `deliver(kind, t, a, payload)`: a peer's message, at the time it is due;
+    """One part's windows. `deliver(kind, t, a, payload, key)`: a peer's message, at the time it is due,
+    with the tie key its sender took for it;
     `over(t)`: no part is busy any more, and fabric time is `t` on every part; `name(peer)`: how errors
     name a part ("worker 1 (on m2)")."""
 
     def __init__(self, lookahead: int, peers: Callable[[], int],
                  send_barrier: Callable[[int, int, bool], None],
-                 deliver: Callable[[int, int, int, Any], None], over: Callable[[int], None],
+                 deliver: Callable[[int, int, int, Any, tuple[int, int]], None], over: Callable[[int], None],
                  name: Callable[[int], str] = str) -> None:
         self.lookahead = lookahead
         self.peers = peers  # how many peers there are (a worker's channels connect after it is made)
@@ -51,8 +54,8 @@ class Windows:
         self.sent_min = NEVER  # the earliest due time of what this window sent
         self.mine: tuple[int, bool] = (NEVER, False)
         self.barriers: dict[int, dict[int, tuple[int, bool]]] = {}
-        self.inbox: dict[int, list[tuple[int, int, int, int, int, Any]]] = {}
-        self.seq: dict[int, int] = {}  # per peer: messages taken, for the order of equal times
+        self.inbox: dict[int, list[tuple[int, int, int, int, int, Any, tuple[int, int]]]] = {}
+        self.seq: dict[int, int] = {}  # per peer: messages taken, to hand them over in a fixed order
         self.windows = 0
         self.handed = 0  # messages scheduled at the end of a window
 
@@ -67,11 +70,12 @@ class Windows:
         if t < self.sent_min:
             self.sent_min = t
 
-    def arrive(self, peer: int, window: int, t: int, kind: int, a: int, payload: Any) -> None:
-        """A peer's message of `window`, due at `t`: held until that window's barriers are all in."""
+    def arrive(self, peer: int, window: int, t: int, kind: int, a: int, payload: Any, key: tuple[int, int]) -> None:
+        """A peer's message of `window`, due at `t` with tie key `key`: held until that window's barriers
+        are all in."""
         n = self.seq.get(peer, 0) + 1
         self.seq[peer] = n
-        self.inbox.setdefault(window, []).append((t, peer, n, kind, a, payload))
+        self.inbox.setdefault(window, []).append((t, peer, n, kind, a, payload, key))
 
     def end_window(self, next_event: int, busy: bool) -> None:
         """Everything before `horizon` has run (`next_event`: this part's next; `busy`: it has a job
@@ -98,11 +102,11 @@ class Windows:
             return
         theirs = self.barriers.pop(self.window, {})
         got = sorted(self.inbox.pop(self.window, []), key=lambda m: m[:3])
-        for t, peer, _, kind, a, payload in got:
+        for t, peer, _, kind, a, payload, key in got:
             if t < self.horizon:
                 raise LookaheadError(f"a message from {self.name(peer)} is due at {t!r}, inside the window that "
                                      f"ended at {self.horizon!r}: the lookahead was broken")
-            self.deliver(kind, t, a, payload)
+            self.deliver(kind, t, a, payload, key)
         self.handed += len(got)
         self.windows += 1
         self.window += 1

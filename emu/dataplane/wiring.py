@@ -67,11 +67,13 @@ class VirtualFabric:
         return deliver
 
     def send(self, switch: str, ifname: str, frame: bytes, t: int | None = None) -> None:
-        """A host sends `frame` into the given switch port (through its NIC model)."""
+        """A host sends `frame` into the given switch port (through its NIC model), scheduled as that
+        port's origin (as emu.dataplane.partition sends: the same tie keys)."""
         sw = self.switches[switch]
         idx = next(p.index for p in sw.ports if p.name == ifname)
         when = self.loop.now if t is None else t
-        self.loop.at(when, lambda tt, f: sw.from_host(idx, tt, f), frame)
+        with self.loop.origin(switch, ifname):
+            self.loop.at(when, lambda tt, f: sw.from_host(idx, tt, f), frame)
 
     def run(self, until: int = NEVER) -> None:
         self.loop.run(until)

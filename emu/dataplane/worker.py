@@ -150,9 +150,11 @@ class Worker:
         place = {s.name: i for i, s in enumerate(self.spec.switches)}
         send = self.channels.send_frame
 
+        loop = self.loop
+
         def out_to(peer: int, pid: int, delay: int) -> Callable[[int, Any], None]:
-            def out(t: int, frame: Any) -> None:
-                send(peer, pid, t + delay, frame)
+            def out(t: int, frame: Any) -> None:  # the frame's landing here: its tie key goes with it
+                send(peer, pid, t + delay, frame, loop.key)
             return out
 
         for sw in self.switches.values():
@@ -182,14 +184,15 @@ class Worker:
                     self.host_ends[(s.name, ps.index)] = end
                     self.ingress_of[pid] = end.arrive
 
-    def _from_peer(self, kind: int, t: int, a: int, payload: bytes) -> None:
-        """What a peer worker sent, due at t: a frame for one of our ports, or a note for a job's part."""
+    def _from_peer(self, kind: int, t: int, a: int, payload: bytes, key: tuple[int, int]) -> None:
+        """What a peer worker sent, due at t with the tie key it took: a frame for one of our ports, or a
+        note for a job's part."""
         if kind == FRAME:
-            self.loop.at(t, self.ingress_of[a], payload)
+            self.loop.at_key(t, *key, self.ingress_of[a], payload)
         else:
             job = self.jobs.get(a)
             if job is not None:
-                self.loop.at(t, job.heard, json.loads(payload))
+                self.loop.at_key(t, *key, job.heard, json.loads(payload))
 
     # -- data sockets ----------------------------------------------------------------
 
@@ -399,9 +402,10 @@ class Worker:
             self.loop.at(self.loop.now, job.heard, payload)
             return
         t = min(self.loop.now + self.channels.lookahead, NEVER)  # no cut link: never (as the windows)
-        self.loop.at(t, job.heard, payload)
+        key = self.loop.reserve()  # every part hears it with one tie key
+        self.loop.at_key(t, *key, job.heard, payload)
         job_id = next(i for i, j in self.jobs.items() if j is job)
-        self.channels.send_note(job_id, t, payload)
+        self.channels.send_note(job_id, t, payload, key)
 
     def set_port(self, switch: str, port: str, up: bool) -> None:
         """A port down or up: asked over the control socket, or scheduled by a job (Attach). Up is as
@@ -445,9 +449,10 @@ class Worker:
             raise ValueError("a job on a split fabric is built on every worker first (RunJob.hold), then started "
                              "at one instant (StartJob)")
         meter = _Meter(self)
-        job = cls(self, params)
-        job.on_finish.append(meter.stop)  # (Job.finish calls it, from the job's start on)
         job_id = len(self.jobs) + 1  # the same on every worker: each is asked for every job, in order
+        with self.loop.origin("build"):  # what building schedules, alike on every worker
+            job = cls(self, params)
+        job.on_finish.append(meter.stop)  # (Job.finish calls it, from the job's start on)
         self.jobs[job_id] = job
         self.meters[job_id] = meter
         if not hold:

@@ -185,7 +185,8 @@ class PerfJob(WritersJob):
     def kick(self) -> None:
         for i, (ep, op) in enumerate(zip(self.clients, self.ops, strict=True)):
             if self.here(self.params["clients"][i]):
-                ep.start(op, self.t0, lambda out, t, i=i: self._done(i, out))
+                with self.as_origin("client", i):
+                    ep.start(op, self.t0, lambda out, t, i=i: self._done(i, out))
 
     def what(self) -> str:
         return f"{len(self.clients)} client(s) writing {self.params['nbytes']} B each"
@@ -241,7 +242,8 @@ class WritesJob(WritersJob):
     def kick(self) -> None:
         for i, ((a, _), op) in enumerate(zip(self.pairs, self.ops, strict=True)):
             if self.here(self.params["hosts"][a]):
-                self.eps[a].start(op, self.t0, lambda out, t, i=i: self._done(i, out))
+                with self.as_origin("pair", i):
+                    self.eps[a].start(op, self.t0, lambda out, t, i=i: self._done(i, out))
 
     def what(self) -> str:
         return f"{len(self.pairs)} writes of {self.params['nbytes']} B"

@@ -79,10 +79,11 @@ class UdpJob(Job):
                                  "size": int(f["size"]), "sent_bytes": 0})
 
     def kick(self) -> None:
-        for s in self.senders:
+        for i, s in enumerate(self.senders):
             if s is not None:
                 self.sending += 1
-                self.loop.at(self.t0, self._send, s)
+                with self.as_origin("sender", i):
+                    self.loop.at(self.t0, self._send, s)
 
     @staticmethod
     def _frame(host_mac: bytes, switch_mac: bytes, f: dict[str, Any], sport: int) -> bytes:
