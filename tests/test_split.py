@@ -229,3 +229,40 @@ def test_the_wall_clocks_bound_is_the_widest_round_since_the_last_reset(monkeypa
     assert c.clock_bounds()["1"]["bound_s"] == pytest.approx(51e-6)  # a new window, from the round under way
     a.close()
     b.close()
+
+
+@pytest.mark.root
+def test_kernel_frames_cross_a_split_wall_clock_fabric_while_a_job_runs(no_leftovers):
+    """On the wall clock a host's kernel frame enters at the wall's fabric instant; one that crosses to the
+    other worker while a job runs there used to be due inside a window its peer had closed, and the peer
+    stopped (LookaheadError: a paced window ended once its events had run, before the wall reached its
+    end). Windows now end with the wall, and a sparse job (a 1 Gb/s UDP flow, a frame every 11 us) runs
+    beside pings between hosts on the two workers: every ping answered, every datagram delivered."""
+    import threading
+
+    from emu import FabricNet, FPFTopo
+    from emu.net.flows import EngineFlows, Flow
+
+    with FabricNet(FPFTopo(gpus=4, planes=2, leaves=2, spines=2), dilation=20000, workers=2) as net:
+        assert net.engine.worker_of("p0l0") != net.engine.worker_of("p0l1")  # gpu0 and gpu2 on two workers
+        addr = net.host_addresses(4)
+        out: dict[str, object] = {}
+
+        def job() -> None:
+            try:
+                out["r"] = EngineFlows(net, [Flow("gpu1", "gpu3", addr["gpu3"][0], 5001, 20 * 1400, 1e9)]).wait()
+            except Exception as exc:  # noqa: BLE001 (reported below)
+                out["e"] = exc
+
+        th = threading.Thread(target=job)
+        th.start()
+        time.sleep(0.5)
+        pings = []
+        while th.is_alive() and len(pings) < 5:
+            pings.append(net["gpu0"].cmd(f"ping -c 2 -i 0.01 -W 2 {addr['gpu2'][0]}"))
+        th.join()
+        assert "e" not in out, out.get("e")
+        assert pings and all(" 0% packet loss" in p for p in pings), pings
+        (sent, got) = out["r"]
+        (received,) = got.values()
+        assert received["received_bytes"] == sent[0]["sent_bytes"] == 20 * 1400

@@ -259,7 +259,7 @@ class Channels:
             peer.tx += HEADER.pack(kind, IDLE, t, a, len(data), 0, 0)
             self._send_now(peer)
             return
-        peer.tx += HEADER.pack(kind, sync.window if sync.active else IDLE, t, a, len(data), *key)
+        peer.tx += HEADER.pack(kind, sync.sending() if sync.active else IDLE, t, a, len(data), *key)
         peer.tx += data
         if sync.active:
             sync.sent(t)
@@ -369,7 +369,8 @@ class Channels:
                 best = self.clocks.get(p.index)
                 if best is None or rtt < best[1]:
                     self.clocks[p.index] = (t / 1e9 - (sent + back) / 2, rtt)
-        elif window == IDLE:  # between jobs: due now if its time has passed
+        elif window == IDLE or not self.sync.active:  # between jobs (or after this part's windows ended): due
+            # now if its time has passed
             self.idle_handed += 1
             now = self.loop.clock()
             self.deliver(kind, t if t > now else now, a, payload, key)

@@ -52,6 +52,7 @@ class Windows:
         self.window = 0
         self.horizon = NEVER
         self.sent_min = NEVER  # the earliest due time of what this window sent
+        self.next_sent_min = NEVER  # ... and of what was sent after this part's barrier: the next window's
         self.mine: tuple[int, bool] = (NEVER, False)
         self.barriers: dict[int, dict[int, tuple[int, bool]]] = {}
         self.inbox: dict[int, list[tuple[int, int, int, int, int, Any, tuple[int, int]]]] = {}
@@ -63,16 +64,27 @@ class Windows:
         """A job begins at t0 on every part: the first window ends one lookahead later."""
         self.active, self.waiting = True, False
         self.horizon = min(t0 + self.lookahead, NEVER)  # NEVER: no cut link, an endless window
-        self.sent_min = NEVER
+        self.sent_min = self.next_sent_min = NEVER
 
     def sent(self, t: int) -> None:
-        """This part sent a message of this window, due at `t`."""
-        if t < self.sent_min:
+        """This part sent a message, due at `t`: of this window, or of the next once its barrier has gone
+        (a kernel's frame on the wall clock, while the peers' barriers are awaited)."""
+        if self.waiting:
+            self.next_sent_min = min(self.next_sent_min, t)
+        elif t < self.sent_min:
             self.sent_min = t
+
+    def sending(self) -> int:
+        """The window a message sent now belongs to: after this part's barrier, the next one (its peers
+        hold it until that window's barriers are in)."""
+        return self.window + 1 if self.waiting else self.window
 
     def arrive(self, peer: int, window: int, t: int, kind: int, a: int, payload: Any, key: tuple[int, int]) -> None:
         """A peer's message of `window`, due at `t` with tie key `key`: held until that window's barriers
         are all in."""
+        if window < self.window:
+            raise LookaheadError(f"a message from {self.name(peer)} of window {window} came after that window "
+                                 f"closed (this part is at window {self.window})")
         n = self.seq.get(peer, 0) + 1
         self.seq[peer] = n
         self.inbox.setdefault(window, []).append((t, peer, n, kind, a, payload, key))
@@ -111,7 +123,7 @@ class Windows:
         self.windows += 1
         self.window += 1
         self.waiting = False
-        self.sent_min = NEVER
+        self.sent_min, self.next_sent_min = self.next_sent_min, NEVER
         nxt = min([self.mine[0], *(v[0] for v in theirs.values())])
         if not self.mine[1] and not any(v[1] for v in theirs.values()):
             self.active = False  # no job anywhere: the same instant on every part
