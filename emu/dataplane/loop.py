@@ -407,9 +407,10 @@ class EngineLoop(Loop):
         nothing earlier than the wall's fabric instant then: a kernel's frame (a host's, BMv2's) may
         come in at any moment, stamped at the wall's instant, and what it sends across is then due at
         or after the next window's horizon. A window that ended as soon as its events had run let such
-        a frame be due inside a window its peer had closed (a LookaheadError). An idle split therefore
-        exchanges barriers once a lookahead of fabric time (L x D of wall: 10 ms for FPF's 100 m cables
-        at D = 20 000)."""
+        a frame be due inside a window its peer had closed (a LookaheadError). The barrier is what keeps
+        causality; waiting for the wall first is what keeps the windows from spinning, barrier after
+        barrier, until the wall passes their end. An idle split exchanges barriers once a lookahead of
+        fabric time (L x D of wall: 10 ms for FPF's 100 m cables at D = 20 000)."""
         sched, epoll = self.sched, self.epoll
         if sync.waiting:  # for the peers' barriers
             self._dispatch(epoll.poll(1.0))
