@@ -121,6 +121,42 @@ def test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_r
     _compare(name, out["python"], out["native"])
 
 
+@pytest.mark.parametrize("name", sorted(COLLECTIVES))
+def test_headers_only_gives_the_recorded_figures_and_checks_every_bytes_delivery(name, no_leftovers):
+    """Issue 52, item 1: `--payload none` moves headers only (no rank's memory is written: no pattern, no
+    received byte, no reduction) and gives the fabric figures of the real run bit for bit, as recorded,
+    on the compiled core and (for the plans) on the reference; #wrong then counts the elements not
+    accepted exactly once, and the result says that this is what was checked."""
+    from emu.bench.collective import run
+
+    topo, params, sizes = COLLECTIVES[name]
+    op = next((o for o in ("alltoallv", "alltoall") if o in name), "allreduce")
+    args = {"topo": topo, "sizes": ",".join(sizes), "payload": "none", **{k: str(v) for k, v in params.items()}}
+    cores = ("native", "python") if "algo" in params else ("native",)
+    recorded = figures(json.loads((RECORDED / f"{name}.json").read_text()))
+    for core in cores:
+        r = run(op, args, settings=RunSettings(clock="fabric", core=core, kernel=False))
+        assert r["payload"] == "none" and r["checked"].startswith("delivery") and r["wrong"] == 0, (core, r["checked"])
+        got = {k: v for k, v in figures(r).items() if k not in ("payload", "checked")}
+        want = {k: v for k, v in recorded.items() if k not in ("payload", "checked")}
+        assert json.loads(json.dumps(got)) == want, f"{name} on {core}: {_first_difference(want, got)}"
+
+
+def test_headers_only_leaves_the_ranks_memory_untouched(no_leftovers):
+    """The point of headers only: memory that follows the network, not the data. FPF 8 x 8 at 16 MiB gives
+    its ranks 8 x 32 MiB of regions, of which a real run writes at least the 8 x 16 MiB of data (its
+    pattern, what arrives, the sums) and a
+    headers-only run never touches (anonymous mappings take pages only when written)."""
+    from emu.bench.collective import run
+
+    args = {"topo": "fpf", "gpus": "8", "planes": "8", "sizes": "16MiB"}
+    real, none = (run("allreduce", {**args, "payload": p}, settings=RunSettings(clock="fabric", kernel=False))
+                  for p in ("real", "none"))
+    assert real["payload"] == "real" and real["checked"].startswith("data") and real["wrong"] == 0
+    assert none["rows"][0]["time_us"] == real["rows"][0]["time_us"] and none["packet_hops"] == real["packet_hops"]
+    assert none["peak_rss_bytes"] < real["peak_rss_bytes"] - (96 << 20), (none["peak_rss_bytes"], real["peak_rss_bytes"])
+
+
 # Every lab that runs on the fabric clock (tests/test_labs.py checks the two lists against the labs' CLOCKS),
 # but those too costly on the Python core for the suite, each with why.
 LABS = ("congestion-spreading", "ecn-dcqcn", "metaroce", "pfc-headroom", "planes", "srv6-te", "trimming", "wcmp")

@@ -16,7 +16,7 @@ from typing import Any
 
 from emu.collectives import algorithms
 from emu.collectives.algorithms import DESCRIBED
-from emu.collectives.run import FACTOR, MTU, whole_chunks
+from emu.collectives.run import FACTOR, MTU, payload_for, whole_chunks
 from emu.fidelity import line
 from emu.net.dilation import run_auto
 from emu.net.fabric import FabricNet
@@ -42,6 +42,8 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
     cc = params.pop("cc", "none")
     seed = int(params.pop("seed", "0"))
     algo = params.pop("algo", None)
+    payload = params.pop("payload", "auto")
+    payload_for(payload, op, 2, [0])  # an unknown name is refused before anything is built
     topo = make_topo(topo_name, params)
     n = len(topo.hosts())
     if n < 2:
@@ -51,7 +53,7 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
     ports = host_ports(topo)
 
     def at(d: float) -> dict[str, Any]:
-        return _measure(op, topo, topo_name, params, sizes, cc, d, settings, seed, algo)
+        return _measure(op, topo, topo_name, params, sizes, cc, d, settings, seed, algo, payload)
 
     def auto() -> dict[str, Any]:
         # Every host sends at line rate through the whole collective (ring and direct alike).
@@ -64,13 +66,13 @@ def run(op: str, params: dict[str, str], *, dilation: float | str | None = None,
 
 
 def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: list[int], cc: str, d: float,
-             settings: RunSettings | None, seed: int, algo: str | None) -> dict[str, Any]:
+             settings: RunSettings | None, seed: int, algo: str | None, payload: str = "auto") -> dict[str, Any]:
     settings = replace(settings or RunSettings(), dilation=d)
     t0 = time.monotonic()
     with FabricNet(topo, settings=settings) as net:
         bringup = time.monotonic() - t0
         cpu0, t1, jobs = net.engine.cpu_seconds(), time.monotonic(), len(net.engine.speeds)
-        report = net.timebase.collective(op, sizes, cc=cc, seed=seed, algo=algo)
+        report = net.timebase.collective(op, sizes, cc=cc, seed=seed, algo=algo, payload=payload)
         # The measurement alone (not bring-up): the engine's CPU, which on the fabric clock is all of it.
         run_s, cpu_s = time.monotonic() - t1, net.engine.cpu_seconds() - cpu0
         net.timebase.with_speed(report["fidelity"], [net.engine.speed(jobs)])

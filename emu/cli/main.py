@@ -388,6 +388,10 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         raise ValueError(f"--algo is for `emu bench collective`, not `emu bench {args.name}`")
     if args.algo:
         params["algo"] = args.algo
+    if args.payload and args.name != "collective":
+        raise ValueError(f"--payload is for `emu bench collective`, not `emu bench {args.name}`")
+    if args.payload:
+        params["payload"] = args.payload
     if args.core and args.name != "collective":
         raise ValueError(f"--core is for `emu bench collective`, not `emu bench {args.name}`")
     if args.clock and args.name != "collective":
@@ -709,6 +713,11 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
                    help="for `collective`: " + "; ".join(f"{a}: {d}" for a, d in DESCRIBED.items())
                         + "; auto: the one a cost model of this fabric's paths (lengths, rates) predicts fastest, "
                           "and why (default: ring, direct for alltoall)")
+    p.add_argument("--payload", choices=("auto", "real", "none"), default=None,
+                   help="for `collective`: real (every byte moved, every result checked), none (headers only, as "
+                        "htsim: each byte's delivery exactly once is checked, not its value; the ranks' memory is "
+                        "never touched) or auto, the default (real while the ranks' memory fits 4 GiB); the "
+                        "result says which ran and what was checked")
     p.add_argument("--dilation", type=dilation_arg, default=None,
                    help="a number, or auto: `collective` defaults to auto (the smallest D this machine keeps on "
                         "time, retried larger if the run falls behind); `link` defaults to 1000")

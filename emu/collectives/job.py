@@ -35,6 +35,7 @@ def _attach_ranks(job: Any, params: dict[str, Any]) -> None:
                                        f"rank {r} ({rank['name']})", mtu=params["mtu"], cc=params["cc"],
                                        seed=rng.getrandbits(32), trim_dscp=params.get("trim_dscp"),
                                        spray=params.get("spray", "weighted"),
+                                       payload=params.get("payload", "real") != "none",
                                        **params.get("transport", {}))
                      for r, rank in enumerate(params["ranks"])]
     job.participants = [ep for ep, mine in zip(job.endpoints, job.local, strict=True) if mine]

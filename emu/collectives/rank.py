@@ -93,6 +93,9 @@ class Ring:
         emu.collectives.algorithms.ALGOS for `op` (its default: the ring, direct for alltoall); `groups`:
         each rank's group of near hosts (what "hier" keeps its first and last phases inside)."""
         self.dev = dev
+        # Headers only (the device's payload off): no pattern is written, nothing reduced, and what is
+        # checked is that every byte this rank must receive was accepted exactly once (`delivered`).
+        self.payload = bool(getattr(dev, "payload", True))
         self.r, self.n, self.op = rank, nranks, op
         self.algo = algo or algorithms.default(op)
         self.groups = groups
@@ -159,7 +162,17 @@ class Ring:
                              offset=start)
 
     def fill(self, size: int) -> None:
-        put_pattern(self.ints(self.data, 0, size), self.r)
+        if self.payload:
+            put_pattern(self.ints(self.data, 0, size), self.r)
+
+    def received(self) -> int:
+        """Bytes accepted into this rank's memory so far, each once (duplicates are not counted)."""
+        return sum(qp.rx_bytes for qp in (self.left, self.right, *self.mesh.values()))
+
+    def delivered(self, expected: int, before: int) -> int:
+        """Headers only: #wrong is the elements (int32) not accepted exactly once since `before`, against
+        the `expected` bytes the operation sends this rank."""
+        return abs(self.received() - before - expected) // 4
 
     def ring(self, steps: list[tuple[int, str, bool]], chunk: int) -> Generator[Wait, None, None]:
         """Run ring steps as one pipeline. Step s sends chunk c (byte offset c * chunk) of our data into
@@ -183,7 +196,7 @@ class Ring:
                     yield from self.wait_imm(base + (s - 1) * k + j)
                     c, _, reduce = steps[s - 1]
                     c = (c - 1) % self.n
-                    if reduce:
+                    if reduce and self.payload:
                         t = time.monotonic()
                         off = c * chunk + lo
                         self.ints(self.data, off, hi - lo)[:] += self.ints(self.stage, off, hi - lo)
@@ -214,7 +227,7 @@ class Ring:
         p = algorithms.plan(self.algo, self.op, self.n, size, self.slice, self.groups)
         regions = {"data": self.data, "stage": self.stage}
         base = self.msg
-        if p.local:  # all-to-all: my own part is already where it belongs
+        if p.local and self.payload:  # all-to-all: my own part is already where it belongs
             src, dst, nbytes = p.local[self.r]
             self.stage.buf[dst:dst + nbytes] = self.data.buf[src:src + nbytes]
         lanes = p.lanes[self.r]
@@ -226,7 +239,7 @@ class Ring:
                 while at[i] < len(lane) and all(base + m in self.got for m in lane[at[i]].waits):
                     step = lane[at[i]]
                     self.got.difference_update(base + m for m in step.waits)
-                    for red in step.reduces:
+                    for red in step.reduces if self.payload else ():
                         t = time.monotonic()
                         self.ints(self.data, red.data_off, red.nbytes)[:] += self.ints(self.stage, red.stage_off,
                                                                                       red.nbytes)
@@ -252,6 +265,24 @@ class Ring:
         op, n, r = self.op, self.n, self.r
         total = n * (n + 1) // 2  # the sum of the rank factors 1..n
         chunk = size // n
+        before = self.received()
+        if not self.payload:
+            if self.algo != "ring":
+                p = algorithms.plan(self.algo, op, n, size, self.slice, self.groups)
+                yield from self.run_plan(size)
+                return self.delivered(sum(w.nbytes for lanes in p.lanes for lane in lanes for step in lane
+                                          for w in step.sends if w.peer == r), before)
+            steps = {"allreduce": 2 * (n - 1), "reducescatter": n - 1, "allgather": n - 1, "sendrecv": 1}[op]
+            unit = size if op in ("allgather", "sendrecv") else chunk
+            if op == "allreduce":
+                yield from self.ring(self.reduce_scatter_steps() + self.all_gather_steps(1), chunk)
+            elif op == "reducescatter":
+                yield from self.ring(self.reduce_scatter_steps(), chunk)
+            elif op == "allgather":
+                yield from self.ring(self.all_gather_steps(0), size)
+            else:
+                yield from self.ring([(0, "stage", False)], size)
+            return self.delivered(steps * unit, before)
         if self.algo != "ring":
             if op == "allgather":
                 self.ints(self.data, 0, size * n)[:] = 0

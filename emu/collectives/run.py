@@ -165,13 +165,32 @@ def groups(hosts: list[RankHost]) -> tuple[int, ...]:
     return tuple(h.group for h in hosts)
 
 
+PAYLOADS = ("auto", "real", "none")
+# "auto": every byte moved and checked while the ranks' memory (their data and staging regions) would be
+# at most this; above it headers only, as htsim (FPF 64 x 8 at 16 MiB is 3 GiB: real; 512 x 8 is 24 GiB: none).
+AUTO_REAL_BYTES = 4 << 30
+CHECKED = {"real": "data: every element of every rank's result", "none": "delivery: every byte each rank must "
+           "receive accepted exactly once, and every step's messages waited for (not the values)"}
+
+
+def payload_for(payload: str, op: str, n: int, sizes: list[int]) -> str:
+    """"real" or "none" for what was asked ("auto": real while the ranks' regions fit AUTO_REAL_BYTES)."""
+    if payload not in PAYLOADS:
+        raise ValueError(f"payload is one of {', '.join(PAYLOADS)}, not {payload!r}")
+    if payload != "auto":
+        return payload
+    regions = n * max(sizes) * (n if op == "allgather" else 1) * 3  # data, and staging up to twice it
+    return "real" if regions <= AUTO_REAL_BYTES else "none"
+
+
 def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "none",
                   seed: int = 0, trim_dscp: int | None = None, spray: str = "weighted",
-                  algo: str | None = None) -> tuple[list[dict], int]:
+                  algo: str | None = None, payload: str = "real") -> tuple[list[dict], int]:
     """Fabric clock: every rank inside the engine (emu.collectives.job), all starting each size at one
     fabric instant. Every rank's report, as run_ranks gives them, and how many frames the kernel sent
     into the fabric while the job ran. EngineError with the job's reason if it fails."""
-    params = job_params(hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray, algo=algo)
+    params = job_params(hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray, algo=algo,
+                        payload=payload)
     state = engine.wait_job(engine.start_job(CollectiveJob, params))
     # A fabric split over workers: each ran the ranks of its own hosts.
     ranks = [r for part in state.get("parts", [state.get("result")]) for r in part["ranks"]]
@@ -179,14 +198,15 @@ def run_in_engine(engine: Any, hosts: list[RankHost], op: str, sizes: list[int],
 
 
 def job_params(hosts: list[RankHost], op: str, sizes: list[int], *, cc: str = "none", seed: int = 0,
-               trim_dscp: int | None = None, spray: str = "weighted", algo: str | None = None) -> dict[str, Any]:
-    """What the engine's collective job (emu.collectives.job) is given."""
+               trim_dscp: int | None = None, spray: str = "weighted", algo: str | None = None,
+               payload: str = "real") -> dict[str, Any]:
+    """What the engine's collective job (emu.collectives.job) is given (`payload`: "real" or "none")."""
     _check(hosts, op, algo)
     missing = [h.name for h in hosts if len(h.switch_ports) != len(h.ports)]
     if missing:
         raise ValueError(f"hosts {', '.join(missing)} have no switch port known for every plane")
     return {"op": op, "algo": algo, "groups": list(groups(hosts)), "sizes": sizes, "cc": cc, "mtu": MTU, "slice": SLICE, "seed": seed,
-            "trim_dscp": trim_dscp, "spray": spray, "transport": transport_for(hosts),
+            "trim_dscp": trim_dscp, "spray": spray, "transport": transport_for(hosts), "payload": payload,
             # A job that has not completed in 100 times its ideal fabric time is stuck, not slow.
             "budget_s": 100 * ideal_fabric_s(hosts, op, sizes) + 0.01,
             "ranks": [{"name": h.name, "planes": [[sw, port, addr, rate] for (sw, port), (addr, rate)
@@ -246,7 +266,7 @@ def run_ranks(hosts: list[RankHost], op: str, sizes: list[int], *, dilation: flo
 
 def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[dict], stats: dict[str, Any],
               fidelity: dict[str, Any], *, clock: str, dilation: float, seed: int = 0,
-              algo: str | None = None) -> dict[str, Any]:
+              algo: str | None = None, payload: str = "real") -> dict[str, Any]:
     """nccl-tests rows, the bandwidth bound and the gap per step, where a shortfall comes from, and the
     run's `fidelity` verdict (the timebase's: emu.net.timebase), from the ranks' `results` and the
     engine's counters."""
@@ -279,7 +299,7 @@ def summarise(op: str, hosts: list[RankHost], sizes: list[int], results: list[di
     return {"op": op, "algo": algo, "nranks": n, "clock": clock, "dilation": dilation, "seed": seed, "mtu": MTU, "rows": rows,
             "avg_busbw_GBps": sum(r["busbw_GBps"] for r in rows) / len(rows),
             "wrong": sum(r["wrong"] for r in rows), "bound_busbw_GBps": bound, "steps": steps,
-            "retransmits": retransmits, "packet_hops": hops,
+            "retransmits": retransmits, "packet_hops": hops, "payload": payload, "checked": CHECKED[payload],
             "attribution": attribution(stats, retransmits, fidelity) | {"spurious_retransmits": spurious},
             "fidelity": fidelity}
 

@@ -459,7 +459,8 @@ class FabricNet(Mininet):
 
     def collective(self, op: str = "allreduce", *, sizes: Sequence[int | str] = ("1MiB",),
                    cc: str = "none", seed: int = 0, spray: str = "weighted", algo: str | None = None,
-                   hosts: Sequence[str] | None = None, planes: Sequence[int] | None = None) -> CollectiveResult:
+                   hosts: Sequence[str] | None = None, planes: Sequence[int] | None = None,
+                   payload: str = "auto") -> CollectiveResult:
         """Run collective `op` (allreduce, allgather, reducescatter, alltoall, sendrecv) with one rank per
         host over every plane it has, on the fabric's clock (inside the engine on the fabric clock, a
         process per host at the fabric's D on the wall clock); `sizes` in bytes or with units ("64KiB"),
@@ -467,15 +468,19 @@ class FabricNet(Mininet):
         (a fabric-clock run is the same for the same seed); `spray`: the ranks' ("weighted" or "equal");
         `algo`: ring, rhd or tree for allreduce, ring or rhd for reducescatter and allgather, direct or
         pairwise for alltoall (emu.collectives.algorithms; None: the op's first); `hosts`: only these, in
-        this rank order (default every host); `planes`: only these of each host's planes (indices).
-        Rows as nccl-tests prints them, and the fidelity verdict of the run."""
+        this rank order (default every host); `planes`: only these of each host's planes (indices);
+        `payload`: "real" (every byte moved and every result checked), "none" (headers only, as htsim:
+        delivery of every byte exactly once checked, not the values; the ranks' memory is never
+        touched) or "auto" (real while the ranks' regions fit 4 GiB; the result says which ran, and
+        what was checked). Rows as nccl-tests prints them, and the fidelity verdict of the run."""
         from emu.collectives.run import CollectiveResult, whole_chunks
         from emu.units import parse_size
 
         n = len(hosts) if hosts is not None else len(self.hosts)
         chunks = whole_chunks([s if isinstance(s, int) else parse_size(s) for s in sizes], n)
         return CollectiveResult.from_report(self.timebase.collective(op, chunks, cc=cc, seed=seed, spray=spray,
-                                                                     algo=algo, hosts=hosts, planes=planes))
+                                                                     algo=algo, hosts=hosts, planes=planes,
+                                                                     payload=payload))
 
     def replay(self, trace: str | Trace, *, hosts: Sequence[str] | None = None, algo: str | None = None,
                cc: str = "none", seed: int = 0, spray: str = "weighted",

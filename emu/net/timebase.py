@@ -134,27 +134,32 @@ class Timebase(ABC):
 
     def collective(self, op: str, sizes: list[int], *, cc: str = "none", seed: int = 0, spray: str = "weighted",
                    algo: str | None = None, hosts: Sequence[str] | None = None,
-                   planes: Sequence[int] | None = None) -> dict[str, Any]:
+                   planes: Sequence[int] | None = None, payload: str = "auto") -> dict[str, Any]:
         """Collective `op` with one rank per host over every plane it has (`sizes`: whole int32 chunks per
         rank; `algo`: emu.collectives.algorithms', the op's default if None; `hosts`, `planes`: only
         these hosts, in this rank order, over only these of their planes), summarised as nccl-tests
         does with the engine's counters and this clock's verdict."""
-        from emu.collectives.run import MTU, pick, summarise
+        from emu.collectives.run import MTU, payload_for, pick, summarise
         from emu.roce.transport import HEADERS
 
         net = self.net
         ranks = pick(net.rank_hosts(), hosts, planes)
         algo, why = self.resolve(op, ranks, sizes, algo)
+        payload = payload_for(payload, op, len(ranks), sizes)
+        if payload == "none" and not self.endpoints_inside():
+            raise ValueError("--payload none runs the ranks inside the engine: on its own switches "
+                             "(--backend native), not BMv2's, whose ranks are processes moving real bytes")
         trim = net.settings.trim[1] if net.settings.trim else None
         net.engine.reset_fidelity()  # the collective is measured, the fabric's bring-up is not
         results, kernel = self.collective_results(ranks, op, sizes, cc=cc, seed=seed, trim_dscp=trim, spray=spray,
-                                                  algo=algo)
+                                                  algo=algo, payload=payload)
         stats = net.engine.stats()
         rate = min(rate for h in ranks for _, rate in h.ports)  # the slowest plane's: one packet's time
         fidelity = self.verdict(rate_bps=rate, frame_bytes=MTU + HEADERS, kernel_frames=kernel, endpoints=results,
                                 stats=stats)
         return {**summarise(op, ranks, sizes, results, stats, fidelity, clock=self.clock,
-                            dilation=self.result_fields(net.settings)["dilation"], seed=seed, algo=algo),
+                            dilation=self.result_fields(net.settings)["dilation"], seed=seed, algo=algo,
+                            payload=payload),
                 **({"algo_why": why} if why else {})}
 
     def resolve(self, op: str, ranks: list[Any], sizes: list[int], algo: str | None) -> tuple[str | None, str]:
@@ -314,11 +319,12 @@ class FabricTime(Timebase):
         return EngineFlows(self.net, flows, fail_plane=fail_plane)
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
-                           trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
+                           trim_dscp: int | None, spray: str, algo: str | None,
+                           payload: str = "real") -> tuple[list[dict[str, Any]], int]:
         from emu.collectives.run import run_in_engine
 
         return run_in_engine(self.net.engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp, spray=spray,
-                             algo=algo)
+                             algo=algo, payload=payload)
 
     def verdict(self, *, rate_bps: float = 100e9, frame_bytes: int = 1500, kernel_frames: int = 0,
                 senders: list[dict[str, Any]] | None = None, endpoints: list[dict[str, Any]] | None = None,
@@ -384,12 +390,13 @@ class WallTime(Timebase):
         return self.net.settings.backend == "native"
 
     def collective_results(self, hosts: list[Any], op: str, sizes: list[int], *, cc: str, seed: int,
-                           trim_dscp: int | None, spray: str, algo: str | None) -> tuple[list[dict[str, Any]], int]:
+                           trim_dscp: int | None, spray: str, algo: str | None,
+                           payload: str = "real") -> tuple[list[dict[str, Any]], int]:
         from emu.collectives.run import run_in_engine, run_ranks
 
         if self.endpoints_inside():
             return run_in_engine(self.net.engine, hosts, op, sizes, cc=cc, seed=seed, trim_dscp=trim_dscp,
-                                 spray=spray, algo=algo)[0], 0
+                                 spray=spray, algo=algo, payload=payload)[0], 0
         if trim_dscp is not None:
             raise ValueError("a collective on a trimming fabric runs inside the engine: on its own switches "
                              "(--backend native), not BMv2's")

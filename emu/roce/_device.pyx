@@ -819,6 +819,7 @@ cdef class Device:
     cdef public object clock
     cdef Schedule sched
     cdef public str spray
+    cdef public bint payload  # False: what arrives is counted, not written (headers only)
     cdef bint weighted
     cdef object retry_limit_obj
     cdef int64_t retry_limit
@@ -860,7 +861,7 @@ cdef class Device:
 
     def __init__(self, list addrs, *, double plane_rate_bps=100e9, int mtu=1024, str cc="none",
                  int window=512, double rto_fabric_s=200e-6, seed=None, clock=None, io=None, trim_dscp=None,
-                 str spray="weighted", retry_limit=None, double rtt_hint_fabric_s=0.0):
+                 str spray="weighted", retry_limit=None, double rtt_hint_fabric_s=0.0, bint payload=True):
         import random
 
 
@@ -874,6 +875,7 @@ cdef class Device:
         if len(addrs) > MAXP:
             raise RoceError(f"the compiled device has at most {MAXP} planes, not {len(addrs)}")
         self.spray = spray
+        self.payload = payload
         self.weighted = spray == "weighted"
         self.retry_limit_obj = retry_limit
         self.retry_limit = -1 if retry_limit is None else retry_limit
@@ -1526,7 +1528,8 @@ cdef class Device:
         cdef bint duplicate = psn < qp.expected or beyond_has(&qp.beyond, qp.expected, psn)
         if not duplicate:
             if length:
-                memcpy(mr.buf + (va - mr.va), data + head, length)
+                if self.payload:
+                    memcpy(mr.buf + (va - mr.va), data + head, length)
                 qp.rx_bytes += length
             if has_imm:
                 qp.imm_wait[psn] = imm
@@ -1951,7 +1954,7 @@ cdef class RingOp:
                 self._drain()
                 if not self._take(self.want):
                     return RING_RECV
-                if self.reduce[self.s - 1]:
+                if self.reduce[self.s - 1] and self.dev.payload:
                     c = ((self.cs[self.s - 1] - 1) % self.n + self.n) % self.n
                     lo = self.j * self.grain
                     hi = min(self.chunk, lo + self.grain)

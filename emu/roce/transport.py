@@ -411,7 +411,8 @@ class Device:
     def __init__(self, addrs: list[str], *, dilation: float = 1.0, plane_rate_bps: float = 100e9, mtu: int = 1024,
                  cc: str = "none", window: int = WINDOW, rto_fabric_s: float = RTO_S, seed: int | None = None,
                  clock: Clock | None = None, io: KernelIO | FabricIO | None = None, trim_dscp: int | None = None,
-                 spray: str = "weighted", retry_limit: int | None = None, rtt_hint_fabric_s: float = 0.0) -> None:
+                 spray: str = "weighted", retry_limit: int | None = None, rtt_hint_fabric_s: float = 0.0,
+                 payload: bool = True) -> None:
         """`clock` and `io`: a ProcessClock at `dilation` and KernelIO (the default: kernel sockets bound to
         `addrs`, in this namespace, fabric time = monotonic() / D), or the engine's loop and the FabricIO
         of the host's switch ports (`dilation` unused). Every time inside is whole picoseconds of fabric time
@@ -422,12 +423,15 @@ class Device:
         `retry_limit`: timer retransmissions of one packet after which its queue pair fails with
         "retry exceeded" (RoCE's retry_cnt: a peer that never answers is dead); None: never.
         `rtt_hint_fabric_s`: a queue pair's round trip until it has measured one (its timer is 4 of them,
-        as it is 4 measured ones later): the longest path's, where that is long (emu.collectives.run)."""
+        as it is 4 measured ones later): the longest path's, where that is long (emu.collectives.run).
+        `payload`: False keeps what arrives out of the memory regions (headers only, as htsim: a region
+        nobody writes is never given pages), still counting every byte accepted (`rx_bytes`)."""
         if not addrs:
             raise RoceError("a device needs at least one port (plane address)")
         if spray not in SPRAYS:
             raise RoceError(f"spray is one of {', '.join(SPRAYS)}, not {spray!r}")
         self.spray = spray
+        self.payload = payload
         self.retry_limit = retry_limit
         self.alarm_at = NEVER  # the user's own wake-up (Device.alarm)
         self.trim_dscp = trim_dscp
@@ -914,7 +918,8 @@ class Device:
         duplicate = psn < qp.expected or psn in qp.beyond
         if not duplicate:
             if length:
-                mr.buf[va - mr.va: va - mr.va + length] = payload
+                if self.payload:
+                    mr.buf[va - mr.va: va - mr.va + length] = payload
                 qp.rx_bytes += length
             if imm is not None:
                 qp.imm_wait[psn] = imm
