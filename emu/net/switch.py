@@ -351,6 +351,29 @@ def _worker_on(machines: tuple[str, ...], sw: FabricSwitch) -> int:
     raise ValueError(f"{sw.name} runs on this machine, which --machines ({', '.join(machines)}) does not name")
 
 
+# Not asked (`workers` 0), the fabric clock splits a fabric of this many hosts or more over two workers at its
+# longest links, where those are this long or more, on a machine of two cores or more: measured faster there
+# and the same figures bit for bit (docs/performance.md: FPF 512 x 8 split at its 100 m leaf-spine cables,
+# 0.5 us of lookahead, 1.86x the packet-hops a second of one worker; FPF 64 x 8 1.1x; FPF 8 x 8 0.64x; a
+# split by planes, 10 ns, 1.7x slower).
+AUTO_SPLIT_HOSTS = 256
+AUTO_SPLIT_LOOKAHEAD_S = 100e-9
+
+
+def _auto_split(settings: RunSettings, ports: dict[str, list[PortSpec]], hosts: int) -> dict[str, int]:
+    """The placement of a split over two workers that the fabric clock makes unasked, or {} for one."""
+    if (settings.workers != 0 or settings.clock is not ClockKind.FABRIC or settings.backend != "native"
+            or hosts < AUTO_SPLIT_HOSTS or (os.cpu_count() or 1) < 2):
+        return {}
+    try:
+        place = split_at_longest(ports, 2)
+    except SpecError:
+        return {}
+    cut = [p.delay_s for a, ps in ports.items() for p in ps
+           if p.peer_kind == "switch" and place[a] != place[p.peer_switch]]
+    return place if cut and min(cut) >= AUTO_SPLIT_LOOKAHEAD_S else {}
+
+
 def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> BuiltFabric:
     """Read Mininet's wiring, compute tables, and describe the engine's job and the interfaces' configuration
     (made by BuiltFabric.configure)."""
@@ -424,7 +447,10 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
     else:  # one worker, or (workers asked for) one per piece of a split at its longest links, else by
         # shards, with the hosts' cables cut: on either clock, each host runs whole on one worker
         workers = max(1, settings.workers)
-        if workers > 1:
+        place = _auto_split(settings, port_specs, len(set(host_of.values())))
+        if place:
+            workers = 2
+        elif workers > 1:
             try:
                 try:
                     place = split_at_longest(port_specs, workers)
@@ -432,6 +458,7 @@ def build_spec(switches: tuple[FabricSwitch, ...], settings: RunSettings) -> Bui
                     place = split_by_shards({sw.name: sw.shard or 0 for sw in switches}, workers)
             except SpecError as exc:
                 raise ValueError(str(exc)) from None
+        if workers > 1:
             around: dict[str, list[str]] = {}
             for (sw_name, _), h in sorted(host_of.items()):
                 around.setdefault(h, []).append(sw_name)
