@@ -139,8 +139,9 @@ WRONG: dict[str, list[tuple[str, list[tuple[str, str]], dict[str, str]]]] = {
             ("return 100_000, 400_000, 0.01", "return 700_000, 2_000_000, 0.01"),  # marks too late, Kmax unreachable
         ], {"Step 1": "at 400000 bytes the chance is 1.0", "Step 2": "beyond the port's buffer",
             "Step 3": "mark earlier"}),
-        ("dcqcn.py", [("return 100_000, 400_000, 0.01", "return 100, 400, 0.01")],  # KB where bytes are asked
-         {"Step 2": "less than one data frame", "Step 3": "TBD"}),
+        # KB where bytes are asked: step 3 alone passes it (fair, a queue of 1 KB, at 79 % of the line)
+        ("dcqcn.py", [("return 100_000, 400_000, 0.01", "return 100, 400, 0.01")],
+         {"Step 2": "less than one data frame"}),
         ("dcqcn.py", [("return 100_000, 400_000, 0.01", "return 100_000, 100_500, 0.01")],  # a step, not a slope
          {"Step 2": "the marking line is a step"}),
     ],
@@ -150,14 +151,16 @@ WRONG: dict[str, list[tuple[str, list[tuple[str, str]], dict[str, str]]]] = {
             ("p.drops_by_class[3]", "p.drops_by_class[0]"),  # the lossy class
             ("rtt_s / 2 -", "rtt_s -"),  # the round trip taken for one way
         ], {"Step 1": "needs 6734 bytes", "Step 2": "lossless_drops said 0", "Step 4": "length_from_rtt said"}),
-        ("headroom.py", [("round_trip = 2 * length_m", "round_trip = length_m")],  # the cable one way, not both
+        # The 100 m habit inside a building, whatever the cable. (Half the round trip drops nothing in step
+        # 3's incast, 800G arriving where 400G leaves: step 1 is what rejects a one-way headroom.)
+        ("headroom.py", [("round_trip = 2 * length_m", "round_trip = 2 * 100.0")],
          {"Step 1": "needs 6734 bytes", "Step 3": "lossless packets dropped with"}),
     ],
     "collectives": [("collectives.py", [
         ("return 2 * math.ceil(math.log2(n))", "return 2 * int(math.log2(n))"),  # floor: 5 ranks need 3 levels
         ("steps(\"tree\", n) * step_us + 2 * size / bytes_per_us", "steps(\"tree\", n) * step_us + size / bytes_per_us"),
         ("    return n * 2 * (size / g) / 2", "    return n * 2 * (size / g)"),  # the way back counted twice
-    ], {"Step 1": "for 5 ranks the plans take", "Step 2": "tree at 16777216 B", "Step 3": "you predicted"})],
+    ], {"Step 1": "for 5 ranks the plans take", "Step 2": "tree at 256 B: predicted", "Step 3": "you predicted"})],
     "mpi-planes": [("mpi_planes.py", [
         ('return hosts[(int(env["RANK"]) + 1) % int(env["WORLD_SIZE"])]',
          'return hosts[(int(env["RANK"]) - 1) % int(env["WORLD_SIZE"])]'),  # the ring's other way
