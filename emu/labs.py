@@ -111,6 +111,16 @@ def _clocks_of(checker: ModuleType) -> tuple[ClockKind, ...]:
     return tuple(check_clock(c) for c in getattr(checker, "CLOCKS", (ClockKind.WALL,)))
 
 
+def steps(name: str) -> list[str]:
+    """Lab `name`'s steps in order, labelled as a check reports them ("Step 1: the formula"): what a test
+    of every step counts."""
+    return [_label(step) for step in _checker(name).STEPS]
+
+
+def _label(step: Callable[..., str]) -> str:
+    return (step.__doc__ or step.__name__).strip().splitlines()[0]
+
+
 def _checker(name: str) -> ModuleType:
     return _load(lab_dir(name) / "check.py", f"emu_lab_check_{name.replace('-', '_')}")
 
@@ -153,7 +163,7 @@ def check(name: str, *, solution: bool = False, work_dir: str | None = None, clo
 
 
 def _run_step(step: Callable[[ModuleType, Any], str], work: ModuleType, net: Any) -> StepResult:
-    label = (step.__doc__ or step.__name__).strip().splitlines()[0]
+    label = _label(step)
     t0 = time.monotonic()
     try:
         detail, passed = step(work, net), True

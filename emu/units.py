@@ -152,7 +152,8 @@ MTU_ON_WIRE = 1600  # bytes: the largest frame with its preamble and gap, rounde
 
 def pfc_headroom(rate_bps: float, one_way_delay_s: float) -> int:
     """PFC headroom in bytes, for a cable of `one_way_delay_s` (seconds) at `rate_bps` (bits per second):
-    what can still arrive after XOFF leaves: the cable's round trip at line rate, a frame the peer had
-    started, a frame this side had started (which delays the XOFF), and the PFC frame itself. Here, not
-    in the buffer, because the control plane sizes headroom from measured cables too."""
+    what can still arrive after XOFF leaves: the cable's round trip at line rate, two frames at each end
+    (the peer's: the one it had started and one more while it acts on the XOFF; this side's: the one it
+    had started, which delays the XOFF, and the one arriving while it decides), and the PFC frame itself.
+    Here, not in the buffer, because the control plane sizes headroom from measured cables too."""
     return int(2 * rate_bps * one_way_delay_s / 8 + 2 * MTU_ON_WIRE + 2 * MTU_ON_WIRE + 84)

@@ -17,6 +17,7 @@ CLOCK_NOTE = "the ranks run inside the engine: 50 km of fibre on the wall clock 
 N = 16
 SMALL, LARGE = 256, 16 << 20
 GBPS = 100.0  # one plane of 100G a GPU
+MTU = 1024  # the payload of a full frame of the allreduces
 
 
 def step_steps(work: Any, net: None) -> str:
@@ -37,6 +38,25 @@ def _measure(algo: str) -> list[float]:
     return [row.time_us for row in r.rows]
 
 
+def _busiest_port(algo: str, size: int) -> tuple[int, list[int]]:
+    """The plan's steps in sequence and the messages its busiest rank sends: the ring's 2(n - 1) chunks of
+    size / n (it runs as its own pipeline, not from a plan), the tree's read from its plan (2 x size: a
+    half up and down one tree, to two children, and up the other)."""
+    if algo == "ring":
+        return 2 * (N - 1), [size // N] * (2 * (N - 1))
+    p = algorithms.plan(algo, "allreduce", N, size)
+    sends = [[s.nbytes for step in p.steps(r) for s in step.sends] for r in range(N)]
+    return p.depth, max(sends, key=sum)
+
+
+def _alpha_beta_us(algo: str, size: int, step_us: float, headers: bool) -> float:
+    """The model's time: its steps at step_us each and its busiest port's bytes at the line rate, their
+    payload alone or with every frame's headers (HEADERS a frame of up to MTU payload)."""
+    depth, msgs = _busiest_port(algo, size)
+    nbytes = sum(m + (-(-m // MTU) * HEADERS if headers else 0) for m in msgs)
+    return depth * step_us + nbytes / (GBPS * 1e3 / 8)
+
+
 def step_model(work: Any, net: None) -> str:
     """Step 2: a tree wins small, a ring wins large"""
     got = {a: _measure(a) for a in ("ring", "tree")}
@@ -44,16 +64,22 @@ def step_model(work: Any, net: None) -> str:
     said = {a: [work.predict_us(a, N, s, step_us, GBPS) for s in (SMALL, LARGE)] for a in got}
     lines = []
     for k, size in enumerate((SMALL, LARGE)):
-        fast = min(got, key=lambda a: got[a][k])
-        guess = min(said, key=lambda a: said[a][k])
         lines.append(f"{size} B: measured ring {got['ring'][k]:.2f} us, tree {got['tree'][k]:.2f} us; "
                      f"you predicted {said['ring'][k]:.2f} and {said['tree'][k]:.2f}")
+        # The model is arithmetic on the plans, so its band is only what the README leaves open: whether
+        # the bytes are the payload or the frames on the wire (up to 12 % more at 1024 B a frame; 8 times
+        # more for the 16 B a ring step moves at 256 B, where the steps dominate). The measured times
+        # are the fabric's, exact on any machine: they say which algorithm is faster, not the model's value.
+        for a in got:
+            low, high = (_alpha_beta_us(a, size, step_us, h) for h in (False, True))
+            if not low * (1 - 1e-9) <= said[a][k] <= high * (1 + 1e-9):
+                raise StepFailed(f"{a} at {size} B: predicted {said[a][k]:.2f} us; its steps and the bytes of its "
+                                 f"busiest port at line rate take {low:.2f} us ({high:.2f} with the frames' "
+                                 f"headers): the bytes each step moves (step 2)")
+        fast = min(got, key=lambda a: got[a][k])
+        guess = min(said, key=lambda a: said[a][k])
         if guess != fast:
             raise StepFailed(f"at {size} B the {fast} is faster, your model picks the {guess}: " + lines[-1])
-        for a in got:
-            if not 0.5 <= said[a][k] / got[a][k] <= 2.0:
-                raise StepFailed(f"{a} at {size} B: predicted {said[a][k]:.2f} us, measured {got[a][k]:.2f} us: "
-                                 "more than a factor of 2 apart (step 2: the bytes each step moves)")
     return "; ".join(lines)
 
 
@@ -69,7 +95,7 @@ def step_far(work: Any, net: None) -> str:
             r = bag.collective("allreduce", sizes=[size], algo=algo)
             out[algo] = (r.rows[0].time_us, long_haul_bytes(bag) - before)
     n = 2 * hosts
-    payload = 1024 / (1024 + HEADERS)  # of each frame on the long links: its MetaRoCE payload
+    payload = MTU / (MTU + HEADERS)  # of each frame on the long links: its MetaRoCE payload
     for algo, (_, wire) in out.items():
         said = work.long_haul_bytes(algo, n, size)
         if abs(said - wire * payload) > 0.1 * wire * payload:

@@ -6,7 +6,9 @@ from emu import FabricNet, FPFTopo
 from emu.labs import StepFailed
 from emu.net.switch import RunSettings
 from emu.roce.run import EnginePerf
+from emu.roce.transport import HEADERS
 from emu.scenarios.dcqcn import overlap_rates
+from emu.units import WIRE_OVERHEAD_BYTES
 
 MODULE = "dcqcn.py"
 CLOCKS = ("fabric",)
@@ -18,6 +20,8 @@ NBYTES = 16 << 20
 # How evenly the two flows must share. The lab's solution measures 0.85 on the fabric clock; on the wall
 # clock on-time runs gave 0.81-0.99 (where the marks fall moves it).
 FAIRNESS = 0.75
+MTU = 1024  # the data frames' payload (step 3 sends with it)
+FRAME = MTU + HEADERS - WIRE_OVERHEAD_BYTES  # a full data frame as the queue counts it (no preamble or gap)
 PORT_BUFFER = RunSettings.buffer_per_port  # what step 3's port holds (the fabric's default, 1 MiB)
 QUEUE_LIMIT = 400_000  # the median queue (2 us samples): the solution 273 KB, no marking 629 KB (window-bound)
 
@@ -38,6 +42,15 @@ def step_thresholds(work, net: None) -> str:
     kmin, kmax, pmax = work.ecn_parameters()
     if not 0 < kmin < kmax or not 0 < pmax <= 1:
         raise StepFailed(f"need 0 < Kmin < Kmax and 0 < Pmax <= 1, got {kmin}, {kmax}, {pmax}")
+    # What the queue is made of: whole data frames. A queue under one frame is two frames that arrived at
+    # once, not congestion (thresholds in KB, not bytes, land there); a line narrower than a frame holds
+    # at most one depth of whole frames: a step, not RED's slope.
+    if kmin < FRAME:
+        raise StepFailed(f"Kmin {kmin:g} bytes is less than one data frame ({FRAME} bytes): a packet with one "
+                         "frame ahead of it, two arriving at once, could be marked (thresholds are in bytes)")
+    if kmax - kmin < FRAME:
+        raise StepFailed(f"Kmax - Kmin is {kmax - kmin:g} bytes, less than one data frame ({FRAME} bytes): at "
+                         "most one queue depth of whole frames falls between them, so the marking line is a step")
     if kmax > PORT_BUFFER:
         raise StepFailed(f"Kmax {kmax / 1e3:g} KB is beyond the port's buffer ({PORT_BUFFER / 1e3:g} KB): no queue "
                          "can reach it, so the marking line never gets to Pmax; keep Kmax within the buffer")
@@ -52,7 +65,7 @@ def step_fair(work, net: None) -> str:
     with FabricNet(FPFTopo(gpus=3, planes=1, leaves=1), clock="fabric", ecn=ecn) as net:
         net.engine.sample_queues([("p0l0", "p0l0-eth3")], 2e-6)  # every 2 us of fabric time
         run = EnginePerf(net.engine, [net.host_planes("gpu0"), net.host_planes("gpu1")], net.host_planes("gpu2"),
-                         nbytes=NBYTES, cc="dcqcn", lat_iters=0)
+                         nbytes=NBYTES, cc="dcqcn", lat_iters=0, mtu=MTU)
         _, server = run.wait()
         queue = sorted(q for _, q in net.engine.queue_samples()["p0l0/p0l0-eth3"] if q)
     if not server["data_ok"]:
