@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -20,6 +21,7 @@ from tests.helpers import EMU, Live
 pytestmark = [pytest.mark.root, pytest.mark.mininet]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README_TEXT = open(os.path.join(REPO, "README.md")).read()
 
 
 def emu(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -321,3 +323,138 @@ def test_the_readme_topology_and_scenario_examples_run_as_written(tmp_path, no_l
     incast = next(b for b in blocks if "Incast(" in b)
     passed, drops, pauses = run_python(incast, tmp_path)[-1].split()
     assert passed == "True" and drops == "0" and int(pauses) > 0
+
+
+def test_bench_link_reports_the_achieved_rate_and_rtt_against_the_configured(no_leftovers):
+    """README: `emu bench link --json`, as shown (100G, 1 km of fibre, D = 1000): what the link delivered
+    and its round trip beside what it was configured with. A wire cannot beat its line rate nor a ping
+    its cable, and the errors printed are those two figures' own."""
+    r = emu("bench", "link", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["bench"] == "link" and out["rate_bps"] == 100e9 and out["distance_m"] == 1000 and out["dilation"] == 1000
+    assert out["frames"] > 0 and out["pings"] >= 10, out
+    assert 0.5 * out["rate_bps"] < out["achieved_bps"] <= 1.02 * out["rate_bps"], out
+    assert out["rate_error"] == pytest.approx(abs(out["achieved_bps"] / out["rate_bps"] - 1))
+    # 4 x (5 us of fibre + the 122-byte echo frame's 9.76 ns at 100G): the echo crosses two links each way.
+    assert out["expected_rtt_s"] == pytest.approx(4 * (5e-6 + 122 * 8 / 100e9))
+    assert out["measured_rtt_s"] >= 0.98 * out["expected_rtt_s"], out
+    assert out["rtt_error"] == pytest.approx(abs(out["measured_rtt_s"] / out["expected_rtt_s"] - 1))
+    assert "fidelity" in out and "D=1000" in out["how"], out
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    return [line.split() for line in stdout.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_bench_collective_algo_tree_runs_the_tree_and_beats_the_ring_small(no_leftovers):
+    """README: `emu bench collective allreduce --algo tree --topo fpf --gpus 32 --planes 1 --sizes 4KiB,1MiB`
+    (ring, rhd, tree): each size on the tree, every element right, and at 4 KiB on 32 ranks the tree's
+    2 log2(32) steps take less fabric time than the ring's 62 (the reason to pick it)."""
+    args = ["bench", "collective", "allreduce", "--topo", "fpf", "--gpus", "32", "--planes", "1"]
+    r = emu(*args[:3], "--algo", "tree", *args[3:], "--sizes", "4KiB,1MiB")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "# allreduce on fpf, 32 ranks" in r.stdout and "NCCL's double binary tree" in r.stdout, r.stdout
+    assert "fidelity: exact (fabric clock" in r.stdout, r.stdout
+    rows = _table_rows(r.stdout)
+    assert [(int(x[0]), x[5], x[-1]) for x in rows] == [(4096, "tree", "0"), (1 << 20, "tree", "0")], r.stdout
+    ring = emu(*args, "--algo", "ring", "--sizes", "4KiB")
+    assert ring.returncode == 0, ring.stderr[-2000:]
+    (ring_row,) = _table_rows(ring.stdout)
+    assert ring_row[5] == "ring" and float(rows[0][6]) < float(ring_row[6]), (rows[0], ring_row)
+
+
+def test_bench_collective_alltoallv_moves_an_moe_dispatch(no_leftovers):
+    """README: `emu bench collective alltoallv --topo fpf --gpus 32 --planes 1`: an MoE dispatch whose
+    tokens go to experts drawn by Zipf popularity; every size exact, on the fabric clock. The busiest
+    expert (rank) receives well over a rank's even share, which is what makes it an alltoallv."""
+    from emu.collectives.algorithms import moe_matrix
+
+    r = emu("bench", "collective", "alltoallv", "--topo", "fpf", "--gpus", "32", "--planes", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "# alltoallv on fpf, 32 ranks" in r.stdout and "fidelity: exact (fabric clock" in r.stdout, r.stdout
+    rows = _table_rows(r.stdout)
+    assert rows and all(x[-1] == "0" and float(x[6]) > 0 for x in rows), r.stdout
+    for size in (int(x[0]) for x in rows):
+        m = moe_matrix(32, size)
+        assert max(sum(m[q][p] for q in range(32)) for p in range(32)) > 1.3 * size, size
+
+
+def test_lab_start_copies_the_starter_to_its_default_folder(tmp_path):
+    """README: `emu lab start planes` copies the starter to ./lab-planes and prints step 1; a second start
+    leaves the student's work alone."""
+    starter = os.path.join(REPO, "labs", "planes", "starter")
+    env = dict(os.environ, PYTHONPATH=REPO)
+    r = subprocess.run([*EMU, "lab", "start", "planes"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env=env)
+    assert r.returncode == 0 and "Step 1" in r.stdout, r.stdout + r.stderr
+    copied = tmp_path / "lab-planes"
+    names = os.listdir(starter)
+    assert names and sorted(os.listdir(copied)) == sorted([*names, "README.md"])  # the steps beside the starter
+    for name in names:
+        assert (copied / name).read_bytes() == open(os.path.join(starter, name), "rb").read(), name
+    assert (copied / "README.md").read_text() == open(os.path.join(REPO, "labs", "planes", "README.md")).read()
+    (copied / names[0]).write_text("mine")
+    again = subprocess.run([*EMU, "lab", "start", "planes"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                           env=env)
+    assert again.returncode == 1 and "already exists" in again.stderr and (copied / names[0]).read_text() == "mine"
+
+
+def test_pace_slows_a_fabric_clock_run_and_changes_no_figure(tmp_path, no_leftovers):
+    """README: `--pace WALL_S`: a fabric second of the run's traffic takes at least WALL_S wall seconds;
+    the figures do not change. The README's incast unpaced, then paced so that its receiver's fabric time
+    alone takes at least 1.5 times the whole unpaced command's wall time (4 s at least): the paced command
+    takes at least that, and every figure is the unpaced one's."""
+    from emu.fidelity import RUN_FIELDS
+
+    def figures(result):
+        if isinstance(result, dict):
+            return {k: figures(v) for k, v in result.items() if k not in RUN_FIELDS and k != "plot"}
+        return [figures(v) for v in result] if isinstance(result, list) else result
+
+    args = ["scenario", "incast", "--json"]
+    t0 = time.monotonic()
+    r = emu(*args, "--out", str(tmp_path / "unpaced"))
+    target = max(4.0, 1.5 * (time.monotonic() - t0))
+    assert r.returncode == 0, r.stderr[-2000:]
+    unpaced = json.loads(r.stdout)
+    assert unpaced["clock"] == "fabric" and unpaced["passed"] and unpaced["fidelity"]["ok"] is True
+    t0 = time.monotonic()
+    r = emu(*args, "--pace", f"{target / unpaced['receive_fabric_s']:.0f}", "--out", str(tmp_path / "paced"))
+    took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert took >= target, (took, target)
+    assert figures(json.loads(r.stdout)) == figures(unpaced)
+
+
+@pytest.mark.long
+def test_bench_collective_on_bag_on_the_wall_clock_strict_exits_3_only_when_late(tmp_path, no_leftovers):
+    """README: `emu bench collective allreduce --topo bag --clock wall --strict`: wall clock, D chosen by
+    itself (auto), exit 3 if the run was late. Its exit code is its printed verdict's, and every row is
+    exact whatever the verdict (lateness moves times, never data)."""
+    r = subprocess.run([*EMU, "bench", "collective", "allreduce", "--topo", "bag", "--clock", "wall", "--strict"],
+                       capture_output=True, text=True, timeout=1800, env=dict(os.environ, EMU_CACHE_DIR=str(tmp_path)))
+    assert r.returncode in (0, 3), r.stderr[-2000:]
+    verdict = next(line for line in r.stdout.splitlines() if line.startswith("# fidelity:"))
+    assert (r.returncode == 0) == verdict.startswith("# fidelity: ok"), (r.returncode, verdict)
+    # Auto D: the header gives the D it ran at, stderr why (the offered packet rate, this machine's cost).
+    assert re.search(r"fabric units on D=\d+;", r.stdout.splitlines()[0]), r.stdout
+    assert "offered" in r.stderr and "cost per packet" in r.stderr, r.stderr[-2000:]
+    rows = _table_rows(r.stdout)
+    assert rows and all(x[-1] == "0" for x in rows), r.stdout
+
+
+@pytest.mark.long
+def test_tools_screenshots_makes_the_two_images_the_readme_shows(tmp_path, no_leftovers):
+    """README: `sudo .venv/bin/python tools/screenshots.py docs/img` makes the live view's two images, in
+    headless Chromium (a 1280 x 720 window), each taken once the pause arrows it shows are drawn, the size
+    of the committed ones (into a scratch folder here, not over them). Chromium is one of `make setup`'s
+    packages, as for tests/test_web.py."""
+    r = subprocess.run([sys.executable, os.path.join(REPO, "tools", "screenshots.py"), str(tmp_path)],
+                       capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "pause arrows were drawn" not in r.stderr, r.stderr  # each taken with its arrows, not at the end
+    for name in ("web-fpf-8x8-incast.png", "web-congestion-spreading.png"):
+        png, committed = (tmp_path / name).read_bytes(), open(os.path.join(REPO, "docs", "img", name), "rb").read()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[16:24] == committed[16:24], name  # width, height
+        assert int.from_bytes(png[16:20]) == 1280 and f"1280 x {int.from_bytes(png[20:24])}" in README_TEXT, name

@@ -61,3 +61,26 @@ def test_the_layout_names_every_doc():
     here = {p.name for p in (ROOT / "docs").glob("*.md")} | {p.name + "/" for p in (ROOT / "docs").iterdir()
                                                              if p.is_dir() and p.name != "img"}
     assert named == here
+
+
+def test_the_readme_opening_figures_are_what_docs_performance_records():
+    """Issue 51, item 11: the opening's wall times cannot be asserted on another machine; they are stated as
+    measurements (docs/performance.md, "Before and after"), and each is that table's figure."""
+    perf = (ROOT / "docs" / "performance.md").read_text().splitlines()
+
+    def row(start: str) -> str:
+        return next(line for line in perf if line.startswith(start))
+
+    opening = README.split("## The two commands")[0]
+    small, wall, d, big = re.search(r"took ([\d.]+) s for the whole command.*?against ([\d.]+) s on the wall clock "
+                                    r"at\s+the D it needs, ([\de]+)\s.*?on 512 GPUs x 8 planes, ([\d.]+) s", opening,
+                                    re.S).groups()
+    native = row("| FPF 8 x 8, 16 MiB allreduce")
+    assert f"{small} s command" in native.split(" | ")[2], native
+    assert re.search(rf"\| wall, D = {d} / \S+ .*\| {wall} / \d+ s \|", row("| FPF 8 x 8 | 16 MiB | wall")), wall
+    assert f"**{big} s command**" in row("| FPF 512 x 8, 16 MiB"), big
+    python_us = float(re.search(r"([\d.]+) us a hop", native.split(" | ")[3]).group(1))
+    lo, hi = (float(x) for x in re.search(r"(\d+)-(\d+) ns CPU a hop", native).group(1, 2))
+    said = re.search(r"about (\d+) times slower a packet-hop:\s+([\d.]+) us of CPU against (\d+)-(\d+) ns", README)
+    assert said and (float(said[2]), float(said[3]), float(said[4])) == (python_us, lo, hi), said
+    assert 0.8 * int(said[1]) < python_us * 1e3 / hi < python_us * 1e3 / lo < 1.2 * int(said[1]), (python_us, lo, hi)

@@ -109,6 +109,8 @@ def test_a_training_step_replays_with_the_step_time_of_its_critical_path(tmp_pat
 
 
 def test_the_reference_core_replays_the_same_figures(tmp_path, no_leftovers):
+    """Both cores replay the step to the same figures, and those figures are right: every element, the step
+    the critical path of its own collectives' times, the allreduce no faster than its bytes allow."""
     from emu import FabricNet, FPFTopo
 
     prefix = write_trace(str(tmp_path / "step"), _step)
@@ -118,6 +120,12 @@ def test_the_reference_core_replays_the_same_figures(tmp_path, no_leftovers):
             r = net.replay(prefix)
         out[core] = {k: v for k, v in r.items() if k != "fidelity"}
     assert out["python"] == out["native"]
+    r = out["native"]
+    assert r["wrong"] == 0 and r["nranks"] == N, r
+    ar, ag = r["collectives"]
+    assert r["step_time_us"] == pytest.approx(critical_path_us({2: ar["time_us"], 5: ag["time_us"]}), rel=1e-9)
+    # A ring allreduce sends 2 (N - 1) / N of its 1 MiB from each rank, here over 2 planes of 100G.
+    assert ar["time_us"] > 2 * (N - 1) / N * (1 << 20) * 8 / 200e9 * 1e6, ar
 
 
 @pytest.mark.long

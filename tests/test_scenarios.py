@@ -7,7 +7,10 @@ from dataclasses import replace
 import pytest
 
 from emu.cli.render import NOT_THERE, figure_at
+from emu.collectives.elastic import RETRY_LIMIT
+from emu.net.fabric import FabricNet
 from emu.net.switch import RunSettings
+from emu.roce.transport import ACK_DELAY_PS, RTO_S
 from emu.scenarios import run_scenario, scenario_class
 from emu.scenarios.common import ScenarioError
 
@@ -291,16 +294,26 @@ def test_replica_exclusion_survivors_detect_agree_and_finish_every_step_exact(tm
     than a 4-way one by more than the ring's share. Without detection (retry_limit 0: the transport
     never gives up) the survivors are stuck: one clear error, nothing left behind. Split over two
     workers (a region each), every time is the one worker's, to the last bit."""
+    from emu.scenarios.replica_exclusion import ReplicaExclusion
+
     r = run_scenario("replica-exclusion", {"size": "256KiB", "steps": "3"}, RunSettings(clock="fabric"),
                      out_dir=str(tmp_path))
     assert r["clock"] == "fabric" and r["fidelity"]["ok"] is True and r["passed"], r
     assert r["survivors"] == [0, 1, 3] and r["survivors_agree"] and r["epochs"] == [1] and r["wrong"] == 0
     assert r["detected_by"] == [1]  # the dead one's left neighbour
     assert r["steps_completed"] == {"0": 3, "1": 3, "3": 3}
-    # 7 retries of a doubling timer from its 200 us floor: at least 200 us x (1 + 2 + ... + 64) = 25.4 ms;
-    # the timer four measured round trips: each 0.2 ms over 20 km and the step's queues, at most as much
-    # again (1.6 ms: 203 ms); the view change < 1 ms
-    assert 0.0254 <= r["time_to_detect_fabric_s"] < 0.203 and 0 < r["time_to_agree_fabric_s"] < 0.002
+    # The transport's model of detection: the first packet the dead replica never answered is sent again
+    # RETRY_LIMIT times on a doubling timer (1, 2, ..., 64 RTOs; capped at 64) and the queue pair fails when
+    # the next one expires: 191 RTOs. The RTO is 4 round trips and an ACK's delay; the control queue pair
+    # carries little, so its round trip is the path's idle one. That packet left at most a round trip before
+    # the death (its ACK lost with the host); each expiry is seen at most RTO / 4 late.
+    rtos = sum(2 ** min(k, 6) for k in range(RETRY_LIMIT + 1))
+    with FabricNet(ReplicaExclusion().topology(), clock="fabric", kernel=False) as net:
+        left, dead = (h.name for h in net.rank_hosts()[1:3])
+        rtt = net.one_way_s(left, dead) + net.one_way_s(dead, left)
+    rto = max(RTO_S, 4 * rtt + ACK_DELAY_PS * 1e-12)
+    assert rtos == 191 and rtos * rto - rtt <= r["time_to_detect_fabric_s"] <= (rtos + 2) * rto, (rto, r)
+    assert 0 < r["time_to_agree_fabric_s"] < 0.002  # the view change: a few round trips
     assert r["time_to_resume_fabric_s"] > r["time_to_detect_fabric_s"] > 10 * r["step_before_fabric_s"]
     assert 0 < r["step_before_fabric_s"] and 0 < r["step_after_fabric_s"] < 2 * r["step_before_fabric_s"]
     assert (tmp_path / "replica-exclusion.png").stat().st_size > 0

@@ -7,7 +7,8 @@ web-fpf-8x8-incast.png: FPF 8 GPUs x 8 planes while seven GPUs send 1 MiB each t
 congestion-spreading scenario's PFC fabric while its incast and victim writes run (the scenario's own
 measure(), on a fabric with the page open), taken once the pause tree reaches beyond the incast's
 switches. Both on the fabric clock, paced so that a fabric microsecond takes 8 ms of wall time (the
-figures do not change), at 1280 x 720.
+figures do not change), in a 1280 x 720 window (headless Chromium's page in it, so each image, is
+1280 x 577).
 """
 
 from __future__ import annotations
