@@ -89,6 +89,7 @@ cdef class Schedule:
     cdef inline void _pop(self, Event* out) noexcept
     cdef inline int _run(self, Event* e) except -1
     cdef inline void _take(self, Event* e) noexcept
+    cdef inline int _fire(self, bint keep) except -1
 
 cdef class Target:
     cdef readonly SwitchBase sw

@@ -487,106 +487,69 @@ cdef class Schedule:
             _release(e)
         return 0
 
-    def run_until(self, until_, long long max_events):
-        cdef int64_t until = ps_of(until_)
+    cdef inline int _fire(self, bint keep) except -1:
+        """The reference's _fire: pop the next event and run it as the scheduler of what it schedules,
+        then give the caller's scheduler back; `keep`: the clock never goes back."""
         cdef Event e
-        cdef long long n = 0
+        self._pop(&e)
+        if not keep or e.t > self.now:
+            self.now = e.t
         cdef uint64_t was_h = self.cur_h
         cdef uint32_t was_n = self.cur_n
+        self._take(&e)
         try:
-            while self.n and self.heap[0].t <= until and n < max_events:
-                self._pop(&e)
-                if e.t > self.now:
-                    self.now = e.t
-                self._take(&e)
-                self._run(&e)
-                n += 1
+            return self._run(&e)
         finally:
             self.cur_h = was_h
             self.cur_n = was_n
+
+    def run_until(self, until_, long long max_events):
+        cdef int64_t until = ps_of(until_)
+        cdef long long n = 0
+        while self.n and self.heap[0].t <= until and n < max_events:
+            self._fire(True)
+            n += 1
         if until != NEVER and until > self.now:
             self.now = until
         return n
 
     def run_due(self, f_):
         cdef int64_t f = ps_of(f_)
-        cdef Event e
         cdef long long n = 0
-        cdef uint64_t was_h = self.cur_h
-        cdef uint32_t was_n = self.cur_n
-        try:
-            while self.n and self.heap[0].t <= f and not self.busy:
-                self._pop(&e)
-                if e.t > self.now:
-                    self.now = e.t
-                self._take(&e)
-                self._run(&e)
-                n += 1
-        finally:
-            self.cur_h = was_h
-            self.cur_n = was_n
+        while self.n and self.heap[0].t <= f and not self.busy:
+            self._fire(True)
+            n += 1
         return n
 
     def run_window(self, limit_, long long max_events):
         cdef int64_t limit = ps_of(limit_)
-        cdef Event e
         cdef long long n = 0
-        cdef uint64_t was_h = self.cur_h
-        cdef uint32_t was_n = self.cur_n
-        try:
-            while self.n and n < max_events and self.heap[0].t < limit:
-                self._pop(&e)
-                self.now = e.t
-                self._take(&e)
-                self._run(&e)
-                n += 1
-        finally:
-            self.cur_h = was_h
-            self.cur_n = was_n
+        while self.n and n < max_events and self.heap[0].t < limit:
+            self._fire(False)
+            n += 1
         return n
 
     def run_job(self, long long max_events):
-        cdef Event e
         cdef long long n = 0
-        cdef uint64_t was_h = self.cur_h
-        cdef uint32_t was_n = self.cur_n
-        try:
-            while self.n and n < max_events and (self.busy or self.heap[0].t < self.drain_until):
-                self._pop(&e)
-                self.now = e.t
-                self._take(&e)
-                self._run(&e)
-                n += 1
-        finally:
-            self.cur_h = was_h
-            self.cur_n = was_n
+        while self.n and n < max_events and (self.busy or self.heap[0].t < self.drain_until):
+            self._fire(False)
+            n += 1
         return n
 
     def run_paced(self, late, limit_):
         cdef int64_t limit = ps_of(limit_)
-        cdef Event e
         cdef long long n = 0
         cdef double wall
         cdef int64_t t
         add = late.add
-        cdef uint64_t was_h = self.cur_h
-        cdef uint32_t was_n = self.cur_n
-        try:
-            while self.n:
-                t = self.heap[0].t
-                wall = monotonic()
-                if t >= limit or t > self.mapped_at(wall):
-                    break
-                self._pop(&e)
-                if e.t > self.now:
-                    self.now = e.t
-                add(wall - (self.anchor_w + c_to_s(e.t - self.anchor_f) * self.idle_dilation))  # read live, as deadline()
-                self._take(&e)
-                self._run(&e)
-                n += 1
-        finally:
-            self.cur_h = was_h
-            self.cur_n = was_n
+        while self.n:
+            t = self.heap[0].t
+            wall = monotonic()
+            if t >= limit or t > self.mapped_at(wall):
+                break
+            add(wall - (self.anchor_w + c_to_s(t - self.anchor_f) * self.idle_dilation))  # read live, as deadline()
+            self._fire(True)
+            n += 1
         return n
 
 

@@ -212,25 +212,27 @@ class Schedule:
 
     # -- the inner loops, one per kind of loop -------------------------------------------------
 
+    def _fire(self, e: tuple[int, int, int, int, Callback, Any], keep: bool) -> None:
+        """Run the popped event `e` as the scheduler of what it schedules (its identity made when at()
+        first needs it), then give the caller's scheduler back; `keep`: the clock never goes back."""
+        t = e[0]
+        if not keep or t > self.now:
+            self.now = t
+        was = self.cur_h, self.cur_n
+        self.running, self.cur_h, self.cur_n = e, -1, 0
+        try:
+            e[4](t, e[5])
+        finally:
+            self.cur_h, self.cur_n = was
+
     def run_until(self, until: int, max_events: int) -> int:
         """Virtual time: every event due by `until` (inclusive; NEVER: all), at most `max_events`; the clock
         never goes back (an event scheduled in the past runs at its own time, `now` stays)."""
         ps_of(until)
-        heap = self.heap
-        pop = heapq.heappop
-        n = 0
-        was = (self.cur_h, self.cur_n)
-        try:
-            while heap and heap[0][0] <= until and n < max_events:
-                e = self.running = pop(heap)
-                t = e[0]
-                if t > self.now:
-                    self.now = t
-                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
-                e[4](t, e[5])
-                n += 1
-        finally:
-            self.cur_h, self.cur_n = was
+        heap, pop, n = self.heap, heapq.heappop, 0
+        while heap and heap[0][0] <= until and n < max_events:
+            self._fire(pop(heap), True)
+            n += 1
         if until != NEVER and until > self.now:
             self.now = until
         return n
@@ -239,57 +241,28 @@ class Schedule:
         """Between jobs on the fabric clock: every event due by fabric time `f` (inclusive), until a
         job begins; the clock never goes back."""
         ps_of(f)
-        heap = self.heap
-        pop = heapq.heappop
-        n = 0
-        was = (self.cur_h, self.cur_n)
-        try:
-            while heap and heap[0][0] <= f and not self.busy:
-                e = self.running = pop(heap)
-                t = e[0]
-                if t > self.now:
-                    self.now = t
-                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
-                e[4](t, e[5])
-                n += 1
-        finally:
-            self.cur_h, self.cur_n = was
+        heap, pop, n = self.heap, heapq.heappop, 0
+        while heap and heap[0][0] <= f and not self.busy:
+            self._fire(pop(heap), True)
+            n += 1
         return n
 
     def run_window(self, limit: int, max_events: int) -> int:
         """A split fabric's window: events before `limit` (exclusive), at most `max_events`."""
         ps_of(limit)
-        heap = self.heap
-        pop = heapq.heappop
-        n = 0
-        was = (self.cur_h, self.cur_n)
-        try:
-            while heap and n < max_events and heap[0][0] < limit:
-                e = self.running = pop(heap)
-                self.now = t = e[0]
-                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
-                e[4](t, e[5])
-                n += 1
-        finally:
-            self.cur_h, self.cur_n = was
+        heap, pop, n = self.heap, heapq.heappop, 0
+        while heap and n < max_events and heap[0][0] < limit:
+            self._fire(pop(heap), False)
+            n += 1
         return n
 
     def run_job(self, max_events: int) -> int:
         """While a job runs here, or what one left is due before `drain_until`: at most `max_events`.
         A job that ends mid-batch hands what it left to the drain, then the rest to the wall."""
-        heap = self.heap
-        pop = heapq.heappop
-        n = 0
-        was = (self.cur_h, self.cur_n)
-        try:
-            while heap and n < max_events and (self.busy or heap[0][0] < self.drain_until):
-                e = self.running = pop(heap)
-                self.now = t = e[0]
-                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
-                e[4](t, e[5])
-                n += 1
-        finally:
-            self.cur_h, self.cur_n = was
+        heap, pop, n = self.heap, heapq.heappop, 0
+        while heap and n < max_events and (self.busy or heap[0][0] < self.drain_until):
+            self._fire(pop(heap), False)
+            n += 1
         return n
 
     def run_paced(self, late: Any, limit: int) -> int:
@@ -303,22 +276,15 @@ class Schedule:
         monotonic = time.monotonic
         mapped, deadline = self.mapped, self.deadline
         n = 0
-        was = (self.cur_h, self.cur_n)
-        try:
-            while heap:
-                t = heap[0][0]
-                wall = monotonic()
-                if t >= limit or t > mapped(wall):
-                    break
-                e = self.running = pop(heap)
-                if t > self.now:
-                    self.now = t
-                late.add(wall - deadline(t))
-                self.cur_h, self.cur_n = -1, 0  # its identity when needed (at)
-                e[4](t, e[5])
-                n += 1
-        finally:
-            self.cur_h, self.cur_n = was
+        while heap:
+            t = heap[0][0]
+            wall = monotonic()
+            if t >= limit or t > mapped(wall):
+                break
+            e = pop(heap)
+            late.add(wall - deadline(t))
+            self._fire(e, True)
+            n += 1
         return n
 
 
