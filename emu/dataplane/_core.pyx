@@ -497,11 +497,10 @@ cdef class Schedule:
         cdef uint64_t was_h = self.cur_h
         cdef uint32_t was_n = self.cur_n
         self._take(&e)
-        try:
-            return self._run(&e)
-        finally:
-            self.cur_h = was_h
-            self.cur_n = was_n
+        self._run(&e)  # an event that raises ends the run loop with its error, the context as it left it
+        self.cur_h = was_h
+        self.cur_n = was_n
+        return 0
 
     def run_until(self, until_, long long max_events):
         cdef int64_t until = ps_of(until_)

@@ -218,12 +218,10 @@ class Schedule:
         t = e[0]
         if not keep or t > self.now:
             self.now = t
-        was = self.cur_h, self.cur_n
+        was_h, was_n = self.cur_h, self.cur_n
         self.running, self.cur_h, self.cur_n = e, -1, 0
-        try:
-            e[4](t, e[5])
-        finally:
-            self.cur_h, self.cur_n = was
+        e[4](t, e[5])  # an event that raises ends the run loop with its error, the context as it left it
+        self.cur_h, self.cur_n = was_h, was_n
 
     def run_until(self, until: int, max_events: int) -> int:
         """Virtual time: every event due by `until` (inclusive; NEVER: all), at most `max_events`; the clock
