@@ -119,6 +119,16 @@ def test_mpi_is_told_the_subnets_of_the_ranks_planes():
         "10.0.0.0/24", "10.0.1.0/24", "10.1.0.0/24", "10.1.1.0/24"]
 
 
+def test_mpiruns_line_turns_put_off_in_the_tcp_transport(tmp_path):
+    """Without put a long message goes as send fragments, and two ranks sending to each other at once
+    overlap every time (the acceptance test below; docs/performance.md, "Issue 53's acceptance")."""
+    from emu.net.ranks import mpirun_argv
+
+    argv = mpirun_argv([("gpu0", 1), ("gpu1", 2)], ["true"], ["10.0.0.0/24"], str(tmp_path), {})
+    flags = argv[argv.index("btl_tcp_flags") + 1].split(",")
+    assert "send" in flags and "put" not in flags and "get" not in flags, argv
+
+
 def test_the_jobs_code_is_its_first_failing_ranks():
     from emu.net.ranks import RankResult
 
@@ -298,21 +308,26 @@ ALLREDUCE_C = r"""
 /* The kernel's clock, asked directly: libfaketime sees libc's clock calls, not a raw system call. */
 static double kernel_clock(void) { struct timespec t; syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &t);
                                    return t.tv_sec + t.tv_nsec * 1e-9; }
+/* ROUNDS rounds of ITERS allreduces of N floats, each between two barriers and timed on its own: the first
+   exchange after a barrier is where Open MPI over TCP overlaps the two directions or not (docs/performance.md,
+   "Jobs in the hosts"), so each round is one more draw of it. */
 int main(int argc, char **argv) {
-  int n = atoi(argv[1]), iters = atoi(argv[2]), rank, size;
+  int n = atoi(argv[1]), iters = atoi(argv[2]), rounds = atoi(argv[3]), rank, size, ok = 1;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank); MPI_Comm_size(MPI_COMM_WORLD, &size);
   float *in = malloc(n * sizeof(float)), *out = malloc(n * sizeof(float));
   for (int i = 0; i < n; i++) in[i] = rank + 1;
   MPI_Allreduce(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Barrier(MPI_COMM_WORLD);
-  double k0 = kernel_clock(), t0 = MPI_Wtime();
-  for (int i = 0; i < iters; i++) MPI_Allreduce(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Barrier(MPI_COMM_WORLD);
-  double t1 = MPI_Wtime(), k1 = kernel_clock();
-  int ok = out[n - 1] == size * (size + 1) / 2.0f;
   char host[64]; gethostname(host, sizeof host);
-  printf("host %s ok %d elapsed %.9f wall %.9f\n", host, ok, t1 - t0, k1 - k0);
+  for (int r = 0; r < rounds; r++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double k0 = kernel_clock(), t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++) MPI_Allreduce(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t1 = MPI_Wtime(), k1 = kernel_clock();
+    ok &= out[n - 1] == size * (size + 1) / 2.0f;
+    printf("host %s round %d ok %d elapsed %.9f wall %.9f\n", host, r, ok, t1 - t0, k1 - k0);
+  }
   MPI_Finalize();
   return ok ? 0 : 1;
 }
@@ -335,26 +350,30 @@ def allreduce_program(tmp_path_factory) -> str:
 @pytest.mark.root
 @pytest.mark.mininet
 @pytest.mark.long
-def test_an_mpi_allreduce_times_itself_in_fabric_time_at_two_dilations(allreduce_program, nothing_left):
-    """A C program of MPI_Allreduce (4 Mi floats, 16 MiB, 3 times) between two FPF hosts over 2 planes,
-    through `emu run --mpi`: each rank's MPI_Wtime interval is fabric time, i.e. the same interval of the
-    kernel's clock (read by a raw system call) / D, within 5 % (it is within 0.01 %), at D = 1000 and
-    2000. The two D's figures are printed, not compared: the same loop at one D varies from run to run
-    (two clusters, about 4.0 and 4.35 fabric ms, at any D and without libfaketime too; a CI run gave
-    4.29 and 3.64 ms: docs/performance.md, "Jobs in the hosts"), and the kernel's TCP timers keep wall
-    time, so agreement across D is issue 53's open item, not something this test can hold."""
+def test_an_mpi_allreduce_times_itself_in_fabric_time_and_alike_at_two_dilations(allreduce_program, nothing_left):
+    """Issue 53's acceptance, on the smallest fabric that showed the spread: a C program of MPI_Allreduce
+    (4 Mi floats, 16 MiB) between two FPF hosts over 2 planes through `emu run --mpi`, three rounds of
+    two, each round timed with MPI_Wtime between barriers, at D = 1000 and 2000. Each rank's interval is
+    fabric time: the same interval of the kernel's clock (read by a raw system call) / D, within 0.1 %
+    (it is within 0.01 %). And rank 0's six figures, as printed, agree within 5 % across rounds and D's:
+    a run at a second D reads what the first read. Each round is its own draw of the first exchange
+    after a barrier, which Open MPI's TCP transport with its default flags (put) overlapped or not: by
+    hand, this program with those read 2.57, 2.57, 2.55 ms at D = 1000 and 2.20, 2.86, 2.86 ms at
+    D = 2000 (30 % apart; docs/performance.md, "Issue 53's acceptance"), which this test fails."""
     elapsed = {}
     for d in DILATIONS:
         r = emu_run("fpf", "--gpus", "2", "--planes", "2", "--leaves", "1", "--dilation", d, "--mpi", "--",
-                    allreduce_program, "4194304", "3", timeout=180)
+                    allreduce_program, "4194304", "2", "3", timeout=180)
         assert r.returncode == 0, (r.stdout, r.stderr)
-        rows = re.findall(r"^\[rank (\d)\] host (\S+) ok 1 elapsed ([\d.]+) wall ([\d.]+)$", r.stdout, re.M)
-        assert sorted((rank, host) for rank, host, *_ in rows) == [("0", "gpu0"), ("1", "gpu1")], r.stdout
-        for _, _, fabric, wall in rows:
-            assert float(fabric) == pytest.approx(float(wall) / float(d), rel=0.05), (d, r.stdout)
-        elapsed[d] = float(rows[0][2])
+        rows = re.findall(r"^\[rank (\d)\] host (\S+) round (\d) ok 1 elapsed ([\d.]+) wall ([\d.]+)$", r.stdout, re.M)
+        assert sorted((rank, host, rnd) for rank, host, rnd, *_ in rows) == [
+            (rank, f"gpu{rank}", rnd) for rank in "01" for rnd in "012"], r.stdout
+        for *_, fabric, wall in rows:
+            assert float(fabric) == pytest.approx(float(wall) / float(d), rel=0.001), (d, r.stdout)
+        elapsed[d] = [float(fabric) for rank, _, _, fabric, _ in rows if rank == "0"]
         print(f"D={d}: {r.stdout.strip()}")  # with -s: the figures
-    print(f"elapsed by D: {elapsed}")
+    figures = [e for d in DILATIONS for e in elapsed[d]]
+    assert max(figures) <= 1.05 * min(figures), f"rank 0's rounds by D (fabric s): {elapsed}"
 
 
 @pytest.mark.root

@@ -255,7 +255,14 @@ def mpirun_argv(hosts: Sequence[tuple[str, int]], argv: Sequence[str], networks:
            "oob_tcp_if_include": nets, "orte_tmpdir_base": folder, "pml": "ob1",
            "btl_tcp_disable_family": "6", "oob_tcp_disable_family": "6",
            # every host is on one machine: a rank waiting on the network yields the core to the engine
-           "mpi_yield_when_idle": "1"}
+           "mpi_yield_when_idle": "1",
+           # No RDMA-style put over TCP (Open MPI's default flags less put and hetero-rdma): a long message
+           # goes as 128 KiB send fragments, a few in flight. With put, the whole rest of a message is one
+           # fragment, and a rank's reply to its peer's rendezvous (the control message that lets the peer
+           # send) queues behind it on the same socket: two ranks sending to each other at once then took
+           # turns, or overlapped, as the race after a barrier fell, and the same allreduce read 1.10, 1.28
+           # or 1.43 fabric ms an iteration from round to round (docs/performance.md, "Jobs in the hosts").
+           "btl_tcp_flags": "send,inplace,need-ack,need-csum"}
     out = [shutil.which("mpirun") or "mpirun", "--allow-run-as-root", "-np", str(len(hosts)), "--hostfile", hostfile,
            "--map-by", "node", "--tag-output"]
     for k, v in mca.items():
