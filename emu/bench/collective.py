@@ -81,7 +81,9 @@ def _measure(op: str, topo: Any, topo_name: str, params: dict[str, str], sizes: 
         # A split fabric: windows (barriers each worker sent every other) and frames that crossed between workers.
         # Asked of a split fabric only: the reply is every port's counters again (40 MB at FPF 4096 x 8).
         machines = net.settings.machines
-        stats = net.engine.stats() if net.engine.spec.workers > 1 else {}  # asked for, or the clock's own split
+        split = max(len(machines), net.settings.workers) > 1 or (  # asked for, or the fabric clock's own
+            net.settings.backend == "native" and net.engine.spec.workers > 1)
+        stats = net.engine.stats() if split else {}
         workers, lookahead = max(len(stats.get("workers", [])), 1), stats.get("lookahead_s")
         chans = [w["channel"] for w in stats.get("workers", []) if "channel" in w]
     fabric_ms = sum(r["time_us"] for r in report["rows"]) / 1e3
