@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 RUN_ROOT = "/run/emu"
 SCRATCH = os.path.join(RUN_ROOT, "scratch")  # endpoints' and ranks' rendezvous folders
@@ -176,10 +177,28 @@ def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Callable[[], Non
 
     for s in signals:
         signal.signal(s, handler)
+    previous = sys.unraisablehook
+
+    def unraisable(u: Any) -> None:
+        """A stop raised while a finaliser or a weakref's callback ran (importlib's module locks have
+        one) is printed as "Exception ignored" and lost, and the run went on to its end as if nothing
+        had come (a Ctrl-C mid-job, seen in CI): the signal is delivered again, to land where it unwinds."""
+        nonlocal stopping
+        exc = u.exc_value
+        if isinstance(exc, (KeyboardInterrupt, Stopped)):
+            stopping = False if isinstance(exc, Stopped) else stopping
+            signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+            # From another thread, a moment later: sent from here it would be raised in this hook again.
+            threading.Timer(0.001, os.kill, (os.getpid(), signum)).start()
+        else:
+            previous(u)
+
+    sys.unraisablehook = unraisable
 
     def restore() -> None:
         for s, h in old.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
+        sys.unraisablehook = previous
 
     return restore
 
