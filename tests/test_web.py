@@ -638,11 +638,17 @@ def test_a_browser_whose_opener_was_killed_is_removed_by_emu_clean(no_leftovers)
     code = ("from emu.web.chromium import HeadlessPage; import sys, time; p = HeadlessPage('about:blank'); "
             "print(p.profile, p.proc.pid, flush=True); time.sleep(600)")
     opener = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    profile, pid = opener.stdout.readline().split()  # type: ignore[union-attr]
-    deadline = time.monotonic() + 30  # the browser's own processes start (its zygote, a child of it)
-    while not _children(int(pid)) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _children(int(pid)), "chromium started no process of its own in 30 s"
+    try:
+        profile, pid = opener.stdout.readline().split()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 60  # the browser's own processes start (its zygote, below it)
+        while not _descendants(int(pid)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _descendants(int(pid)), "chromium started no process of its own in 60 s"
+    except BaseException:  # what was started goes, so that no later test finds it left behind
+        opener.kill()
+        opener.wait()
+        clean()
+        raise
     opener.send_signal(signal.SIGKILL)
     opener.wait()
     assert os.path.exists(f"/proc/{pid}") and os.path.isdir(profile)
@@ -652,6 +658,16 @@ def test_a_browser_whose_opener_was_killed_is_removed_by_emu_clean(no_leftovers)
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(f"/proc/{pid}") and not os.path.exists(profile)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below pid, at any depth (a browser may start its helpers through one of its own)."""
+    found, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        found += kids
+        todo += kids
+    return found
 
 
 def _children(pid: int) -> list[int]:
