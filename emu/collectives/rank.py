@@ -22,13 +22,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from emu.collectives import OPS, algorithms
+from emu.collectives.ringsteps import RingSteps
 from emu.fidelity import Lateness, Part
 from emu.roce.endpoint import Wait, drive_wall
 from emu.roce.perf import publish, wait_for
@@ -174,7 +175,7 @@ class Ring:
         the `expected` bytes the operation sends this rank."""
         return abs(self.received() - before - expected) // 4
 
-    def ring(self, steps: list[tuple[int, str, bool]], chunk: int) -> Generator[Wait, None, None]:
+    def ring(self, steps: Sequence[tuple[int, str, bool]], chunk: int) -> Generator[Wait, None, None]:
         """Run ring steps as one pipeline. Step s sends chunk c (byte offset c * chunk) of our data into
         the right neighbour's `dst` region ("stage" or "data") at the same offset; what we receive at
         step s is the chunk we send at step s + 1 (the left neighbour runs one chunk behind us), and
@@ -183,7 +184,7 @@ class Ring:
         if compiled is not None and type(self).wait_imm is Ring.wait_imm and type(self).finish is Ring.finish:
             # The compiled device's (emu.roce._device.RingOp): these same steps, in C. (A ring that waits
             # its own way, a replica with heartbeats, runs the loop below.)
-            op = compiled(self, steps, chunk)
+            op = compiled(self, RingSteps.of(steps, self.n).runs, chunk)
             yield op  # its endpoint runs it to its end, then this goes on
             self.msg, self.done_at = op.msg, op.done_at
             return
@@ -213,12 +214,12 @@ class Ring:
         self.msg = base + len(steps) * k
         yield from self.finish()
 
-    def reduce_scatter_steps(self) -> list[tuple[int, str, bool]]:
-        return [((self.r - s) % self.n, "stage", True) for s in range(self.n - 1)]
+    def reduce_scatter_steps(self) -> RingSteps:
+        return RingSteps(self.n, [(self.r, self.n - 1, "stage", True)])
 
-    def all_gather_steps(self, first: int) -> list[tuple[int, str, bool]]:
+    def all_gather_steps(self, first: int) -> RingSteps:
         """Circulate chunk `first + r` (already final on rank r) until every rank has all n."""
-        return [((self.r + first - s) % self.n, "data", False) for s in range(self.n - 1)]
+        return RingSteps(self.n, [(self.r + first, self.n - 1, "data", False)])
 
     def run_plan(self, size: int) -> Generator[Wait, None, None]:
         """Run this rank's lanes of the algorithm's plan (emu.collectives.algorithms) side by side: a
@@ -281,7 +282,7 @@ class Ring:
             elif op == "allgather":
                 yield from self.ring(self.all_gather_steps(0), size)
             else:
-                yield from self.ring([(0, "stage", False)], size)
+                yield from self.ring(RingSteps(self.n, [(0, 1, "stage", False)]), size)
             return self.delivered(steps * unit, before)
         if self.algo != "ring":
             if op == "allgather":
@@ -304,7 +305,7 @@ class Ring:
             yield from self.ring(self.all_gather_steps(0), size)
             return sum(wrong(self.ints(self.data, k * size, size), k) for k in range(n))
         if op == "sendrecv":
-            yield from self.ring([(0, "stage", False)], size)
+            yield from self.ring(RingSteps(self.n, [(0, 1, "stage", False)]), size)
             return wrong(self.ints(self.stage, 0, size), (r - 1) % n)
         raise ValueError(f"unknown op {op!r}")
 

@@ -6,12 +6,12 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 ctypedef int (*EventFn)(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1
 
-cdef struct Event:
+cdef struct Event:      # 64 bytes: one cache line when the pool is aligned
     int64_t t
     uint64_t h          # the tie key (emu.dataplane.schedule): its scheduler's identity, which child of it
     uint32_t c
-    EventFn fn          # NULL: a Python callback, obj(t, parg)
     int held            # a compiled event holding a reference to obj (push_held)
+    EventFn fn          # NULL: a Python callback, obj(t, parg)
     PyObject* obj
     PyObject* parg
     void* varg
@@ -117,41 +117,45 @@ cdef class FromHost:
     cdef readonly SwitchBase sw
     cdef readonly int port
 
+cdef struct TxQueue:     # one priority's queue: what a frame's enqueue, pick and send touch, in one cache line
+    Packet* head
+    Packet* tail
+    int64_t qb
+    int64_t pause_until
+    int64_t deficit
+    int64_t quantum
+    int64_t hwm
+    int64_t qtx
+
 cdef class Transmitter:
-    cdef public object loop
+    # What every frame reads comes first, then its priority's queue, then what statistics and PFC's
+    # accounting read: a link is visited once a hop among thousands, so its state is a few cache lines.
     cdef Schedule sched
-    cdef public str name
-    cdef public int64_t rate_bps, delay_ps
     cdef public object deliver
     cdef object dequeue
-    cdef Packet* head[8]
-    cdef Packet* tail[8]
-    cdef int64_t qb[8]
-    cdef int64_t hwm[8]
+    cdef public int64_t rate_bps, delay_ps
     cdef public bint busy
-    cdef int64_t pause_until[8]
-    cdef int64_t pause_since[8]
-    cdef int64_t paused_time[8]
-    cdef int strict[8]
-    cdef int nstrict
     cdef public int mask
+    cdef public bint up
+    cdef int nstrict
     cdef int dwrr_mask
-    cdef int64_t quantum[8]
-    cdef int64_t deficit[8]
     cdef int rr
     cdef bint visiting
-    cdef int64_t wake_at
-    cdef public bint up
-    cdef public int64_t tx_packets, tx_bytes
-    cdef int64_t qtx[8]
-    cdef public int64_t limit_bytes, drops
+    cdef public int64_t limit_bytes
     cdef public double loss
-    cdef MT rng
-    cdef bint has_rng
-    cdef public int64_t lost
-    cdef int64_t base_rate, base_delay
+    cdef MT* rng                # a degraded link's loss stream, made when degraded (2.5 KB)
     cdef Flight* fly
     cdef Py_ssize_t fly_cap, fly_head, nfly
+    cdef public int64_t tx_packets, tx_bytes
+    cdef int strict[8]
+    cdef TxQueue qs[8]
+    cdef int64_t wake_at
+    cdef public object loop
+    cdef public str name
+    cdef int64_t pause_since[8]
+    cdef int64_t paused_time[8]
+    cdef public int64_t drops, lost
+    cdef int64_t base_rate, base_delay
     cdef bint c_enqueue(self, int64_t t, int prio, Packet* p, int64_t meta) except -1
     cdef int _fly(self, int64_t arrive, Packet* p) except -1
     cdef int _grow_fly(self) except -1
@@ -253,10 +257,10 @@ cdef class SwitchBase:
     cdef bint trim_on
     cdef int trim_size, trim_dscp, trim_queue
     cdef int64_t trim_cap
-    cdef MT c_rng
     cdef uint32_t c_hash_mult
     cdef bint has_sids, c_has_encap
     cdef Table sid_table, local4_table, local6_table
+    cdef MT c_rng               # ECN marking's stream: last, so that what every frame reads stays together
     cpdef int compile(self) except -1
     cpdef int compile_tables(self) except -1
     cdef int c_from_host(self, int port, int64_t t, Packet* pkt) except -1

@@ -20,6 +20,9 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 import time
 
+cdef extern from "stdlib.h" nogil:
+    void* aligned_alloc(size_t alignment, size_t size)
+
 cdef extern from "time.h" nogil:
     ctypedef long time_t
     struct timespec:
@@ -266,7 +269,7 @@ cdef class Schedule:
     def __cinit__(self, mode: str = "virtual", idle_dilation: float = 1.0):
         self.cap = HEAP0
         self.heap = <HeapKey*>malloc(self.cap * sizeof(HeapKey))
-        self.pool = <Event*>malloc(self.cap * sizeof(Event))
+        self.pool = <Event*>aligned_alloc(64, self.cap * sizeof(Event))  # an event in one cache line
         self.spare = <int32_t*>malloc(self.cap * sizeof(int32_t))
         if not (self.heap and self.pool and self.spare):
             raise MemoryError()
@@ -317,9 +320,11 @@ cdef class Schedule:
         if heap == NULL:
             raise MemoryError()
         self.heap = heap
-        cdef Event* pool = <Event*>realloc(self.pool, cap * sizeof(Event))
+        cdef Event* pool = <Event*>aligned_alloc(64, cap * sizeof(Event))
         if pool == NULL:
             raise MemoryError()
+        memcpy(pool, self.pool, self.cap * sizeof(Event))
+        free(self.pool)
         self.pool = pool
         cdef int32_t* spare = <int32_t*>realloc(self.spare, cap * sizeof(int32_t))
         if spare == NULL:
@@ -876,15 +881,15 @@ cdef class Transmitter:
         self.deliver = deliver
         self.dequeue = on_dequeue
         for q in range(NQ):
-            self.head[q] = NULL
-            self.tail[q] = NULL
-            self.qb[q] = 0
-            self.hwm[q] = 0
-            self.pause_until[q] = 0
+            self.qs[q].head = NULL
+            self.qs[q].tail = NULL
+            self.qs[q].qb = 0
+            self.qs[q].hwm = 0
+            self.qs[q].pause_until = 0
             self.pause_since[q] = -1
             self.paused_time[q] = 0
-            self.deficit[q] = 0
-            self.qtx[q] = 0
+            self.qs[q].deficit = 0
+            self.qs[q].qtx = 0
         self.busy = False
         order = sorted(strict, reverse=True)
         self.nstrict = len(order)
@@ -893,7 +898,7 @@ cdef class Transmitter:
         self.mask = 0
         self.dwrr_mask = 0xFF & ~sum(1 << q for q in strict)
         for q in range(NQ):
-            self.quantum[q] = max(1, weights[q]) * 1600
+            self.qs[q].quantum = max(1, weights[q]) * 1600
         self.rr = 0
         self.visiting = False
         self.wake_at = -1
@@ -903,12 +908,12 @@ cdef class Transmitter:
         self.limit_bytes = limit_bytes
         self.drops = 0
         self.loss = 0.0
-        self.has_rng = False
         self.lost = 0
         self.base_rate = self.rate_bps
         self.base_delay = delay_ps
 
     def __cinit__(self):
+        self.rng = NULL
         self.fly = NULL
         self.fly_cap = 0
         self.fly_head = 0
@@ -918,24 +923,25 @@ cdef class Transmitter:
         cdef int q
         cdef Packet* p
         for q in range(NQ):
-            while self.head[q] != NULL:
-                p = self.head[q]
-                self.head[q] = p.next
+            while self.qs[q].head != NULL:
+                p = self.qs[q].head
+                self.qs[q].head = p.next
                 packet_free(p)
         free(self.fly)  # frames still in flight at the end are the process's to reclaim
+        free(self.rng)
 
     # Python's view of it, for the reference's code that reads it (statistics, cut, degrade)
     @property
     def qbytes(self):
-        return [self.qb[q] for q in range(NQ)]
+        return [self.qs[q].qb for q in range(NQ)]
 
     @property
     def qhwm(self):
-        return [self.hwm[q] for q in range(NQ)]
+        return [self.qs[q].hwm for q in range(NQ)]
 
     @property
     def q_tx_packets(self):
-        return [self.qtx[q] for q in range(NQ)]
+        return [self.qs[q].qtx for q in range(NQ)]
 
     @property
     def base(self):
@@ -955,27 +961,27 @@ cdef class Transmitter:
         """Takes `p` (frees it when refused)."""
         cdef int n = p.len
         cdef int64_t end
-        if self.limit_bytes and self.qb[prio] + n > self.limit_bytes:
+        if self.limit_bytes and self.qs[prio].qb + n > self.limit_bytes:
             self.drops += 1
             packet_free(p)
             return False
-        if not self.busy and not self.mask and self.pause_until[prio] <= t:
+        if not self.busy and not self.mask and self.qs[prio].pause_until <= t:
             end = self._send(t, prio, p, meta)
             if end >= 0:
                 self._start(end)
             return True
         p.meta = meta
         p.next = NULL
-        if self.tail[prio] == NULL:
-            self.head[prio] = p
+        if self.qs[prio].tail == NULL:
+            self.qs[prio].head = p
         else:
-            self.tail[prio].next = p
-        self.tail[prio] = p
+            self.qs[prio].tail.next = p
+        self.qs[prio].tail = p
         self.mask |= 1 << prio
-        cdef int64_t b = self.qb[prio] + n
-        self.qb[prio] = b
-        if b > self.hwm[prio]:
-            self.hwm[prio] = b
+        cdef int64_t b = self.qs[prio].qb + n
+        self.qs[prio].qb = b
+        if b > self.qs[prio].hwm:
+            self.qs[prio].hwm = b
         if not self.busy:
             self._start(t)
         return True
@@ -990,7 +996,7 @@ cdef class Transmitter:
         cdef int size
         for i in range(self.nstrict):
             q = self.strict[i]
-            if mask >> q & 1 and self.pause_until[q] <= t:
+            if mask >> q & 1 and self.qs[q].pause_until <= t:
                 return q
         m = mask & self.dwrr_mask
         if not m:
@@ -999,19 +1005,19 @@ cdef class Transmitter:
             q = 0
             while m >> (q + 1):
                 q += 1
-            return q if self.pause_until[q] <= t else -1
+            return q if self.qs[q].pause_until <= t else -1
         for k in range(2 * NQ):
             q = self.rr
-            if m >> q & 1 and self.pause_until[q] <= t:
+            if m >> q & 1 and self.qs[q].pause_until <= t:
                 if not self.visiting:
-                    self.deficit[q] += self.quantum[q]
+                    self.qs[q].deficit += self.qs[q].quantum
                     self.visiting = True
-                size = self.head[q].len
-                if self.deficit[q] >= size:
-                    self.deficit[q] -= size
+                size = self.qs[q].head.len
+                if self.qs[q].deficit >= size:
+                    self.qs[q].deficit -= size
                     return q
             elif not m >> q & 1:
-                self.deficit[q] = 0
+                self.qs[q].deficit = 0
             self.rr = (q + 1) % NQ
             self.visiting = False
         return -1
@@ -1025,12 +1031,12 @@ cdef class Transmitter:
                 self.busy = False
                 self._arm_wake(t)
                 return 0
-            p = self.head[q]
-            self.head[q] = p.next
-            if self.head[q] == NULL:
-                self.tail[q] = NULL
+            p = self.qs[q].head
+            self.qs[q].head = p.next
+            if self.qs[q].head == NULL:
+                self.qs[q].tail = NULL
                 self.mask &= ~(1 << q)
-            self.qb[q] -= p.len
+            self.qs[q].qb -= p.len
             t = self._send(t, q, p, p.meta)
             if t < 0:
                 return 0
@@ -1055,11 +1061,11 @@ cdef class Transmitter:
             end += c_ser_ps((n if n > MIN_FRAME else MIN_FRAME) + WIRE_OVERHEAD, self.rate_bps)
         self.tx_packets += 1
         self.tx_bytes += n
-        self.qtx[q] += 1
+        self.qs[q].qtx += 1
         cdef int64_t arrive = end + self.delay_ps
         cdef Schedule sched = self.sched
         cdef bint up = self.up
-        if up and self.loss and self.has_rng and mt_random(&self.rng) < self.loss:
+        if up and self.loss and self.rng != NULL and mt_random(self.rng) < self.loss:
             self.lost += 1
             up = False
         if arrive <= sched.cclock() and sched.next_t() >= arrive:
@@ -1136,25 +1142,28 @@ cdef class Transmitter:
         self.rate_bps = c_rate_of(rate_bps) if rate_bps else self.base_rate
         self.delay_ps = self.base_delay + extra_delay_ps
         self.loss = loss
-        self.has_rng = False
+        free(self.rng)
+        self.rng = NULL
         if loss:
             import random
 
-            mt_take(&self.rng, random.Random(seed))
-            self.has_rng = True
+            self.rng = <MT*>malloc(sizeof(MT))
+            if self.rng == NULL:
+                raise MemoryError()
+            mt_take(self.rng, random.Random(seed))
 
     @property
     def rng(self):
-        return True if self.has_rng else None
+        return True if self.rng != NULL else None
 
     cdef int _arm_wake(self, int64_t t) except -1:
         cdef int64_t wake = -1
         cdef bint found = False
         cdef int q
         for q in range(NQ):
-            if self.mask >> q & 1 and self.pause_until[q] > t:
-                if not found or self.pause_until[q] < wake:
-                    wake = self.pause_until[q]
+            if self.mask >> q & 1 and self.qs[q].pause_until > t:
+                if not found or self.qs[q].pause_until < wake:
+                    wake = self.qs[q].pause_until
                     found = True
         if wake > 0 and (self.wake_at <= t or wake < self.wake_at):
             self.wake_at = wake
@@ -1177,18 +1186,18 @@ cdef class Transmitter:
             if not vector >> prio & 1:
                 continue
             since = self.pause_since[prio]
-            if since >= 0 and self.pause_until[prio] <= t:
-                self.paused_time[prio] += self.pause_until[prio] - since
+            if since >= 0 and self.qs[prio].pause_until <= t:
+                self.paused_time[prio] += self.qs[prio].pause_until - since
                 since = -1
             if quanta[prio]:
                 if since < 0:
                     since = t
-                self.pause_until[prio] = t + c_pause_ps(quanta[prio], self.rate_bps)
+                self.qs[prio].pause_until = t + c_pause_ps(quanta[prio], self.rate_bps)
             else:
                 if since >= 0:
                     self.paused_time[prio] += t - since
                     since = -1
-                self.pause_until[prio] = 0
+                self.qs[prio].pause_until = 0
             self.pause_since[prio] = since
         if not self.busy:
             self._start(t)
@@ -1210,14 +1219,14 @@ cdef class Transmitter:
         out = [self.paused_time[q] for q in range(NQ)]
         for q in range(NQ):
             if self.pause_since[q] >= 0:
-                out[q] += min(t, self.pause_until[q]) - self.pause_since[q]
+                out[q] += min(t, self.qs[q].pause_until) - self.pause_since[q]
         return out
 
     def set_up(self, bint up):
         self.up = up
 
     def queued(self):
-        return sum(self.qb[q] for q in range(NQ))
+        return sum(self.qs[q].qb for q in range(NQ))
 
 
 # -- the shared buffer (emu.dataplane.buffer.SharedBuffer) --------------------------------------------
@@ -2020,7 +2029,7 @@ cdef class SwitchBase:
             port.c_drop(REASONS[reason], tc)
             return 0
         if self.ecn_on[tc] and ipv:
-            q = port.tx.qb[tc]
+            q = port.tx.qs[tc].qb
             kmin = self.kmin[tc]
             kmax = self.kmax[tc]
             port.c_q_enq[tc] += 1
@@ -2045,7 +2054,7 @@ cdef class SwitchBase:
         """Switch._trim: cut instead of dropping (packet.trim_frame makes the cut frame)."""
         from emu import packet as pk
 
-        if port.tx.qb[self.trim_queue] + l3 + self.trim_size > self.trim_cap:
+        if port.tx.qs[self.trim_queue].qb + l3 + self.trim_size > self.trim_cap:
             packet_free(pkt)
             port.c_drop("trim_queue_full", tc)
             return 0

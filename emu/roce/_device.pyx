@@ -1058,9 +1058,10 @@ cdef class Device:
     def has_recv(self):
         return len(self.recv_cq) > 0
 
-    def ring_op(self, ring, list steps, int64_t chunk):
-        """A ring's steps run compiled (RingOp): what emu.collectives.rank.Ring.ring yields on this device."""
-        return RingOp(self, ring, steps, chunk)
+    def ring_op(self, ring, list runs, int64_t chunk):
+        """A ring's steps run compiled (RingOp): what emu.collectives.rank.Ring.ring yields on this device;
+        `runs` as emu.collectives.ringsteps.RingSteps holds them."""
+        return RingOp(self, ring, runs, chunk)
 
     def idle(self):
         return not self.c_busy()
@@ -1812,10 +1813,12 @@ cdef class RingOp:
     cdef object ring
     cdef uint8_t* data
     cdef uint8_t* stage
-    cdef int64_t* cs
-    cdef bint* to_stage
-    cdef bint* reduce
-    cdef int nsteps
+    cdef int64_t* rfirst        # the steps as runs (emu.collectives.ringsteps): a few numbers, not a step each
+    cdef int64_t* rcount
+    cdef bint* rstage
+    cdef bint* rreduce
+    cdef int nruns
+    cdef int64_t nsteps
     cdef uint64_t va_stage, va_data
     cdef uint32_t rk_stage, rk_data
     cdef int64_t chunk, grain, k, base, n
@@ -1827,32 +1830,39 @@ cdef class RingOp:
     cdef public int64_t done_at
 
     def __cinit__(self):
-        self.cs = NULL
-        self.to_stage = NULL
-        self.reduce = NULL
+        self.rfirst = NULL
+        self.rcount = NULL
+        self.rstage = NULL
+        self.rreduce = NULL
         self.got = NULL
 
     def __dealloc__(self):
-        free(self.cs)
-        free(self.to_stage)
-        free(self.reduce)
+        free(self.rfirst)
+        free(self.rcount)
+        free(self.rstage)
+        free(self.rreduce)
         free(self.got)
 
-    def __init__(self, Device dev, ring, list steps, int64_t chunk):
+    def __init__(self, Device dev, ring, list runs, int64_t chunk):
         self.dev = dev
         self.ring = ring
         self.qp = <QueuePair?>ring.right
         self.data = dev.buffer_of(ring.data)
         self.stage = dev.buffer_of(ring.stage)
-        self.nsteps = len(steps)
-        self.cs = <int64_t*>malloc(max(1, self.nsteps) * sizeof(int64_t))
-        self.to_stage = <bint*>malloc(max(1, self.nsteps) * sizeof(bint))
-        self.reduce = <bint*>malloc(max(1, self.nsteps) * sizeof(bint))
+        self.nruns = len(runs)
+        self.rfirst = <int64_t*>malloc(max(1, self.nruns) * sizeof(int64_t))
+        self.rcount = <int64_t*>malloc(max(1, self.nruns) * sizeof(int64_t))
+        self.rstage = <bint*>malloc(max(1, self.nruns) * sizeof(bint))
+        self.rreduce = <bint*>malloc(max(1, self.nruns) * sizeof(bint))
+        if not (self.rfirst and self.rcount and self.rstage and self.rreduce):
+            raise MemoryError()
         cdef int i
-        for i, (c, dst, red) in enumerate(steps):
+        self.nsteps = 0
+        for i, (first, count, dst, red) in enumerate(runs):
             if dst not in ("stage", "data"):
                 raise ValueError(f"a ring step writes to stage or data, not {dst!r}")
-            self.cs[i], self.to_stage[i], self.reduce[i] = c, dst == "stage", red
+            self.rfirst[i], self.rcount[i], self.rstage[i], self.rreduce[i] = first, count, dst == "stage", red
+            self.nsteps += count
         peer = ring.peer
         self.va_stage, self.rk_stage = peer["stage"]["va"], peer["stage"]["rkey"]
         self.va_data, self.rk_data = peer["data"]["va"], peer["data"]["rkey"]
@@ -1930,6 +1940,7 @@ cdef class RingOp:
     cdef int step(self) except -1:
         """Resume until the reference's generator would yield: what it yields (RING_*)."""
         cdef int64_t lo, hi, c, off
+        cdef bint stage, reduce
         while True:
             if self.phase == 0:  # the top of slice j of step s
                 if self.s > self.nsteps:
@@ -1954,8 +1965,9 @@ cdef class RingOp:
                 self._drain()
                 if not self._take(self.want):
                     return RING_RECV
-                if self.reduce[self.s - 1] and self.dev.payload:
-                    c = ((self.cs[self.s - 1] - 1) % self.n + self.n) % self.n
+                c = self._step(self.s - 1, &stage, &reduce)
+                if reduce and self.dev.payload:
+                    c = ((c - 1) % self.n + self.n) % self.n
                     lo = self.j * self.grain
                     hi = min(self.chunk, lo + self.grain)
                     self._reduce(c * self.chunk + lo, hi - lo)
@@ -1965,8 +1977,8 @@ cdef class RingOp:
                 if self.s < self.nsteps:
                     lo = self.j * self.grain
                     hi = min(self.chunk, lo + self.grain)
-                    off = self.cs[self.s] * self.chunk + lo
-                    self._post(self.base + self.s * self.k + self.j, off, hi - lo)
+                    off = self._step(self.s, &stage, &reduce) * self.chunk + lo
+                    self._post(self.base + self.s * self.k + self.j, off, hi - lo, stage)
                     self.j += 1
                     return RING_YIELD
                 self.j += 1
@@ -1977,10 +1989,20 @@ cdef class RingOp:
                 return RING_DONE
             return RING_DONE
 
-    cdef int _post(self, int64_t wr, int64_t off, int64_t nbytes) except -1:
+    cdef int64_t _step(self, int64_t s, bint* stage, bint* reduce) noexcept:
+        """Step s's chunk (RingSteps.__getitem__), and where it goes and whether it reduces."""
+        cdef int i
+        for i in range(self.nruns):
+            if s < self.rcount[i]:
+                stage[0] = self.rstage[i]
+                reduce[0] = self.rreduce[i]
+                return ((self.rfirst[i] - s) % self.n + self.n) % self.n
+            s -= self.rcount[i]
+        return -1
+
+    cdef int _post(self, int64_t wr, int64_t off, int64_t nbytes, bint stage) except -1:
         """self.right.post_write(wr, self.data, off, nbytes, region["va"] + off, region["rkey"], imm=wr)"""
         cdef QueuePair qp = self.qp
-        cdef bint stage = self.to_stage[self.s]
         if qp.remote_qpn < 0:
             raise RoceError("the queue pair is not connected")
         if qp.error:
