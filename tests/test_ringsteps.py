@@ -45,3 +45,5 @@ def test_steps_that_cannot_be_are_refused(bad):
         RingSteps(4, bad)
     with pytest.raises(IndexError):
         RingSteps(4, [(0, 2, "data", False)])[2]
+    with pytest.raises(ValueError, match="one of 0..3, not 4"):
+        RingSteps.of([(4, "data", False)], 4)

@@ -239,3 +239,25 @@ def test_dwrr_shares_by_weight_and_strict_goes_first():
     first = out[1:41]  # the frame already on the wire went first; then strict, then 3:1
     assert out[1] == 7
     assert first.count(0) == pytest.approx(3 * first.count(1), abs=3)
+
+
+def test_a_degrade_that_cannot_be_leaves_the_link_as_it_was(both_cores):
+    """A seed random.Random refuses fails the whole degrade on either core's link: not a rate changed, nor
+    a loss without its stream (the compiled link's stream is made before anything changes)."""
+    from emu.dataplane.loop import Loop
+    from emu.dataplane.pipe import Transmitter
+
+    if both_cores == "native":
+        from emu.dataplane._core import Transmitter  # noqa: F811
+    loop = Loop(core=both_cores)
+    out = []
+    tx = Transmitter(loop, name="t", rate_bps=1e9, delay_ps=1000, deliver=lambda t, f: out.append(t))
+    with pytest.raises(TypeError):
+        tx.degrade(loss=0.5, rate_bps=5e8, extra_delay_ps=7, seed=[1])
+    assert (tx.rate_bps, tx.delay_ps, tx.loss, tx.rng) == (rate_of(1e9), 1000, 0.0, None)
+    tx.degrade(loss=0.5, rate_bps=0, extra_delay_ps=0, seed=3)
+    tx.degrade(loss=0.0, rate_bps=0, extra_delay_ps=0, seed=3)  # and back: the stream let go of
+    for _ in range(10):
+        tx.enqueue(0, 0, bytes(100))
+    loop.run()
+    assert len(out) == 10 and tx.rng is None

@@ -34,6 +34,8 @@ class RingSteps(Sequence):
             return steps
         runs: list[list] = []
         for c, dst, red in steps:
+            if not 0 <= c < n:
+                raise ValueError(f"a ring step's chunk is one of 0..{n - 1}, not {c}")
             last = runs[-1] if runs else None
             if last and last[2] == dst and last[3] == bool(red) and (last[0] - last[1]) % n == c % n:
                 last[1] += 1

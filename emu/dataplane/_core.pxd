@@ -117,7 +117,7 @@ cdef class FromHost:
     cdef readonly SwitchBase sw
     cdef readonly int port
 
-cdef struct TxQueue:     # one priority's queue: what a frame's enqueue, pick and send touch, in one cache line
+cdef struct TxQueue:     # one priority's queue: what a frame's enqueue, pick and send touch, 64 bytes together
     Packet* head
     Packet* tail
     int64_t qb

@@ -1139,18 +1139,22 @@ cdef class Transmitter:
         return deliver_now(target, t, f.p)
 
     def degrade(self, *, double loss, double rate_bps, int64_t extra_delay_ps, seed):
-        self.rate_bps = c_rate_of(rate_bps) if rate_bps else self.base_rate
+        """The reference's degrade; what can fail (the seed, the rate, memory) fails before anything changes."""
+        import random
+
+        cdef int64_t rate = c_rate_of(rate_bps) if rate_bps else self.base_rate
+        cdef MT* rng = NULL
+        if loss:
+            stream = random.Random(seed)
+            rng = <MT*>malloc(sizeof(MT))
+            if rng == NULL:
+                raise MemoryError()
+            mt_take(rng, stream)
+        self.rate_bps = rate
         self.delay_ps = self.base_delay + extra_delay_ps
         self.loss = loss
         free(self.rng)
-        self.rng = NULL
-        if loss:
-            import random
-
-            self.rng = <MT*>malloc(sizeof(MT))
-            if self.rng == NULL:
-                raise MemoryError()
-            mt_take(self.rng, random.Random(seed))
+        self.rng = rng
 
     @property
     def rng(self):

@@ -200,10 +200,11 @@ class Transmitter:
     def degrade(self, *, loss: float, rate_bps: float, extra_delay_ps: int, seed: int | str) -> None:
         """A degraded wire, not a dead one: each frame lost with probability `loss` (seeded), the wire at
         `rate_bps` (0: as built), `extra_delay_ps` more propagation. All zero: as built."""
+        rng = random.Random(seed) if loss else None  # what can fail (the seed, the rate) before anything changes
         self.rate_bps = rate_of(rate_bps) if rate_bps else self.base[0]
         self.delay_ps = self.base[1] + extra_delay_ps
         self.loss = loss
-        self.rng = random.Random(seed) if loss else None
+        self.rng = rng
 
     def _done(self, t: int, _: Any) -> None:
         self.busy = False
