@@ -192,7 +192,7 @@ M = [
   "a frame's serialisation time truncated, not rounded to the nearest picosecond"),
  ("51.10n3", "emu/dataplane/_core.pyx", "        return free_ >> self.shift if free_ > 0 else 0",
   "        return free_ >> (self.shift - 1) if free_ > 0 else 0",
-  "tests/test_switch.py::test_incast_with_pfc_is_lossless_and_sends_pause_frames[native]",
+  "tests/test_buffer.py::test_the_compiled_buffer_pauses_and_resumes_where_the_reference_does",
   "the shared buffer's dynamic threshold (where a lossless queue spills into headroom and pauses) doubled"),
  ("51.10n3b", "emu/dataplane/_core.pyx", "        return free_ >> self.shift if free_ > 0 else 0",
   "        return free_ >> (self.shift - 1) if free_ > 0 else 0",
