@@ -258,7 +258,7 @@ def env(core: str) -> dict[str, str]:
 
 def build() -> tuple[bool, list[str]]:
     """The compiled core built in the worktree (setup.py's build_ext, in place: only what changed), and
-    imported from there; False and the lines that say why if it did not build."""
+    found there by the tests' import path; False and the lines that say why if it did not build."""
     e = env("native")
     del e["EMU_CORE"]  # setup.py builds nothing under EMU_CORE=python
     r = subprocess.run([PY, "setup.py", "-q", "build_ext", "--inplace"], cwd=WT, env=e, capture_output=True, text=True)
