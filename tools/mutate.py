@@ -238,8 +238,7 @@ M = [
   "                    memcpy(mr.buf + (va - mr.va), data + head, length)\n                    qp.rx_bytes += length\n",
   "tests/test_cores.py::test_headers_only_gives_the_recorded_figures_and_checks_every_bytes_delivery[bag-allreduce]",
   "headers only: the compiled device counts what it writes, so nothing is counted as delivered"),
- ("51.10n12", "emu/roce/_device.pyx", "                if self.reduce[self.s - 1] and self.dev.payload:",
-  "                if self.reduce[self.s - 1]:",
+ ("51.10n12", "emu/roce/_device.pyx", " and self.dev.payload:", ":",  # the end of RingOp's reduce test, whichever its form
   "tests/test_cores.py::test_headers_only_leaves_the_ranks_memory_untouched",
   "headers only: the compiled ring still reduces into the ranks' memory"),
 ]
