@@ -255,10 +255,17 @@ def test_a_nacked_packet_is_resent_at_once_on_the_other_plane(both_cores):
 
 def test_a_trim_counts_as_a_cnp_at_most_once_a_cnp_interval(both_cores):
     """With DCQCN a trim cuts the rate as a CNP does (DCQCN's only way down), but two trims within one CNP
-    interval cut it once, as the receiver paces its CNPs; without congestion control nothing is cut."""
+    interval cut it once, as the receiver paces its CNPs; without congestion control nothing is cut. The cut
+    is DCQCN's (emu.roce.cc, the reference's): a CNP at the trim's instant, alpha still 1, halves the rate."""
+    from emu.roce.cc import make
+
     _, one, _ = _trimmed_write(both_cores, "dcqcn", trims=1)
     _, two, _ = _trimmed_write(both_cores, "dcqcn", trims=2)
     _, none, _ = _trimmed_write(both_cores, "none", trims=2)
-    assert one.cc.cnps == 1 and one.trim_nacks == 1 and min(r for _, r in one.rate_trace) < 100e9 * 2
+    (t, cut), = one.rate_trace
+    ref = make("dcqcn", one.cc.line_rate)
+    ref.tick(to_ps(t))
+    ref.on_cnp(to_ps(t))
+    assert one.cc.cnps == 1 and one.trim_nacks == 1 and cut == ref.rate == one.cc.line_rate / 2, (cut, ref.rate)
     assert two.trim_nacks == 2 and two.cc.cnps == 1
     assert none.trim_nacks == 2 and none.cc.cnps == 0

@@ -7,10 +7,14 @@ Issue 14's, 27's and 41's items: each line names the mechanism broken and the te
 unmutated first: one that fails then proves nothing about its mutation and is reported as such. A mutated run counts
 as caught only if a test failed (an assertion), not if it errored (a fixture, an import, a collection): pytest's exit
 code is 1 for both, so the summary line tells them apart. The worktree is reset after each; this checkout is never
-touched. The compiled core is not built in the worktree: tests run on the Python core there (EMU_CORE=python, which
-the suite asks for when the compiled core is missing). docs/testing.md has the last results.
+touched. An item of a .py file runs on the Python core (EMU_CORE=python, the worktree's compiled core moved out of
+sight). An item of a .pyx or .pxd runs on the compiled core (EMU_CORE=native) built in the worktree, in place: once
+unmutated before the list (kept aside and put back for each such item's unmutated run), then once per mutation; a
+mutation that does not build proves nothing and says so. Every build checks that the tests import the worktree's
+modules, not this checkout's. docs/testing.md has the last results.
 """
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -177,13 +181,110 @@ M = [
   "        self.loop.at(t, self._computed, (r, nid, t))",
   "tests/test_replay.py::test_a_training_step_replays_with_the_step_time_of_its_critical_path",
   "a replayed trace's compute takes no time"),
+ # Issue 51's item 10, the remainder: the compiled core's twins of mechanisms (built in the worktree, EMU_CORE=native).
+ ("51.10n1", "emu/dataplane/_core.pyx", "        cdef int64_t arrive = end + self.delay_ps\n",
+  "        cdef int64_t arrive = end + 2 * self.delay_ps\n",
+  "tests/test_switch.py::test_link_rate_and_delay_are_applied_on_both_hops[native]",
+  "the compiled link applies its delay twice"),
+ ("51.10n2", "emu/dataplane/_core.pyx", "* PS_PER_S + <uint64_t>(rate_bps // 2)) // <uint64_t>rate_bps)",
+  "* PS_PER_S) // <uint64_t>rate_bps)",
+  "tests/test_simtime.py::test_a_frames_time_on_a_wire_is_exact_and_rounds_halves_up[native]",
+  "a frame's serialisation time truncated, not rounded to the nearest picosecond"),
+ ("51.10n3", "emu/dataplane/_core.pyx", "        return free_ >> self.shift if free_ > 0 else 0",
+  "        return free_ >> (self.shift - 1) if free_ > 0 else 0",
+  "tests/test_buffer.py::test_the_compiled_buffer_pauses_and_resumes_where_the_reference_does[incast]",
+  "the shared buffer's dynamic threshold (where a lossless queue spills into headroom and pauses) doubled"),
+ ("51.10n3b", "emu/dataplane/_core.pyx", "        return free_ >> self.shift if free_ > 0 else 0",
+  "        return free_ >> (self.shift - 1) if free_ > 0 else 0",
+  "tests/test_cores.py::test_a_fabric_clock_scenario_gives_the_same_figures_on_both_cores_and_as_recorded[headroom]",
+  "the same break, against both cores' recorded headroom scenario (the recorded incast never pauses: 0 PFC frames)"),
+ ("51.10n3c", "emu/dataplane/_core.pyx", "return (shared >= thr and thr > 0) or (shared > 0 and thr == 0)",
+  "return (shared >= 2 * thr and thr > 0) or (shared > 0 and thr == 0)",
+  "tests/test_buffer.py::test_the_compiled_buffer_pauses_and_resumes_where_the_reference_does[staggered]",
+  "XOFF's own test of the threshold doubled (the spill into headroom left as it is)"),
+ ("51.10n3d", "emu/dataplane/_core.pyx", "        return shared == 0 or shared + self.resume_offset <= self.threshold()",
+  "        return shared == 0 or shared <= self.threshold()",
+  "tests/test_cores.py::test_a_fabric_clock_scenario_gives_the_same_figures_on_both_cores_and_as_recorded[headroom]",
+  "XON without its hysteresis (resume as soon as the queue is back under the threshold)"),
+ ("51.10n4", "emu/dataplane/_core.pyx", "(q >= kmax or mt_random(&self.c_rng) < self.pmax[tc] * <double>(q - kmin) / <double>(kmax - kmin))",
+  "(q >= kmax or True)",
+  "tests/test_switch.py::test_ecn_marks_ect_packets_above_kmax_only[native]",
+  "ECN marks every ECT frame above Kmin, whatever its probability"),
+ ("51.10n5", "emu/dataplane/_core.pyx", "        if proto == 17 or proto == 6:\n            h = crc32(f + l4, 4, h)",
+  "        if False:\n            h = crc32(f + l4, 4, h)",
+  "tests/test_cores.py::test_a_fabric_clock_scenario_gives_the_same_figures_on_both_cores_and_as_recorded[wcmp]",
+  "the ECMP hash leaves the ports out (one path per pair of hosts)"),
+ ("51.10n6", "emu/dataplane/_core.pyx", "    return c_mix64(h + (<uint64_t>c + 1) * GOLDEN)", "    return h",
+  "tests/test_schedule.py::test_ties_between_symmetric_senders_are_fair_and_do_not_depend_on_when_they_start[native]",
+  "the compiled schedule's identity is its scheduler's: a chain's ties always fall the same way"),
+ ("51.10n7", "emu/dataplane/_core.pyx", "    return a.c < b.c", "    return a.c > b.c",
+  "tests/test_schedule.py::test_events_run_in_time_order_and_ties_of_one_scheduler_in_the_order_scheduled[native-unpaced]",
+  "the heap runs one scheduler's ties last scheduled first"),
+ ("51.10n8", "emu/roce/_device.pyx", "self.rate * (1 - self.alpha / 2)", "self.rate * (1 - self.alpha / 4)",
+  "tests/test_trimming.py::test_a_trim_counts_as_a_cnp_at_most_once_a_cnp_interval[native]",
+  "the compiled DCQCN cuts by alpha / 4, not alpha / 2"),
+ ("51.10n9", "emu/roce/_device.pyx",
+  "plane = self._pick_plane(now, seg.plane if self._usable_besides(seg.plane) else -1)",
+  "plane = &self.planes_c[seg.plane]",
+  "tests/test_trimming.py::test_a_nacked_packet_is_resent_at_once_on_the_other_plane[native]",
+  "the compiled device resends a NACKed packet on the plane that trimmed it"),
+ ("51.10n10", "emu/roce/_device.pyx",
+  'if self.cc_name != "none" and (qp.last_trim_cut < 0 or now - qp.last_trim_cut >= qp.cc.cnp_interval):',
+  'if self.cc_name != "none":',
+  "tests/test_trimming.py::test_a_trim_counts_as_a_cnp_at_most_once_a_cnp_interval[native]",
+  "the compiled device cuts the rate at every trim, however close together"),
+ ("51.10n11", "emu/roce/_device.pyx",
+  "                    memcpy(mr.buf + (va - mr.va), data + head, length)\n                qp.rx_bytes += length\n",
+  "                    memcpy(mr.buf + (va - mr.va), data + head, length)\n                    qp.rx_bytes += length\n",
+  "tests/test_cores.py::test_headers_only_gives_the_recorded_figures_and_checks_every_bytes_delivery[bag-allreduce]",
+  "headers only: the compiled device counts what it writes, so nothing is counted as delivered"),
+ ("51.10n12", "emu/roce/_device.pyx", " and self.dev.payload:", ":",  # the end of RingOp's reduce test, whichever its form
+  "tests/test_cores.py::test_headers_only_leaves_the_ranks_memory_untouched",
+  "headers only: the compiled ring still reduces into the ranks' memory"),
 ]
 
 
-def pytest_run(test: str) -> tuple[str, list[str]]:
+COMPILED = [os.path.join(WT, m) for m in ("emu/dataplane/_core", "emu/roce/_device")]
+SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+PRODUCTS = [m + ext for m in COMPILED for ext in (".c", SUFFIX)]  # in this order: each .so newer than its .c
+KEPT = os.path.join(WT, ".mutate-core")  # the unmutated build, kept aside (the worktree is scratch)
+
+
+def env(core: str) -> dict[str, str]:
+    """The worktree first on the path: its emu, and its compiled modules, not this checkout's."""
+    return dict(os.environ, PYTHONPATH=WT + ":" + SITE, EMU_CORE=core)
+
+
+def build() -> tuple[bool, list[str]]:
+    """The compiled core built in the worktree (setup.py's build_ext, in place: only what changed), and
+    found there by the tests' import path; False and the lines that say why if it did not build."""
+    e = env("native")
+    del e["EMU_CORE"]  # setup.py builds nothing under EMU_CORE=python
+    r = subprocess.run([PY, "setup.py", "-q", "build_ext", "--inplace"], cwd=WT, env=e, capture_output=True, text=True)
+    if r.returncode:
+        return False, [x for x in (r.stdout + r.stderr).splitlines() if "error" in x.lower()][-3:]
+    r = subprocess.run([PY, "-c", "import importlib.util as u; print(u.find_spec('emu.dataplane._core').origin, "
+                        "u.find_spec('emu.roce._device').origin)"], cwd="/", env=env("native"), capture_output=True,
+                       text=True)  # where the tests will import them from (found, not run: a mutation may crash)
+    if r.stdout.split() != [m + SUFFIX for m in COMPILED]:
+        sys.exit(f"the tests would not import the worktree's compiled core: {r.stdout.strip()} {r.stderr[-300:]}")
+    return True, []
+
+
+def use_core(native: bool) -> None:
+    """The unmutated build back in place (copied now, so newer than the sources the reset rewrote), or out
+    of the worktree so that a Python item runs as it always did."""
+    for f in PRODUCTS:
+        if native:
+            shutil.copyfile(os.path.join(KEPT, os.path.basename(f)), f)
+        elif os.path.exists(f):
+            os.remove(f)
+
+
+def pytest_run(test: str, core: str) -> tuple[str, list[str]]:
     """passed, failed (an assertion), or error (anything else), and the lines that say why."""
     r = subprocess.run([PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=WT, capture_output=True,
-                       text=True, env=dict(os.environ, PYTHONPATH=WT + ":" + SITE, EMU_CORE="python"))
+                       text=True, env=env(core))
     lines = r.stdout.splitlines()
     summary = next((x for x in reversed(lines) if " in " in x and ("passed" in x or "failed" in x or "error" in x)), "")
     why = [x for x in lines if x.startswith("E ")][:3] + [summary]
@@ -194,11 +295,21 @@ def pytest_run(test: str) -> tuple[str, list[str]]:
     return "error", why
 
 only = sys.argv[2:]
-for key, path, old, new, test, what in M:
-    if only and key not in only:
-        continue
+items = [m for m in M if not only or m[0] in only]
+subprocess.run(["git", "-C", WT, "checkout", "-q", "--", "."], check=True)
+if any(m[1].endswith((".pyx", ".pxd")) for m in items):
+    built, why = build()
+    if not built:
+        sys.exit("the unmutated compiled core did not build in the worktree: " + " / ".join(why))
+    os.makedirs(KEPT, exist_ok=True)
+    for f in PRODUCTS:
+        shutil.copyfile(f, os.path.join(KEPT, os.path.basename(f)))
+for key, path, old, new, test, what in items:
+    native = path.endswith((".pyx", ".pxd"))
+    core = "native" if native else "python"
     subprocess.run(["git", "-C", WT, "checkout", "-q", "--", "."], check=True)
-    before, why = pytest_run(test)
+    use_core(native)
+    before, why = pytest_run(test, core)
     if before != "passed":
         print(f"item {key}: {test} does not pass unmutated ({before}): proves nothing | "
               + " / ".join(x.strip()[:160] for x in why), flush=True)
@@ -208,8 +319,12 @@ for key, path, old, new, test, what in M:
     assert s.count(old) == 1, (key, path, s.count(old))
     open(f, "w").write(s.replace(old, new))
     t0 = time.time()
-    after, why = pytest_run(test)
-    verdict = {"failed": "FAILED (as it must)", "passed": "passed: NOT CAUGHT", "error": "errored: NOT CAUGHT (not an assertion)"}
+    built, why = build() if native else (True, [])
+    after, why = pytest_run(test, core) if built else ("build", why)
+    verdict = {"failed": "FAILED (as it must)", "passed": "passed: NOT CAUGHT", "build": "errored: NOT CAUGHT (build)",
+               "error": "errored: NOT CAUGHT (not an assertion)"}
     print(f"item {key}: {what}: {test} -> {verdict[after]} in {time.time() - t0:.0f}s | "
           + " / ".join(x.strip()[:160] for x in why), flush=True)
 subprocess.run(["git", "-C", WT, "checkout", "-q", "--", "."], check=True)
+use_core(False)
+shutil.rmtree(KEPT, ignore_errors=True)
