@@ -24,7 +24,7 @@ from emu.dataplane.loop import Loop
 from emu.dataplane.pipeline import Switch
 from emu.dataplane.spec import EngineSpec, PortSpec, SpecError
 from emu.dataplane.windows import Windows
-from emu.dataplane.wiring import build_switches
+from emu.dataplane.wiring import build_switches, port_key
 from emu.simtime import NEVER, to_ps
 
 
@@ -51,6 +51,7 @@ class PartitionedFabric:
         self.sync = [Windows(self.lookahead, lambda: n - 1, partial(self._barrier, i), partial(self._deliver, i),
                              lambda t: None, lambda j: f"partition {j}") for i in range(n)]
         self.received: dict[tuple[str, str], list[tuple[int, bytes]]] = {}
+        self.sent: dict[tuple[str, str], int] = {}
         placed = replace(spec, switches=tuple(replace(s, worker=part[s.name]) for s in spec.switches), workers=n)
         self.switches: dict[str, Switch] = {}
         for i, loop in enumerate(self.loops):
@@ -97,8 +98,7 @@ class PartitionedFabric:
         sw = self.switches[switch]
         idx = next(p.index for p in sw.ports if p.name == ifname)
         loop = self.loops[self.part[switch]]
-        with loop.origin(switch, ifname):
-            loop.at(t, lambda tt, f: sw.from_host(idx, tt, f), frame)
+        loop.at_key(t, *port_key(self.sent, switch, ifname), lambda tt, f: sw.from_host(idx, tt, f), frame)
 
     def run(self, until: int = NEVER) -> None:
         """Windows until nothing is left to do (or `until`): each partition runs what is before its

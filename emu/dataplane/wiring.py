@@ -15,6 +15,7 @@ from typing import Any
 
 from emu.dataplane.loop import Loop
 from emu.dataplane.pipeline import Switch, WireBox
+from emu.dataplane.schedule import origin
 from emu.dataplane.spec import EngineSpec, PortSpec
 from emu.simtime import NEVER
 
@@ -46,6 +47,15 @@ def build_switches(spec: EngineSpec, loop: Any, worker: int | None, external: Ex
     return switches
 
 
+def port_key(sent: dict[tuple[str, str], int], switch: str, ifname: str) -> tuple[int, int]:
+    """The tie key of the next frame a test's host sends into a switch port: the port is the origin and the
+    frame its next child, so frames sent at one instant go in the order sent, on either core and on every
+    part of a split (a key is never given twice: the compiled heap would run equal keys in its own order)."""
+    c = sent.get((switch, ifname), 0)
+    sent[(switch, ifname)] = c + 1
+    return origin(switch, ifname), c
+
+
 class VirtualFabric:
     """All switches of a spec on a virtual clock; frames to hosts are recorded per port."""
 
@@ -56,6 +66,7 @@ class VirtualFabric:
         spec = replace(spec, core=core) if spec.core != core else spec
         self.loop = Loop(core=core)
         self.received: dict[tuple[str, str], list[tuple[int, bytes]]] = {}
+        self.sent: dict[tuple[str, str], int] = {}
         self.switches = build_switches(spec, self.loop, None, self._recorder)
 
     def _recorder(self, sw: Switch, ps: PortSpec) -> Callable[[int, Any], None]:
@@ -72,8 +83,7 @@ class VirtualFabric:
         sw = self.switches[switch]
         idx = next(p.index for p in sw.ports if p.name == ifname)
         when = self.loop.now if t is None else t
-        with self.loop.origin(switch, ifname):
-            self.loop.at(when, lambda tt, f: sw.from_host(idx, tt, f), frame)
+        self.loop.at_key(when, *port_key(self.sent, switch, ifname), lambda tt, f: sw.from_host(idx, tt, f), frame)
 
     def run(self, until: int = NEVER) -> None:
         self.loop.run(until)
