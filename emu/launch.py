@@ -150,6 +150,19 @@ def held_signals() -> Iterator[None]:
             raise Stopped(signum)
 
 
+def _again(kind: type[BaseException], signum: int) -> None:
+    """A lost stop, delivered again to the main thread: as its signal where Python handles that signal; a
+    KeyboardInterrupt where SIGINT is ignored (a job a shell started in the background inherits that, and
+    the signal would then be dropped) is raised there directly, as Python raises an exception between two
+    of its instructions (PyThreadState_SetAsyncExc)."""
+    if callable(signal.getsignal(signum)):
+        os.kill(os.getpid(), signum)
+    else:
+        import ctypes
+
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.main_thread().ident), ctypes.py_object(kind))
+
+
 def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Callable[[], None]:
     """From now on, the first of `signals` raises Stopped in the main thread; any that follows while
     the tear-down runs is noted and dropped, so a second stop (systemd repeats it) cannot cut the
@@ -189,7 +202,7 @@ def stop_on_signals(signals: tuple[int, ...] = STOP_SIGNALS) -> Callable[[], Non
             stopping = False if isinstance(exc, Stopped) else stopping
             signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
             # From another thread, a moment later: sent from here it would be raised in this hook again.
-            threading.Timer(0.001, os.kill, (os.getpid(), signum)).start()
+            threading.Timer(0.001, _again, (type(exc), signum)).start()
         else:
             previous(u)
 

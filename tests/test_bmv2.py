@@ -453,12 +453,15 @@ def test_trimming_on_bmv2_cuts_in_egress_and_the_receivers_nack_every_cut(compil
     # 64 KiB a writer and no victims at D = 10 000: each timer a run waits for (where BMv2 dropped before
     # egress could cut) is 2 s of wall, and 128 KiB with two victims took 55 s to 158 s by how many there were.
     # BMv2's verdict cannot say whether simple_switch kept up (it reports no lateness): once in some runs
-    # (1 of 4 on 2026-12-05) the incast built no egress queue at D = 10 000, so nothing was cut. Then the
-    # run is made again at four times the D, where simple_switch has four times the wall time a packet.
+    # (1 of 4 on 2026-12-05) the incast built no egress queue at D = 10 000, so nothing was cut; once (a
+    # fresh clone's check-long, 2026-12-06, after the whole suite) a receiver's timer fired where nothing
+    # was dropped, a frame later than its timer allows. Either way the run is made again at four times the
+    # D, where simple_switch has four times the wall time a packet.
     for d in (10000, 40000):
         r = run_scenario("trimming", {"senders": "4", "victims": "0", "bytes": "64KiB"},
                          RunSettings(backend="bmv2", links="engine"), dilation=d, out_dir=str(tmp_path))
-        if r["trim"]["incast"]["trims"]:
+        t = r["trim"]["incast"]
+        if t["trims"] and (t["timeouts"] == 0 or t["drops_by_reason"]):
             break
     trim = r["trim"]["incast"]
     assert all(r[w]["data_ok"] for w in ("pfc", "lossy", "trim"))

@@ -201,12 +201,16 @@ def test_clean_leaves_a_live_owners_switch_alone(no_leftovers):
         sw.stop()
 
 
-def test_a_ctrl_c_swallowed_by_a_finaliser_is_delivered_again():
+@pytest.mark.parametrize("sigint", ["handled", "ignored"])
+def test_a_ctrl_c_swallowed_by_a_finaliser_is_delivered_again(sigint):
     """A KeyboardInterrupt raised while a weakref's callback runs (importlib's module locks have one) is
     printed as "Exception ignored" and lost: CI saw a SIGINT mid-job let the run finish with exit 0. Once
-    stop_on_signals() is on, such a stop is delivered again where it unwinds, and nothing is printed."""
-    code = """
-import gc, time, weakref
+    stop_on_signals() is on, such a stop is delivered again where it unwinds, and nothing is printed; also
+    where SIGINT is ignored, as a shell's background job inherits it (a fresh clone's suite, started with
+    `&`, lost it there: the signal sent again was dropped)."""
+    code = f"""
+import gc, signal, time, weakref
+signal.signal(signal.SIGINT, {"signal.default_int_handler" if sigint == "handled" else "signal.SIG_IGN"})
 from emu.launch import stop_on_signals
 stop_on_signals()
 class A: pass
