@@ -77,6 +77,38 @@ def emu_run(*args: str, timeout: float = 120, env: dict[str, str] | None = None)
 # -- no namespaces --------------------------------------------------------------------------------
 
 
+def test_what_libfaketime_left_of_gone_processes_is_removed_and_nothing_else(tmp_path, monkeypatch):
+    """A killed dilated rank leaves /dev/shm/faketime_shm_PID: a later process with that PID then shares
+    no clock start with its children (two dates 2 ms apart read 2 s apart at D = 1000, a fresh clone's
+    check-long). Run after every job and by `emu clean`: a gone PID's files go, a live one's and others stay."""
+    from emu.net.cleanup import faketime_leftovers
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a PID that no process has now (until reused: the test takes the moment after)
+    mine, dead = os.getpid(), gone.pid
+    names = [f"faketime_shm_{dead}", f"sem.faketime_sem_{dead}", f"faketime_shm_{mine}", f"sem.faketime_sem_{mine}",
+             "faketime_shm_x", "someone_elses"]
+    for n in names:
+        (tmp_path / n).write_text("")
+    from emu.net import cleanup
+    from emu.net.ranks import faketime_lib
+
+    assert not cleanup._maps_faketime(dead) and not cleanup._maps_faketime(mine)
+    try:
+        lib = faketime_lib()
+    except ValueError:
+        lib = ""  # no libfaketime here: a dilated process's own files staying is not checked
+    if lib:
+        with subprocess.Popen(["sleep", "30"], env=dict(os.environ, LD_PRELOAD=lib, FAKETIME="+0 x1")) as live:
+            time.sleep(0.2)
+            assert cleanup._maps_faketime(live.pid)  # a dilated process's own files stay
+            live.kill()
+    monkeypatch.setattr(cleanup, "_maps_faketime", lambda pid: pid == mine)  # this process stands for one
+    removed = faketime_leftovers(str(tmp_path))
+    assert sorted(removed) == sorted(str(tmp_path / n) for n in names[:2])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
+
+
 def test_a_rank_gets_what_torchrun_gives_and_every_address():
     env = rank_env(2, ["10.0.0.2", "10.0.0.3", "10.0.1.2"])
     assert env == {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "2",

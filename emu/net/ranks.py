@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emu.launch import scratch_dir
+from emu.net.cleanup import faketime_leftovers
 
 MASTER_PORT = 29500  # PyTorch's default: every host is a namespace of its own, so it is free
 FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1", "/usr/lib/*/faketime/libfaketimeMT.so.1",
@@ -199,6 +200,7 @@ def run_ranks(hosts: Sequence[Any], addresses: Sequence[str], argv: Sequence[str
         failed = _wait_all(procs, timeout)
     finally:
         _stop(procs)
+        faketime_leftovers()  # a rank stopped here leaves its clock's shared start in /dev/shm
     for t in readers:
         t.join(5)
     results = [RankResult(i, h.name, p.returncode, "".join(o), "".join(e))
@@ -327,6 +329,7 @@ def run_mpi(hosts: Sequence[Any], addresses: Sequence[str], planes: Sequence[Seq
                 t.join(5)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        faketime_leftovers()
     said = "".join(own)
     codes = [0] * n
     failed = [(int(r), int(c)) for r, c in _FAILED.findall(said) if int(r) < n]
