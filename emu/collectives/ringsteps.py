@@ -37,7 +37,7 @@ class RingSteps(Sequence):
             if not 0 <= c < n:
                 raise ValueError(f"a ring step's chunk is one of 0..{n - 1}, not {c}")
             last = runs[-1] if runs else None
-            if last and last[2] == dst and last[3] == bool(red) and (last[0] - last[1]) % n == c % n:
+            if last and last[2] == dst and last[3] == bool(red) and (last[0] - last[1]) % n == c:
                 last[1] += 1
             else:
                 runs.append([c, 1, dst, bool(red)])
@@ -46,9 +46,7 @@ class RingSteps(Sequence):
     def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, s):  # type: ignore[override]
-        if isinstance(s, slice):
-            return [self[i] for i in range(*s.indices(self._len))]
+    def __getitem__(self, s: int) -> tuple[int, str, bool]:  # type: ignore[override]
         if s < 0:
             s += self._len
         if not 0 <= s < self._len:

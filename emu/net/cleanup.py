@@ -432,7 +432,7 @@ def faketime_leftovers(shm: str = "/dev/shm") -> list[str]:
     A later process that gets the same PID then cannot make its own, and its children each start their
     clocks afresh (two `date`s 2 ms apart read 2 s apart at D = 1000: a fresh clone's suite, with 4316 of
     these left). Only files of PIDs whose process is gone, or is another that has no libfaketime loaded
-(the PID reused); the paths removed."""
+    (the PID reused); the paths removed."""
     gone = []
     try:
         names = os.listdir(shm)
