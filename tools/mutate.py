@@ -305,6 +305,15 @@ M = [
  ("51.3", "emu/dataplane/core.py", "        return check_native().Schedule(mode, idle_dilation)", "        check_native()",
   "tests/test_cores.py::test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_recorded[fpf-rhd-allreduce]",
   "the compiled core asked for, the Python schedule runs (silently)", "native"),
+ # Run with EMU_RECORD_FIGURES=1 (51.4) and EMU_LABS=a folder of one lab (51.12) in mutate.py's environment:
+ # each test passes so (it records and skips; the suite sets EMU_LABS aside), and must fail mutated.
+ ("51.4", "emu/dataplane/_core.pyx", "        cdef int64_t arrive = end + self.delay_ps\n",
+  "        cdef int64_t arrive = end + 2 * self.delay_ps\n",
+  "tests/test_cores.py::test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_recorded[fpf-rhd-allreduce]",
+  "under EMU_RECORD_FIGURES=1, cores that disagree (the compiled link's delay twice): compared before recording"),
+ ("51.12", "tests/conftest.py", 'os.environ.pop("EMU_LABS", None)', "pass",
+  "tests/test_labs.py::test_every_step_of_every_lab_has_a_wrong_answer_case",
+  "the suite inherits the shell's EMU_LABS (a user's labs folder)"),
  ("51.6", "emu/web/devtools.py", '            f.write(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))',
   "            pass",
   "tests/test_web.py::test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_plane_greyed",
