@@ -293,6 +293,13 @@ M = [
  ("51.10s4", "emu/roce/_device.pyx", "if p.healthy and p.weight and p.index != avoid", "if p.healthy and p.index != avoid",
   "tests/test_degrade.py::test_metaroce_recovers_a_lossy_plane_without_stalls_and_weighs_slow_and_long_planes",
   "the compiled pick ignores a plane's weight"),
+ ("51.10s5", "emu/roce/transport.py", "(best is None or p.next_free < best.next_free)", "(best is None or p.next_free <= best.next_free)",
+  "tests/test_cores.py::test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_recorded[fpf-rhd-allreduce]",
+  "of planes whose wires free at once, the last is picked, not the first (the Python core against the compiled "
+  "and the recorded figures)", "native"),
+ ("51.10s6", "emu/roce/_device.pyx", "(best == NULL or p.next_free < best.next_free)", "(best == NULL or p.next_free <= best.next_free)",
+  "tests/test_cores.py::test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_recorded[fpf-rhd-allreduce]",
+  "the compiled pick takes the last of planes free at once, not the first"),
  # Issue 51's other items (the audit in docs/testing.md): the change that closed each, broken.
  ("51.1a", "setup.py", "    if required():\n        raise SystemExit(", "    if False:\n        raise SystemExit(",
   "tests/test_build.py::test_a_compiled_core_that_does_not_build_stops_the_set_up_with_the_error",
