@@ -84,3 +84,23 @@ def test_the_readme_opening_figures_are_what_docs_performance_records():
     said = re.search(r"about (\d+) times slower a packet-hop:\s+([\d.]+) us of CPU against (\d+)-(\d+) ns", README)
     assert said and (float(said[2]), float(said[3]), float(said[4])) == (python_us, lo, hi), said
     assert 0.8 * int(said[1]) < python_us * 1e3 / hi < python_us * 1e3 / lo < 1.2 * int(said[1]), (python_us, lo, hi)
+
+
+def test_the_architecture_names_the_loops_batch_and_the_reference_classes_as_the_code_has_them():
+    """docs/architecture.md's figures and names that issue 51 found stale (a batch of 256 that was 2048,
+    link.Transmitter and switch.Switch that had moved): each against the code it describes."""
+    import importlib
+
+    from emu.dataplane.loop import EngineLoop
+
+    arch = (ROOT / "docs" / "architecture.md").read_text()
+    assert f"batches of {EngineLoop.BATCH} events (`EngineLoop.BATCH`)" in arch
+    start = arch.index("**The reference core**")
+    named = re.findall(r"([a-z]+(?:\.[a-z]+)*)\.([A-Z][A-Za-z]+(?:/[A-Z][A-Za-z]+)?)", arch[start:arch.index("\n\n", start)])
+    assert len(named) >= 8, named
+    for module, classes in named:
+        path = module if module.startswith("emu.") else ("emu." + module if module.split(".")[0] in ("roce", "collectives")
+                                                          else "emu.dataplane." + module)
+        mod = importlib.import_module(path)
+        for cls in classes.split("/"):
+            assert isinstance(getattr(mod, cls, None), type), f"{path}.{cls}, named in docs/architecture.md"

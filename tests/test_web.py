@@ -691,3 +691,75 @@ def _children(pid: int) -> list[int]:
         except (OSError, ValueError, IndexError):
             pass
     return out
+
+
+def test_a_recording_holds_every_figure_each_snapshot_had_on_each_plane():
+    """A Recorder's snapshots over two planes hold, after the JSON `emu view` reads, the figures of each
+    interval and no other: each direction's rate since the snapshot before (not since the first), each
+    port's queue on its own plane, PFC frames, marks, trims and drops, a pause shown in the interval it
+    happened in only, a failed link down in the last snapshot (the one taken at stop), the job running,
+    and each switch's plane in the recorded topology. Values, not shapes: each is a figure a replay
+    draws."""
+    import json
+    import time
+
+    from emu.web.app import Recorder
+
+    kinds = {"gpu0": "host", "gpu1": "host", "p0l0": "switch", "p1l0": "switch"}
+    groups = {"gpu0": -1, "gpu1": -1, "p0l0": 0, "p1l0": 1}
+    edges = [("gpu0", "p0l0"), ("p0l0", "gpu1"), ("gpu0", "p1l0"), ("p1l0", "gpu1")]
+    topo = Topology(layout(sorted(kinds), kinds, groups, edges),
+                    [Link(0, End("gpu0", None, None), End("p0l0", "p0l0", "p0l0-eth0"), 100e9),
+                     Link(1, End("p0l0", "p0l0", "p0l0-eth1"), End("gpu1", None, None), 100e9),
+                     Link(2, End("gpu0", None, None), End("p1l0", "p1l0", "p1l0-eth0"), 100e9),
+                     Link(3, End("p1l0", "p1l0", "p1l0-eth1"), End("gpu1", None, None), 100e9)],
+                    {"p0l0": 0, "p1l0": 1})
+
+    def port(k: int, tx: list[int], nic: list[int], **kw: list) -> dict:
+        q = kw.get("queue", [0, 0, 0])[k]
+        return {"tx_bytes": tx[k], "rx_bytes": 0, "queue_bytes": [0, 0, 0, q, 0, 0, 0, 0],
+                "queue_hwm": [0, 0, 0, max(kw.get("queue", [0])[:k + 1]), 0, 0, 0, 0],
+                "paused_s": [0.0] * 8, "pfc_tx": kw.get("pfc", [0, 0, 0])[k], "pfc_rx": 0,
+                "ecn_marked": kw.get("ecn", [0, 0, 0])[k], "drops": {"buffer_full": kw.get("drops", [0, 0, 0])[k]},
+                "trimmed": [0, 0, 0, kw.get("trims", [0, 0, 0])[k], 0, 0, 0, 0], "up": kw.get("up", [True] * 3)[k],
+                "host_nic": {"tx_bytes": nic[k], "paused_s": [0.0, 0.0, 0.0, kw.get("held", [0.0] * 3)[k], 0, 0, 0, 0]}}
+
+    def stats(k: int) -> dict:
+        # 10 us apart. Plane 0: 50 kB an interval each way across (0.4 of 100G), 1 kB back; its link to gpu1
+        # fails by the last. Plane 1: 25 kB then 75 kB (0.2, then 0.6), an 8 KiB queue, PFC into gpu0's NIC
+        # in the second interval only, marks, trims and drops.
+        return {"dilation": 1.0, "workers": [{"fabric_now_s": k * 10e-6, "fidelity": {"p99_s": 0.0},
+                                              "jobs": [{"job": 3, "what": "w", "fabric_s": 1e-6}] if k == 1 else []}],
+                "switches": {
+                    "p0l0": {"ports": {"p0l0-eth0": port(k, [0, 1000, 2000], [0, 50_000, 100_000]),
+                                       "p0l0-eth1": port(k, [0, 50_000, 100_000], [0, 0, 0], up=[True, True, False])}},
+                    "p1l0": {"ports": {"p1l0-eth0": port(k, [0, 0, 0], [0, 25_000, 100_000], pfc=[0, 4, 4],
+                                                         held=[0.0, 3e-6, 3e-6]),
+                                       "p1l0-eth1": port(k, [0, 25_000, 100_000], [0, 0, 0], queue=[0, 8192, 0],
+                                                         ecn=[0, 5, 9], trims=[0, 2, 2], drops=[0, 0, 1])}}}}
+
+    calls = iter(range(3))
+    rec = Recorder(topo, lambda: stats(next(calls)), clock="fabric", period_s=3600)
+    deadline = time.monotonic() + 10
+    while not rec.taken and time.monotonic() < deadline:
+        time.sleep(0.01)
+    rec.take()
+    out = json.loads(json.dumps(rec.stop()))["recording"]
+    snaps = out["snapshots"]
+    assert out["topology"]["planes"] == {"p0l0": 0, "p1l0": 1} and out["period_s"] == 3600
+    assert [s["fabric_s"] for s in snaps] == [0.0, 10e-6, 20e-6]
+    rates = [[(lk["ab"], lk["ba"]) for lk in s["links"]] for s in snaps]
+    assert rates[0] == [(None, None)] * 4  # no rate from one sample
+    for got, want in zip(rates[1:], [[(0.4, 0.008), (0.4, 0.0), (0.2, 0.0), (0.2, 0.0)],
+                                     [(0.4, 0.008), (0.4, 0.0), (0.6, 0.0), (0.6, 0.0)]], strict=True):
+        assert [(pytest.approx(a), pytest.approx(b)) for a, b in want] == got, got
+    assert [[lk["up"] for lk in s["links"]] for s in snaps] == [[True] * 4, [True] * 4, [True, False, True, True]]
+    hot, held = "p1l0:p1l0-eth1", "p1l0:p1l0-eth0"
+    assert [s["ports"][hot]["queue_bytes"][3] for s in snaps] == [0, 8192, 0]
+    assert [s["ports"]["p0l0:p0l0-eth1"]["queue_bytes"][3] for s in snaps] == [0, 0, 0]  # the other plane's
+    assert [s["ports"][hot]["queue_hwm"][3] for s in snaps] == [0, 8192, 8192]
+    assert [s["ports"][held]["pfc_tx"] for s in snaps] == [0, 4, 4]
+    assert [s["ports"][held]["host_pausing"][3] for s in snaps] == [False, True, False]  # held in its interval
+    assert [(s["ports"][hot]["ecn_marked"], s["ports"][hot]["trimmed"], s["ports"][hot]["drops"]) for s in snaps] == [
+        (0, 0, {"buffer_full": 0}), (5, 2, {"buffer_full": 0}), (9, 2, {"buffer_full": 1})]
+    assert [[j["job"] for j in s["jobs"]] for s in snaps] == [[], [3], []]

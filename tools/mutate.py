@@ -8,7 +8,7 @@ unmutated first: one that fails then proves nothing about its mutation and is re
 as caught only if a test failed (an assertion), not if it errored (a fixture, an import, a collection): pytest's exit
 code is 1 for both, so the summary line tells them apart. The worktree is reset after each; this checkout is never
 touched. An item of a .py file runs on the Python core (EMU_CORE=python, the worktree's compiled core moved out of
-sight). An item of a .pyx or .pxd runs on the compiled core (EMU_CORE=native) built in the worktree, in place: once
+sight). An item of a .pyx or .pxd, or one marked "native", runs on the compiled core (EMU_CORE=native) built in the worktree, in place: once
 unmutated before the list (kept aside and put back for each such item's unmutated run), then once per mutation; a
 mutation that does not build proves nothing and says so. Every build checks that the tests import the worktree's
 modules, not this checkout's. docs/testing.md has the last results.
@@ -141,8 +141,8 @@ M = [
   "tests/test_cluster.py::test_a_controller_killed_mid_run_leaves_nothing_once_emu_clean_machines_has_run",
   "`emu clean --machines` cleans only this machine"),
  ("38.1", "emu/net/flows.py", '"duration_s": fabric_s(r.pop("wall_s"))}', '"duration_s": r.pop("wall_s")}',
-  "tests/test_timebase.py::test_the_same_flows_on_either_clock_come_back_in_fabric_units",
-  "wall-clock flows hand up wall seconds as fabric ones (D not applied)"),
+  "tests/test_bmv2.py::test_incast_is_lossless_with_pfc_and_loses_without_on_both_backends[bmv2]",
+  "BMv2's flows (processes in the hosts, the only KernelFlows) hand up wall seconds as fabric ones (D not applied)"),
  # Issue 50's item 7 (tie keys, a split wall clock) and issue 51's item 10 (what was built since the last list).
  ("50.7a", "emu/dataplane/worker.py", "send(peer, pid, t + delay, frame, loop.key)",
   "send(peer, pid, t + delay, frame, loop.reserve())",
@@ -241,6 +241,127 @@ M = [
  ("51.10n12", "emu/roce/_device.pyx", " and self.dev.payload:", ":",  # the end of RingOp's reduce test, whichever its form
   "tests/test_cores.py::test_headers_only_leaves_the_ranks_memory_untouched",
   "headers only: the compiled ring still reduces into the ranks' memory"),
+ # Issue 51's item 10, recordings: the live view's Recorder and the snapshots it keeps (emu.web).
+ ("51.10r1", "emu/web/app.py", "        if running:\n            self.take()\n", "",
+  "tests/test_web.py::test_a_recording_holds_every_figure_each_snapshot_had_on_each_plane",
+  "a recording stops without its last snapshot (the fabric's state at the end)"),
+ ("51.10r2", "emu/web/scene.py", "                    self.last[(lk.id, direction)] = (fabric_s, nbytes)",
+  "                    self.last.setdefault((lk.id, direction), (fabric_s, nbytes))",
+  "tests/test_web.py::test_a_recording_holds_every_figure_each_snapshot_had_on_each_plane",
+  "a snapshot's rates are since the first snapshot, not over its own interval"),
+ ("51.10r3", "emu/web/scene.py", "        self.last_paused[key] = paused\n", "        self.last_paused.setdefault(key, paused)\n",
+  "tests/test_web.py::test_a_recording_holds_every_figure_each_snapshot_had_on_each_plane",
+  "a pause is shown in every snapshot after it, not in the interval it happened in"),
+ ("51.10r4", "emu/web/scene.py", '"pfc_tx": p.get("pfc_tx", 0)', '"pfc_tx": 0',
+  "tests/test_web.py::test_a_recording_holds_every_figure_each_snapshot_had_on_each_plane",
+  "a counter dropped: the PFC frames a port sent are recorded as none"),
+ ("51.10r5", "emu/web/scene.py", '                "planes": self.planes}', '                "planes": {k: 0 for k in self.planes}}',
+  "tests/test_web.py::test_a_recording_holds_every_figure_each_snapshot_had_on_each_plane",
+  "the recorded topology puts every switch on plane 0 (a replay draws plane 1's rates and queues as plane 0's)"),
+ # Issue 51's item 10, the timebase: fabric time at the edges (ps <-> s) and D, on what the native backend runs.
+ ("51.10t1", "emu/net/fabric.py", "rtts = [float(x) / 1e3 / self.timebase.dilation for x in", "rtts = [float(x) / 1e3 for x in",
+  "tests/test_scenario_api.py::test_a_ping_waits_for_as_long_as_the_slowest_path_takes_at_this_d",
+  "a kernel ping's round trip handed up in wall seconds (D not applied)"),
+ ("51.10t2", "emu/dataplane/schedule.py", "        return self.anchor_f + to_ps((wall - self.anchor_w) / self.idle_dilation)",
+  "        return self.anchor_f + to_ps(wall - self.anchor_w)",
+  "tests/test_schedule.py::test_outside_input_is_stamped_at_the_fabric_instant_the_wall_maps_to[python-paced]",
+  "the wall mapped to fabric time at D = 1: a kernel's frame stamped D times too far into the fabric's time"),
+ ("51.10t3", "emu/dataplane/_core.pyx", "        return self.anchor_f + c_to_ps((wall - self.anchor_w) / self.idle_dilation)",
+  "        return self.anchor_f + c_to_ps(wall - self.anchor_w)",
+  "tests/test_schedule.py::test_a_paced_event_never_runs_before_the_wall_reaches_it[native-paced]",
+  "the compiled pacer maps the wall at D = 1: paced events run D times too early"),
+ ("51.10t4", "emu/dataplane/_core.pyx", "    return <double>ps / 1e12", "    return <double>ps * 1e-12",
+  "tests/test_simtime.py::test_both_cores_give_the_same_answers_bit_for_bit",
+  "the compiled core's seconds at the edges a product by 1e-12, not the quotient (the last bit differs)"),
+ ("51.10t5", "emu/simtime.py", "    return round(x)\n", "    return int(x)\n",
+  "tests/test_simtime.py::test_halves_round_to_even_and_the_rest_to_the_nearest[python]",
+  "seconds to picoseconds truncated, not rounded to the nearest"),
+ # Issue 51's item 10 (the brief's list): MetaRoCE's plane-spray pick, on each core.
+ ("51.10s1", "emu/roce/transport.py",
+  "if p.healthy and p.weight and p.index != avoid and (best is None or p.next_free < best.next_free):",
+  "if p.healthy and p.weight and p.index != avoid and best is None:",
+  "tests/test_roce.py::test_64mib_write_correct_and_sprayed_evenly",
+  "a queue pair sends on the first usable plane, not the one whose wire frees first"),
+ ("51.10s2", "emu/roce/_device.pyx",
+  "if p.healthy and p.weight and p.index != avoid and (best == NULL or p.next_free < best.next_free):",
+  "if p.healthy and p.weight and p.index != avoid and best == NULL:",
+  "tests/test_roce.py::test_64mib_write_correct_and_sprayed_evenly",
+  "the compiled device sends on the first usable plane, not the one whose wire frees first"),
+ ("51.10s3", "emu/roce/transport.py", "if p.healthy and p.weight and p.index != avoid", "if p.healthy and p.index != avoid",
+  "tests/test_degrade.py::test_metaroce_recovers_a_lossy_plane_without_stalls_and_weighs_slow_and_long_planes",
+  "the pick ignores a plane's weight: a plane excluded for its length (weight 0) still carries data"),
+ ("51.10s4", "emu/roce/_device.pyx", "if p.healthy and p.weight and p.index != avoid", "if p.healthy and p.index != avoid",
+  "tests/test_degrade.py::test_metaroce_recovers_a_lossy_plane_without_stalls_and_weighs_slow_and_long_planes",
+  "the compiled pick ignores a plane's weight"),
+ ("51.10s5", "emu/roce/transport.py", "(best is None or p.next_free < best.next_free)", "(best is None or p.next_free <= best.next_free)",
+  "tests/test_cores.py::test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_recorded[fpf-rhd-allreduce]",
+  "of planes whose wires free at once, the last is picked, not the first (the Python core against the compiled "
+  "and the recorded figures)", "native"),
+ ("51.10s6", "emu/roce/_device.pyx", "(best == NULL or p.next_free < best.next_free)", "(best == NULL or p.next_free <= best.next_free)",
+  "tests/test_cores.py::test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_recorded[fpf-rhd-allreduce]",
+  "the compiled pick takes the last of planes free at once, not the first"),
+ # Issue 51's other items (the audit in docs/testing.md): the change that closed each, broken.
+ ("51.1a", "setup.py", "    if required():\n        raise SystemExit(", "    if False:\n        raise SystemExit(",
+  "tests/test_build.py::test_a_compiled_core_that_does_not_build_stops_the_set_up_with_the_error",
+  "a compiled core that does not build is one line, set-up goes on"),
+ ("51.1b", "emu/dataplane/core.py", "    return bool(built) and any(", "    return False and any(",
+  "tests/test_build.py::test_a_build_older_than_its_source_is_refused", "a build older than its .pyx is used"),
+ ("51.2", "tests/test_cores.py", '"planes", "srv6-te", "trimming", "wcmp")', '"planes", "srv6-te", "trimming")',
+  "tests/test_labs.py::test_every_fabric_clock_lab_is_compared_on_both_cores",
+  "a fabric-clock lab left out of the two cores' comparison, unsaid"),
+ ("51.3", "emu/dataplane/spec.py", 'core=d.get("core", "python"),', 'core="python",',
+  "tests/test_cores.py::test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_recorded[fpf-rhd-allreduce]",
+  "the compiled core asked for, every worker runs the Python one (its spec read back without the core): the "
+  "same figures, only the worker's report differs", "native"),
+ # Run with EMU_RECORD_FIGURES=1 (51.4) and EMU_LABS=a folder of one lab (51.12) in mutate.py's environment:
+ # each test passes so (it records and skips; the suite sets EMU_LABS aside), and must fail mutated.
+ ("51.4", "emu/dataplane/_core.pyx", "        cdef int64_t arrive = end + self.delay_ps\n",
+  "        cdef int64_t arrive = end + 2 * self.delay_ps\n",
+  "tests/test_cores.py::test_the_benchmarks_collectives_give_the_same_figures_on_both_cores_and_as_recorded[fpf-rhd-allreduce]",
+  "under EMU_RECORD_FIGURES=1, cores that disagree (the compiled link's delay twice): compared before recording"),
+ ("51.12", "tests/conftest.py", 'os.environ.pop("EMU_LABS", None)', "pass",
+  "tests/test_labs.py::test_every_step_of_every_lab_has_a_wrong_answer_case",
+  "the suite inherits the shell's EMU_LABS (a user's labs folder)"),
+ ("51.6", "emu/web/devtools.py", '            f.write(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))',
+  "            pass",
+  "tests/test_web.py::test_an_open_page_in_chromium_draws_every_link_an_incast_queue_and_a_failed_plane_greyed",
+  "a screenshot writes nothing (the unmutated run's images are left in the worktree's results/)"),
+ ("51.7", "emu/bench/forwarding.py", '"engine_over_bmv2": round(e / m, 2)', '"engine_over_bmv2": round(m / e, 2)',
+  "tests/test_readme_claims.py::test_bench_engine_measures_the_engine_against_a_bridge_in_one_run",
+  "emu bench engine's BMv2 ratio upside down"),
+ ("51.8a", "labs/pfc-headroom/check.py", "        if abs(said - truth) > 1:", "        if abs(said - truth) > 0.5 * truth:",
+  "tests/test_labs.py::test_a_wrong_but_running_answer_fails_the_right_step_with_its_hint[pfc-headroom-0]",
+  "pfc-headroom step 1 accepts 1.5 x the right headroom again"),
+ ("51.8b", "labs/ecn-dcqcn/check.py", "    if kmax > PORT_BUFFER:", "    if False:",
+  "tests/test_labs.py::test_a_wrong_but_running_answer_fails_the_right_step_with_its_hint[ecn-dcqcn-0]",
+  "ecn-dcqcn step 2 accepts a Kmax beyond the port's buffer (any ordered triple)"),
+ ("51.9", "emu/roce/transport.py", "rto = max(self.rto, 4 * (qp.srtt or self.rtt_hint) + self.ack_delay)",
+  "rto = max(self.rto, 3 * (qp.srtt or self.rtt_hint) + self.ack_delay)",
+  "tests/test_scenarios.py::test_replica_exclusion_survivors_detect_agree_and_finish_every_step_exact",
+  "the retransmission timeout 3 idle round trips, not 4 (inside the old 25-203 ms band)"),
+ ("51.11a", "emu/labs.py", '    target = Path(dest or f"lab-{name}")', "    target = Path(dest or name)",
+  "tests/test_readme_claims.py::test_lab_start_copies_the_starter_to_its_default_folder",
+  "emu lab start copies into ./NAME, not the README's ./lab-NAME"),
+ ("51.11b", "emu/net/fabric.py", "        if self.settings.pace:\n            self.engine.set_pace",
+  "        if False:\n            self.engine.set_pace",
+  "tests/test_readme_claims.py::test_pace_slows_a_fabric_clock_run_and_changes_no_figure", "--pace ignored"),
+ ("51.d1", "emu/dataplane/loop.py", "    BATCH = 2048", "    BATCH = 4096",
+  "tests/test_readme_lists.py::test_the_architecture_names_the_loops_batch_and_the_reference_classes_as_the_code_has_them",
+  "the loop's batch changed, docs/architecture.md not"),
+ ("51.d2", "README.md", "| `--pace WALL_S` |", "| pace WALL_S |",
+  "tests/test_readme_lists.py::test_the_run_options_table_names_every_run_option_and_no_other",
+  "the README's options table without --pace"),
+ ("51.11c", "README.md", "took 1.3 s for the whole command", "took 1.2 s for the whole command",
+  "tests/test_readme_lists.py::test_the_readme_opening_figures_are_what_docs_performance_records",
+  "the README's opening figure not docs/performance.md's"),
+ ("51.d4", "docs/architecture.md", "  pipe.Transmitter, buffer.SharedBuffer,", "  link.Transmitter, buffer.SharedBuffer,",
+  "tests/test_readme_lists.py::test_the_architecture_names_the_loops_batch_and_the_reference_classes_as_the_code_has_them",
+  "docs/architecture.md names the reference's link where it was (link.Transmitter)"),
+ ("51.d5", "README.md", "headroom, incast, plane-down,", "headroom, plane-down,",
+  "tests/test_readme_lists.py::test_every_scenario_is_shown_and_each_clock_default_list_is_the_codes",
+  "the README's list of fabric-clock scenarios without incast"),
+ ("51.d3", "README.md", ", web.md,", ",", "tests/test_readme_lists.py::test_the_layout_names_every_doc",
+  "the README's layout without docs/web.md"),
 ]
 
 
@@ -294,18 +415,25 @@ def pytest_run(test: str, core: str) -> tuple[str, list[str]]:
         return "failed", why
     return "error", why
 
+def on_native(item: tuple[str, ...]) -> bool:
+    """Whether an item runs on the compiled core: its file is the core's, or it says so (a seventh field,
+    "native": a .py item whose test needs the compiled core there, the worktree's build as it is)."""
+    return item[1].endswith((".pyx", ".pxd")) or item[6:] == ("native",)
+
+
 only = sys.argv[2:]
 items = [m for m in M if not only or m[0] in only]
 subprocess.run(["git", "-C", WT, "checkout", "-q", "--", "."], check=True)
-if any(m[1].endswith((".pyx", ".pxd")) for m in items):
+if any(on_native(m) for m in items):
     built, why = build()
     if not built:
         sys.exit("the unmutated compiled core did not build in the worktree: " + " / ".join(why))
     os.makedirs(KEPT, exist_ok=True)
     for f in PRODUCTS:
         shutil.copyfile(f, os.path.join(KEPT, os.path.basename(f)))
-for key, path, old, new, test, what in items:
-    native = path.endswith((".pyx", ".pxd"))
+for item in items:
+    key, path, old, new, test, what = item[:6]
+    native = on_native(item)
     core = "native" if native else "python"
     subprocess.run(["git", "-C", WT, "checkout", "-q", "--", "."], check=True)
     use_core(native)
@@ -319,7 +447,7 @@ for key, path, old, new, test, what in items:
     assert s.count(old) == 1, (key, path, s.count(old))
     open(f, "w").write(s.replace(old, new))
     t0 = time.time()
-    built, why = build() if native else (True, [])
+    built, why = build() if path.endswith((".pyx", ".pxd")) else (True, [])
     after, why = pytest_run(test, core) if built else ("build", why)
     verdict = {"failed": "FAILED (as it must)", "passed": "passed: NOT CAUGHT", "build": "errored: NOT CAUGHT (build)",
                "error": "errored: NOT CAUGHT (not an assertion)"}
