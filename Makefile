@@ -16,7 +16,7 @@ setup: $(VENV)/.done
 
 # Set-up runs again when what builds the package or the compiled core changes: an edited .pyx is rebuilt,
 # never tested as its old build (emu.dataplane.core also refuses a build older than its source).
-$(VENV)/.done: pyproject.toml setup.py $(wildcard emu/*/*.pyx emu/*/*.pxd)
+$(VENV)/.done: pyproject.toml setup.py $(wildcard emu/*/*.pyx emu/*/*.pxd) emu/net/dilate.c
 	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null && command -v chromium >/dev/null && command -v promtool >/dev/null \
 	  && command -v sudo >/dev/null && test -x /usr/sbin/sshd \
 	  && command -v mpirun >/dev/null && command -v mpicc >/dev/null && command -v faketime >/dev/null \

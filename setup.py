@@ -16,6 +16,8 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 MODULES = ["emu/dataplane/_core.pyx", "emu/roce/_device.pyx"]
+# Not Python: a library preloaded into a job's ranks after libfaketime (emu.net.ranks), plain C.
+DILATE = ("emu.net._dilate", "emu/net/dilate.c")
 # IEEE arithmetic exactly as Python does it: no fused multiply-add, no fast-math, so the compiled
 # core's floating-point sums are the reference's, bit for bit.
 CFLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math"]
@@ -47,7 +49,13 @@ class OptionalBuild(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001
-            optional(ext.name, exc)
+            if ext.name != DILATE[0]:
+                optional(ext.name, exc)
+            elif shutil.which(os.environ.get("CC", "cc").split()[0]) or shutil.which("gcc"):
+                raise SystemExit(f"emu: {DILATE[1]} did not build ({exc}): fix the error above") from exc
+            else:
+                print(f"emu: {DILATE[1]} was not built ({exc}): a job's ranks will read the kernel's packet "
+                      "stamps and setitimer in wall time (docs/architecture.md, \"Jobs in the hosts\")", file=sys.stderr)
 
 
 def extensions() -> list:
@@ -69,4 +77,11 @@ def extensions() -> list:
         return []
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuild})
+def dilate() -> list:
+    """The ranks' preload, wherever there is a C compiler (it needs no Cython and is no part of the core)."""
+    from setuptools import Extension
+
+    return [Extension(DILATE[0], [DILATE[1]], extra_compile_args=["-O2"])]
+
+
+setup(ext_modules=extensions() + dilate(), cmdclass={"build_ext": OptionalBuild})

@@ -15,9 +15,11 @@ import pytest
 from emu.net.ranks import (
     JobTimeout,
     RankFailed,
+    dilate_lib,
     exit_code,
     fabric_time_env,
     fabric_time_prefix,
+    faketime_lib,
     mpi_networks,
     rank_env,
 )
@@ -118,8 +120,68 @@ def test_a_rank_gets_what_torchrun_gives_and_every_address():
 def test_fabric_time_is_libfaketime_at_one_over_d_with_monotonic_faked_too():
     env = fabric_time_env(1000)
     assert env["FAKETIME"] == "+0 x0.001" and env["FAKETIME_NO_CACHE"] == "1"
-    assert env["LD_PRELOAD"].endswith("libfaketimeMT.so.1") and os.path.exists(env["LD_PRELOAD"])
+    libs = env["LD_PRELOAD"].split(":")
+    assert libs[0].endswith("libfaketimeMT.so.1") and all(os.path.exists(lib) for lib in libs)
+    assert libs[1:] == [dilate_lib()] and dilate_lib() is not None  # set-up built it: a compiler is here
     assert "FAKETIME_DONT_FAKE_MONOTONIC" not in env
+
+
+STAMPS = r"""
+import errno, fcntl, socket
+def received(s):
+    s.bind(("127.0.0.1", 0)); s.sendto(b"x", s.getsockname()); s.recv(1)
+def last_stamp(s):  # SIOCGSTAMP (the first asks the kernel to keep one)
+    try:
+        fcntl.ioctl(s, 0x8906, bytes(16)); return "stamp"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+got = []
+for option in (29, 35):  # SO_TIMESTAMP, SO_TIMESTAMPNS (Python's socket names neither)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, option, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    got += [s.getsockopt(socket.SOL_SOCKET, option), s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) != 0]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+last_stamp(s); received(s); got.append(last_stamp(s))
+print(*got)
+"""
+
+
+ITIMER = r"""
+import signal, time
+fired = []
+signal.signal(signal.SIGALRM, lambda *_: fired.append(time.monotonic()))
+t = time.monotonic()
+signal.setitimer(signal.ITIMER_REAL, 0.005)
+left = signal.getitimer(signal.ITIMER_REAL)[0]
+while not fired and time.monotonic() - t < 5:
+    time.sleep(0.001)
+print(left, fired[0] - t if fired else "never")
+"""
+
+
+def test_setitimers_timer_runs_at_fabric_time():
+    """dilate, alone, at D = 100 (FAKETIME's rate, as ranks get it): a 5 ms timer fires after half a wall second,
+    and reads back as fabric time; the same without it fires after 5 wall ms. (The test's process reads the
+    wall: libfaketime is not loaded.)"""
+    plain = subprocess.run(["python3", "-c", ITIMER], capture_output=True, text=True, timeout=30, check=True).stdout
+    left, after = map(float, plain.split())
+    assert 0.004 < left <= 0.005 and 0.004 < after < 0.25, plain
+    env = dict(os.environ, LD_PRELOAD=dilate_lib() or "", FAKETIME="+0 x0.01")
+    got = subprocess.run(["python3", "-c", ITIMER], env=env, capture_output=True, text=True, timeout=30, check=True)
+    left, after = map(float, got.stdout.split())
+    assert 0.004 < left <= 0.005 and 0.45 < after < 2.5, got.stdout
+
+
+def test_a_rank_asks_for_the_kernels_packet_stamps_and_gets_none_while_other_options_hold():
+    """dilate (emu/net/dilate.c), preloaded into a rank: stamps asked for succeed and are left off, the
+    last packet's stamp (SIOCGSTAMP) is refused as where none was taken, and other options are set as
+    asked. Without it the kernel stamps a received packet, which this socket shows."""
+    plain = subprocess.run(["python3", "-c", STAMPS], capture_output=True, text=True, timeout=30, check=True).stdout
+    assert plain.split() == ["1", "True", "1", "True", "stamp"], plain
+    env = dict(os.environ, LD_PRELOAD=dilate_lib() or "")
+    got = subprocess.run(["python3", "-c", STAMPS], env=env, capture_output=True, text=True, timeout=30, check=True)
+    assert got.stdout.split() == ["0", "True", "0", "True", "ENOENT"], got
 
 
 def test_a_programs_clock_and_sleep_run_at_one_over_d():
@@ -187,7 +249,7 @@ def test_doctor_says_whether_jobs_have_mpi_and_fabric_time():
 
     d = json.loads(subprocess.run([*EMU, "doctor", "--json"], capture_output=True, text=True, timeout=120).stdout)
     assert d["mpi"] == (shutil.which("mpirun") is not None and shutil.which("mpicc") is not None)
-    assert d["faketime"] == os.path.exists(fabric_time_env(1000)["LD_PRELOAD"])
+    assert d["faketime"] == os.path.exists(faketime_lib())
 
 
 def test_emu_run_says_what_is_wrong_before_building_anything():
@@ -458,3 +520,25 @@ def test_iperf3s_own_report_reads_the_fabric_rate_at_d_1000(nothing_left):
     got = re.search(r"^\[rank 0\] .*\s([\d.]+) Gbits/sec\s+receiver$", r.stdout, re.M)
     assert got, r.stdout
     assert float(got.group(1)) == pytest.approx(0.94 * 100, rel=0.02), r.stdout
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+@pytest.mark.long
+def test_pings_own_round_trip_reads_the_fabrics_at_d_1000(nothing_left):
+    """ping in a host, unmodified, at D = 1000 over two 20 km host cables through one leaf: every round trip
+    it prints is the fabric's, 4 x 100 us of light in fibre, within 10 %, the first two of them (its
+    neighbour asked first). ping reads a reply's arrival from the kernel's stamp on the packet, which keeps
+    the wall's clock, against its own sending time, which libfaketime dilates: without dilate
+    (emu/net/dilate.c) it printed 2002, 4000, 5998 ms, growing with the wall. And it waits for its last
+    reply with setitimer, which libfaketime does not dilate: without dilate it left before that reply."""
+    script = 'if [ "$RANK" = 0 ]; then exec ping -n -c 4 -i 0.001 "${EMU_HOSTS#*,}"; fi'
+    r = emu_run("fpf", "--gpus", "2", "--planes", "1", "--leaves", "1", "--host-cable", "20km", "--dilation", "1000",
+                "--", "sh", "-c", script, timeout=120)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    rtts = [float(ms) for ms in re.findall(r"^\[rank 0\] .* time=([\d.]+) ms$", r.stdout, re.M)]
+    assert len(rtts) == 4, r.stdout
+    fabric_ms = 4 * 20e3 * 5e-9 * 1e3  # four crossings of 20 km at 5 ns a metre
+    assert rtts[0] == pytest.approx(2 * fabric_ms, rel=0.10), r.stdout  # the neighbour's answer, then the echo
+    for rtt in rtts[1:]:
+        assert rtt == pytest.approx(fabric_ms, rel=0.10), r.stdout

@@ -15,6 +15,7 @@ wall's (docs/architecture.md, "Fabric time in the hosts' processes").
 from __future__ import annotations
 
 import glob
+import importlib.util
 import ipaddress
 import os
 import re
@@ -89,13 +90,24 @@ def faketime_lib() -> str:
                      "time; --no-dilate-time runs them on the wall's")
 
 
+def dilate_lib() -> str | None:
+    """emu/net/dilate.c as set-up built it (what libfaketime leaves undilated: the kernel's stamps on a
+    rank's received packets, setitimer), or None where set-up had no C compiler."""
+    spec = importlib.util.find_spec("emu.net._dilate")
+    return spec.origin if spec is not None and spec.origin and os.path.exists(spec.origin) else None
+
+
 def fabric_time_env(dilation: float) -> dict[str, str]:
     """The environment that makes a dynamically linked program's clocks (clock_gettime, MONOTONIC too,
     gettimeofday, time) and waits (sleep, nanosleep, poll, select, epoll_wait timeouts) run at 1/D of the
     wall: a fabric second is D wall seconds, as for the fabric's links. Not cached (FAKETIME_NO_CACHE),
-    so every read is the wall's now, scaled; the clock starts at the wall's time when the process does."""
+    so every read is the wall's now, scaled; the clock starts at the wall's time when the process does.
+    After libfaketime, dilate (emu/net/dilate.c): the kernel's stamps on received packets keep the wall's
+    clock, so a program that reads them (ping's RTT) takes the time itself instead; setitimer's timer runs
+    at fabric time (ping's wait for its last reply)."""
     rate = f"{1.0 / dilation:.12g}"
-    return {"LD_PRELOAD": faketime_lib(), "FAKETIME": f"+0 x{rate}", "FAKETIME_NO_CACHE": "1"}
+    preload = ":".join(p for p in (faketime_lib(), dilate_lib()) if p)
+    return {"LD_PRELOAD": preload, "FAKETIME": f"+0 x{rate}", "FAKETIME_NO_CACHE": "1"}
 
 
 def fabric_time_prefix(dilation: float) -> str:
