@@ -146,9 +146,26 @@ def test_a_shell_commands_prefix_gives_it_fabric_time_and_the_shell_keeps_the_wa
     assert 1.0 <= wall < 5.0, wall
 
 
-def test_mpi_is_told_the_subnets_of_the_ranks_planes():
-    assert mpi_networks([["10.0.0.2/24", "10.1.0.2/24"], ["10.0.1.2/24", "10.1.1.2/24"]]) == [
-        "10.0.0.0/24", "10.0.1.0/24", "10.1.0.0/24", "10.1.1.0/24"]
+def test_mpi_is_told_the_subnets_of_a_hosts_own_planes():
+    assert mpi_networks(["10.1.0.2/24", "10.0.0.2/24", "10.0.0.9/24"]) == ["10.0.0.0/24", "10.1.0.0/24"]
+
+
+def test_each_host_and_rank_is_told_its_own_subnets_and_mpiruns_line_names_none(tmp_path):
+    """FPF 8 x 8's leaves each have their own subnets: every rank's in one list on mpirun's line made Open
+    MPI warn, in every host, of the other leaf's it has no interface in. The daemons get their host's
+    through the rsh agent, the ranks theirs as their `sh -c` starts (by rank: hostfile order)."""
+    from emu.net.ranks import mpirun_argv
+
+    nets = [["10.0.0.0/24", "10.1.0.0/24"], ["10.0.1.0/24", "10.1.1.0/24"]]
+    argv = mpirun_argv([("gpu0", 1), ("gpu4", 2)], ["true"], nets, str(tmp_path), {})
+    assert not [a for a in argv if "if_include" in a and "case" not in a], argv
+    agent = (tmp_path / "agent").read_text()
+    assert "gpu0) pid=1 nets=10.0.0.0/24,10.1.0.0/24;;" in agent and "gpu4) pid=2 nets=10.0.1.0/24,10.1.1.0/24;;" in agent
+    for rank, host in enumerate(nets):
+        env = dict(os.environ, OMPI_COMM_WORLD_RANK=str(rank))
+        out = subprocess.run([*argv[argv.index("sh"):-1], "sh", "-c", "echo $OMPI_MCA_btl_tcp_if_include $RANK"],
+                             env=env, capture_output=True, text=True, check=True, timeout=10).stdout
+        assert out.split() == [",".join(host), str(rank)], out
 
 
 def test_mpiruns_line_turns_put_off_in_the_tcp_transport(tmp_path):
@@ -156,9 +173,40 @@ def test_mpiruns_line_turns_put_off_in_the_tcp_transport(tmp_path):
     overlap every time (the acceptance test below; docs/performance.md, "Issue 53's acceptance")."""
     from emu.net.ranks import mpirun_argv
 
-    argv = mpirun_argv([("gpu0", 1), ("gpu1", 2)], ["true"], ["10.0.0.0/24"], str(tmp_path), {})
+    argv = mpirun_argv([("gpu0", 1), ("gpu1", 2)], ["true"], [["10.0.0.0/24"]] * 2, str(tmp_path), {})
     flags = argv[argv.index("btl_tcp_flags") + 1].split(",")
     assert "send" in flags and "put" not in flags and "get" not in flags, argv
+    assert argv[argv.index("pml_ob1_max_send_per_range") + 1] == "4"  # Open MPI's own, up to 4 planes
+
+
+def test_a_long_message_is_striped_over_every_plane_of_a_host(tmp_path):
+    """ob1 splits a message's fragments over at most 4 interfaces at once by default: on FPF 8 x 8 NetPIPE
+    read 4 planes' worth (187 fabric us for 8 MiB) until told every plane (97.8 us)."""
+    from emu.net.ranks import mpirun_argv
+
+    nets = [[f"10.{p}.0.0/24" for p in range(8)], [f"10.{p}.1.0/24" for p in range(8)]]
+    argv = mpirun_argv([("gpu0", 1), ("gpu4", 2)], ["true"], nets, str(tmp_path), {})
+    assert argv[argv.index("pml_ob1_max_send_per_range") + 1] == "8", argv
+
+
+def test_mpiruns_tagged_chunks_become_each_ranks_own_lines():
+    """mpirun tags each chunk a rank writes: NetPIPE's line in two writes came as one line with a second tag
+    inside it, and another rank's chunk can come between a line's two pieces."""
+    from emu.net.ranks import TaggedLines
+
+    got: list[tuple[int, str, str]] = []
+    t = TaggedLines(2, lambda r, k, line: got.append((r, k, line)))
+    assert t.feed("[1,0]<stderr>:  0: 1048576 bytes --> [1,0]<stderr>: 224069.66 Mbps in 35.70 usec")
+    assert t.feed("[1,1]<stdout>:gpu4-eth3 UP [1,0]<stdout>:half [1,1]<stdout>:10.3.1.2/24")
+    assert t.feed("[1,0]<stdout>:a line")
+    assert not t.feed("[mpirun] its own") and not t.feed("") and not t.feed("[1,7]<stdout>:no such rank")
+    assert t.feed("[1,1]<stderr>:no newline at the end")
+    assert got == [(0, "err", "  0: 1048576 bytes -->  224069.66 Mbps in 35.70 usec"),
+                   (1, "out", "gpu4-eth3 UP 10.3.1.2/24"), (0, "out", "half a line"),
+                   (1, "err", "no newline at the end")]
+    t.feed("[1,1]<stdout>:cut [1,0]<stdout>:x")
+    t.close()
+    assert got[4:] == [(0, "out", "x"), (1, "out", "cut ")]
 
 
 def test_the_jobs_code_is_its_first_failing_ranks():
@@ -215,7 +263,9 @@ def test_each_rank_has_its_environment_and_its_tagged_lines(nothing_left):
     # gpu2 is rank 0: MASTER_ADDR is its first plane's address; EMU_HOSTS lists the ranks' in rank order.
     assert lines == ["[rank 0] 0 2 0 10.0.0.4 29500 10.0.0.4,10.0.0.2",
                      "[rank 1] 1 2 0 10.0.0.4 29500 10.0.0.4,10.0.0.2"], r.stdout
-    assert sorted(r.stderr.splitlines()) == ["[rank 0] oops", "[rank 1] oops"], r.stderr
+    verdict = [ln for ln in r.stderr.splitlines() if ln.startswith("emu run: fidelity: ")]
+    assert len(verdict) == 1 and r.stderr.splitlines()[-1] == verdict[0], r.stderr  # the fabric's, over the job
+    assert sorted(r.stderr.splitlines()[:-1]) == ["[rank 0] oops", "[rank 1] oops"], r.stderr
 
 
 @pytest.mark.root
