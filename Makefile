@@ -2,13 +2,14 @@
 # prometheus is installed for its promtool (the Grafana dashboard's queries are tested with it),
 # openssh-server and sudo for the cluster's namespace machines (each runs its own sshd; Mininet's
 # cluster edition calls sudo); Open MPI and libfaketime for `emu run` (mpirun, mpicc; the ranks' fabric time);
+# NetPIPE (NPopenmpi), an MPI program the project did not write, for `emu run`'s acceptance test;
 # the servers the packages start are not left running unless they
 # were there before.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EMU := $(VENV)/bin/emu
 APT_PKGS := mininet bridge-utils iproute2 iputils-ping iperf3 tshark tcpdump python3-venv ethtool chromium prometheus openssh-server openssh-client sudo \
-  openmpi-bin libopenmpi-dev libfaketime faketime
+  openmpi-bin libopenmpi-dev netpipe-openmpi libfaketime faketime
 
 .PHONY: setup demo test check-long lint clean p4
 
@@ -19,7 +20,7 @@ setup: $(VENV)/.done
 $(VENV)/.done: pyproject.toml setup.py $(wildcard emu/*/*.pyx emu/*/*.pxd) emu/net/dilate.c
 	@command -v mnexec >/dev/null && command -v iperf3 >/dev/null && command -v tshark >/dev/null && command -v chromium >/dev/null && command -v promtool >/dev/null \
 	  && command -v sudo >/dev/null && test -x /usr/sbin/sshd \
-	  && command -v mpirun >/dev/null && command -v mpicc >/dev/null && command -v faketime >/dev/null \
+	  && command -v mpirun >/dev/null && command -v mpicc >/dev/null && command -v NPopenmpi >/dev/null && command -v faketime >/dev/null \
 	  && ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 \
 	  && command -v ping >/dev/null && command -v brctl >/dev/null && /usr/bin/python3 -c 'import venv, mininet' 2>/dev/null \
 	  || { had_prometheus=$$(command -v prometheus || true); had_sshd=$$(test -x /usr/sbin/sshd && echo yes || true); \

@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the parser is built on every `emu` command: the fabric's modules load where they run
+    from emu.net.fabric import FabricNet
     from emu.net.switch import RunSettings
 
 _PRINTING = threading.Lock()  # every rank's output has a reader thread: one whole line at a time
@@ -92,9 +93,21 @@ def run_job(topology: str, params: dict[str, str], settings: RunSettings, args: 
             results = net.run(command, np=args.np, hosts=hosts, mpi=args.mpi, planes=mpi_planes(args),
                               dilate_time=not args.no_dilate_time, timeout=args.timeout, sink=print_line)
         except RankFailed as exc:
+            say_fidelity(net)
             print(f"emu run: {exc}", file=sys.stderr, flush=True)
             return exc.code
         except JobTimeout as exc:  # named as this command's option, not the API's timeout=
+            say_fidelity(net)
             print(f"emu run: {exc.said('--timeout')}", file=sys.stderr, flush=True)
             return JobTimeout.EXIT_CODE
+        say_fidelity(net)
     return exit_code(results)
+
+
+def say_fidelity(net: FabricNet) -> None:
+    """The fabric's fidelity verdict over the job (and the build before it), one line on stderr: whether
+    the engine kept every packet on time at this D, so that the job's own figures are the fabric's (a D
+    whose verdict is not ok gives figures partly the emulator's: a larger --dilation)."""
+    from emu.fidelity import fabric_fidelity, line
+
+    print(f"emu run: {line(fabric_fidelity(net.engine.stats()))}", file=sys.stderr, flush=True)

@@ -236,38 +236,45 @@ def _how(code: int) -> str:
 AGENT = """#!/bin/sh
 # mpirun's rsh agent for one emu job: `agent HOST COMMAND...` runs COMMAND (one shell line, as ssh
 # would) in HOST's network namespace, with HOST as its host name (each host a UTS namespace of its own).
+# The daemon's own channel is told that host's subnets (its environment: mpirun's line does not name them).
 host=$1; shift
 case "$host" in
 {cases}
 *) echo "emu rsh agent: no host $host in this job" >&2; exit 255;;
 esac
+OMPI_MCA_oob_tcp_if_include=$nets; export OMPI_MCA_oob_tcp_if_include
 exec mnexec -a "$pid" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
 """
 
 
-def mpi_networks(addresses: Sequence[Sequence[str]]) -> list[str]:
-    """The subnets of the ranks' fabric interfaces (IPv4, "10.0.0.0/24", ...): what Open MPI's TCP
-    transport and its daemons' own channel are told to use (interface names differ per host)."""
-    nets = {str(ipaddress.ip_interface(a).network) for per_host in addresses for a in per_host}
+def mpi_networks(addresses: Sequence[str]) -> list[str]:
+    """One host's fabric subnets (IPv4, "10.0.0.0/24", ...), from its interfaces' addresses: what Open MPI's
+    TCP transport and its daemons' channel in that host are told to use. Each host is told its own (interface
+    names differ per host), not every rank's: a subnet a host has no interface in is warned about by every
+    process of Open MPI there (FPF's leaves each have their own)."""
+    nets = {str(ipaddress.ip_interface(a).network) for a in addresses}
     return sorted(nets, key=lambda n: ipaddress.ip_network(n))
 
 
-def mpirun_argv(hosts: Sequence[tuple[str, int]], argv: Sequence[str], networks: Sequence[str], folder: str,
-                env: dict[str, str]) -> list[str]:
-    """mpirun's command line for one rank per host: (name, shell pid) each, in rank order; the hostfile
-    and the rsh agent written in `folder`; `env` exported to every rank (-x)."""
+def mpirun_argv(hosts: Sequence[tuple[str, int]], argv: Sequence[str], networks: Sequence[Sequence[str]],
+                folder: str, env: dict[str, str]) -> list[str]:
+    """mpirun's command line for one rank per host: (name, shell pid) each, in rank order, and each host's
+    subnets (mpi_networks); the hostfile and the rsh agent written in `folder`; `env` exported to every
+    rank (-x). The subnets go to each process in its environment, not as mpirun's --mca (which it hands
+    on to every daemon and rank alike): the agent sets the daemons' (oob_tcp_if_include), each rank's
+    `sh -c` its own (btl_tcp_if_include, by its rank: one rank per host, in hostfile order), and
+    mpirun's own comes from run_mpi's environment."""
     hostfile = os.path.join(folder, "hostfile")
     with open(hostfile, "w") as f:
         f.writelines(f"{name} slots=1 max_slots=1\n" for name, _ in hosts)
     agent = os.path.join(folder, "agent")
-    cases = "\n".join(f"{shlex.quote(name)}) pid={pid};;" for name, pid in hosts)
+    cases = "\n".join(f"{shlex.quote(name)}) pid={pid} nets={','.join(nets)};;"
+                      for (name, pid), nets in zip(hosts, networks, strict=True))
     with open(agent, "w") as f:
         f.write(AGENT.format(cases=cases))
     os.chmod(agent, 0o700)
-    nets = ",".join(networks)
-    mca = {"plm_rsh_agent": agent, "plm_rsh_no_tree_spawn": "1", "btl": "tcp,self", "btl_tcp_if_include": nets,
-           "oob_tcp_if_include": nets, "orte_tmpdir_base": folder, "pml": "ob1",
-           "btl_tcp_disable_family": "6", "oob_tcp_disable_family": "6",
+    mca = {"plm_rsh_agent": agent, "plm_rsh_no_tree_spawn": "1", "btl": "tcp,self", "orte_tmpdir_base": folder,
+           "pml": "ob1", "btl_tcp_disable_family": "6", "oob_tcp_disable_family": "6",
            # every host is on one machine: a rank waiting on the network yields the core to the engine
            "mpi_yield_when_idle": "1",
            # No RDMA-style put over TCP (Open MPI's default flags less put and hetero-rdma): a long message
@@ -276,7 +283,11 @@ def mpirun_argv(hosts: Sequence[tuple[str, int]], argv: Sequence[str], networks:
            # send) queues behind it on the same socket: two ranks sending to each other at once then took
            # turns, or overlapped, as the race after a barrier fell, and the same allreduce read 1.10, 1.28
            # or 1.43 fabric ms an iteration from round to round (docs/performance.md, "Jobs in the hosts").
-           "btl_tcp_flags": "send,inplace,need-ack,need-csum"}
+           "btl_tcp_flags": "send,inplace,need-ack,need-csum",
+           # A long message's fragments go over at most this many of a host's interfaces at once (ob1's
+           # default 4): on 8 planes NetPIPE's 8 MiB took 187 fabric us, 4 planes' worth, at any D; with
+           # every plane, 97.8 us (docs/performance.md, "NetPIPE across FPF 8 x 8").
+           "pml_ob1_max_send_per_range": str(max(4, *(len(n) for n in networks)))}
     out = [shutil.which("mpirun") or "mpirun", "--allow-run-as-root", "-np", str(len(hosts)), "--hostfile", hostfile,
            "--map-by", "node", "--tag-output"]
     for k, v in mca.items():
@@ -284,13 +295,50 @@ def mpirun_argv(hosts: Sequence[tuple[str, int]], argv: Sequence[str], networks:
     for k, v in env.items():
         out += ["-x", f"{k}={v}"]
     # Each rank learns its rank from Open MPI's variables; torchrun's names are set from them as the rank starts.
-    torch = ("RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK "
+    own = " ".join(f"{i}) OMPI_MCA_btl_tcp_if_include={','.join(nets)};;" for i, nets in enumerate(networks))
+    torch = (f"case $OMPI_COMM_WORLD_RANK in {own} esac; export OMPI_MCA_btl_tcp_if_include; "
+             "RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK "
              "LOCAL_WORLD_SIZE=$OMPI_COMM_WORLD_LOCAL_SIZE GROUP_RANK=$OMPI_COMM_WORLD_RANK; "
              "export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK; exec \"$@\"")
     return [*out, *shlex.split(os.environ.get("EMU_MPIRUN_ARGS", "")), "sh", "-c", torch, "sh", *argv]
 
 
-_TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$")
+_TAG = re.compile(r"\[\d+,(\d+)\]<(stdout|stderr)>:")
+
+
+class TaggedLines:
+    """mpirun's --tag-output back into each rank's own lines. mpirun tags what a rank wrote chunk by chunk,
+    not line by line: a line written in two writes (NetPIPE's "0: 1048576 bytes 10 times -->", then its
+    figures) comes as one line with a second tag inside it, and another rank's chunk can come between
+    the two. Each piece goes to its rank's stream (stdout or stderr, as its tag says) and waits there
+    until a piece ends its line (the last piece of one of mpirun's lines does)."""
+
+    def __init__(self, n: int, emit: LineSink) -> None:
+        self.n, self.emit = n, emit
+        self.partial: dict[tuple[int, str], str] = {}
+        self.lock = threading.Lock()  # mpirun's stdout and stderr each have a reader thread
+
+    def feed(self, line: str) -> bool:
+        """One line of mpirun's output, its newline stripped; False if it is mpirun's own (not tagged)."""
+        parts = _TAG.split(line)  # text before the first tag, then (rank, stream, text) for each tag
+        if parts[0] or len(parts) == 1 or any(int(r) >= self.n for r in parts[1::3]):
+            return False
+        pieces = [(int(parts[i]), "out" if parts[i + 1] == "stdout" else "err", parts[i + 2])
+                  for i in range(1, len(parts), 3)]
+        with self.lock:
+            for j, (r, k, text) in enumerate(pieces):
+                so_far = self.partial.pop((r, k), "") + text
+                if j < len(pieces) - 1:
+                    self.partial[(r, k)] = so_far
+                else:
+                    self.emit(r, k, so_far)
+        return True
+
+    def close(self) -> None:
+        """The pieces of lines no newline ended (a rank's last write): each as a line."""
+        for (r, k), text in sorted(self.partial.items()):
+            self.emit(r, k, text)
+        self.partial.clear()
 _FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
 _SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 
@@ -308,13 +356,15 @@ def run_mpi(hosts: Sequence[Any], addresses: Sequence[str], planes: Sequence[Seq
     outs: list[tuple[list[str], list[str]]] = [([], []) for _ in range(n)]
     own: list[str] = []  # mpirun's own lines (its errors), not a rank's
 
+    def to_rank(r: int, k: str, text: str) -> None:
+        outs[r][0 if k == "out" else 1].append(text + "\n")
+        if sink is not None:
+            sink(r, k, text)
+
+    tagged = TaggedLines(n, to_rank)
+
     def route(_rank: int, kind: str, line: str) -> None:
-        m = _TAG.match(line)
-        if m and int(m.group(1)) < n:
-            r, k = int(m.group(1)), "out" if m.group(2) == "stdout" else "err"
-            outs[r][0 if k == "out" else 1].append(m.group(3) + "\n")
-            if sink is not None:
-                sink(r, k, m.group(3))
+        if tagged.feed(line):
             return
         own.append(line + "\n")
         if sink is not None and line.strip():
@@ -323,10 +373,12 @@ def run_mpi(hosts: Sequence[Any], addresses: Sequence[str], planes: Sequence[Seq
     try:
         job_env = dict(env or {})
         job_env.update({"EMU_HOSTS": ",".join(addresses), "MASTER_ADDR": addresses[0], "MASTER_PORT": str(MASTER_PORT)})
-        cmd = mpirun_argv([(h.name, h.pid) for h in hosts], argv, mpi_networks(planes), folder, job_env)
+        nets = [mpi_networks(p) for p in planes]
+        cmd = mpirun_argv([(h.name, h.pid) for h in hosts], argv, nets, folder, job_env)
         clean_env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "FAKETIME"))
                      and k != "LD_PRELOAD"}  # mpirun and its daemons keep the wall's time
-        clean_env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HOME=folder)
+        clean_env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", HOME=folder,
+                         OMPI_MCA_oob_tcp_if_include=",".join(nets[0]))  # mpirun's own channel, in rank 0's host
         try:
             p = hosts[0].popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                env=clean_env, text=True, errors="replace")
@@ -339,6 +391,7 @@ def run_mpi(hosts: Sequence[Any], addresses: Sequence[str], planes: Sequence[Seq
             _stop([p])
             for t in readers:
                 t.join(5)
+            tagged.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         faketime_leftovers()
