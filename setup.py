@@ -81,7 +81,7 @@ def dilate() -> list:
     """The ranks' preload, wherever there is a C compiler (it needs no Cython and is no part of the core)."""
     from setuptools import Extension
 
-    return [Extension(DILATE[0], [DILATE[1]], extra_compile_args=["-O2"])]
+    return [Extension(DILATE[0], [DILATE[1]], extra_compile_args=["-O2"], libraries=["dl", "m"])]
 
 
 setup(ext_modules=extensions() + dilate(), cmdclass={"build_ext": OptionalBuild})

@@ -18,8 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _package(tmp: Path, core_source: str) -> Path:
-    """setup.py with a compiled core of `core_source` (and a trivial device) in `tmp`."""
+    """setup.py with a compiled core of `core_source` (and a trivial device) in `tmp`, and the ranks' preload
+    it also builds."""
     shutil.copy(ROOT / "setup.py", tmp / "setup.py")
+    (tmp / "emu/net").mkdir(parents=True)
+    shutil.copy(ROOT / "emu/net/dilate.c", tmp / "emu/net/dilate.c")
     for pyx, text in (("emu/dataplane/_core.pyx", core_source), ("emu/roce/_device.pyx", "x = 1\n")):
         (tmp / pyx).parent.mkdir(parents=True, exist_ok=True)
         (tmp / pyx).write_text(text)

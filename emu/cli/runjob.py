@@ -93,12 +93,12 @@ def run_job(topology: str, params: dict[str, str], settings: RunSettings, args: 
             results = net.run(command, np=args.np, hosts=hosts, mpi=args.mpi, planes=mpi_planes(args),
                               dilate_time=not args.no_dilate_time, timeout=args.timeout, sink=print_line)
         except RankFailed as exc:
-            say_fidelity(net)
             print(f"emu run: {exc}", file=sys.stderr, flush=True)
+            say_fidelity(net)
             return exc.code
         except JobTimeout as exc:  # named as this command's option, not the API's timeout=
-            say_fidelity(net)
             print(f"emu run: {exc.said('--timeout')}", file=sys.stderr, flush=True)
+            say_fidelity(net)
             return JobTimeout.EXIT_CODE
         say_fidelity(net)
     return exit_code(results)
@@ -110,4 +110,8 @@ def say_fidelity(net: FabricNet) -> None:
     whose verdict is not ok gives figures partly the emulator's: a larger --dilation)."""
     from emu.fidelity import fabric_fidelity, line
 
-    print(f"emu run: {line(fabric_fidelity(net.engine.stats()))}", file=sys.stderr, flush=True)
+    try:
+        said = line(fabric_fidelity(net.engine.stats()))
+    except Exception as exc:  # noqa: BLE001 (an engine that failed is said, not raised over the job's own code)
+        said = f"fidelity: unknown, the engine did not report ({exc})"
+    print(f"emu run: {said}", file=sys.stderr, flush=True)

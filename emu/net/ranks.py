@@ -336,9 +336,10 @@ class TaggedLines:
 
     def close(self) -> None:
         """The pieces of lines no newline ended (a rank's last write): each as a line."""
-        for (r, k), text in sorted(self.partial.items()):
-            self.emit(r, k, text)
-        self.partial.clear()
+        with self.lock:  # a reader that outlived its join may still feed
+            for (r, k), text in sorted(self.partial.items()):
+                self.emit(r, k, text)
+            self.partial.clear()
 _FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
 _SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
 
