@@ -93,12 +93,12 @@ def run_job(topology: str, params: dict[str, str], settings: RunSettings, args: 
             results = net.run(command, np=args.np, hosts=hosts, mpi=args.mpi, planes=mpi_planes(args),
                               dilate_time=not args.no_dilate_time, timeout=args.timeout, sink=print_line)
         except RankFailed as exc:
+            say_fidelity(net)  # it cannot raise: the job's own error stays the last line
             print(f"emu run: {exc}", file=sys.stderr, flush=True)
-            say_fidelity(net)
             return exc.code
         except JobTimeout as exc:  # named as this command's option, not the API's timeout=
-            print(f"emu run: {exc.said('--timeout')}", file=sys.stderr, flush=True)
             say_fidelity(net)
+            print(f"emu run: {exc.said('--timeout')}", file=sys.stderr, flush=True)
             return JobTimeout.EXIT_CODE
         say_fidelity(net)
     return exit_code(results)
