@@ -22,7 +22,7 @@ from libc.string cimport memcpy, memset
 from libc.math cimport frexp, rint
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 
-from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, FromHost, Sink, packet_new, packet_free,
+from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, FromHost, Sink, Table, packet_new, packet_free,
                                   packet_from, packet_bytes, PENDING, crc32, c_to_ps, c_to_s, c_ser_ps,
                                   c_rate_of, ps_of)
 
@@ -839,6 +839,7 @@ cdef class Device:
     cdef readonly list planes
     cdef list sends          # per plane: a FromHost (the switch port's NIC, compiled) or a Python send(frame)
     cdef readonly dict qps
+    cdef Table qp_table      # the same queue pairs by number, for a frame's look-up (no int object, no dict)
     cdef list qp_list
     cdef readonly dict mrs
     cdef MR* mr_c
@@ -923,6 +924,7 @@ cdef class Device:
             p.weight = 1.0
         self.sends = list(io.send)
         self.qps = {}
+        self.qp_table = Table()
         self.qp_list = []
         self.mrs = {}
         self.buffers = []
@@ -1036,6 +1038,7 @@ cdef class Device:
         qpn = self.rng.randrange(0x100, 0xFFFFFF)
         qp = QueuePair(self, qpn, Cc(self.cc_name, self.plane_rate * self.nplanes))
         self.qps[qpn] = qp
+        self.qp_table.put(0, qpn, qp)
         self.qp_list.append(qp)
         return qp
 
@@ -1207,7 +1210,10 @@ cdef class Device:
             _be32(b + 28, imm)
             off += IMM_BYTES
         if n:
-            memcpy(b + off, payload, n)
+            if self.payload:
+                memcpy(b + off, payload, n)
+            else:  # headers only: the region was never written, and reading it maps a page each 4 KiB
+                memset(b + off, 0, n)
         return pkt
 
     cdef bint _usable_besides(self, int index) noexcept:
@@ -1463,10 +1469,11 @@ cdef class Device:
         qpn = _rd32(data + 4) & PSN_MASK
         psn = _rd32(data + 8) & PSN_MASK
         ack_req = data[8] >> 7
-        qp = self.qps.get(qpn)
-        if qp is None:
+        cdef PyObject* found = self.qp_table.get(0, qpn)
+        if found == NULL:
             self.c_unknown_qp += 1
             return 0
+        qp = <QueuePair>found
         if op == OP_WRITE_ONLY:
             return self._on_data(<QueuePair>qp, plane, data, n, psn, ack_req, tclass, now, False, 0, False)
         if op == OP_WRITE_ONLY_IMM:
