@@ -163,8 +163,9 @@ def test_headers_only_sends_zeros_without_reading_the_region():
     its frames carry zeros where a real device's carry the region's bytes, at the same length."""
     from types import SimpleNamespace
 
-    from emu.dataplane.core import make_schedule
     from emu.roce._device import Device
+
+    from emu.dataplane.core import make_schedule
     from emu.roce.transport import FabricIO
 
     def payloads(payload: bool) -> list[bytes]:

@@ -133,29 +133,36 @@ def test_ties_between_symmetric_senders_are_fair_and_do_not_depend_on_when_they_
     assert _contest(make_schedule("python", "virtual"), 0) == firsts
 
 
+def _tree_of_events(core: str, seed: int, roots: int, origins: int, starts: list[int], branches: list[int],
+                    limit: int, delay) -> list[tuple[int, int, int]]:
+    """A random tree of events on `core`: `roots` of them from `origins` origins at `starts`, each scheduling
+    a choice of `branches` children `delay(rnd, t)` after itself, up to `limit`; (time, clock, id) as each ran."""
+    s = make_schedule(core, "virtual")
+    rnd = random.Random(seed)
+    ran: list[tuple[int, int, int]] = []
+
+    def ev(t, i):
+        ran.append((t, s.now, i))
+        for _ in range(rnd.choice(branches)):
+            if len(ran) < limit:
+                s.at(t + delay(rnd, t), ev, rnd.getrandbits(20))
+
+    for k in range(roots):
+        was = s.enter(origin("rank", k % origins, k))
+        s.at(rnd.choice(starts), ev, k)
+        s.leave(was)
+    s.run_until(NEVER, 1 << 20)
+    assert not len(s)
+    return ran
+
+
 def test_both_cores_break_every_tie_alike():
     """A random tree of events, many at equal instants, from several origins and from events: the same
     order on both cores, bit for bit (the keys' hashes are computed alike)."""
     if len(CORES) < 2:
         pytest.skip("the compiled core is not built")
-    runs = []
-    for core in CORES:
-        s = make_schedule(core, "virtual")
-        rnd = random.Random(3)
-        ran = []
-
-        def ev(t, i, s=s, rnd=rnd, ran=ran):
-            ran.append(i)
-            for _ in range(rnd.choice([0, 1, 2])):
-                if len(ran) < 3000:
-                    s.at(t + rnd.choice([0, 1, 2]) * PS_PER_US, ev, rnd.getrandbits(20))
-
-        for k in range(20):
-            was = s.enter(origin("rank", k % 5, k))
-            s.at(rnd.choice([0, PS_PER_US]), ev, k)
-            s.leave(was)
-        s.run_until(NEVER, 1 << 20)
-        runs.append(ran)
+    runs = [_tree_of_events(core, 3, 20, 5, [0, PS_PER_US], [0, 1, 2], 3000,
+                            lambda rnd, t: rnd.choice([0, 1, 2]) * PS_PER_US) for core in CORES]
     assert len(runs[0]) > 1000 and runs[0] == runs[1]
 
 
@@ -167,28 +174,13 @@ def test_both_cores_run_events_near_far_and_stamped_late_alike():
     if len(CORES) < 2:
         pytest.skip("the compiled core is not built")
     offsets = [0, 1, 8191, 8192, 8193, 3 * 8192 - 1, 33_554_431, 33_554_432, 40 * PS_PER_US, 5 * PS_PER_S // 1000]
-    runs = []
-    for core in CORES:
-        s = make_schedule(core, "virtual")
-        rnd = random.Random(5)
-        ran = []
 
-        def ev(t, i, s=s, rnd=rnd, ran=ran):
-            ran.append((t, s.now, i))
-            for _ in range(rnd.choice([0, 1, 2, 2])):
-                if len(ran) < 4000:
-                    d = rnd.choice(offsets) if rnd.random() < 0.7 else rnd.randrange(0, 70 * PS_PER_US)
-                    if rnd.random() < 0.05:
-                        d = -min(t, rnd.choice([1, 8192, 20 * PS_PER_US]))  # stamped before now
-                    s.at(t + d, ev, rnd.getrandbits(20))
+    def delay(rnd, t):
+        d = rnd.choice(offsets) if rnd.random() < 0.7 else rnd.randrange(0, 70 * PS_PER_US)
+        return -min(t, rnd.choice([1, 8192, 20 * PS_PER_US])) if rnd.random() < 0.05 else d  # stamped before now
 
-        for k in range(30):
-            was = s.enter(origin("rank", k % 7, k))
-            s.at(rnd.choice([0, 8191, 8192, PS_PER_US, 50 * PS_PER_US]), ev, k)
-            s.leave(was)
-        s.run_until(NEVER, 1 << 20)
-        assert not len(s)
-        runs.append(ran)
+    runs = [_tree_of_events(core, 5, 30, 7, [0, 8191, 8192, PS_PER_US, 50 * PS_PER_US], [0, 1, 2, 2], 4000, delay)
+            for core in CORES]
     assert len(runs[0]) > 2000 and runs[0] == runs[1]
     assert any(t < now for t, now, _ in runs[0]), "no event ran late"
     assert runs[0][-1][0] > 5 * PS_PER_S // 1000, "no event a few milliseconds ahead"
