@@ -186,6 +186,47 @@ def test_headers_only_sends_zeros_without_reading_the_region():
     assert all(p == b"\xab" * 1024 for p in real) and all(p == bytes(1024) for p in none)
 
 
+@pytest.mark.parametrize("core", ["native", "python"])
+def test_an_unsignaled_write_completes_without_a_completion_on_either_core(core):
+    """ibverbs' IBV_SEND_SIGNALED: a write posted unsignaled (a collective's, whose completions nobody reads)
+    makes no completion once acknowledged, while the signaled ones before and after it do, and its immediate
+    still reaches the peer. Two devices wired back to back in this process, no fabric."""
+    from types import SimpleNamespace
+
+    from emu.roce._device import Device as Compiled
+
+    from emu.dataplane.core import make_schedule
+    from emu.roce import transport
+
+    device = Compiled if core == "native" else transport.Device
+    loop = SimpleNamespace(sched=make_schedule(core, "virtual"))
+    loop.clock = loop.sched.clock
+    wire: dict[str, list[bytes]] = {"a": [], "b": []}
+    a, b = (device([addr], clock=loop, io=transport.FabricIO([wire[me].append], [b"\x02" * 6], [b"\x04" * 6]),
+                   seed=seed) for me, addr, seed in (("a", "fd00::1", 1), ("b", "fd00::2", 2)))
+    mra, mrb = a.reg_mr(8192), b.reg_mr(8192)
+    qa, qb = a.create_qp(), b.create_qp()
+    qa.connect(qb.qpn, ["fd00::2"])
+    qb.connect(qa.qpn, ["fd00::1"])
+    qa.post_write(1, mra, 0, 4096, mrb.va, mrb.rkey, imm=11)
+    qa.post_write(2, mra, 4096, 4096, mrb.va + 4096, mrb.rkey, imm=12, signaled=False)
+    qa.post_write(3, mra, 0, 100, mrb.va, mrb.rkey)
+    t = 0
+    for _ in range(1000):  # a microsecond a round: each side sends what is due, the other takes it
+        a.step(t)
+        b.step(t)
+        moved = bool(wire["a"] or wire["b"])
+        for me, peer in (("a", b), ("b", a)):
+            while wire[me]:
+                peer.on_frame(0, wire[me].pop(0), t)
+        if not moved and qa.idle():
+            break
+        t += 1_000_000
+    assert qa.idle()
+    assert [c.wr_id for c in a.poll_cq()] == [1, 3]
+    assert [c.wr_id for c in b.poll_recv()] == [11, 12]
+
+
 # Every lab that runs on the fabric clock (tests/test_labs.py checks the two lists against the labs' CLOCKS),
 # but those too costly on the Python core for the suite, each with why.
 LABS = ("congestion-spreading", "ecn-dcqcn", "metaroce", "pfc-headroom", "planes", "srv6-te", "trimming", "wcmp")

@@ -153,7 +153,7 @@ class Ring:
         """Our own writes acknowledged: the buffers are ours again."""
         if not self.dev.idle():
             yield self.dev.idle
-        self.dev.poll_cq()
+        self.dev.poll_cq()  # the writes were unsignaled: only a failure's completion could be here
         self.done_at = self.dev.clock.clock()
 
     # -- the ring -------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ class Ring:
                     off = c * chunk + lo
                     region = self.peer[dst]
                     self.right.post_write(base + s * k + j, self.data, off, hi - lo, region["va"] + off,
-                                          region["rkey"], imm=base + s * k + j)
+                                          region["rkey"], imm=base + s * k + j, signaled=False)
                     yield None  # start it now, not after the next wait
         self.msg = base + len(steps) * k
         yield from self.finish()
@@ -250,7 +250,8 @@ class Ring:
                     for w in step.sends:
                         region = self.peers[w.peer][w.dst]
                         self.mesh[w.peer].post_write(base + w.msg, regions[w.src], w.src_off, w.nbytes,
-                                                     region["va"] + w.dst_off, region["rkey"], imm=base + w.msg)
+                                                     region["va"] + w.dst_off, region["rkey"], imm=base + w.msg,
+                                                     signaled=False)
                     posted = posted or bool(step.sends)
                     at[i] += 1
                     moved = True

@@ -217,6 +217,7 @@ cdef struct Wr:
     int64_t wr_id
     Seg* last
     int64_t nbytes
+    bint signaled       # completes into the send queue's completions when acknowledged (ibv's IBV_SEND_SIGNALED)
 
 
 cdef struct WrQ:
@@ -224,7 +225,7 @@ cdef struct WrQ:
     Py_ssize_t cap, head, n
 
 
-cdef int wrq_push(WrQ* q, int64_t wr_id, Seg* last, int64_t nbytes) except -1:
+cdef int wrq_push(WrQ* q, int64_t wr_id, Seg* last, int64_t nbytes, bint signaled) except -1:
     cdef Wr* a
     cdef Py_ssize_t i
     if q.n == q.cap:
@@ -240,6 +241,7 @@ cdef int wrq_push(WrQ* q, int64_t wr_id, Seg* last, int64_t nbytes) except -1:
     q.a[(q.head + q.n) % q.cap].wr_id = wr_id
     q.a[(q.head + q.n) % q.cap].last = last
     q.a[(q.head + q.n) % q.cap].nbytes = nbytes
+    q.a[(q.head + q.n) % q.cap].signaled = signaled
     q.n += 1
     return 0
 
@@ -706,7 +708,7 @@ cdef class QueuePair:
             memcpy(self.rplanes[i], <char*>b, 16)
 
     def post_write(self, int64_t wr_id, mr, int64_t offset, int64_t length, uint64_t remote_va, uint32_t rkey,
-                   imm=None):
+                   imm=None, bint signaled=True):
         if self.remote_qpn < 0:
             raise RoceError("the queue pair is not connected")
         if self.error:
@@ -715,11 +717,14 @@ cdef class QueuePair:
         if offset < 0 or length < 0 or offset + length > mr.size:
             raise RoceError(f"write of {length} B at {offset} is outside the {mr.size} B region")
         self.c_post_write(wr_id, self.dev.buffer_of(mr), offset, length, remote_va, rkey, imm is not None,
-                          0 if imm is None else (<uint64_t>imm) & 0xFFFFFFFF)
+                          0 if imm is None else (<uint64_t>imm) & 0xFFFFFFFF, signaled)
 
     cdef int c_post_write(self, int64_t wr_id, uint8_t* base, int64_t offset, int64_t length, uint64_t remote_va,
-                          uint32_t rkey, bint has_imm, uint32_t imm) except -1:
-        """post_write's work, its checks done: the write's segments queued, its work request noted."""
+                          uint32_t rkey, bint has_imm, uint32_t imm, bint signaled=True) except -1:
+        """post_write's work, its checks done: the write's segments queued, its work request noted. Unsignaled
+        (a ring's writes, whose completions nobody reads: it waits for its queue pair to be idle), the request
+        completes without a Completion (one object a message, kept till the operation's end); a failed one
+        still reports, as ibverbs' do."""
         if not self.pending.n:
             self.ready_at = self.dev.sched.cclock()
         cdef int mtu = self.dev.mtu
@@ -751,7 +756,7 @@ cdef class QueuePair:
         if has_imm:
             seg.has_imm = True
             seg.imm = imm
-        wrq_push(&self.wrs, wr_id, seg_ref(seg), length)
+        wrq_push(&self.wrs, wr_id, seg_ref(seg), length, signaled)
         return 0
 
     cdef inline bint c_busy(self) noexcept:
@@ -1680,7 +1685,8 @@ cdef class Device:
             w = &qp.wrs.a[qp.wrs.head]
             if not (0 <= w.last.psn <= qp.cum_acked):
                 break
-            self.cq.append(Completion(w.wr_id, "ok", w.nbytes))
+            if w.signaled:
+                self.cq.append(Completion(w.wr_id, "ok", w.nbytes))
             seg_unref(w.last)
             qp.wrs.head = (qp.wrs.head + 1) % qp.wrs.cap
             qp.wrs.n -= 1
@@ -1937,7 +1943,7 @@ cdef class RingOp:
             madvise(self.stage + lo, hi - lo, MADV_DONTNEED)
 
     cdef int _finish(self) except -1:
-        self.dev.cq.clear()  # dev.poll_cq(): our own writes' completions, not looked at
+        self.dev.cq.clear()  # dev.poll_cq(): our own writes' completions (unsignaled: failures only), not looked at
         self.done_at = self.dev.sched.cclock()
         self.ring.got.clear()
         for i in range(self.ngot):
@@ -2016,7 +2022,7 @@ cdef class RingOp:
             self.dev.cq.append(Completion(wr, f"flushed: {qp.error}", 0, qp.qpn))
             return 0
         return qp.c_post_write(wr, self.data, off, nbytes, (self.va_stage if stage else self.va_data) + off,
-                               self.rk_stage if stage else self.rk_data, True, <uint32_t>(wr & 0xFFFFFFFF))
+                               self.rk_stage if stage else self.rk_data, True, <uint32_t>(wr & 0xFFFFFFFF), False)
 
 
 # -- the endpoint (emu.roce.endpoint.Endpoint) ----------------------------------------------------------------

@@ -134,7 +134,7 @@ class MemoryRegion:
         return {"va": self.va, "rkey": self.rkey, "size": self.size}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: 64 bytes, not 160 (a ring's receiver makes one a message)
 class Completion:
     wr_id: int  # the work request's id; for a receive completion, the immediate
     status: str  # "ok" or the reason
@@ -211,7 +211,7 @@ class QueuePair:
         # until the cumulative ACK passes it: a loss the timer found is repaired at once, not one hole
         # per restart (TCP's recovery point after a timeout).
         self.recover_psn = -1
-        self.wrs: deque[tuple[int, Segment, int]] = deque()  # (wr_id, its last segment, bytes)
+        self.wrs: deque[tuple[int, Segment, int, bool]] = deque()  # (wr_id, its last segment, bytes, signaled)
         self.next_send = 0
         self.ready_at = 0  # when the queue last became non-empty: a send is due no earlier
         self.window_full = False  # sends wait for ACKs: not late while they do
@@ -258,10 +258,11 @@ class QueuePair:
         self.remote_planes = [wire.ip6(a) for a in remote_addrs]
 
     def post_write(self, wr_id: int, mr: MemoryRegion, offset: int, length: int, remote_va: int, rkey: int,
-                   imm: int | None = None) -> None:
+                   imm: int | None = None, signaled: bool = True) -> None:
         """Write mr[offset:offset+length] to the peer's memory at remote_va (its key rkey). With an
         immediate (32 bits), the peer gets a receive completion carrying it once the whole write, and
-        everything posted before it, is placed."""
+        everything posted before it, is placed. Signaled (ibverbs' IBV_SEND_SIGNALED), the write's own
+        completion is in poll_cq() once it is acknowledged; unsignaled, only if it fails."""
         if self.remote_qpn < 0:
             raise RoceError("the queue pair is not connected")
         if self.error:  # a queue pair in error flushes what is posted to it, as verbs does
@@ -287,7 +288,7 @@ class QueuePair:
         assert seg is not None
         if imm is not None:
             seg.imm = imm & 0xFFFFFFFF
-        self.wrs.append((wr_id, seg, length))
+        self.wrs.append((wr_id, seg, length, signaled))
 
     def busy(self) -> bool:
         return bool(self.pending or self.inflight)
@@ -306,7 +307,7 @@ class QueuePair:
     def fail(self, why: str) -> None:
         """The queue pair is in error: every work request completes with `why`, nothing more is sent."""
         self.error = why
-        for wr_id, _, _ in self.wrs:
+        for wr_id, *_ in self.wrs:
             self.dev.cq.append(Completion(wr_id, why, 0, self.qpn))
         self.wrs.clear()
         self.pending.clear()
@@ -1038,8 +1039,9 @@ class Device:
             qp.cum_at = now
         self._reweigh()
         while qp.wrs and 0 <= qp.wrs[0][1].psn <= qp.cum_acked:
-            wr_id, _, nbytes = qp.wrs.popleft()
-            self.cq.append(Completion(wr_id, "ok", nbytes))
+            wr_id, _, nbytes, signaled = qp.wrs.popleft()
+            if signaled:
+                self.cq.append(Completion(wr_id, "ok", nbytes))
 
     def _acked(self, seg: Segment, now: int, sample: bool = True) -> None:
         """First acknowledgement of a segment (SACK or cumulative): a packet sent once proves that its
