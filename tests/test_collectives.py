@@ -252,6 +252,7 @@ def test_an_algorithm_that_cannot_run_is_refused_before_anything_is_built(no_lef
     assert r.returncode != 0 and "alltoall runs direct, pairwise, not tree" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.long  # 6 s; the tenants scenario's recorded figures are make test's (test_cores)
 def test_two_tenants_isolated_by_planes_give_their_figures_alone_and_sharing_planes_costs(tmp_path, no_leftovers):
     """Issue 39, item 4: two allreduces started at one fabric instant. On planes of their own each gives
     its figures alone, bit for bit (rows equal); on every plane each is slower than alone there."""

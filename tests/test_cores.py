@@ -91,6 +91,18 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str:
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_a_fabric_clock_scenario_gives_the_recorded_figures_on_the_compiled_core(name, tmp_path, no_leftovers):
+    """`make test`'s half of the next test: the compiled core against the figures the reference recorded (the
+    reference's own run of each scenario, seconds each, is the long tier's)."""
+    want = RECORDED / f"{name}.json"
+    assert want.is_file(), f"no recorded figures for {name} (EMU_RECORD_FIGURES=1 on the next test records them)"
+    got = figures(_scenario(name, "native", tmp_path / "native"))
+    assert json.loads(json.dumps(got)) == figures(json.loads(want.read_text())), \
+        f"{name}: not the recorded figures: {_first_difference(figures(json.loads(want.read_text())), got)}"
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_a_fabric_clock_scenario_gives_the_same_figures_on_both_cores_and_as_recorded(name, tmp_path, no_leftovers):
     _compare(name, _scenario(name, "python", tmp_path / "python"), _scenario(name, "native", tmp_path / "native"))
 

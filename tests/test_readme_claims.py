@@ -79,6 +79,7 @@ def test_the_cli_commands_and_run_options_on_a_live_fpf(no_leftovers):
         assert live.close() == 0
 
 
+@pytest.mark.long  # 6 s; test_scenarios' srv6 policy steering is make test's
 def test_an_srv6_policy_from_the_cli_moves_traffic_and_clears(no_leftovers):
     live = Live("rbb", "--routers", "5", "--campuses", "2")
     try:
@@ -404,6 +405,7 @@ def test_lab_start_copies_the_starter_to_its_default_folder(tmp_path):
     assert again.returncode == 1 and "already exists" in again.stderr and (copied / names[0]).read_text() == "mine"
 
 
+@pytest.mark.long  # 8 s: two whole runs; the fabric clock's figures are make test's in test_cores
 def test_pace_slows_a_fabric_clock_run_and_changes_no_figure(tmp_path, no_leftovers):
     """README: `--pace WALL_S`: a fabric second of the run's traffic takes at least WALL_S wall seconds;
     the figures do not change. The README's incast unpaced, then paced so that its receiver's fabric time

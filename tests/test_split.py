@@ -232,6 +232,7 @@ def test_the_wall_clocks_bound_is_the_widest_round_since_the_last_reset(monkeypa
 
 
 @pytest.mark.root
+@pytest.mark.long  # 5 s; the split at cables, by planes, BAG and a killed worker are make test's
 def test_kernel_frames_cross_a_split_wall_clock_fabric_while_a_job_runs(no_leftovers):
     """On the wall clock a host's kernel frame enters at the wall's fabric instant; one that crosses to the
     other worker while a job runs there used to be due inside a window its peer had closed, and the peer
