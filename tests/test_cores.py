@@ -94,6 +94,8 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str:
 def test_a_fabric_clock_scenario_gives_the_recorded_figures_on_the_compiled_core(name, tmp_path, no_leftovers):
     """`make test`'s half of the next test: the compiled core against the figures the reference recorded (the
     reference's own run of each scenario, seconds each, is the long tier's)."""
+    if os.environ.get("EMU_RECORD_FIGURES"):
+        pytest.skip("figures are being recorded (EMU_RECORD_FIGURES): the next test records, this one compares")
     want = RECORDED / f"{name}.json"
     assert want.is_file(), f"no recorded figures for {name} (EMU_RECORD_FIGURES=1 on the next test records them)"
     got = figures(_scenario(name, "native", tmp_path / "native"))
@@ -167,76 +169,6 @@ def test_headers_only_leaves_the_ranks_memory_untouched(no_leftovers):
     assert real["payload"] == "real" and real["checked"].startswith("data") and real["wrong"] == 0
     assert none["rows"][0]["time_us"] == real["rows"][0]["time_us"] and none["packet_hops"] == real["packet_hops"]
     assert none["peak_rss_bytes"] < real["peak_rss_bytes"] - (96 << 20), (none["peak_rss_bytes"], real["peak_rss_bytes"])
-
-
-def test_headers_only_sends_zeros_without_reading_the_region():
-    """A headers-only device does not read the region it writes from (a region never written maps a page of
-    zeros on each first read of 4 KiB: what made FPF 8 x 8's headers-only run slower than it needed to be);
-    its frames carry zeros where a real device's carry the region's bytes, at the same length."""
-    from types import SimpleNamespace
-
-    from emu.roce._device import Device
-
-    from emu.dataplane.core import make_schedule
-    from emu.roce.transport import FabricIO
-
-    def payloads(payload: bool) -> list[bytes]:
-        sent: list[bytes] = []
-        loop = SimpleNamespace(sched=make_schedule("native", "virtual"))
-        dev = Device(["fd00::1"], clock=loop, io=FabricIO([sent.append], [b"\x02" * 6], [b"\x04" * 6]),
-                     payload=payload, seed=1)
-        mr = dev.reg_mr(4096)
-        memoryview(mr.buf)[:] = b"\xab" * 4096
-        qp = dev.create_qp()
-        qp.connect(0x123, ["fd00::2"])
-        qp.post_write(1, mr, 0, 4096, 0, mr.rkey)
-        dev.step(0)
-        return [f[-4 - 1024:-4] for f in sent]  # a full segment's payload, before the ICRC
-
-    real, none = payloads(True), payloads(False)
-    assert real and len(real) == len(none)
-    assert all(p == b"\xab" * 1024 for p in real) and all(p == bytes(1024) for p in none)
-
-
-@pytest.mark.parametrize("core", ["native", "python"])
-def test_an_unsignaled_write_completes_without_a_completion_on_either_core(core):
-    """ibverbs' IBV_SEND_SIGNALED: a write posted unsignaled (a collective's, whose completions nobody reads)
-    makes no completion once acknowledged, while the signaled ones before and after it do, and its immediate
-    still reaches the peer. Two devices wired back to back in this process, no fabric."""
-    from types import SimpleNamespace
-
-    from emu.roce._device import Device as Compiled
-
-    from emu.dataplane.core import make_schedule
-    from emu.roce import transport
-
-    device = Compiled if core == "native" else transport.Device
-    loop = SimpleNamespace(sched=make_schedule(core, "virtual"))
-    loop.clock = loop.sched.clock
-    wire: dict[str, list[bytes]] = {"a": [], "b": []}
-    a, b = (device([addr], clock=loop, io=transport.FabricIO([wire[me].append], [b"\x02" * 6], [b"\x04" * 6]),
-                   seed=seed) for me, addr, seed in (("a", "fd00::1", 1), ("b", "fd00::2", 2)))
-    mra, mrb = a.reg_mr(8192), b.reg_mr(8192)
-    qa, qb = a.create_qp(), b.create_qp()
-    qa.connect(qb.qpn, ["fd00::2"])
-    qb.connect(qa.qpn, ["fd00::1"])
-    qa.post_write(1, mra, 0, 4096, mrb.va, mrb.rkey, imm=11)
-    qa.post_write(2, mra, 4096, 4096, mrb.va + 4096, mrb.rkey, imm=12, signaled=False)
-    qa.post_write(3, mra, 0, 100, mrb.va, mrb.rkey)
-    t = 0
-    for _ in range(1000):  # a microsecond a round: each side sends what is due, the other takes it
-        a.step(t)
-        b.step(t)
-        moved = bool(wire["a"] or wire["b"])
-        for me, peer in (("a", b), ("b", a)):
-            while wire[me]:
-                peer.on_frame(0, wire[me].pop(0), t)
-        if not moved and qa.idle():
-            break
-        t += 1_000_000
-    assert qa.idle()
-    assert [c.wr_id for c in a.poll_cq()] == [1, 3]
-    assert [c.wr_id for c in b.poll_recv()] == [11, 12]
 
 
 # Every lab that runs on the fabric clock (tests/test_labs.py checks the two lists against the labs' CLOCKS),

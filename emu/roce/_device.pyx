@@ -828,7 +828,8 @@ cdef class Device:
     cdef public object clock
     cdef Schedule sched
     cdef public str spray
-    cdef public bint payload  # False: what arrives is counted, not written (headers only)
+    cdef public bint payload  # False (headers only): what arrives is counted, not written; zeros are sent in
+                              # place of a region's bytes, which are not read (the reference reads them)
     cdef bint weighted
     cdef object retry_limit_obj
     cdef int64_t retry_limit
@@ -849,7 +850,7 @@ cdef class Device:
     cdef list sends          # per plane: a FromHost (the switch port's NIC, compiled) or a Python send(frame)
     cdef readonly dict qps
     cdef uint32_t* qpn_key   # the same queue pairs by number, for a frame's look-up (no int made, no dict):
-    cdef PyObject** qpn_val  # open addressing, borrowed (qps holds them, and the device holds qps)
+    cdef PyObject** qpn_val  # open addressing, borrowed (qp_list, which only grows, holds every one)
     cdef Py_ssize_t qpn_cap, qpn_count
     cdef list qp_list
     cdef readonly dict mrs
@@ -1093,9 +1094,11 @@ cdef class Device:
 
     def create_qp(self):
         qpn = self.rng.randrange(0x100, 0xFFFFFF)
+        while qpn in self.qps:  # a number taken would take the other's frames (the reference draws alike)
+            qpn = self.rng.randrange(0x100, 0xFFFFFF)
         qp = QueuePair(self, qpn, Cc(self.cc_name, self.plane_rate * self.nplanes))
-        self.qps[qpn] = qp
         self._qpn_put(qpn, qp)
+        self.qps[qpn] = qp
         self.qp_list.append(qp)
         return qp
 
@@ -1555,7 +1558,8 @@ cdef class Device:
         cdef int op = data[0]
         cdef uint32_t qpn = _rd32(data + 4) & PSN_MASK
         cdef int64_t wpsn = _rd32(data + 8) & PSN_MASK
-        qp = self.qps.get(qpn)
+        cdef PyObject* found = self._qpn_get(qpn)
+        qp = None if found == NULL else <QueuePair>found
         if qp is None or (op != OP_WRITE_ONLY and op != OP_WRITE_ONLY_IMM):
             if qp is None:
                 self.c_unknown_qp += 1

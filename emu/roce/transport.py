@@ -134,7 +134,7 @@ class MemoryRegion:
         return {"va": self.va, "rkey": self.rkey, "size": self.size}
 
 
-@dataclass(frozen=True, slots=True)  # slots: 64 bytes, not 160 (a ring's receiver makes one a message)
+@dataclass(frozen=True, slots=True)  # slots: 64 bytes, not 104 (a ring's receiver makes one a message)
 class Completion:
     wr_id: int  # the work request's id; for a receive completion, the immediate
     status: str  # "ok" or the reason
@@ -426,7 +426,9 @@ class Device:
         `rtt_hint_fabric_s`: a queue pair's round trip until it has measured one (its timer is 4 of them,
         as it is 4 measured ones later): the longest path's, where that is long (emu.collectives.run).
         `payload`: False keeps what arrives out of the memory regions (headers only, as htsim: a region
-        nobody writes is never given pages), still counting every byte accepted (`rx_bytes`)."""
+        nobody writes is never given pages), still counting every byte accepted (`rx_bytes`); what is sent
+        is read from the regions, which a headers-only run never writes (the compiled device sends zeros
+        without reading them)."""
         if not addrs:
             raise RoceError("a device needs at least one port (plane address)")
         if spray not in SPRAYS:
@@ -489,6 +491,8 @@ class Device:
 
     def create_qp(self) -> QueuePair:
         qpn = self.rng.randrange(0x100, 0xFFFFFF)
+        while qpn in self.qps:  # a number taken would take the other's frames
+            qpn = self.rng.randrange(0x100, 0xFFFFFF)
         qp = QueuePair(self, qpn, make(self.cc_name, self.plane_rate * len(self.planes)))
         self.qps[qpn] = qp
         return qp
