@@ -83,24 +83,33 @@ def test_write_with_immediate_is_what_scapy_reads_and_sends_the_same_bytes():
     assert head + bytes(view) + crc == wire.seal(src, dst, 50000, body)
 
 
-def test_a_compiled_headers_only_device_sends_zeros_whatever_the_region_holds():
-    """A compiled headers-only device does not read the region it writes from (a region never written maps a page of
-    zeros on each first read of 4 KiB: what made FPF 8 x 8's headers-only run slower than it needed to be);
-    its frames carry zeros where a real device's carry the region's bytes, at the same length."""
-    if native() is None:
-        pytest.skip("the compiled core is not built")
+def _device(core: str, send=lambda frame: None, addr: str = "fd00::1", seed: int = 1, payload: bool = True):
+    """A MetaRoCE device of `core` alone on a virtual schedule, one plane, its frames handed to `send`."""
     from types import SimpleNamespace
 
-    from emu.roce._device import Device
-
     from emu.dataplane.core import make_schedule
-    from emu.roce.transport import FabricIO
+    from emu.roce import transport
+
+    if core == "native" and native() is None:
+        pytest.skip("the compiled core is not built")
+    loop = SimpleNamespace(sched=make_schedule(core, "virtual"))
+    loop.clock = loop.sched.clock
+    if core == "native":
+        from emu.roce._device import Device
+    else:
+        Device = transport.Device
+    return Device([addr], clock=loop, io=transport.FabricIO([send], [b"\x02" * 6], [b"\x04" * 6]), seed=seed,
+                  payload=payload)
+
+
+def test_a_compiled_headers_only_device_sends_zeros_whatever_the_region_holds():
+    """A compiled headers-only device does not read the region it writes from (a region never written maps a
+    page of zeros on each first read of 4 KiB: what made FPF 8 x 8's headers-only run slower than it needed
+    to be); its frames carry zeros where a real device's carry the region's bytes, at the same length."""
 
     def payloads(payload: bool) -> list[bytes]:
         sent: list[bytes] = []
-        loop = SimpleNamespace(sched=make_schedule("native", "virtual"))
-        dev = Device(["fd00::1"], clock=loop, io=FabricIO([sent.append], [b"\x02" * 6], [b"\x04" * 6]),
-                     payload=payload, seed=1)
+        dev = _device("native", sent.append, payload=payload)
         mr = dev.reg_mr(4096)
         memoryview(mr.buf)[:] = b"\xab" * 4096
         qp = dev.create_qp()
@@ -119,21 +128,9 @@ def test_an_unsignaled_write_completes_without_a_completion_on_either_core(core)
     """ibverbs' IBV_SEND_SIGNALED: a write posted unsignaled (a collective's, whose completions nobody reads)
     makes no completion once acknowledged, while the signaled ones before and after it do, and its immediate
     still reaches the peer. Two devices wired back to back in this process, no fabric."""
-    if core == "native" and native() is None:
-        pytest.skip("the compiled core is not built")
-    from types import SimpleNamespace
-
-    from emu.roce._device import Device as Compiled
-
-    from emu.dataplane.core import make_schedule
-    from emu.roce import transport
-
-    device = Compiled if core == "native" else transport.Device
-    loop = SimpleNamespace(sched=make_schedule(core, "virtual"))
-    loop.clock = loop.sched.clock
     wire: dict[str, list[bytes]] = {"a": [], "b": []}
-    a, b = (device([addr], clock=loop, io=transport.FabricIO([wire[me].append], [b"\x02" * 6], [b"\x04" * 6]),
-                   seed=seed) for me, addr, seed in (("a", "fd00::1", 1), ("b", "fd00::2", 2)))
+    a = _device(core, wire["a"].append, "fd00::1", 1)
+    b = _device(core, wire["b"].append, "fd00::2", 2)
     mra, mrb = a.reg_mr(8192), b.reg_mr(8192)
     qa, qb = a.create_qp(), b.create_qp()
     qa.connect(qb.qpn, ["fd00::2"])
@@ -157,27 +154,10 @@ def test_an_unsignaled_write_completes_without_a_completion_on_either_core(core)
     assert [c.wr_id for c in b.poll_recv()] == [11, 12]
 
 
-def _device(core: str, seed: int = 1):
-    from types import SimpleNamespace
-
-    from emu.roce._device import Device as Compiled
-
-    from emu.dataplane.core import make_schedule
-    from emu.roce import transport
-
-    loop = SimpleNamespace(sched=make_schedule(core, "virtual"))
-    loop.clock = loop.sched.clock
-    device = Compiled if core == "native" else transport.Device
-    return device(["fd00::1"], clock=loop, io=transport.FabricIO([lambda frame: None], [b"\x02" * 6], [b"\x04" * 6]),
-                  seed=seed)
-
-
 @pytest.mark.parametrize("core", ["native", "python"])
 def test_a_queue_pairs_number_is_never_one_already_taken(core):
     """Numbers are drawn at random (24 bits): a draw already taken is drawn again, or the later queue pair
     would take the earlier one's frames (at 1024 ranks of a mesh, a device has 1023 of them)."""
-    if core == "native" and native() is None:
-        pytest.skip("the compiled core is not built")
     dev = _device(core)
     draws = iter([5000, 5000, 5000, 6000])
     dev.rng = type("Draws", (), {"randrange": lambda self, lo, hi: next(draws)})()
@@ -186,12 +166,12 @@ def test_a_queue_pairs_number_is_never_one_already_taken(core):
 
 
 def test_a_finished_compiled_device_and_its_queue_pairs_are_freed():
-    """The compiled device finds a frame's queue pair in a table of its own that holds no reference (the
-    queue pairs are its qp_list's): a device and its queue pairs, dropped, are freed by the cycle collector
-    (with references it cannot see, none ever was)."""
-    if native() is None:
-        pytest.skip("the compiled core is not built")
-    from emu.roce._device import QueuePair
+    """The compiled device finds a frame's queue pair in a table that holds no reference (the queue pairs are
+    its qp_list's): a device and its queue pairs, dropped, are freed by the cycle collector (with references
+    it cannot see, none ever was)."""
+    dev = _device("native")
+    QueuePair = type(dev.create_qp())
+    del dev
 
     def live() -> int:
         gc.collect()

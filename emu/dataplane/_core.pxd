@@ -189,6 +189,7 @@ cdef class SharedBuffer:
 
 cdef class Table:
     cdef Py_ssize_t cap, count
+    cdef bint borrowed          # holds no reference: its values are held elsewhere as long as it is used
     cdef uint64_t* khi
     cdef uint64_t* klo
     cdef PyObject** val

@@ -1381,9 +1381,12 @@ cdef inline uint64_t _mix(uint64_t hi, uint64_t lo) noexcept nogil:
 
 cdef class Table:
     """An exact-match table of 128-bit keys (hi, lo) to Python objects: open addressing, no allocation
-    on look-up."""
+    on look-up. `borrowed`: it holds no reference to its values (the owner's own containers do), since the
+    cycle collector cannot see references held here: a table of objects that refer back to its owner would
+    keep them all alive."""
 
-    def __cinit__(self):
+    def __cinit__(self, bint borrowed=False):
+        self.borrowed = borrowed
         self.cap = 8
         self.count = 0
         self.khi = <uint64_t*>malloc(self.cap * sizeof(uint64_t))
@@ -1395,8 +1398,9 @@ cdef class Table:
 
     def __dealloc__(self):
         cdef Py_ssize_t i
-        for i in range(self.cap):
-            Py_XDECREF(self.val[i])
+        if not self.borrowed:
+            for i in range(self.cap):
+                Py_XDECREF(self.val[i])
         free(self.khi)
         free(self.klo)
         free(self.val)
@@ -1418,14 +1422,16 @@ cdef class Table:
         i = <Py_ssize_t>(_mix(hi, lo) & m)
         while self.val[i] != NULL:
             if self.khi[i] == hi and self.klo[i] == lo:
-                Py_INCREF(value)
-                Py_XDECREF(self.val[i])
+                if not self.borrowed:
+                    Py_INCREF(value)
+                    Py_XDECREF(self.val[i])
                 self.val[i] = <PyObject*>value
                 return 0
             i = (i + 1) & m
         self.khi[i] = hi
         self.klo[i] = lo
-        Py_INCREF(value)
+        if not self.borrowed:
+            Py_INCREF(value)
         self.val[i] = <PyObject*>value
         self.count += 1
         return 0

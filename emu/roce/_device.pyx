@@ -17,12 +17,12 @@ capture, a Python endpoint) and a frame that arrives owing them is valid by cons
 
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
-from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
 from libc.math cimport frexp, rint
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 
-from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, FromHost, Sink, packet_new, packet_free,
+from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, FromHost, Sink, Table, packet_new, packet_free,
                                   packet_from, packet_bytes, PENDING, crc32, c_to_ps, c_to_s, c_ser_ps,
                                   c_rate_of, ps_of)
 
@@ -211,10 +211,6 @@ cdef inline Seg* segq_pop(SegQ* q) noexcept:
 cdef void segq_clear(SegQ* q) noexcept:
     while q.n:
         seg_unref(segq_pop(q))
-
-
-cdef inline Py_ssize_t _qpn_slot(uint32_t qpn, Py_ssize_t cap) noexcept:
-    return <Py_ssize_t>((qpn * 2654435761U) >> 8) & (cap - 1)
 
 
 cdef struct Wr:
@@ -849,9 +845,8 @@ cdef class Device:
     cdef readonly list planes
     cdef list sends          # per plane: a FromHost (the switch port's NIC, compiled) or a Python send(frame)
     cdef readonly dict qps
-    cdef uint32_t* qpn_key   # the same queue pairs by number, for a frame's look-up (no int made, no dict):
-    cdef PyObject** qpn_val  # open addressing, borrowed (qp_list, which only grows, holds every one)
-    cdef Py_ssize_t qpn_cap, qpn_count
+    cdef Table by_qpn        # the same queue pairs by number, for a frame's look-up (no int made, no dict);
+                             # borrowed: qp_list, which only grows, holds every one
     cdef list qp_list
     cdef readonly dict mrs
     cdef MR* mr_c
@@ -871,10 +866,6 @@ cdef class Device:
         memset(self.c_recv_late, 0, sizeof(Late))
         self.mr_c = NULL
         self.nmr = 0
-        self.qpn_key = NULL
-        self.qpn_val = NULL
-        self.qpn_cap = 0
-        self.qpn_count = 0
 
     def __init__(self, list addrs, *, double plane_rate_bps=100e9, int mtu=1024, str cc="none",
                  int window=512, double rto_fabric_s=200e-6, seed=None, clock=None, io=None, trim_dscp=None,
@@ -940,6 +931,7 @@ cdef class Device:
             p.weight = 1.0
         self.sends = list(io.send)
         self.qps = {}
+        self.by_qpn = Table(True)
         self.qp_list = []
         self.mrs = {}
         self.buffers = []
@@ -954,49 +946,6 @@ cdef class Device:
         free(self.c_send_late)
         free(self.c_recv_late)
         free(self.mr_c)
-        free(self.qpn_key)
-        free(self.qpn_val)
-
-    cdef int _qpn_put(self, uint32_t qpn, object qp) except -1:
-        cdef Py_ssize_t i, j, cap
-        cdef uint32_t* key
-        cdef PyObject** val
-        if 2 * (self.qpn_count + 1) > self.qpn_cap:
-            cap = max(16, 2 * self.qpn_cap)
-            key = <uint32_t*>malloc(cap * sizeof(uint32_t))
-            val = <PyObject**>calloc(cap, sizeof(PyObject*))
-            if key == NULL or val == NULL:
-                free(key)
-                free(val)
-                raise MemoryError()
-            for i in range(self.qpn_cap):
-                if self.qpn_val[i] != NULL:
-                    j = _qpn_slot(self.qpn_key[i], cap)
-                    while val[j] != NULL:
-                        j = (j + 1) & (cap - 1)
-                    key[j] = self.qpn_key[i]
-                    val[j] = self.qpn_val[i]
-            free(self.qpn_key)
-            free(self.qpn_val)
-            self.qpn_key, self.qpn_val, self.qpn_cap = key, val, cap
-        i = _qpn_slot(qpn, self.qpn_cap)
-        while self.qpn_val[i] != NULL and self.qpn_key[i] != qpn:
-            i = (i + 1) & (self.qpn_cap - 1)
-        if self.qpn_val[i] == NULL:
-            self.qpn_count += 1
-        self.qpn_key[i] = qpn
-        self.qpn_val[i] = <PyObject*>qp
-        return 0
-
-    cdef inline PyObject* _qpn_get(self, uint32_t qpn) noexcept:
-        if self.qpn_cap == 0:
-            return NULL
-        cdef Py_ssize_t i = _qpn_slot(qpn, self.qpn_cap)
-        while self.qpn_val[i] != NULL:
-            if self.qpn_key[i] == qpn:
-                return self.qpn_val[i]
-            i = (i + 1) & (self.qpn_cap - 1)
-        return NULL
 
     # -- what Python reads ----------------------------------------------------------------------------
 
@@ -1097,7 +1046,7 @@ cdef class Device:
         while qpn in self.qps:  # a number taken would take the other's frames (the reference draws alike)
             qpn = self.rng.randrange(0x100, 0xFFFFFF)
         qp = QueuePair(self, qpn, Cc(self.cc_name, self.plane_rate * self.nplanes))
-        self._qpn_put(qpn, qp)
+        self.by_qpn.put(0, qpn, qp)
         self.qps[qpn] = qp
         self.qp_list.append(qp)
         return qp
@@ -1529,7 +1478,7 @@ cdef class Device:
         qpn = _rd32(data + 4) & PSN_MASK
         psn = _rd32(data + 8) & PSN_MASK
         ack_req = data[8] >> 7
-        cdef PyObject* found = self._qpn_get(qpn)
+        cdef PyObject* found = self.by_qpn.get(0, qpn)
         if found == NULL:
             self.c_unknown_qp += 1
             return 0
@@ -1558,7 +1507,7 @@ cdef class Device:
         cdef int op = data[0]
         cdef uint32_t qpn = _rd32(data + 4) & PSN_MASK
         cdef int64_t wpsn = _rd32(data + 8) & PSN_MASK
-        cdef PyObject* found = self._qpn_get(qpn)
+        cdef PyObject* found = self.by_qpn.get(0, qpn)
         qp = None if found == NULL else <QueuePair>found
         if qp is None or (op != OP_WRITE_ONLY and op != OP_WRITE_ONLY_IMM):
             if qp is None:
