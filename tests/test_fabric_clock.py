@@ -267,3 +267,20 @@ def test_ipv6_and_ipv4_flows_to_one_port_are_counted_apart_and_the_long_way_roun
         sent, got = net.traffic(flows[:1]).wait()
         assert got[("c1h0", 9300, True)]["received_bytes"] == sent[0]["sent_bytes"] == 100_000
         assert forwarded("r3") - r3 >= 100  # the long way: r0, r4, r3, r2
+
+
+def test_a_fabric_clock_worker_asks_malloc_for_huge_pages_and_a_paced_one_does_not(monkeypatch):
+    """At thousands of links a worker's state is read at random over hundreds of megabytes; on the fabric
+    clock it asks glibc for transparent huge pages, keeping a user's own tunables. On the wall clock a huge
+    page's fault could make a paced worker late, so it does not."""
+    from emu.dataplane.engine import huge_pages
+    from emu.dataplane.spec import EngineSpec
+
+    fabric = EngineSpec(switches=(), clock="fabric", dilation=1.0)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    assert huge_pages(fabric) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    assert huge_pages(EngineSpec(switches=(), clock="wall")) == {}
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert huge_pages(fabric) == {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
+    assert huge_pages(fabric) == {}
