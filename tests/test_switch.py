@@ -241,6 +241,39 @@ def test_dwrr_shares_by_weight_and_strict_goes_first():
     assert first.count(0) == pytest.approx(3 * first.count(1), abs=3)
 
 
+def test_frames_in_flight_land_where_the_link_delivered_when_they_left(both_cores):
+    """A frame in flight goes where its link delivered when it left, as the reference binds it
+    (loop.at(arrive, deliver, frame)), even when deliver is set again meanwhile and nothing else holds the
+    old target: the compiled link's flights hold it borrowed, and the link keeps it for them."""
+    import gc
+
+    from emu.dataplane.loop import Loop
+    from emu.dataplane.pipe import Transmitter
+
+    if both_cores == "native":
+        from emu.dataplane._core import Transmitter  # noqa: F811
+    loop = Loop(core=both_cores)
+    old, new = [], []
+
+    class Target:  # a target only the link refers to
+        def __init__(self, into):
+            self.into = into
+
+        def __call__(self, t, frame):
+            self.into.append((t, frame[0]))
+
+    tx = Transmitter(loop, name="t", rate_bps=1e9, delay_ps=10 * PS_PER_US, deliver=Target(old))
+    for i in range(3):
+        tx.enqueue(0, 0, bytes([i]) * 100)
+    loop.run(until=2 * PS_PER_US)  # all three on the wire, none landed
+    tx.deliver = Target(new)
+    gc.collect()
+    tx.enqueue(loop.clock(), 0, bytes([9]) * 100)
+    loop.run()
+    assert [f for _, f in old] == [0, 1, 2] and [f for _, f in new] == [9]
+    assert all(t >= 10 * PS_PER_US for t, _ in old)
+
+
 def test_a_degrade_that_cannot_be_leaves_the_link_as_it_was(both_cores):
     """A seed random.Random refuses fails the whole degrade on either core's link: not a rate changed, nor
     a loss without its stream (the compiled link's stream is made before anything changes)."""

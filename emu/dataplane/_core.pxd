@@ -131,7 +131,7 @@ cdef class Transmitter:
     # What every frame reads comes first, then its priority's queue, then what statistics and PFC's
     # accounting read: a link is visited once a hop among thousands, so its state is a few cache lines.
     cdef Schedule sched
-    cdef public object deliver
+    cdef object dv              # where frames land (deliver); a flight holds it borrowed
     cdef object dequeue
     cdef public int64_t rate_bps, delay_ps
     cdef public bint busy
@@ -151,6 +151,7 @@ cdef class Transmitter:
     cdef TxQueue qs[8]
     cdef int64_t wake_at
     cdef public object loop
+    cdef list retired           # where frames landed before deliver was set again: kept for their flights
     cdef public str name
     cdef int64_t pause_since[8]
     cdef int64_t paused_time[8]
@@ -239,6 +240,7 @@ cdef class Port:
 
 cdef class SwitchBase:
     cdef public object loop
+    cdef list retired           # where frames landed before deliver was set again: kept for their flights
     cdef Schedule sched
     cdef public list ports
     cdef public SharedBuffer mmu

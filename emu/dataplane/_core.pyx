@@ -60,6 +60,7 @@ cdef double c_to_s(int64_t ps) noexcept nogil:
 
 cdef extern from *:
     ctypedef unsigned long long u128 "unsigned __int128"  # gcc's and clang's
+    void __builtin_prefetch(const void* p) nogil
 
 
 cdef int64_t c_ser_ps(int64_t nbytes, int64_t rate_bps) except -1:
@@ -403,6 +404,7 @@ cdef class Schedule:
             else:
                 break
         heap[i] = last
+        __builtin_prefetch(&self.pool[heap[0].slot])  # the next event's, read when it runs
 
     cdef inline int64_t next_t(self) noexcept:
         return self.heap[0].t if self.n else NEVER
@@ -878,7 +880,8 @@ cdef class Transmitter:
         self.name = name
         self.rate_bps = 0 if rate_bps == INFINITY else c_rate_of(rate_bps)
         self.delay_ps = delay_ps
-        self.deliver = deliver
+        self.dv = deliver
+        self.retired = []
         self.dequeue = on_dequeue
         for q in range(NQ):
             self.qs[q].head = NULL
@@ -931,6 +934,16 @@ cdef class Transmitter:
         free(self.rng)
 
     # Python's view of it, for the reference's code that reads it (statistics, cut, degrade)
+    @property
+    def deliver(self):
+        return self.dv
+
+    @deliver.setter
+    def deliver(self, value):
+        if self.nfly:  # frames in flight hold the old one borrowed
+            self.retired.append(self.dv)
+        self.dv = value
+
     @property
     def qbytes(self):
         return [self.qs[q].qb for q in range(NQ)]
@@ -1070,7 +1083,7 @@ cdef class Transmitter:
             up = False
         if arrive <= sched.cclock() and sched.next_t() >= arrive:
             if up:
-                deliver_now(self.deliver, arrive, p)
+                deliver_now(self.dv, arrive, p)
             else:
                 packet_free(p)
             if not self.mask:
@@ -1097,7 +1110,7 @@ cdef class Transmitter:
         if self.nfly and arrive < self.fly[(self.fly_head + self.nfly - 1) % self.fly_cap].t:
             # A shorter cable than the frame ahead of it had (a degradation undone): not behind it in the
             # FIFO; an event of its own, in the same place in the order.
-            return _deliver_at_key(sched, self.deliver, arrive, h, c, p)
+            return _deliver_at_key(sched, self.dv, arrive, h, c, p)
         if self.nfly == self.fly_cap:
             self._grow_fly()
         f = &self.fly[(self.fly_head + self.nfly) % self.fly_cap]
@@ -1105,8 +1118,7 @@ cdef class Transmitter:
         f.h = h
         f.c = c
         f.p = p
-        f.target = <PyObject*>self.deliver
-        Py_INCREF(self.deliver)
+        f.target = <PyObject*>self.dv  # borrowed: the link keeps what it delivered to (deliver's setter)
         self.nfly += 1
         if self.nfly == 1:
             sched.push_key(arrive, h, c, _ev_land, self, None, NULL, 0)
@@ -1134,9 +1146,7 @@ cdef class Transmitter:
         if self.nfly:
             nxt = &self.fly[self.fly_head]
             self.sched.push_key(nxt.t, nxt.h, nxt.c, _ev_land, self, None, NULL, 0)
-        target = <object>f.target
-        Py_XDECREF(f.target)
-        return deliver_now(target, t, f.p)
+        return deliver_now(<object>f.target, t, f.p)
 
     def degrade(self, *, double loss, double rate_bps, int64_t extra_delay_ps, seed):
         """The reference's degrade; what can fail (the seed, the rate, memory) fails before anything changes."""
@@ -2130,7 +2140,7 @@ cdef class SwitchBase:
                 f[19 + 2 * q] = value & 0xFF
         cdef Transmitter tx = p.tx
         cdef int64_t arrive = t + (c_ser_ps(84, tx.rate_bps) if tx.rate_bps else 0) + p.delay_ps
-        deliver_at(self.sched, tx.deliver, arrive, pkt)
+        deliver_at(self.sched, tx.dv, arrive, pkt)
         if p.nic is not None:
             self.sched.push(arrive, _ev_host_paused, self, None, NULL,
                             port | (<int64_t>vector << 32) | (<int64_t>xoff << 40))
