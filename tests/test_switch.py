@@ -246,6 +246,7 @@ def test_frames_in_flight_land_where_the_link_delivered_when_they_left(both_core
     (loop.at(arrive, deliver, frame)), even when deliver is set again meanwhile and nothing else holds the
     old target: the compiled link's flights hold it borrowed, and the link keeps it for them."""
     import gc
+    import weakref
 
     from emu.dataplane.loop import Loop
     from emu.dataplane.pipe import Transmitter
@@ -265,9 +266,11 @@ def test_frames_in_flight_land_where_the_link_delivered_when_they_left(both_core
     tx = Transmitter(loop, name="t", rate_bps=1e9, delay_ps=10 * PS_PER_US, deliver=Target(old))
     for i in range(3):
         tx.enqueue(0, 0, bytes([i]) * 100)
-    loop.run(until=2 * PS_PER_US)  # all three on the wire, none landed
+    loop.run(until=5 * PS_PER_US // 2)  # all three have left (0.99 us each at 1 Gb/s), none landed
+    gone = weakref.ref(tx.deliver)
     tx.deliver = Target(new)
     gc.collect()
+    assert gone() is not None, "the target of frames in flight was let go of"
     tx.enqueue(loop.clock(), 0, bytes([9]) * 100)
     loop.run()
     assert [f for _, f in old] == [0, 1, 2] and [f for _, f in new] == [9]

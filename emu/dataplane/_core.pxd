@@ -240,7 +240,6 @@ cdef class Port:
 
 cdef class SwitchBase:
     cdef public object loop
-    cdef list retired           # where frames landed before deliver was set again: kept for their flights
     cdef Schedule sched
     cdef public list ports
     cdef public SharedBuffer mmu

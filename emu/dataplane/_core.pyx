@@ -699,7 +699,7 @@ cdef int _deliver_at_key(Schedule sched, object target, int64_t t, uint64_t h, u
         return sched.push_key(t, h, c, _ev_to_host, target, None, p, 0)
     if isinstance(target, Sink):
         return sched.push_key(t, h, c, _ev_to_sink, target, None, p, 0)
-    return sched.push_key(t, h, c, _ev_to_python, target, None, p, 0)
+    return sched.push_key(t, h, c, _ev_to_python, target, None, p, 0, 1)  # held: a callable may be let go of
 
 
 cdef class Sink:
@@ -881,7 +881,7 @@ cdef class Transmitter:
         self.rate_bps = 0 if rate_bps == INFINITY else c_rate_of(rate_bps)
         self.delay_ps = delay_ps
         self.dv = deliver
-        self.retired = []
+        self.retired = None
         self.dequeue = on_dequeue
         for q in range(NQ):
             self.qs[q].head = NULL
@@ -941,6 +941,8 @@ cdef class Transmitter:
     @deliver.setter
     def deliver(self, value):
         if self.nfly:  # frames in flight hold the old one borrowed
+            if self.retired is None:
+                self.retired = []
             self.retired.append(self.dv)
         self.dv = value
 

@@ -82,10 +82,11 @@ JOB_WATCHERS: list[Callable[[int, float | None], None]] = []
 
 def huge_pages(spec: EngineSpec) -> dict[str, str]:
     """The environment that asks glibc's malloc for transparent huge pages (glibc.malloc.hugetlb=1, read by
-    glibc 2.35 and later, ignored before), for a fabric-clock worker. At thousands of links its state is
-    hundreds of megabytes read at random, and with 4 KiB pages most first reads of an object miss the TLB as
-    well as the cache: 10-20 % of a hop at FPF 512 x 8 (docs/performance.md). Not on the wall clock, where
-    the fault that makes a huge page may compact memory for milliseconds and make a paced worker late."""
+    glibc 2.35 and later, ignored before), for a fabric-clock worker started here (a remote one's command
+    line sets its own environment). At thousands of links its state is hundreds of megabytes read at random,
+    and with 4 KiB pages a first read of an object can miss the TLB as well as the cache: 7 % less CPU a hop
+    at FPF 512 x 8 with them (docs/performance.md). Not on the wall clock, where the fault that makes a huge
+    page may compact memory for milliseconds and make a paced worker late."""
     if spec.clock.paced:
         return {}
     have = os.environ.get("GLIBC_TUNABLES", "")
