@@ -553,12 +553,11 @@ cdef class Cc:
 
 # -- the device --------------------------------------------------------------------------------------------
 
-cdef struct Plane:
+cdef struct Plane:      # when it is next free is the device's free_at, apart: every send scans all planes'
     int index
     uint8_t addr_b[16]
     uint8_t head[14]    # Ethernet: the switch port's MAC, the host's, IPv6
-    int64_t next_free
-    bint healthy
+    bint healthy        # with weight, its bit in the device's ready (_mark): set both through _mark
     int64_t losses
     int64_t probe_due
     int64_t probe_psn
@@ -842,6 +841,11 @@ cdef class Device:
     cdef public object rng
     cdef Plane planes_c[MAXP]
     cdef int nplanes
+    # What a send and a step scan, kept apart from the planes (a plane is four cache lines; these are two
+    # for all of them): when each is next free, and a bit for each that is healthy and has weight (_mark).
+    # At thousands of devices the planes are not in the cache, and a scan read two lines of each.
+    cdef int64_t free_at[MAXP]
+    cdef uint32_t ready, all_ready
     cdef readonly list planes
     cdef list sends          # per plane: a FromHost (the switch port's NIC, compiled) or a Python send(frame)
     cdef readonly dict qps
@@ -919,7 +923,7 @@ cdef class Device:
             memcpy(p.addr_b, <char*>b, 16)
             h = io.head[i]
             memcpy(p.head, <char*>h, 14)
-            p.next_free = 0
+            self.free_at[i] = 0
             p.healthy = True
             p.losses = 0
             p.probe_due = 0
@@ -929,6 +933,8 @@ cdef class Device:
             p.base_rtt = NEVER
             p.loss_rate = 0.0
             p.weight = 1.0
+            self._mark(p)
+        self.all_ready = self.ready
         self.sends = list(io.send)
         self.qps = {}
         self.by_qpn = Table(True)
@@ -1010,7 +1016,7 @@ cdef class Device:
             qps.append(text)
         planes = ", ".join(f"plane {self.planes_c[i].index} {'up' if self.planes_c[i].healthy else 'down'} "
                            f"(losses {self.planes_c[i].losses}, free in "
-                           f"{_ms(self.planes_c[i].next_free - now)} ms)" for i in range(self.nplanes))
+                           f"{_ms(self.free_at[i] - now)} ms)" for i in range(self.nplanes))
         return f"{'; '.join(qps)}; {planes}"
 
     # -- resources ------------------------------------------------------------------------------------
@@ -1133,33 +1139,37 @@ cdef class Device:
                     found = False
                     free_ = now
                     for i in range(self.nplanes):
-                        p = &self.planes_c[i]
-                        if p.healthy and p.weight:
-                            if not found or p.next_free < free_:
-                                free_ = p.next_free
+                        if self.ready >> i & 1:
+                            if not found or self.free_at[i] < free_:
+                                free_ = self.free_at[i]
                                 found = True
                 due = imin(due, imax(qp.next_send, free_))
             if qp.ack_due:
                 due = imin(due, qp.ack_deadline)
             if qp.inflight.n:
                 due = imin(due, qp.rto_check)
-        for i in range(self.nplanes):
-            p = &self.planes_c[i]
-            if not (p.healthy and p.weight):
-                due = imin(due, p.probe_due)
+        if self.ready != self.all_ready:
+            for i in range(self.nplanes):
+                if not self.ready >> i & 1:
+                    due = imin(due, self.planes_c[i].probe_due)
         return imin(due, self.alarm_at)
 
     # -- sending -----------------------------------------------------------------------------------------
 
+    cdef inline void _mark(self, Plane* p) noexcept:
+        """Keeps p's bit in `ready` what its health and weight say, after either is written."""
+        if p.healthy and p.weight:
+            self.ready |= (<uint32_t>1) << p.index
+        else:
+            self.ready &= ~((<uint32_t>1) << p.index)
+
     cdef Plane* _pick_plane(self, int64_t now, int avoid) noexcept:
-        cdef Plane* best = NULL
-        cdef Plane* p
+        cdef int best = -1
         cdef int i
         for i in range(self.nplanes):
-            p = &self.planes_c[i]
-            if p.healthy and p.weight and p.index != avoid and (best == NULL or p.next_free < best.next_free):
-                best = p
-        return best if best != NULL and best.next_free <= now + self.burst else NULL
+            if self.ready >> i & 1 and i != avoid and (best < 0 or self.free_at[i] < self.free_at[best]):
+                best = i
+        return &self.planes_c[best] if best >= 0 and self.free_at[best] <= now + self.burst else NULL
 
     cdef int _send(self, Plane* plane, int tclass, const uint8_t* dst, int sport, Packet* pkt) except -1:
         """One frame (Ethernet onward, built in pkt, its checksums owed) into the plane's switch port."""
@@ -1226,11 +1236,7 @@ cdef class Device:
         return pkt
 
     cdef bint _usable_besides(self, int index) noexcept:
-        cdef int j
-        for j in range(self.nplanes):
-            if self.planes_c[j].healthy and self.planes_c[j].weight and self.planes_c[j].index != index:
-                return True
-        return False
+        return (self.ready & ~((<uint32_t>1) << index)) != 0 if 0 <= index < MAXP else self.ready != 0
 
     cdef bint _transmit(self, QueuePair qp, Seg* seg, Plane* plane, int64_t now) except -1:
         cdef int64_t psn = seg.psn if seg.psn >= 0 else qp.next_psn
@@ -1242,7 +1248,8 @@ cdef class Device:
             seg.psn = psn
             qp.next_psn += 1
         cdef int64_t size = seg.length + HEADERS + (IMM_BYTES if seg.has_imm else 0)
-        plane.next_free = imax(plane.next_free, now) + share_ps(c_ser_ps(size, self.wire_rate), plane.weight)
+        self.free_at[plane.index] = imax(self.free_at[plane.index], now) + share_ps(c_ser_ps(size, self.wire_rate),
+                                                                                    plane.weight)
         cdef int64_t gap = c_ser_ps(size, c_rate_of(qp.cc.rate))
         qp.next_send = imax(qp.next_send, now - gap) + gap
         plane.tx_packets += 1
@@ -1272,7 +1279,7 @@ cdef class Device:
             plane = self._pick_plane(now, -1)
             if plane == NULL:
                 return 0
-            due = imax(imax(qp.next_send, plane.next_free), qp.ready_at)
+            due = imax(imax(qp.next_send, self.free_at[plane.index]), qp.ready_at)
             seg = segq_front(&qp.pending)
             self._transmit(qp, seg, plane, now)
             seg_unref(segq_pop(&qp.pending))
@@ -1347,10 +1354,9 @@ cdef class Device:
                     found = False
                     free_ = now
                     for j in range(self.nplanes):
-                        p = &self.planes_c[j]
-                        if p.healthy and p.weight and (p.index != seg.plane or not usable):
-                            if not found or p.next_free < free_:
-                                free_ = p.next_free
+                        if self.ready >> j & 1 and (j != seg.plane or not usable):
+                            if not found or self.free_at[j] < free_:
+                                free_ = self.free_at[j]
                                 found = True
                     qp.rto_check = imax(free_, now + self.burst)
                     return 0
@@ -1367,6 +1373,7 @@ cdef class Device:
                 lost_on.retransmits += 1
                 if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and others:
                     lost_on.healthy = False
+                    self._mark(lost_on)
                     lost_on.downs += 1
                     lost_on.probe_due = now + self._probe_interval()
                 qp.retransmits += 1
@@ -1418,9 +1425,11 @@ cdef class Device:
         cdef int64_t psn
         cdef Packet* pkt
         cdef Py_ssize_t cs
+        if self.ready == self.all_ready:
+            return 0  # every plane is usable: none is probed (what the loop finds, without reading them)
         for i in range(self.nplanes):
             plane = &self.planes_c[i]
-            if (plane.healthy and plane.weight) or now < plane.probe_due:
+            if self.ready >> i & 1 or now < plane.probe_due:
                 continue
             plane.probe_due = now + self._probe_interval()
             for qp in self.qp_list:
@@ -1651,6 +1660,7 @@ cdef class Device:
                 _rtt_sample(plane, now - plane.probe_at)
                 plane.probe_at = -1
                 plane.healthy, plane.losses = True, 0
+                self._mark(plane)
             else:
                 self._innocent(qp, echoed, now)
         cdef Seg* newest = win_get(&qp.inflight, echoed)
@@ -1705,6 +1715,7 @@ cdef class Device:
             if sample:
                 _rtt_sample(carrier, now - seg.sent_at)
             carrier.healthy, carrier.losses = True, 0
+            self._mark(carrier)
             carrier.loss_rate -= carrier.loss_rate * LOSS_GAIN
 
     cdef void _reweigh(self) noexcept:
@@ -1740,12 +1751,14 @@ cdef class Device:
             if p.srtt - fastest > budget:
                 if p.weight:
                     p.weight = 0.0
+                    self._mark(p)
                     p.excluded += 1
                     p.probe_due = 0
                 continue
             q = p.srtt - p.base_rtt
             w = W_MIN if p.loss_rate >= 0.5 else pmax(W_MIN, 1.0 if q <= typical else <double>typical / <double>q)
             p.weight = w if w <= p.weight else pmin(w, pmax(W_MIN, p.weight + W_STEP))
+            self._mark(p)
 
     cdef void _innocent(self, QueuePair qp, int64_t psn, int64_t now) noexcept:
         cdef Py_ssize_t s = charged_find(&qp.charged, psn)
@@ -1763,6 +1776,7 @@ cdef class Device:
         plane.loss_rate = pmax(0.0, plane.loss_rate - LOSS_GAIN)
         if not plane.healthy:
             plane.healthy, plane.losses = True, 0
+            self._mark(plane)
 
 
 cdef inline void _rtt_sample(Plane* plane, int64_t sample) noexcept:
