@@ -188,12 +188,16 @@ cdef class SharedBuffer:
     cdef bint should_pause(self, int port, int q) noexcept
     cdef bint should_resume(self, int port, int q) noexcept
 
+cdef struct TEntry:          # a table's slot: a probe reads one line (two slots a line)
+    uint64_t hi
+    uint64_t lo
+    PyObject* val               # NULL: empty
+    uint64_t pad
+
 cdef class Table:
     cdef Py_ssize_t cap, count
     cdef bint borrowed          # holds no reference: its values are held elsewhere as long as it is used
-    cdef uint64_t* khi
-    cdef uint64_t* klo
-    cdef PyObject** val
+    cdef TEntry* e
     cdef PyObject* get(self, uint64_t hi, uint64_t lo) noexcept
     cdef int put(self, uint64_t hi, uint64_t lo, object value) except -1
     cdef int _grow(self) except -1
