@@ -168,6 +168,13 @@ cdef class Transmitter:
     cdef int _wake(self, int64_t t) except -1
     cdef int c_pause(self, int64_t t, int vector, const uint16_t* quanta) except -1
 
+cdef struct Occ:             # a (port, priority)'s occupancy: one entry a frame's ingress, one its egress
+    int64_t ing                 # bytes charged to it as the ingress
+    int64_t hdr                 # of those, in its headroom
+    int64_t egr                 # bytes queued to it as the egress
+    int32_t xo                  # paused (XOFF sent) and not yet resumed
+    int32_t pad
+
 cdef class SharedBuffer:
     cdef public int nports
     cdef public int64_t size, reserve
@@ -175,10 +182,7 @@ cdef class SharedBuffer:
     cdef public double egress_alpha
     cdef public int64_t resume_offset
     cdef int64_t* hroom
-    cdef int64_t* ing
-    cdef int64_t* hdr
-    cdef int64_t* egr
-    cdef uint8_t* xo
+    cdef Occ* occ               # per (port, priority): port * NQ + priority
     cdef public int64_t shared_used, used, total_headroom, total_reserve
     cdef inline int64_t threshold(self) noexcept
     cdef inline int64_t _shared(self, int port, int q) noexcept
