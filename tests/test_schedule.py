@@ -169,17 +169,21 @@ def test_both_cores_break_every_tie_alike():
 def test_both_cores_run_events_near_far_and_stamped_late_alike():
     """Events a picosecond apart, tens of microseconds and milliseconds ahead, alone after a long gap, and
     earlier than the running event (outside input stamped late) run in the reference's order, on the
-    reference's clock, whatever holds the keys (a timing wheel was measured in the compiled core: a
-    picosecond either side of its 8.192 ns slices and of its 33.5 us turn are among the offsets)."""
+    reference's clock, whatever holds the keys. A picosecond either side of the compiled core's far keys'
+    slices (2^19 ps), of its edge's lead (4 slices) and of its ring (256 slices) are among the offsets, and
+    of a timing wheel's slices (8.192 ns) and turn (33.5 us), measured before."""
     if len(CORES) < 2:
         pytest.skip("the compiled core is not built")
-    offsets = [0, 1, 8191, 8192, 8193, 3 * 8192 - 1, 33_554_431, 33_554_432, 40 * PS_PER_US, 5 * PS_PER_S // 1000]
+    slice_, lead, ring = 1 << 19, 4 << 19, 256 << 19
+    offsets = [0, 1, 8191, 8192, 8193, 3 * 8192 - 1, 33_554_431, 33_554_432, 40 * PS_PER_US, 5 * PS_PER_S // 1000,
+               slice_ - 1, slice_, slice_ + 1, lead - 1, lead, lead + 1, ring - 1, ring, ring + 1, 2 * ring + 1]
 
     def delay(rnd, t):
         d = rnd.choice(offsets) if rnd.random() < 0.7 else rnd.randrange(0, 70 * PS_PER_US)
         return -min(t, rnd.choice([1, 8192, 20 * PS_PER_US])) if rnd.random() < 0.05 else d  # stamped before now
 
-    runs = [_tree_of_events(core, 5, 30, 7, [0, 8191, 8192, PS_PER_US, 50 * PS_PER_US], [0, 1, 2, 2], 4000, delay)
+    runs = [_tree_of_events(core, 5, 30, 7, [0, 8191, 8192, PS_PER_US, 50 * PS_PER_US, lead, ring + 1], [0, 1, 2, 2],
+                            4000, delay)
             for core in CORES]
     assert len(runs[0]) > 2000 and runs[0] == runs[1]
     assert any(t < now for t, now, _ in runs[0]), "no event ran late"
@@ -276,3 +280,26 @@ def test_a_paced_loop_starts_a_job_at_a_whole_fabric_second_and_the_wall_meets_i
         gc.enable()
         loop.epoll.close()
         loop.timer.close()
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_events_far_ahead_are_counted_and_let_go_of_with_the_schedule(core):
+    """An event a second ahead waits outside the compiled core's heap: it is counted, and what it holds is
+    let go of when the schedule goes unrun, as a near one's is."""
+    import gc
+    import weakref
+
+    class Held:
+        pass
+
+    s = make_schedule(core, "virtual")
+    near, far = Held(), Held()
+    refs = [weakref.ref(near), weakref.ref(far)]
+    s.at(10, lambda t, a: None, near)
+    s.at(PS_PER_S, lambda t, a: None, far)
+    s.at(PS_PER_S + (256 << 19), lambda t, a: None, None)
+    del near, far
+    assert len(s) == 3 and all(r() is not None for r in refs)
+    del s
+    gc.collect()
+    assert all(r() is None for r in refs)
