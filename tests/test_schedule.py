@@ -169,9 +169,9 @@ def test_both_cores_break_every_tie_alike():
 def test_both_cores_run_events_near_far_and_stamped_late_alike():
     """Events a picosecond apart, tens of microseconds and milliseconds ahead, alone after a long gap, and
     earlier than the running event (outside input stamped late) run in the reference's order, on the
-    reference's clock, whatever holds the keys. A picosecond either side of the compiled core's far keys'
-    slices (2^19 ps), of its edge's lead (4 slices) and of its ring (256 slices) are among the offsets, and
-    of a timing wheel's slices (8.192 ns) and turn (33.5 us), measured before."""
+    reference's clock, whatever holds the keys. Among the offsets: a picosecond either side of a timing
+    wheel's slices (8.192 ns) and turn (33.5 us), and of far keys' slices (2^19 ps), lead (4 slices) and
+    ring (256 slices), two designs measured in the compiled core and not kept (docs/performance.md)."""
     if len(CORES) < 2:
         pytest.skip("the compiled core is not built")
     slice_, lead, ring = 1 << 19, 4 << 19, 256 << 19
@@ -284,8 +284,8 @@ def test_a_paced_loop_starts_a_job_at_a_whole_fabric_second_and_the_wall_meets_i
 
 @pytest.mark.parametrize("core", CORES)
 def test_events_far_ahead_are_counted_and_let_go_of_with_the_schedule(core):
-    """An event a second ahead waits outside the compiled core's heap: it is counted, and what it holds is
-    let go of when the schedule goes unrun, as a near one's is."""
+    """Events a second and more ahead are counted, and what they hold is let go of when the schedule goes
+    unrun, as a near one's is (whatever holds the keys far ahead)."""
     import gc
     import weakref
 

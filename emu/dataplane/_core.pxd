@@ -60,17 +60,8 @@ cdef struct HeapKey:         # what a sift moves: an event's order (time, tie ke
     uint32_t c
     int32_t slot
 
-cdef struct Bucket:          # the keys of one slice of time beyond the schedule's edge, unsorted
-    HeapKey* a
-    Py_ssize_t n, cap
-
 cdef class Schedule:
     cdef HeapKey* heap
-    cdef Bucket* far            # FAR_SLOTS slices from the edge on, a ring
-    cdef Bucket ovf             # keys beyond the ring
-    cdef int64_t edge           # a slice's start: every far key is at or after it, and the heap's least before it
-    cdef int64_t ovf_min
-    cdef Py_ssize_t nfar, nring
     cdef Event* pool
     cdef int32_t* spare         # free slots of the pool
     cdef Py_ssize_t n, cap, used, nspare
@@ -95,11 +86,7 @@ cdef class Schedule:
     cdef int64_t mapped_at(self, double wall) except? -1
     cdef int64_t cclock(self) except? -1
     cdef inline int64_t next_t(self) noexcept
-    cdef inline void _sift_up(self, HeapKey* k) noexcept
-    cdef int _put_far(self, HeapKey* k) except -1
-    cdef int _spill(self) except -1
-    cdef int _advance(self) except -1
-    cdef inline int _pop(self, Event* out) except -1
+    cdef inline void _pop(self, Event* out) noexcept
     cdef inline int _run(self, Event* e) except -1
     cdef inline void _take(self, Event* e) noexcept
     cdef inline int _fire(self, bint keep) except -1

@@ -13,7 +13,7 @@ Python callbacks still run where the reference has them (a job's timers, the ker
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from libc.stdlib cimport calloc, malloc, realloc, free
+from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
 from libc.math cimport INFINITY, rint
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
@@ -232,11 +232,6 @@ cdef void materialize(Packet* p) noexcept:
 
 cdef enum:
     HEAP0 = 1024
-    # The schedule's far keys: slices of 2^19 ps (0.52 us), a ring of 256 of them (134 us) beyond the
-    # edge, which stays about FAR_LEAD slices (2 us) ahead of the running event.
-    FAR_SHIFT = 19
-    FAR_SLOTS = 256
-    FAR_LEAD = 4
 
 cdef uint64_t OUTSIDE = 0x5A17E0F7C3D2B1A9ULL  # emu.dataplane.schedule's constants, the same bits
 cdef uint64_t GOLDEN = 0x9E3779B97F4A7C15ULL
@@ -270,16 +265,7 @@ cdef class Schedule:
     reference computes them. The heap holds only each event's key and its slot (what a sift moves: 24
     bytes, one cache line for a node and its sibling, not the event); the events stay in a pool. An event
     is a C function on a core object (a link's end of transmission, a frame's arrival) or a Python
-    callback fn(t, arg), run where the reference runs it.
-
-    Only the keys of the next couple of microseconds are in the heap. A key at or after the edge (a slice
-    boundary about FAR_LEAD slices ahead of the running event) waits unsorted in its slice's bucket, and
-    goes into the heap when the edge passes its slice. While keys wait there, the heap's least is before
-    the edge (the edge moves on until it is), so it is the least of all. At FPF 512 x 8 the
-    pending keys are about 100 000, 97 % of them endpoints' wakes left behind by an earlier one (a wake is
-    not taken back; it does nothing when it comes unless the endpoint is due then), spread over the 50 us
-    ahead: a heap of them all is 17 levels and larger than the core's cache, and a pop's sift waited on
-    memory at each level. The order is the heap's: the keys are unique."""
+    callback fn(t, arg), run where the reference runs it."""
 
     def __cinit__(self, mode: str = "virtual", idle_dilation: float = 1.0):
         self.cap = HEAP0
@@ -291,14 +277,6 @@ cdef class Schedule:
         self.n = 0
         self.used = 0
         self.nspare = 0
-        self.far = <Bucket*>calloc(FAR_SLOTS, sizeof(Bucket))
-        if self.far == NULL:
-            raise MemoryError()
-        self.ovf.a = NULL
-        self.ovf.n = self.ovf.cap = 0
-        self.edge = <int64_t>FAR_LEAD << FAR_SHIFT
-        self.ovf_min = NEVER
-        self.nfar = self.nring = 0
         self.cur_h = OUTSIDE
         self.cur_n = 0
         self.run_h = OUTSIDE
@@ -314,17 +292,14 @@ cdef class Schedule:
         self.paced = False
 
     def __dealloc__(self):
-        cdef Py_ssize_t i, j
+        cdef Py_ssize_t i
         cdef Event* e
-        cdef Bucket* b
         for i in range(self.n):
-            _drop(&self.pool[self.heap[i].slot])
-        for j in range(FAR_SLOTS + 1 if self.far != NULL else 0):
-            b = &self.far[j] if j < FAR_SLOTS else &self.ovf
-            for i in range(b.n):
-                _drop(&self.pool[b.a[i].slot])
-            free(b.a)
-        free(self.far)
+            e = &self.pool[self.heap[i].slot]
+            if e.fn == NULL:
+                _release(e)
+            elif e.held:
+                Py_XDECREF(e.obj)
         free(self.heap)
         free(self.pool)
         free(self.spare)
@@ -392,90 +367,20 @@ cdef class Schedule:
         k.h = h
         k.c = c
         k.slot = slot
-        if t < self.edge:
-            self._sift_up(&k)
-            return 0
-        self._put_far(&k)
-        while self.n == 0 or self.heap[0].t >= self.edge:  # the least key is in the heap: to its slice at most
-            self._advance()
-        return 0
-
-    cdef inline void _sift_up(self, HeapKey* k) noexcept:
         cdef HeapKey* heap = self.heap
         cdef Py_ssize_t i = self.n, up
         self.n += 1
         while i > 0:
             up = (i - 1) >> 1
-            if before(k, &heap[up]):
+            if before(&k, &heap[up]):
                 heap[i] = heap[up]
                 i = up
             else:
                 break
-        heap[i] = k[0]
-
-    cdef int _put_far(self, HeapKey* k) except -1:
-        """A key at or after the edge, into its slice's bucket (beyond the ring: the overflow)."""
-        cdef Bucket* b
-        cdef HeapKey* a
-        if (k.t >> FAR_SHIFT) - (self.edge >> FAR_SHIFT) < FAR_SLOTS:
-            b = &self.far[(k.t >> FAR_SHIFT) & (FAR_SLOTS - 1)]
-            self.nring += 1
-        else:
-            b = &self.ovf
-            if k.t < self.ovf_min:
-                self.ovf_min = k.t
-        if b.n == b.cap:
-            a = <HeapKey*>realloc(b.a, (2 * b.cap if b.cap else 16) * sizeof(HeapKey))
-            if a == NULL:
-                raise MemoryError()
-            b.a = a
-            b.cap = 2 * b.cap if b.cap else 16
-        b.a[b.n] = k[0]
-        b.n += 1
-        self.nfar += 1
+        heap[i] = k
         return 0
 
-    cdef int _spill(self) except -1:
-        """The overflow's keys that the ring now reaches, into their buckets."""
-        cdef Py_ssize_t i, kept = 0, n = self.ovf.n
-        cdef HeapKey k
-        self.nfar -= n
-        self.ovf.n = 0
-        self.ovf_min = NEVER
-        for i in range(n):
-            k = self.ovf.a[i]
-            if (k.t >> FAR_SHIFT) - (self.edge >> FAR_SHIFT) < FAR_SLOTS:
-                self._put_far(&k)  # into the ring: the overflow is not written
-            else:
-                self.ovf.a[kept] = k
-                kept += 1
-                if k.t < self.ovf_min:
-                    self.ovf_min = k.t
-        self.ovf.n = kept
-        self.nfar += kept
-        return 0
-
-    cdef int _advance(self) except -1:
-        """The edge moves one slice on, the keys of the slice it passes into the heap; with nothing left in
-        the ring, it moves to the overflow's first slice."""
-        cdef Bucket* b
-        cdef Py_ssize_t i
-        if self.nring == 0 and self.ovf.n:
-            if (self.ovf_min >> FAR_SHIFT) > (self.edge >> FAR_SHIFT):
-                self.edge = (self.ovf_min >> FAR_SHIFT) << FAR_SHIFT
-            self._spill()
-        b = &self.far[(self.edge >> FAR_SHIFT) & (FAR_SLOTS - 1)]
-        for i in range(b.n):
-            self._sift_up(&b.a[i])
-        self.nring -= b.n
-        self.nfar -= b.n
-        b.n = 0
-        self.edge += <int64_t>1 << FAR_SHIFT
-        if self.ovf.n and (self.ovf_min >> FAR_SHIFT) - (self.edge >> FAR_SHIFT) < FAR_SLOTS:
-            self._spill()
-        return 0
-
-    cdef inline int _pop(self, Event* out) except -1:
+    cdef inline void _pop(self, Event* out) noexcept:
         cdef HeapKey* heap = self.heap
         cdef int32_t slot = heap[0].slot
         out[0] = self.pool[slot]
@@ -483,31 +388,23 @@ cdef class Schedule:
         self.nspare += 1
         self.n -= 1
         cdef Py_ssize_t n = self.n
-        cdef HeapKey last
+        if n == 0:
+            return
+        cdef HeapKey last = heap[n]
         cdef Py_ssize_t i = 0, c
-        if n:
-            last = heap[n]
-            while True:
-                c = 2 * i + 1
-                if c >= n:
-                    break
-                if c + 1 < n and before(&heap[c + 1], &heap[c]):
-                    c += 1
-                if before(&heap[c], &last):
-                    heap[i] = heap[c]
-                    i = c
-                else:
-                    break
-            heap[i] = last
-        if not self.nfar:  # the edge is set by the running event alone (whatever the heap holds after it)
-            self.edge = ((out.t >> FAR_SHIFT) + FAR_LEAD) << FAR_SHIFT
-        elif (out.t >> FAR_SHIFT) + FAR_LEAD > (self.edge >> FAR_SHIFT):  # it keeps its lead
-            self._advance()
-        while self.nfar and (self.n == 0 or self.heap[0].t >= self.edge):  # the least key is in the heap
-            self._advance()
-        if self.n:
-            __builtin_prefetch(&self.pool[heap[0].slot])  # the next event's, read when it runs
-        return 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and before(&heap[c + 1], &heap[c]):
+                c += 1
+            if before(&heap[c], &last):
+                heap[i] = heap[c]
+                i = c
+            else:
+                break
+        heap[i] = last
+        __builtin_prefetch(&self.pool[heap[0].slot])  # the next event's, read when it runs
 
     cdef inline int64_t next_t(self) noexcept:
         return self.heap[0].t if self.n else NEVER
@@ -545,7 +442,7 @@ cdef class Schedule:
         return self.next_t()
 
     def __len__(self):
-        return self.n + self.nfar
+        return self.n
 
     cdef int64_t mapped_at(self, double wall) except? -1:
         return self.anchor_f + c_to_ps((wall - self.anchor_w) / self.idle_dilation)
@@ -665,14 +562,6 @@ cdef class Schedule:
 cdef inline void _release(Event* e) noexcept:
     Py_XDECREF(e.obj)
     Py_XDECREF(e.parg)
-
-
-cdef inline void _drop(Event* e) noexcept:
-    """What an event that will not run holds, let go of."""
-    if e.fn == NULL:
-        _release(e)
-    elif e.held:
-        Py_XDECREF(e.obj)
 
 
 # -- Python's Mersenne Twister, in C ------------------------------------------------------------------
