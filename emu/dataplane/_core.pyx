@@ -1259,7 +1259,7 @@ REASONS = (None, "headroom_exhausted", "buffer_full", "egress_threshold")
 cdef class SharedBuffer:
     """emu.dataplane.buffer.SharedBuffer, compiled: per (port, priority) counters in one flat C array of
     32-byte entries (Occ): a frame's admission, charge and release read its ingress entry and its egress
-    entry, two cache lines, where four arrays made them four or five."""
+    entry (and its ingress port's headroom), where four arrays made them four or five lines."""
 
     def __init__(self, *, int nports, int64_t size, list headroom, int64_t reserve=4096, int shift=3,
                  double egress_alpha=1.0, int64_t resume_offset=3072):

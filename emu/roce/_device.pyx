@@ -589,7 +589,8 @@ cdef class PlaneView:
 cdef class QueuePair:
     """emu.roce.transport.QueuePair, compiled."""
 
-    # What a device's step reads of each of its queue pairs comes first, together: three cache lines, where
+    # What a device's step reads of each of its queue pairs comes first, together: three or four cache lines
+    # (an object is aligned to 16 bytes, not to a line), where
     # in declaration order it was seven (the planes' addresses between them). At thousands of devices a
     # step finds none of them in the cache.
     cdef bint ack_due, window_full, sacked_since
@@ -842,8 +843,8 @@ cdef class Device:
     cdef int64_t wire_rate, rto, rtt_hint, ack_delay, reorder_budget
     cdef public object rng
     cdef int nplanes
-    # What a send and a step scan, kept apart from the planes (a plane is 184 bytes; these are two lines
-    # for all of them): when each is next free, and a bit for each that is healthy and has weight (_mark).
+    # What a send and a step scan, kept apart from the planes (a plane is 184 bytes; these are two or three
+    # lines for all of them): when each is next free, and a bit for each that is healthy and has weight (_mark).
     # At thousands of devices the planes are not in the cache, and a scan read two lines of each.
     cdef int64_t free_at[MAXP]
     cdef uint32_t ready, all_ready
@@ -863,7 +864,7 @@ cdef class Device:
     cdef list _plane_trace
     cdef Late* c_send_late
     cdef Late* c_recv_late
-    cdef Plane planes_c[MAXP]  # last: 2.9 KB, of which a step reads none while every plane is usable
+    cdef Plane planes_c[MAXP]  # last: 2.9 KB, which a step's scans do not read while every plane is usable
 
     def __cinit__(self):
         self.c_send_late = <Late*>malloc(sizeof(Late))
