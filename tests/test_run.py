@@ -326,6 +326,36 @@ def test_emu_run_says_what_is_wrong_before_building_anything():
 # -- on a fabric ----------------------------------------------------------------------------------
 
 
+def test_the_hosts_congestion_control_is_a_name():
+    from emu.net.switch import RunSettings
+
+    assert RunSettings().host_cc == "reno"
+    for bad in ("", "BBR", "reno; rm", "1cc"):
+        with pytest.raises(ValueError, match="host_cc: a TCP congestion control's name"):
+            RunSettings(host_cc=bad)
+
+
+@pytest.mark.root
+@pytest.mark.mininet
+def test_the_hosts_tcp_is_reno_unless_told_and_one_the_kernel_refuses_is_one_error(nothing_left):
+    """The hosts' kernels run reno, which counts ACKs only, unless --host-cc names another (BBR's and
+    CUBIC's own clocks keep wall time: RunSettings.host_cc); a name a host's namespace refuses is one error
+    line before any job runs, and nothing is left (nothing_left)."""
+    from emu.net.fabric import _available_cc
+
+    cc = "cat /proc/sys/net/ipv4/tcp_congestion_control"
+    r = emu_run(*SMALL, "-np", "1", "--", "sh", "-c", cc)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["[rank 0] reno"], (r.stdout, r.stderr)
+    with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        if "bbr" in f.read().split():
+            r = emu_run(*SMALL, "-np", "1", "--host-cc", "bbr", "--", "sh", "-c", cc)
+            assert r.returncode == 0 and r.stdout.splitlines() == ["[rank 0] bbr"], (r.stdout, r.stderr)
+    r = emu_run(*SMALL, "--host-cc", "nosuchcc", "--", "true")
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "emu run: the hosts' TCP congestion control 'nosuchcc' cannot be set in a host's namespace (this "
+        f"kernel lists {_available_cc()}; a namespace may be refused some)"], r.stderr
+
+
 @pytest.mark.root
 @pytest.mark.mininet
 def test_each_rank_has_its_environment_and_its_tagged_lines(nothing_left):
@@ -605,12 +635,16 @@ def test_pings_own_round_trip_reads_the_fabrics_at_d_1000(nothing_left):
         assert rtt == pytest.approx(fabric_ms, rel=0.10), r.stdout
 
 
-# NetPIPE (Debian's netpipe-openmpi), a program the project did not write: ping-pong of one size between
-# gpu0 and gpu4, on different leaves of FPF 8 x 8, so that every message crosses the spines on all 8 planes.
+# NetPIPE (Debian's netpipe-openmpi), a program the project did not write: ping-pong of every size from 1 B
+# to 32 MiB between gpu0 and gpu4, on different leaves of FPF 8 x 8, so that every message crosses the spines
+# on all 8 planes. Its sizes start at 1 B because NetPIPE first makes 100 round trips of its smallest size to
+# estimate the latency: started at 32 MiB, those were 97 % of the job's wall time.
 NETPIPE_BYTES = 32 * 2**20
 NETPIPE = ("c() { for f in /sys/class/net/*-eth*/statistics/tx_bytes; do d=${f%/statistics/tx_bytes}; "
            "printf '%s=%s ' ${d##*/} $(cat $f); done; echo; }; echo before $(c); "
-           f"NPopenmpi -o /dev/null -l {NETPIPE_BYTES} -u {NETPIPE_BYTES} -p 0 -n 1; s=$?; echo after $(c); exit $s")
+           f"NPopenmpi -o /dev/null -l 1 -u {NETPIPE_BYTES} -p 0 -n 1; s=$?; echo after $(c); exit $s")
+NETPIPE_SETTLED = 0.02  # two D's whose figures differ by less agree: the fabric's own figure does not move with D
+NETPIPE_MAX_D = 32000
 
 
 def netpipe_at(d: int) -> tuple[float, bool, subprocess.CompletedProcess]:
@@ -620,8 +654,9 @@ def netpipe_at(d: int) -> tuple[float, bool, subprocess.CompletedProcess]:
                 "--hosts", "gpu0,gpu4", "--", "sh", "-c", NETPIPE, timeout=3600)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert not re.search(r"if_include|Did not find interface|WARNING", r.stderr), r.stderr  # Open MPI's warning
-    got = re.findall(rf"^\[rank 0\]\s+\d+:\s+{NETPIPE_BYTES} bytes\s+1 times -->\s+([\d.]+) Mbps in\s+([\d.]+) usec$",
-                     r.stdout + r.stderr, re.M)
+    sizes = re.findall(r"^\[rank 0\]\s+\d+:\s+(\d+) bytes\s+1 times -->\s+[\d.]+ Mbps in\s+([\d.]+) usec$",
+                       r.stdout + r.stderr, re.M)
+    got = [us for b, us in sizes if int(b) == NETPIPE_BYTES]
     assert len(got) == 1, (r.stdout, r.stderr)
     for rank in "01":  # bytes each plane's interface sent during NetPIPE: all 8, about evenly
         counts = [dict(kv.split("=") for kv in re.findall(rf"^\[rank {rank}\] {when} (.*)$", r.stdout, re.M)[0].split())
@@ -629,8 +664,9 @@ def netpipe_at(d: int) -> tuple[float, bool, subprocess.CompletedProcess]:
         sent = [int(counts[1][i]) - int(counts[0][i]) for i in sorted(counts[0])]
         assert len(sent) == 8 and min(sent) > 0.5 * sum(sent) / 8, (rank, sent)
     verdict = re.findall(r"^emu run: fidelity: (\S+)", r.stderr, re.M)
-    print(f"D={d}: {got[0][1]} us, {got[0][0]} Mb/s; {r.stderr.splitlines()[-1]}")  # with -s: the figures
-    return float(got[0][1]), verdict == ["ok;"], r
+    largest = " ".join(f"{int(b) >> 20} MiB {us}" for b, us in sizes if int(b) >= 8 << 20)
+    print(f"D={d}: {largest} us; {r.stderr.splitlines()[-1]}")  # with -s: the figures
+    return float(got[0]), verdict == ["ok;"], r
 
 
 @pytest.mark.root
@@ -638,26 +674,30 @@ def netpipe_at(d: int) -> tuple[float, bool, subprocess.CompletedProcess]:
 @pytest.mark.long
 def test_netpipe_across_fpf_8x8_reads_the_fabrics_time_at_two_dilations(nothing_left):
     """Issue 53's acceptance with an MPI program the project did not write. NetPIPE's ping-pong (one way at a
-    time) of 32 MiB between two leaves over 8 planes, through `emu run --mpi`, exits 0 with no Open MPI
-    warning; its one-way time, as printed, is the fabric's within 5 %: 32 MiB at TCP's goodput (1448 B of
-    payload in 1538 B on the wire of 100 Gb/s) on each of the 8 planes, 356.4 us (a message also waits
-    for Open MPI's rendezvous and its last frame's way, a fixed ~8.6 us: 2.4 % here, 10 % of 8 MiB's);
-    and at a second D, twice the first, within 5 % of the first. Each D is one whose fidelity verdict is
-    ok: a run whose verdict is not is made again at twice its D (at most three times)."""
+    time) between two leaves over 8 planes, through `emu run --mpi`, exits 0 with no Open MPI warning; its
+    one-way time for 32 MiB, as printed, is the fabric's within 5 %: 32 MiB at TCP's goodput (1448 B of
+    payload in 1538 B on the wire of 100 Gb/s) on each of the 8 planes, 356.4 us (a message also waits for
+    Open MPI's rendezvous and its last frame's way, a fixed ~8.6 us: 2.4 % here).
+
+    The figure taken is one a doubled D confirms: D starts at 4000 and is doubled until two D's in a row,
+    each with an ok fidelity verdict, give figures within 2 % of each other (the fabric's own figure does
+    not move with D: 365.02 us at 4000, 8000 and 16000); the second of them must be within 5 % of the
+    fabric's. No pair by D = 32000 fails. What moved with D was measured (docs/performance.md, "NetPIPE's
+    stalls"): with the hosts on BBR, in 0 to 3 of the five largest sizes of a run, every trial of that size
+    about 90-100 wall ms longer (22 us at D = 4000, 11.5 at 8000, 6.4 at 16000; BBR's clocks keep wall
+    time: its probe of the least round trip comes every 10 wall seconds and holds 4 packets for 200 wall
+    ms); with reno, the hosts' default now, none at any of the three D's."""
     if shutil.which("NPopenmpi") is None:
         pytest.skip("needs NetPIPE (apt-get install netpipe-openmpi; make setup installs it)")
     fabric_us = NETPIPE_BYTES * 8 / (8 * 100e9 * 1448 / 1538) * 1e6
-    figures = []
+    figures: list[tuple[int, float, bool]] = []
     d = 4000
-    for _ in range(2):
-        for _try in range(3):
-            us, ok, _ = netpipe_at(d)
-            if ok:
-                break
-            d *= 2
-        assert ok, f"no D up to {d} had an ok fidelity verdict"
-        figures.append((d, us))
+    while True:
+        us, ok, _ = netpipe_at(d)
+        figures.append((d, us, ok))
+        if len(figures) >= 2 and figures[-2][2] and ok and abs(us - figures[-2][1]) <= NETPIPE_SETTLED * min(
+                us, figures[-2][1]):
+            break
+        assert d < NETPIPE_MAX_D, f"NetPIPE's figure did not settle by D = {d} (D, us, verdict ok): {figures}"
         d *= 2
-    for _, us in figures:
-        assert us == pytest.approx(fabric_us, rel=0.05), (fabric_us, figures)
-    assert max(us for _, us in figures) <= 1.05 * min(us for _, us in figures), figures
+    assert us == pytest.approx(fabric_us, rel=0.05), (fabric_us, figures)

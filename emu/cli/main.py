@@ -62,7 +62,7 @@ def _settings(args: argparse.Namespace):
                            links=args.links, clock=_clock(args), trim=trim, pace=args.pace,
                            machines=_machines(args.machines), core=args.core or "",
                            kernel=_kernel(args, _clock(args)), p4=getattr(args, "p4", None) or "",
-                           p4_tables=getattr(args, "p4_tables", None) or "")
+                           p4_tables=getattr(args, "p4_tables", None) or "", host_cc=args.host_cc)
     _check_backend(settings)
     return settings
 
@@ -483,6 +483,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel", action="store_true",
                    help="build the hosts' kernels (a namespace and veths each) on the fabric clock too; without it a "
                         "fabric-clock run, whose traffic is all the engine's, builds none")
+    p.add_argument("--host-cc", default="reno", metavar="NAME",
+                   help="the hosts' kernels' TCP congestion control (default reno: it counts ACKs only, so what it "
+                        "does is the fabric's at any D; bbr's 10 s round-trip window and 200 ms probe, and cubic's "
+                        "growth, keep wall time)")
     p.add_argument("--core", choices=("native", "python"), default=None,
                    help="what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
                         "python, the reference it is checked against; the same figures bit for bit")
@@ -726,6 +730,10 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--kernel", action="store_true",
                    help="for `collective`: build the hosts' kernels (a namespace and veths each) on the fabric clock too; without it a "
                         "fabric-clock run, whose traffic is all the engine's, builds none")
+    p.add_argument("--host-cc", default="reno", metavar="NAME",
+                   help="the hosts' kernels' TCP congestion control (default reno: it counts ACKs only, so what it "
+                        "does is the fabric's at any D; bbr's 10 s round-trip window and 200 ms probe, and cubic's "
+                        "growth, keep wall time)")
     p.add_argument("--core", choices=("native", "python"), default=None,
                    help="for `collective`: what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
                         "python, the reference it is checked against; the same figures bit for bit")

@@ -35,7 +35,7 @@ from emu.net.backend import backend
 from emu.net.cleanup import make_way, netns_id, record
 from emu.net.flows import EngineFlows, Flow, KernelFlows
 from emu.net.link import FabricLink, no_kernel, node_netlink, root_netlink
-from emu.net.netlink import new_group
+from emu.net.netlink import NetlinkError, new_group
 from emu.net.stats import FabricStats
 from emu.net.switch import (
     QUIET_HOST,
@@ -44,6 +44,7 @@ from emu.net.switch import (
     FabricSwitch,
     RunSettings,
     default_settings,
+    host_sysctls,
 )
 from emu.net.timebase import Perf, Timebase
 from emu.units import parse_rate, parse_time
@@ -195,6 +196,15 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
+def _available_cc() -> str:
+    """The TCP congestion controls this kernel lists (a namespace may be refused some of them)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+            return ", ".join(f.read().split())
+    except OSError:
+        return "unknown"
+
+
 class FabricNet(Mininet):
     """A Mininet whose switches and links are the fabric's. Any RunSettings field can be given as a
     keyword (`dilation=10_000`, `backend="bmv2"`, `pfc=False`, `spray=True`): it overrides `settings`
@@ -229,7 +239,8 @@ class FabricNet(Mininet):
         self._made_one("hosts")
         if machine not in LOCAL_MACHINES:
             host = super().addHost(name, RemoteFabricHost, server=machine, **params)
-            host.cmd(" ".join(f"sysctl -qw net.{k.replace('/', '.')}={v};" for k, v in QUIET_HOST.items()))
+            host.cmd(" ".join(f"sysctl -qw net.{k.replace('/', '.')}={v};"
+                              for k, v in host_sysctls(self.settings).items()))
             return host
         if not self.settings.kernel:
             return super().addHost(name, EngineHost, **params)
@@ -237,6 +248,11 @@ class FabricNet(Mininet):
         if getattr(host, "inNamespace", False):
             with node_netlink(host) as nl:
                 nl.sysctl(QUIET_HOST)
+                try:
+                    nl.sysctl({"ipv4/tcp_congestion_control": self.settings.host_cc})
+                except NetlinkError:
+                    raise ValueError(f"the hosts' TCP congestion control {self.settings.host_cc!r} cannot be set "
+                                     f"in a host's namespace (this kernel lists {_available_cc()}; a namespace may be refused some)") from None
         return host
 
     def addSwitch(self, name: str, cls: Any = None, **params: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -95,6 +96,12 @@ class RunSettings:
     # only), every node is the engine's alone: nothing to make in the kernel, so a fabric of hundreds of
     # GPUs builds in seconds; jobs run as ever, and the hosts cannot run commands (ping, iperf3).
     kernel: bool = True
+    # The hosts' kernels' TCP congestion control (each host namespace's net.ipv4.tcp_congestion_control).
+    # reno by default: it counts ACKs only, so what it does is the fabric's at any D. BBR (the machine's
+    # default here) keeps a 10-second window on the least round trip and then holds its window at 4 packets
+    # for 200 ms: wall seconds, so at D = 8000 a 32 MiB message over 8 planes took ~90 wall ms (11 fabric
+    # us) longer whenever a socket's probe fell inside it (docs/performance.md, "NetPIPE's stalls").
+    host_cc: str = "reno"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "core", check_core(self.core or default_core()))
@@ -108,6 +115,8 @@ class RunSettings:
             raise ValueError(str(exc)) from None
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0, got {self.workers}")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.host_cc):
+            raise ValueError(f"host_cc: a TCP congestion control's name (reno, bbr, ...), got {self.host_cc!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.links not in ("auto", "netem", "engine"):
@@ -516,6 +525,11 @@ class HostPort:
 QUIET_HOST: dict[str, str | int] = {
     f"ipv6/conf/{scope}/{key}": 0 for scope in ("all", "default")
     for key in ("accept_dad", "accept_ra", "mldv1_unsolicited_report_interval", "mldv2_unsolicited_report_interval")}
+
+
+def host_sysctls(settings: RunSettings) -> dict[str, str | int]:
+    """What a host's namespace is given before its interfaces: QUIET_HOST and its TCP congestion control."""
+    return dict(QUIET_HOST, **{"ipv4/tcp_congestion_control": settings.host_cc})
 
 
 def configure_hosts(ports: dict[Any, list[HostPort]]) -> None:
