@@ -1384,8 +1384,9 @@ cdef inline uint64_t _mix(uint64_t hi, uint64_t lo) noexcept nogil:
 
 
 cdef TEntry* _entries(Py_ssize_t n) except NULL:
-    """n empty slots, aligned so that no slot crosses a cache line."""
-    cdef TEntry* e = <TEntry*>aligned_alloc(64, n * sizeof(TEntry) if n >= 2 else 64)
+    """n empty slots (a power of two, at least 8: a whole number of lines, as aligned_alloc asks), aligned so
+    that no slot crosses a cache line."""
+    cdef TEntry* e = <TEntry*>aligned_alloc(64, n * sizeof(TEntry))
     if e == NULL:
         raise MemoryError()
     memset(e, 0, n * sizeof(TEntry))

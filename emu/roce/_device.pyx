@@ -589,10 +589,9 @@ cdef class PlaneView:
 cdef class QueuePair:
     """emu.roce.transport.QueuePair, compiled."""
 
-    # What a device's step reads of each of its queue pairs comes first, together: three or four cache lines
-    # (an object is aligned to 16 bytes, not to a line), where
-    # in declaration order it was seven (the planes' addresses between them). At thousands of devices a
-    # step finds none of them in the cache.
+    # What a device's step reads of each of its queue pairs comes first, together: three or four cache
+    # lines (an object is aligned to 16 bytes, not to a line), where in declaration order it was seven
+    # (the planes' addresses between them). At thousands of devices a step finds none of them in the cache.
     cdef bint ack_due, window_full, sacked_since
     cdef bint ticks             # its congestion control has a clock (DCQCN): a step ticks it
     cdef int64_t ack_deadline, rto_check, next_send, ready_at, sacked
@@ -1106,7 +1105,6 @@ cdef class Device:
         cdef int i
         cdef bint any_sent
         cdef int64_t due, free_
-        cdef bint found
         if now >= self.alarm_at:
             self.alarm_at = NEVER
         if now >= self.next_sample:
@@ -1140,13 +1138,8 @@ cdef class Device:
             if (qp.pending.n and qp.inflight.n - qp.sacked < self.window) or qp.resend.n:
                 if not known:
                     known = True
-                    found = False
-                    free_ = now
-                    for i in range(self.nplanes):
-                        if self.ready >> i & 1:
-                            if not found or self.free_at[i] < free_:
-                                free_ = self.free_at[i]
-                                found = True
+                    i = self._earliest(-1)
+                    free_ = self.free_at[i] if i >= 0 else now
                 due = imin(due, imax(qp.next_send, free_))
             if qp.ack_due:
                 due = imin(due, qp.ack_deadline)
@@ -1167,12 +1160,17 @@ cdef class Device:
         else:
             self.ready &= ~((<uint32_t>1) << p.index)
 
-    cdef Plane* _pick_plane(self, int64_t now, int avoid) noexcept:
+    cdef inline int _earliest(self, int avoid) noexcept:
+        """The usable plane (ready, not `avoid`) free first, the lowest index among equals; -1 if none."""
         cdef int best = -1
         cdef int i
         for i in range(self.nplanes):
             if self.ready >> i & 1 and i != avoid and (best < 0 or self.free_at[i] < self.free_at[best]):
                 best = i
+        return best
+
+    cdef Plane* _pick_plane(self, int64_t now, int avoid) noexcept:
+        cdef int best = self._earliest(avoid)
         return &self.planes_c[best] if best >= 0 and self.free_at[best] <= now + self.burst else NULL
 
     cdef int _send(self, Plane* plane, int tclass, const uint8_t* dst, int sport, Packet* pkt) except -1:
@@ -1312,8 +1310,7 @@ cdef class Device:
         cdef Plane* plane
         cdef Plane* p
         cdef int j
-        cdef int64_t free_, srtt_p
-        cdef bint found
+        cdef int64_t srtt_p
         if not qp.inflight.n or (not qp.sacked_since and now < qp.rto_check):
             return 0
         qp.sacked_since = False
@@ -1355,14 +1352,8 @@ cdef class Device:
                 plane = self._pick_plane(now, seg.plane if usable else -1)
                 first_sent = seg.sent_at if seg.sends == 1 else -1
                 if plane == NULL:
-                    found = False
-                    free_ = now
-                    for j in range(self.nplanes):
-                        if self.ready >> j & 1 and (j != seg.plane or not usable):
-                            if not found or self.free_at[j] < free_:
-                                free_ = self.free_at[j]
-                                found = True
-                    qp.rto_check = imax(free_, now + self.burst)
+                    j = self._earliest(seg.plane if usable else -1)
+                    qp.rto_check = imax(self.free_at[j] if j >= 0 else now, now + self.burst)
                     return 0
                 self._transmit(qp, seg, plane, now)
                 if timer and not (overtaken and seg.sends == 1):
