@@ -397,6 +397,27 @@ def test_a_job_over_its_timeout_exits_124_naming_the_option_and_its_value(mpi, n
 
 @pytest.mark.root
 @pytest.mark.mininet
+def test_a_job_whose_hosts_tcp_waited_on_its_timers_says_so(nothing_left):
+    """The hosts' kernels are not in the fidelity verdict, and their TCP timers keep wall time: a job over a
+    lossy plane (5 % of frames lost, the same ones every run) fires retransmission timeouts or tail loss
+    probes, which FabricNet.run counts from the hosts' namespaces and `emu run` says beside the verdict
+    (emu.net.kerneltcp); a job that sends nothing counts none."""
+    if shutil.which("iperf3") is None:
+        pytest.skip("needs iperf3 (apt-get install iperf3; make setup installs it)")
+    from emu import FabricNet, FPFTopo
+
+    script = 'if [ "$RANK" = 1 ]; then exec iperf3 -s -1; fi; sleep 0.002; exec iperf3 -c "${EMU_HOSTS#*,}" -n 1M'
+    with FabricNet(FPFTopo(gpus=2, planes=1, leaves=1), dilation=1000) as net:
+        net.run(["true"])
+        assert net.job_tcp_timers == {}, net.job_tcp_timers
+        net.degrade(plane=0, loss=0.05)
+        net.run(["sh", "-c", script], timeout=300)
+        lossy = net.job_tcp_timers
+        assert lossy.get("TCPTimeouts", 0) + lossy.get("TCPLossProbes", 0) > 0, lossy
+
+
+@pytest.mark.root
+@pytest.mark.mininet
 @pytest.mark.long
 def test_the_api_returns_each_ranks_result_and_raises_on_a_failure(nothing_left):
     from emu import FabricNet, FPFTopo

@@ -109,7 +109,11 @@ def say_fidelity(net: FabricNet) -> None:
     the engine kept every packet on time at this D, so that the job's own figures are the fabric's (a D
     whose verdict is not ok gives figures partly the emulator's: a larger --dilation)."""
     from emu.fidelity import fabric_fidelity, line
+    from emu.net.kerneltcp import said as tcp_said
 
+    tcp = tcp_said(net.job_tcp_timers, net.settings.dilation)
+    if tcp:  # the hosts' kernels are not in the verdict: what their wall-time timers did is said beside it
+        print(f"emu run: {tcp}", file=sys.stderr, flush=True)
     try:
         said = line(fabric_fidelity(net.engine.stats()))
     except Exception as exc:  # noqa: BLE001 (an engine that failed is said, not raised over the job's own code)

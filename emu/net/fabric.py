@@ -31,6 +31,7 @@ from emu.cluster.remote import RemoteFabricHost, RemoteFabricSwitch, host_addres
 from emu.control.runtime import FabricController
 from emu.dataplane.engine import Engine, new_run_dir
 from emu.launch import LOCAL_MACHINES, stop_on_signals
+from emu.net import kerneltcp
 from emu.net.backend import backend
 from emu.net.cleanup import make_way, netns_id, record
 from emu.net.flows import EngineFlows, Flow, KernelFlows
@@ -229,6 +230,7 @@ class FabricNet(Mininet):
         self._views: list[Any] = []  # web views serving this fabric (web()), closed by stop()
         self._recorders: list[tuple[str, Any]] = []  # (path, Recorder) from record(), saved by stop()
         self.machine_of: dict[str, str] = {}  # node -> machine, over settings.machines (build())
+        self.job_tcp_timers: dict[str, int] = {}  # the last run()'s hosts' TCP timer firings (emu.net.kerneltcp)
         super().__init__(topo=topo, **kw)
 
     def addHost(self, name: str, cls: Any = None, **params: Any) -> Any:
@@ -704,10 +706,14 @@ class FabricNet(Mininet):
         extra = dict(env or {})
         if dilate_time and self.settings.clock.paced:
             extra.update(fabric_time_env(self.settings.dilation))
-        if mpi:
-            return run_mpi(nodes, addresses, [by_host[n] for n in names], list(argv), env=extra, timeout=timeout,
-                           sink=sink)
-        return run_ranks(nodes, addresses, list(argv), env=extra, timeout=timeout, sink=sink)
+        before = {n.name: kerneltcp.counters(n.pid) for n in nodes}
+        try:
+            if mpi:
+                return run_mpi(nodes, addresses, [by_host[n] for n in names], list(argv), env=extra,
+                               timeout=timeout, sink=sink)
+            return run_ranks(nodes, addresses, list(argv), env=extra, timeout=timeout, sink=sink)
+        finally:  # what the ranks' kernels' TCP timers did, however the job ended (kerneltcp.said)
+            self.job_tcp_timers = kerneltcp.fired(before, {n.name: kerneltcp.counters(n.pid) for n in nodes})
 
     def host_addresses(self, family: int = 4) -> dict[str, list[str]]:
         """Every address of every host (one per plane interface), read from the hosts."""
