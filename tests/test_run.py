@@ -338,22 +338,45 @@ def test_the_hosts_congestion_control_is_a_name():
 @pytest.mark.root
 @pytest.mark.mininet
 def test_the_hosts_tcp_is_reno_unless_told_and_one_the_kernel_refuses_is_one_error(nothing_left):
-    """The hosts' kernels run reno, which counts ACKs only, unless --host-cc names another (BBR's and
-    CUBIC's own clocks keep wall time: RunSettings.host_cc); a name a host's namespace refuses is one error
-    line before any job runs, and nothing is left (nothing_left)."""
-    from emu.net.fabric import _available_cc
+    """The hosts' kernels run reno, whose window moves on ACKs and losses, and keep their window over an
+    idle time, unless --host-cc names another congestion control (BBR's and CUBIC's own clocks keep wall
+    time: RunSettings.host_cc, HOST_TCP); a name a host's namespace refuses is one error line before any
+    job runs, and nothing is left (nothing_left)."""
+    from emu.net.fabric import _allowed_cc
 
-    cc = "cat /proc/sys/net/ipv4/tcp_congestion_control"
+    cc = "cat /proc/sys/net/ipv4/tcp_congestion_control /proc/sys/net/ipv4/tcp_slow_start_after_idle"
     r = emu_run(*SMALL, "-np", "1", "--", "sh", "-c", cc)
-    assert r.returncode == 0 and r.stdout.splitlines() == ["[rank 0] reno"], (r.stdout, r.stderr)
-    with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
-        if "bbr" in f.read().split():
+    assert r.returncode == 0 and r.stdout.splitlines() == ["[rank 0] reno", "[rank 0] 0"], (r.stdout, r.stderr)
+    with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
+        if "bbr" in f.read().split():  # what a namespace other than the first may choose
             r = emu_run(*SMALL, "-np", "1", "--host-cc", "bbr", "--", "sh", "-c", cc)
-            assert r.returncode == 0 and r.stdout.splitlines() == ["[rank 0] bbr"], (r.stdout, r.stderr)
+            assert r.returncode == 0 and r.stdout.splitlines() == ["[rank 0] bbr", "[rank 0] 0"], (r.stdout, r.stderr)
     r = emu_run(*SMALL, "--host-cc", "nosuchcc", "--", "true")
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
-        "emu run: the hosts' TCP congestion control 'nosuchcc' cannot be set in a host's namespace (this "
-        f"kernel lists {_available_cc()}; a namespace may be refused some)"], r.stderr
+        f"emu run: the hosts' TCP congestion control 'nosuchcc' cannot be set in a host's namespace here "
+        f"(allowed: {', '.join(_allowed_cc() or ())}): --host-cc takes one the kernel allows a namespace"], r.stderr
+
+
+def test_emu_run_says_what_the_hosts_tcp_timers_did_before_its_verdict(capsys):
+    """The line comes before the verdict, which stays the last line (a stub fabric whose engine cannot
+    report: the verdict is then unknown, and said so)."""
+    from types import SimpleNamespace
+
+    from emu.cli.runjob import say_fidelity
+
+    def no_stats():
+        raise RuntimeError("gone")
+
+    net = SimpleNamespace(job_tcp_timers={"TCPTimeouts": 2, "TCPSpuriousRTOs": 1}, settings=SimpleNamespace(
+        dilation=4000.0), engine=SimpleNamespace(stats=no_stats))
+    say_fidelity(net)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("emu run: the hosts' TCP: 2 retransmission timeouts (1 of them "
+                                                   "spurious), on the kernel's timers"), lines
+    assert lines[1] == "emu run: fidelity: unknown, the engine did not report (gone)", lines
+    net.job_tcp_timers = {}
+    say_fidelity(net)
+    assert capsys.readouterr().err.splitlines() == [lines[1]]
 
 
 @pytest.mark.root
@@ -702,12 +725,12 @@ def test_netpipe_across_fpf_8x8_reads_the_fabrics_time_at_two_dilations(nothing_
 
     The figure taken is one a doubled D confirms: D starts at 4000 and is doubled until two D's in a row,
     each with an ok fidelity verdict, give figures within 2 % of each other (the fabric's own figure does
-    not move with D: 365.02 us at 4000, 8000 and 16000); the second of them must be within 5 % of the
-    fabric's. No pair by D = 32000 fails. What moved with D was measured (docs/performance.md, "NetPIPE's
-    stalls"): with the hosts on BBR, in 0 to 3 of the five largest sizes of a run, every trial of that size
-    about 90-100 wall ms longer (22 us at D = 4000, 11.5 at 8000, 6.4 at 16000; BBR's clocks keep wall
-    time: its probe of the least round trip comes every 10 wall seconds and holds 4 packets for 200 wall
-    ms); with reno, the hosts' default now, none at any of the three D's."""
+    not move with D: 365.02-365.50 us at 4000, 8000 and 16000 where nothing stalled); both must be within
+    5 % of the fabric's. If no two agree by D = 32000, the test fails. It so passes over a D at which a
+    figure moved, and says which (with -s): what moved with D was measured (docs/performance.md,
+    "NetPIPE's stalls"). With the hosts on BBR, 0 to 4 of the five largest sizes of a run took longer in
+    every trial, by a wall time (about 86-103 ms, once 190 ms: 22 us at D = 4000, 11.5 at 8000, 6.4 at
+    16000); with reno, the hosts' default now, none did at any of the three D's."""
     if shutil.which("NPopenmpi") is None:
         pytest.skip("needs NetPIPE (apt-get install netpipe-openmpi; make setup installs it)")
     fabric_us = NETPIPE_BYTES * 8 / (8 * 100e9 * 1448 / 1538) * 1e6
@@ -721,4 +744,5 @@ def test_netpipe_across_fpf_8x8_reads_the_fabrics_time_at_two_dilations(nothing_
             break
         assert d < NETPIPE_MAX_D, f"NetPIPE's figure did not settle by D = {d} (D, us, verdict ok): {figures}"
         d *= 2
-    assert us == pytest.approx(fabric_us, rel=0.05), (fabric_us, figures)
+    for _, settled, _ in figures[-2:]:
+        assert settled == pytest.approx(fabric_us, rel=0.05), (fabric_us, figures)

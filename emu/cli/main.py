@@ -484,9 +484,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="build the hosts' kernels (a namespace and veths each) on the fabric clock too; without it a "
                         "fabric-clock run, whose traffic is all the engine's, builds none")
     p.add_argument("--host-cc", default="reno", metavar="NAME",
-                   help="the hosts' kernels' TCP congestion control (default reno: it counts ACKs only, so what it "
-                        "does is the fabric's at any D; bbr's 10 s round-trip window and 200 ms probe, and cubic's "
-                        "growth, keep wall time)")
+                   help="the hosts' kernels' TCP congestion control (default reno, whose window moves on ACKs and "
+                        "losses; bbr's and cubic's own clocks keep wall time, as the kernel's timers do)")
     p.add_argument("--core", choices=("native", "python"), default=None,
                    help="what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
                         "python, the reference it is checked against; the same figures bit for bit")
@@ -730,10 +729,6 @@ def parser(topology: str = "", scenario: str = "") -> argparse.ArgumentParser:
     p.add_argument("--kernel", action="store_true",
                    help="for `collective`: build the hosts' kernels (a namespace and veths each) on the fabric clock too; without it a "
                         "fabric-clock run, whose traffic is all the engine's, builds none")
-    p.add_argument("--host-cc", default="reno", metavar="NAME",
-                   help="the hosts' kernels' TCP congestion control (default reno: it counts ACKs only, so what it "
-                        "does is the fabric's at any D; bbr's 10 s round-trip window and 200 ms probe, and cubic's "
-                        "growth, keep wall time)")
     p.add_argument("--core", choices=("native", "python"), default=None,
                    help="for `collective`: what runs the hot path: native, the compiled core (the default where `make setup` built it), or "
                         "python, the reference it is checked against; the same figures bit for bit")

@@ -105,9 +105,11 @@ def run_job(topology: str, params: dict[str, str], settings: RunSettings, args: 
 
 
 def say_fidelity(net: FabricNet) -> None:
-    """The fabric's fidelity verdict over the job (and the build before it), one line on stderr: whether
+    """The fabric's fidelity verdict over the job (and the build before it), the last line on stderr: whether
     the engine kept every packet on time at this D, so that the job's own figures are the fabric's (a D
-    whose verdict is not ok gives figures partly the emulator's: a larger --dilation)."""
+    whose verdict is not ok gives figures partly the emulator's: a larger --dilation). Before it, when the
+    ranks' kernels' TCP waited on a timer, a line that says so (emu.net.kerneltcp): the verdict is the
+    engine's alone."""
     from emu.fidelity import fabric_fidelity, line
     from emu.net.kerneltcp import said as tcp_said
 

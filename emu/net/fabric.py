@@ -39,6 +39,7 @@ from emu.net.link import FabricLink, no_kernel, node_netlink, root_netlink
 from emu.net.netlink import NetlinkError, new_group
 from emu.net.stats import FabricStats
 from emu.net.switch import (
+    HOST_TCP,
     QUIET_HOST,
     EngineHost,
     EngineSwitch,
@@ -197,13 +198,13 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _available_cc() -> str:
-    """The TCP congestion controls this kernel lists (a namespace may be refused some of them)."""
+def _allowed_cc() -> list[str] | None:
+    """The TCP congestion controls this kernel lets a namespace other than its first choose (None: unread)."""
     try:
-        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
-            return ", ".join(f.read().split())
+        with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
+            return f.read().split()
     except OSError:
-        return "unknown"
+        return None
 
 
 class FabricNet(Mininet):
@@ -241,21 +242,29 @@ class FabricNet(Mininet):
         self._made_one("hosts")
         if machine not in LOCAL_MACHINES:
             host = super().addHost(name, RemoteFabricHost, server=machine, **params)
-            host.cmd(" ".join(f"sysctl -qw net.{k.replace('/', '.')}={v};"
-                              for k, v in host_sysctls(self.settings).items()))
+            said = host.cmd(" ".join(f"sysctl -qw net.{k.replace('/', '.')}={v} || echo refused {k};"
+                                     for k, v in host_sysctls(self.settings).items()))
+            if "refused ipv4/tcp_congestion_control" in said:
+                raise ValueError(self._cc_refused(f"on {machine}"))
             return host
         if not self.settings.kernel:
             return super().addHost(name, EngineHost, **params)
         host = super().addHost(name, cls, **params)
         if getattr(host, "inNamespace", False):
+            allowed = _allowed_cc()
+            if allowed is not None and self.settings.host_cc not in allowed:  # asked first: a write would load
+                raise ValueError(self._cc_refused(f"here (allowed: {', '.join(allowed)})"))  # a module to refuse
             with node_netlink(host) as nl:
-                nl.sysctl(QUIET_HOST)
+                nl.sysctl(dict(QUIET_HOST, **HOST_TCP))
                 try:
                     nl.sysctl({"ipv4/tcp_congestion_control": self.settings.host_cc})
                 except NetlinkError:
-                    raise ValueError(f"the hosts' TCP congestion control {self.settings.host_cc!r} cannot be set "
-                                     f"in a host's namespace (this kernel lists {_available_cc()}; a namespace may be refused some)") from None
+                    raise ValueError(self._cc_refused(f"here (allowed: {', '.join(allowed or ())})")) from None
         return host
+
+    def _cc_refused(self, where: str) -> str:
+        return (f"the hosts' TCP congestion control {self.settings.host_cc!r} cannot be set in a host's "
+                f"namespace {where}: --host-cc takes one the kernel allows a namespace")
 
     def addSwitch(self, name: str, cls: Any = None, **params: Any) -> Any:
         """Mininet's addSwitch; a switch placed on another machine has its shell there (RemoteFabricSwitch)."""
@@ -671,10 +680,13 @@ class FabricNet(Mininet):
         which every rank is stopped and JobTimeout (a TimeoutError naming timeout= and its value) is raised.
         Every rank's result in rank order; RankFailed (one line: which rank, host, code) if one failed,
         the others stopped; `sink(rank, "out"|"err", line)` sees each line as it comes (rank -1: mpirun's).
+        After it, `job_tcp_timers` holds what the ranks' kernels' TCP timers fired during the job, which the
+        fidelity verdict does not see (emu.net.kerneltcp; `emu run` says it beside the verdict).
         (Mininet's own `run(test)`, a start-test-stop cycle that nothing here or in Mininet calls, gives
         way: a FabricNet starts and stops with `with`.)"""
         from emu.net.ranks import fabric_time_env, run_mpi, run_ranks
 
+        self.job_tcp_timers = {}
         if not self.settings.kernel:
             raise ValueError("this fabric's hosts have no kernel (kernel=False): nothing to run processes in")
         names = list(hosts) if hosts is not None else [h.name for h in self.hosts]
@@ -706,14 +718,16 @@ class FabricNet(Mininet):
         extra = dict(env or {})
         if dilate_time and self.settings.clock.paced:
             extra.update(fabric_time_env(self.settings.dilation))
-        before = {n.name: kerneltcp.counters(n.pid) for n in nodes}
+        # The ranks' kernels' TCP timers over the job: on this machine's hosts (a pid elsewhere is not ours).
+        here = [n for n in nodes if self.machine_of.get(n.name, "localhost") in LOCAL_MACHINES]
+        before = {n.name: kerneltcp.counters(n.pid) for n in here}
         try:
             if mpi:
                 return run_mpi(nodes, addresses, [by_host[n] for n in names], list(argv), env=extra,
                                timeout=timeout, sink=sink)
             return run_ranks(nodes, addresses, list(argv), env=extra, timeout=timeout, sink=sink)
         finally:  # what the ranks' kernels' TCP timers did, however the job ended (kerneltcp.said)
-            self.job_tcp_timers = kerneltcp.fired(before, {n.name: kerneltcp.counters(n.pid) for n in nodes})
+            self.job_tcp_timers = kerneltcp.fired(before, {n.name: kerneltcp.counters(n.pid) for n in here})
 
     def host_addresses(self, family: int = 4) -> dict[str, list[str]]:
         """Every address of every host (one per plane interface), read from the hosts."""

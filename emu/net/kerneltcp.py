@@ -4,8 +4,9 @@ The kernel's timers keep the wall's time whatever D is (docs/architecture.md): a
 timeout (its floor is 200 ms) or a tail loss probe fires after wall time, so at D = 4000 the floor is
 50 us of fabric time, where a real host would wait 200 ms. The fidelity verdict covers the engine,
 not the hosts' kernels; so a job in which these timers fired says so beside its verdict (`emu run`),
-and a figure one fell in is partly the emulator's. The counters are the namespace's own
-(/proc/PID/net/netstat and snmp of a process in it), read before and after the job.
+and a figure one fell in is partly the emulator's (a spurious timeout, whose segment had arrived,
+included: the sender waited on it all the same). The counters are the namespace's own (the TcpExt
+table of /proc/PID/net/netstat of a process in it), read before and after the job.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def fired(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -
     total = {k: 0 for k in TIMERS}
     for host, a in after.items():
         b = before.get(host)
-        if b is None or not a:
+        if not b or not a:
             continue
         for k in TIMERS:
             total[k] += max(0, a.get(k, 0) - b.get(k, 0))

@@ -97,10 +97,11 @@ class RunSettings:
     # GPUs builds in seconds; jobs run as ever, and the hosts cannot run commands (ping, iperf3).
     kernel: bool = True
     # The hosts' kernels' TCP congestion control (each host namespace's net.ipv4.tcp_congestion_control).
-    # reno by default: it counts ACKs only, so what it does is the fabric's at any D. BBR (the machine's
-    # default here) keeps a 10-second window on the least round trip and then holds its window at 4 packets
-    # for 200 ms: wall seconds, so at D = 8000 a 32 MiB message over 8 planes took ~90 wall ms (11 fabric
-    # us) longer whenever a socket's probe fell inside it (docs/performance.md, "NetPIPE's stalls").
+    # reno by default: its window grows and shrinks on ACKs and losses, where BBR keeps clocks of its own
+    # in wall seconds (a 10-second window on the least round trip, a 200 ms probe). With BBR, this
+    # machine's default, some of NetPIPE's 8-32 MiB messages over FPF 8 x 8 took ~90 wall ms longer at any
+    # D; with reno none did (docs/performance.md, "NetPIPE's stalls"; which of BBR's clocks was not split).
+    # The kernel's own timers (its 200 ms floor on a retransmission timeout) keep wall time on any.
     host_cc: str = "reno"
 
     def __post_init__(self) -> None:
@@ -527,9 +528,16 @@ QUIET_HOST: dict[str, str | int] = {
     for key in ("accept_dad", "accept_ra", "mldv1_unsolicited_report_interval", "mldv2_unsolicited_report_interval")}
 
 
+# A host's TCP keeps its window over an idle time: the kernel would shrink it after an idle longer than a
+# retransmission timeout, a wall time (at least 200 ms), where a real host idle for the same fabric time
+# (1/D of it) would not. The congestion control (RunSettings.host_cc) is set apart: a kernel may refuse it.
+HOST_TCP: dict[str, str | int] = {"ipv4/tcp_slow_start_after_idle": 0}
+
+
 def host_sysctls(settings: RunSettings) -> dict[str, str | int]:
-    """What a host's namespace is given before its interfaces: QUIET_HOST and its TCP congestion control."""
-    return dict(QUIET_HOST, **{"ipv4/tcp_congestion_control": settings.host_cc})
+    """All a host's namespace is given before its interfaces, as one list for a host on another machine
+    (a host here is given QUIET_HOST and HOST_TCP, then its congestion control, whose refusal is said)."""
+    return dict(QUIET_HOST, **HOST_TCP, **{"ipv4/tcp_congestion_control": settings.host_cc})
 
 
 def configure_hosts(ports: dict[Any, list[HostPort]]) -> None:
