@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -589,7 +590,9 @@ class Engine:
         for p in self.procs:
             try:
                 p.wait(timeout=3)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired:  # a stop it did not take (a bug of ours): said, not hidden
+                print(f"emu: engine worker {self.procs.index(p)} did not stop within 3 s of SIGTERM: killed",
+                      file=sys.stderr, flush=True)
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         for i, p in enumerate(self.procs):

@@ -736,8 +736,9 @@ class _Meter:
                 "packet_hops": hops, "events": events}
 
 
-class _Stopped(Exception):
-    pass
+class _Stopped(BaseException):
+    """SIGTERM or SIGINT: the worker stops. Not an Exception, so the handlers that keep a bad request or a
+    job's error from taking the worker down (a job being built when the stop came) let it through."""
 
 
 def _raise_priority() -> None:
