@@ -145,7 +145,7 @@ cdef class Transmitter:
     cdef public double loss
     cdef MT* rng                # a degraded link's loss stream, made when degraded (2.5 KB)
     cdef Flight* fly
-    cdef Py_ssize_t fly_cap, fly_head, nfly
+    cdef Py_ssize_t fly_cap, fly_head, nfly  # fly_cap: 0, then 16 doubled (a power of two: wraps by a mask)
     cdef public int64_t tx_packets, tx_bytes
     cdef int strict[8]
     cdef TxQueue qs[8]

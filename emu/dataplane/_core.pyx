@@ -1109,13 +1109,13 @@ cdef class Transmitter:
         cdef uint32_t c = sched.cur_n
         sched.cur_n += 1
         cdef Flight* f
-        if self.nfly and arrive < self.fly[(self.fly_head + self.nfly - 1) % self.fly_cap].t:
+        if self.nfly and arrive < self.fly[(self.fly_head + self.nfly - 1) & (self.fly_cap - 1)].t:
             # A shorter cable than the frame ahead of it had (a degradation undone): not behind it in the
             # FIFO; an event of its own, in the same place in the order.
             return _deliver_at_key(sched, self.dv, arrive, h, c, p)
         if self.nfly == self.fly_cap:
             self._grow_fly()
-        f = &self.fly[(self.fly_head + self.nfly) % self.fly_cap]
+        f = &self.fly[(self.fly_head + self.nfly) & (self.fly_cap - 1)]
         f.t = arrive
         f.h = h
         f.c = c
@@ -1132,7 +1132,7 @@ cdef class Transmitter:
         if a == NULL:
             raise MemoryError()
         for i in range(self.nfly):
-            a[i] = self.fly[(self.fly_head + i) % self.fly_cap]
+            a[i] = self.fly[(self.fly_head + i) & (self.fly_cap - 1)]
         free(self.fly)
         self.fly = a
         self.fly_cap = cap
@@ -1142,7 +1142,7 @@ cdef class Transmitter:
     cdef int _land(self, int64_t t) except -1:
         """The first frame in flight lands; the next one takes its place in the heap."""
         cdef Flight f = self.fly[self.fly_head]
-        self.fly_head = (self.fly_head + 1) % self.fly_cap
+        self.fly_head = (self.fly_head + 1) & (self.fly_cap - 1)
         self.nfly -= 1
         cdef Flight* nxt
         if self.nfly:

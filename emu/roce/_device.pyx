@@ -174,6 +174,8 @@ cdef inline void seg_unref(Seg* s) noexcept:
         free(s)
 
 
+# The rings below (SegQ, WrQ, PsnQ, Window) start empty (cap 0) and double from 16 or 64: a capacity is a
+# power of two, so an index wraps with a mask (i & (cap - 1)), not a division (an idiv on every packet).
 cdef struct SegQ:       # a deque of Seg*
     Seg** a
     Py_ssize_t cap, head, n
@@ -187,12 +189,12 @@ cdef int segq_push(SegQ* q, Seg* s) except -1:
         if a == NULL:
             raise MemoryError()
         for i in range(q.n):
-            a[i] = q.a[(q.head + i) % q.cap]
+            a[i] = q.a[(q.head + i) & (q.cap - 1)]
         free(q.a)
         q.a = a
         q.cap = max(16, 2 * q.cap)
         q.head = 0
-    q.a[(q.head + q.n) % q.cap] = s
+    q.a[(q.head + q.n) & (q.cap - 1)] = s
     q.n += 1
     return 0
 
@@ -203,7 +205,7 @@ cdef inline Seg* segq_front(SegQ* q) noexcept:
 
 cdef inline Seg* segq_pop(SegQ* q) noexcept:
     cdef Seg* s = q.a[q.head]
-    q.head = (q.head + 1) % q.cap
+    q.head = (q.head + 1) & (q.cap - 1)
     q.n -= 1
     return s
 
@@ -233,15 +235,15 @@ cdef int wrq_push(WrQ* q, int64_t wr_id, Seg* last, int64_t nbytes, bint signale
         if a == NULL:
             raise MemoryError()
         for i in range(q.n):
-            a[i] = q.a[(q.head + i) % q.cap]
+            a[i] = q.a[(q.head + i) & (q.cap - 1)]
         free(q.a)
         q.a = a
         q.cap = max(16, 2 * q.cap)
         q.head = 0
-    q.a[(q.head + q.n) % q.cap].wr_id = wr_id
-    q.a[(q.head + q.n) % q.cap].last = last
-    q.a[(q.head + q.n) % q.cap].nbytes = nbytes
-    q.a[(q.head + q.n) % q.cap].signaled = signaled
+    q.a[(q.head + q.n) & (q.cap - 1)].wr_id = wr_id
+    q.a[(q.head + q.n) & (q.cap - 1)].last = last
+    q.a[(q.head + q.n) & (q.cap - 1)].nbytes = nbytes
+    q.a[(q.head + q.n) & (q.cap - 1)].signaled = signaled
     q.n += 1
     return 0
 
@@ -259,12 +261,12 @@ cdef int psnq_push(PsnQ* q, int64_t psn) except -1:
         if a == NULL:
             raise MemoryError()
         for i in range(q.n):
-            a[i] = q.a[(q.head + i) % q.cap]
+            a[i] = q.a[(q.head + i) & (q.cap - 1)]
         free(q.a)
         q.a = a
         q.cap = max(16, 2 * q.cap)
         q.head = 0
-    q.a[(q.head + q.n) % q.cap] = psn
+    q.a[(q.head + q.n) & (q.cap - 1)] = psn
     q.n += 1
     return 0
 
@@ -288,12 +290,12 @@ cdef int win_put(Window* w, Seg* s) except -1:
         if a == NULL:
             raise MemoryError()
         for i in range(w.n):
-            a[i] = w.a[(w.head + i) % w.cap]
+            a[i] = w.a[(w.head + i) & (w.cap - 1)]
         free(w.a)
         w.a = a
         w.cap = max(64, 2 * w.cap)
         w.head = 0
-    w.a[(w.head + w.n) % w.cap] = seg_ref(s)
+    w.a[(w.head + w.n) & (w.cap - 1)] = seg_ref(s)
     w.n += 1
     return 0
 
@@ -301,16 +303,16 @@ cdef int win_put(Window* w, Seg* s) except -1:
 cdef inline Seg* win_get(Window* w, int64_t psn) noexcept:
     if w.n == 0 or psn < w.lo or psn >= w.lo + w.n:
         return NULL
-    return w.a[(w.head + (psn - w.lo)) % w.cap]
+    return w.a[(w.head + (psn - w.lo)) & (w.cap - 1)]
 
 
 cdef inline Seg* win_at(Window* w, Py_ssize_t i) noexcept:
-    return w.a[(w.head + i) % w.cap]
+    return w.a[(w.head + i) & (w.cap - 1)]
 
 
 cdef inline void win_pop_front(Window* w) noexcept:
     cdef Seg* s = w.a[w.head]
-    w.head = (w.head + 1) % w.cap
+    w.head = (w.head + 1) & (w.cap - 1)
     w.n -= 1
     w.lo += 1
     seg_unref(s)
@@ -682,7 +684,7 @@ cdef class QueuePair:
         free(self.inflight.a)
         while self.wrs.n:
             seg_unref(self.wrs.a[self.wrs.head].last)
-            self.wrs.head = (self.wrs.head + 1) % self.wrs.cap
+            self.wrs.head = (self.wrs.head + 1) & (self.wrs.cap - 1)
             self.wrs.n -= 1
         free(self.wrs.a)
         free(self.resend.a)
@@ -776,7 +778,7 @@ cdef class QueuePair:
     cdef void _clear_wrs(self) noexcept:
         while self.wrs.n:
             seg_unref(self.wrs.a[self.wrs.head].last)
-            self.wrs.head = (self.wrs.head + 1) % self.wrs.cap
+            self.wrs.head = (self.wrs.head + 1) & (self.wrs.cap - 1)
             self.wrs.n -= 1
 
     def fail(self, str why):
@@ -784,7 +786,7 @@ cdef class QueuePair:
         self.error = why
         cdef Py_ssize_t i
         for i in range(self.wrs.n):
-            self.dev.cq.append(Completion(self.wrs.a[(self.wrs.head + i) % self.wrs.cap].wr_id, why, 0, self.qpn))
+            self.dev.cq.append(Completion(self.wrs.a[(self.wrs.head + i) & (self.wrs.cap - 1)].wr_id, why, 0, self.qpn))
         self._clear_wrs()
         segq_clear(&self.pending)
         win_clear(&self.inflight)
@@ -1380,7 +1382,7 @@ cdef class Device:
         while qp.resend.n:
             seg = win_get(&qp.inflight, qp.resend.a[qp.resend.head])
             if seg == NULL or seg.acked:
-                qp.resend.head = (qp.resend.head + 1) % qp.resend.cap
+                qp.resend.head = (qp.resend.head + 1) & (qp.resend.cap - 1)
                 qp.resend.n -= 1
                 continue
             if qp.next_send > now + self.burst:
@@ -1389,7 +1391,7 @@ cdef class Device:
             if plane == NULL:
                 return 0
             self._transmit(qp, seg, plane, now)
-            qp.resend.head = (qp.resend.head + 1) % qp.resend.cap
+            qp.resend.head = (qp.resend.head + 1) & (qp.resend.cap - 1)
             qp.resend.n -= 1
             qp.retransmits += 1
         return 0
@@ -1401,7 +1403,7 @@ cdef class Device:
         if seg == NULL or seg.acked:
             return 0
         for i in range(qp.resend.n):
-            if qp.resend.a[(qp.resend.head + i) % qp.resend.cap] == psn:
+            if qp.resend.a[(qp.resend.head + i) & (qp.resend.cap - 1)] == psn:
                 return 0
         qp.trim_nacks += 1
         self.planes_c[seg.plane].trims += 1
@@ -1698,7 +1700,7 @@ cdef class Device:
             if w.signaled:
                 self.cq.append(Completion(w.wr_id, "ok", w.nbytes))
             seg_unref(w.last)
-            qp.wrs.head = (qp.wrs.head + 1) % qp.wrs.cap
+            qp.wrs.head = (qp.wrs.head + 1) & (qp.wrs.cap - 1)
             qp.wrs.n -= 1
         return 0
 
