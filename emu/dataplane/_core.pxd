@@ -226,23 +226,26 @@ cdef class GroupState:
     cdef inline int c_pick(self, uint32_t flow_hash) noexcept
 
 cdef class Port:
+    # What every frame reads or counts first, in the object's first 64 bytes with its header (a frame's ingress
+    # reads index, up and the rx counters; its egress tx and a priority's enqueue count, in the next line): at
+    # thousands of ports each line a hop touches is a miss.
     cdef public int index
+    cdef public bint up
+    cdef public Transmitter tx
+    cdef public int64_t rx_packets, rx_bytes
+    cdef public object nic
+    cdef int64_t c_q_enq[8]
     cdef public str name
     cdef public bytes mac
     cdef uint8_t cmac[6]
     cdef public str peer_kind
     cdef public bytes peer_mac
-    cdef public Transmitter tx
-    cdef public object nic
     cdef public dict ip4, ip6
-    cdef public int64_t rx_packets, rx_bytes
     cdef public dict drops
     cdef int64_t c_drops_tc[8]
-    cdef int64_t c_q_enq[8]
     cdef int64_t c_over_kmax[8]
     cdef int64_t c_trimmed[8]
     cdef public int64_t ecn_marked, pfc_tx, pfc_rx
-    cdef public bint up
     cdef public int64_t rate_bps, delay_ps
     cdef int c_drop(self, str reason, int tc) except -1
 
