@@ -226,9 +226,9 @@ cdef class GroupState:
     cdef inline int c_pick(self, uint32_t flow_hash) noexcept
 
 cdef class Port:
-    # What every frame reads or counts first, in the object's first 64 bytes with its header (a frame's ingress
-    # reads index, up and the rx counters; its egress tx and a priority's enqueue count, in the next line): at
-    # thousands of ports each line a hop touches is a miss.
+    # What every frame reads or counts first, next to the object's header (a frame's ingress reads index, up
+    # and the rx counters; its egress tx and a priority's enqueue count): at thousands of ports each line a
+    # hop touches can miss, and an object is aligned to 16 bytes, so these span two or three lines.
     cdef public int index
     cdef public bint up
     cdef public Transmitter tx

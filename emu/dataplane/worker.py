@@ -844,37 +844,37 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    if len(argv) == 3 and argv[2] == "-":  # owned by whoever holds stdin: stop when it closes
+    # From here a stop, an error or the end goes through one tear-down (a stop during the bring-up too).
+    try:
+        if len(argv) == 3 and argv[2] == "-":  # owned by whoever holds stdin: stop when it closes
 
-        def session_gone() -> None:
-            if not os.read(0, 4096):
-                print(f"worker {index}: its session (stdin) closed: stopping", flush=True)
-                worker.loop.remove_reader(0)
+            def session_gone() -> None:
+                if not os.read(0, 4096):
+                    print(f"worker {index}: its session (stdin) closed: stopping", flush=True)
+                    worker.loop.remove_reader(0)
+                    worker.loop.running = False
+
+            worker.loop.add_reader(0, session_gone)
+        elif len(argv) == 3:  # die with the process that owns the run, however it ends (kill -9 included)
+            try:
+                owner = watch_owner(int(argv[2]))
+            except ProcessLookupError:
+                print(f"worker {index}: the run's owner (pid {argv[2]}) is gone: stopping", flush=True)
+                return 1
+
+            def owner_gone() -> None:
+                print(f"worker {index}: the run's owner (pid {argv[2]}) ended: stopping", flush=True)
+                worker.loop.remove_reader(owner)
                 worker.loop.running = False
 
-        worker.loop.add_reader(0, session_gone)
-    elif len(argv) == 3:  # die with the process that owns the run, however it ends (kill -9 included)
-        try:
-            owner = watch_owner(int(argv[2]))
-        except ProcessLookupError:
-            print(f"worker {index}: the run's owner (pid {argv[2]}) is gone: stopping", flush=True)
-            worker.close()
-            return 1
-
-        def owner_gone() -> None:
-            print(f"worker {index}: the run's owner (pid {argv[2]}) ended: stopping", flush=True)
-            worker.loop.remove_reader(owner)
-            worker.loop.running = False
-
-        worker.loop.add_reader(owner, owner_gone)
-    for module in PRELOAD:  # the jobs' code loaded now, in the bring-up: a job's wall time is its own work
-        importlib.import_module(module)
-    if worker.native:
-        importlib.import_module("emu.roce._device")
-    gc.freeze()
-    gc.enable()
-    print(f"worker {index} ready: {', '.join(sorted(worker.switches))}", flush=True)
-    try:
+            worker.loop.add_reader(owner, owner_gone)
+        for module in PRELOAD:  # the jobs' code loaded now, in the bring-up: a job's wall time is its own work
+            importlib.import_module(module)
+        if worker.native:
+            importlib.import_module("emu.roce._device")
+        gc.freeze()
+        gc.enable()
+        print(f"worker {index} ready: {', '.join(sorted(worker.switches))}", flush=True)
         worker.loop.run_forever()
     except _Stopped:
         pass
@@ -882,6 +882,8 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second stop must not cut the tear-down short
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         worker.close()
         if made:
             shutil.rmtree(spec.run_dir, ignore_errors=True)
