@@ -587,11 +587,11 @@ class Engine:
                     os.killpg(p.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        for p in self.procs:
+        for i, p in enumerate(self.procs):
             try:
                 p.wait(timeout=3)
             except subprocess.TimeoutExpired:  # a stop it did not take (a bug of ours): said, not hidden
-                print(f"emu: engine worker {self.procs.index(p)} did not stop within 3 s of SIGTERM: killed",
+                print(f"emu: engine worker {self.spec.worker_name(i)} did not stop within 3 s of SIGTERM: killed",
                       file=sys.stderr, flush=True)
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()

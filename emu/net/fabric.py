@@ -250,16 +250,13 @@ class FabricNet(Mininet):
         if not self.settings.kernel:
             return super().addHost(name, EngineHost, **params)
         host = super().addHost(name, cls, **params)
-        if getattr(host, "inNamespace", False):
-            allowed = _allowed_cc()
-            if allowed is not None and self.settings.host_cc not in allowed:  # asked first: a write would load
-                raise ValueError(self._cc_refused(f"here (allowed: {', '.join(allowed)})"))  # a module to refuse
+        if getattr(host, "inNamespace", False):  # (build() has checked the name against the allowed list)
             with node_netlink(host) as nl:
                 nl.sysctl(dict(QUIET_HOST, **HOST_TCP))
                 try:
                     nl.sysctl({"ipv4/tcp_congestion_control": self.settings.host_cc})
                 except NetlinkError:
-                    raise ValueError(self._cc_refused(f"here (allowed: {', '.join(allowed or ())})")) from None
+                    raise ValueError(self._cc_refused(f"here (allowed: {', '.join(_allowed_cc() or ())})")) from None
         return host
 
     def _cc_refused(self, where: str) -> str:
@@ -367,6 +364,12 @@ class FabricNet(Mininet):
         if self._restore_signals is None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             self._restore_signals = stop_on_signals((signal.SIGTERM, signal.SIGHUP))
         self._place()
+        # The hosts' congestion control, asked once before any host of this machine is made (writing a name
+        # a namespace may not take would load a module only to refuse it; a host elsewhere asks its own).
+        allowed = _allowed_cc()
+        if (self.settings.kernel and allowed is not None and self.settings.host_cc not in allowed and self.topo
+                and any(self.machine_of.get(h, "localhost") in LOCAL_MACHINES for h in self.topo.hosts())):
+            raise ValueError(self._cc_refused(f"here (allowed: {', '.join(allowed)})"))
         planned = []  # the interfaces made here (a node on another machine has its own there, or none)
         if self.topo is not None:
             for a, b, info in self.topo.links(withInfo=True):
