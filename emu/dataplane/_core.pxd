@@ -32,6 +32,7 @@ cdef struct Flight:     # a frame in flight on a link: when it lands, its place 
     int64_t t
     uint64_t h
     uint32_t c
+    int32_t port        # >= 0: target is a switch and this its port (no Target read a hop); -1: deliver_now
     Packet* p
     PyObject* target
 
@@ -132,6 +133,9 @@ cdef class Transmitter:
     # accounting read: a link is visited once a hop among thousands, so its state is a few cache lines.
     cdef Schedule sched
     cdef object dv              # where frames land (deliver); a flight holds it borrowed
+    cdef SwitchBase dv_sw       # dv as a switch's port (a Target, read once here): what a flight lands on
+    cdef SwitchBase dq_sw       # on_dequeue as a switch's port (a Target): its buffer's release, no Python
+    cdef int dv_port, dq_port
     cdef object dequeue
     cdef public int64_t rate_bps, delay_ps
     cdef public bint busy
@@ -158,6 +162,7 @@ cdef class Transmitter:
     cdef public int64_t drops, lost
     cdef int64_t base_rate, base_delay
     cdef bint c_enqueue(self, int64_t t, int prio, Packet* p, int64_t meta) except -1
+    cdef void _deliver_to(self, object value)
     cdef int _fly(self, int64_t arrive, Packet* p) except -1
     cdef int _grow_fly(self) except -1
     cdef int _land(self, int64_t t) except -1

@@ -880,9 +880,12 @@ cdef class Transmitter:
         self.name = name
         self.rate_bps = 0 if rate_bps == INFINITY else c_rate_of(rate_bps)
         self.delay_ps = delay_ps
-        self.dv = deliver
+        self._deliver_to(deliver)
         self.retired = None
         self.dequeue = on_dequeue
+        if type(on_dequeue) is Target:
+            self.dq_sw = (<Target>on_dequeue).sw
+            self.dq_port = (<Target>on_dequeue).port
         for q in range(NQ):
             self.qs[q].head = NULL
             self.qs[q].tail = NULL
@@ -944,7 +947,19 @@ cdef class Transmitter:
             if self.retired is None:
                 self.retired = []
             self.retired.append(self.dv)
+        self._deliver_to(value)
+
+    cdef void _deliver_to(self, object value):
+        """Where frames land from now on; a switch's port is kept as the switch and its index, so that a
+        landing frame goes to the switch without reading the Target (a cache miss a hop at thousands of
+        links)."""
         self.dv = value
+        if type(value) is Target:
+            self.dv_sw = (<Target>value).sw
+            self.dv_port = (<Target>value).port
+        else:
+            self.dv_sw = None
+            self.dv_port = -1
 
     @property
     def qbytes(self):
@@ -1060,15 +1075,14 @@ cdef class Transmitter:
 
     cdef int64_t _send(self, int64_t t, int q, Packet* p, int64_t meta) except? -2:
         """Put one frame on the wire at t (reference: Transmitter._send). Takes `p`."""
-        if self.dequeue is not None:
-            if type(self.dequeue) is Target:
-                (<Target>self.dequeue).sw.c_dequeued((<Target>self.dequeue).port, t, q, p, meta)
-            else:
-                frame = packet_bytes(p)
-                out = self.dequeue(t, q, frame, None if meta == NO_META else meta)
-                if out is not frame:
-                    packet_free(p)
-                    p = packet_from(out)
+        if self.dq_sw is not None:
+            self.dq_sw.c_dequeued(self.dq_port, t, q, p, meta)
+        elif self.dequeue is not None:
+            frame = packet_bytes(p)
+            out = self.dequeue(t, q, frame, None if meta == NO_META else meta)
+            if out is not frame:
+                packet_free(p)
+                p = packet_from(out)
         cdef int n = p.len
         self.busy = True
         cdef int64_t end = t
@@ -1120,7 +1134,12 @@ cdef class Transmitter:
         f.h = h
         f.c = c
         f.p = p
-        f.target = <PyObject*>self.dv  # borrowed: the link keeps what it delivered to (deliver's setter)
+        if self.dv_sw is not None:  # borrowed: the link keeps what it delivered to (deliver's setter)
+            f.target = <PyObject*>self.dv_sw
+            f.port = self.dv_port
+        else:
+            f.target = <PyObject*>self.dv
+            f.port = -1
         self.nfly += 1
         if self.nfly == 1:
             sched.push_key(arrive, h, c, _ev_land, self, None, NULL, 0)
@@ -1148,6 +1167,8 @@ cdef class Transmitter:
         if self.nfly:
             nxt = &self.fly[self.fly_head]
             self.sched.push_key(nxt.t, nxt.h, nxt.c, _ev_land, self, None, NULL, 0)
+        if f.port >= 0:
+            return (<SwitchBase>f.target).c_ingress(f.port, t, f.p)
         return deliver_now(<object>f.target, t, f.p)
 
     def degrade(self, *, double loss, double rate_bps, int64_t extra_delay_ps, seed):
