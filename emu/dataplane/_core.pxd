@@ -219,14 +219,17 @@ cdef class Lpm:
     cdef PyObject* tables[129]
     cdef PyObject* c_lookup(self, uint64_t hi, uint64_t lo) noexcept
 
+cdef struct Slot:            # a group's next hop: the MACs to write and the port, one 16-byte entry (one line)
+    uint8_t l2[12]
+    int32_t port
+
 cdef class GroupState:
     cdef public object ref
     cdef public int id
     cdef public bint spray
     cdef public int rr
     cdef int nslots
-    cdef int* port
-    cdef uint8_t* l2
+    cdef Slot* slot
     cdef int _copy(self) except -1
     cdef inline int c_pick(self, uint32_t flow_hash) noexcept
 

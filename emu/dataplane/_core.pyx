@@ -1564,24 +1564,23 @@ cdef class GroupState:
         self.spray = self.ref.spray
         self.rr = 0
         self.nslots = 0
-        self.port = NULL
-        self.l2 = NULL
+        self.slot = NULL
         self._copy()
 
     def __dealloc__(self):
-        free(self.port)
-        free(self.l2)
+        free(self.slot)
 
     cdef int _copy(self) except -1:
         slots = self.ref.slots
         cdef int n = len(slots), i
-        free(self.port)
-        free(self.l2)
-        self.port = <int*>malloc(max(1, n) * sizeof(int))
-        self.l2 = <uint8_t*>malloc(max(1, n) * 12)
+        cdef Slot* a = <Slot*>malloc(max(1, n) * sizeof(Slot))  # 16-byte aligned: a slot in one line
+        if a == NULL:
+            raise MemoryError()
         for i in range(n):
-            self.port[i] = slots[i][0]
-            memcpy(&self.l2[12 * i], <char*>(<bytes>slots[i][1]), 12)
+            a[i].port = slots[i][0]
+            memcpy(a[i].l2, <char*>(<bytes>slots[i][1]), 12)
+        free(self.slot)
+        self.slot = a
         self.nslots = n
         return 0
 
@@ -1608,9 +1607,13 @@ cdef class GroupState:
         cdef int n = self.nslots
         if not n:
             return -1
+        cdef int r
         if self.spray:
-            self.rr = (self.rr + 1) % n
-            return self.rr
+            r = self.rr + 1
+            if r >= n:  # (rr + 1) % n, without a division on every frame (rr may exceed a group that shrank)
+                r = r % n
+            self.rr = r
+            return r
         return flow_hash % n
 
     def pick(self, flow_hash):
@@ -1990,13 +1993,14 @@ cdef class SwitchBase:
             return 0
         if n != l3 + tot:
             pkt.len = l3 + tot
-        memcpy(f, &g.l2[12 * slot], 12)
+        cdef Slot* s = &g.slot[slot]
+        memcpy(f, s.l2, 12)
         f[l3 + 8] = ttl - 1
         cdef int c = (f[l3 + 10] << 8 | f[l3 + 11]) + 0x100
         c = (c & 0xFFFF) + (c >> 16)
         f[l3 + 10] = c >> 8
         f[l3 + 11] = c & 0xFF
-        return self.c_enqueue(t, g.port[slot], self.c_dscp_tc[f[l3 + 1] >> 2], pkt, p.index, l3, 4)
+        return self.c_enqueue(t, s.port, self.c_dscp_tc[f[l3 + 1] >> 2], pkt, p.index, l3, 4)
 
     cdef int c_ipv6(self, Port p, int64_t t, Packet* pkt, int l3) except -1:
         cdef uint8_t* f = pkt.data
@@ -2038,10 +2042,11 @@ cdef class SwitchBase:
             packet_free(pkt)
             p.c_drop("no_live_nexthop", -1)
             return 0
-        memcpy(f, &g.l2[12 * slot], 12)
+        cdef Slot* s = &g.slot[slot]
+        memcpy(f, s.l2, 12)
         f[l3 + 7] -= 1
         cdef int tc = self.c_dscp_tc[((f[l3] & 0x0F) << 2) | (f[l3 + 1] >> 6)]
-        return self.c_enqueue(t, g.port[slot], tc, pkt, p.index, l3, 6)
+        return self.c_enqueue(t, s.port, tc, pkt, p.index, l3, 6)
 
     # -- the traffic manager --------------------------------------------------------------------------
 

@@ -560,6 +560,8 @@ cdef struct Plane:      # when it is next free is the device's free_at, apart: e
     uint8_t addr_b[16]
     uint8_t head[14]    # Ethernet: the switch port's MAC, the host's, IPv6
     bint healthy        # with weight, its bit in the device's ready (_mark): set both through _mark
+    int sw_port         # the switch port a frame enters (sends' FromHost, read once), when sw is not NULL
+    PyObject* sw        # that switch, borrowed (the FromHost in sends holds it); NULL: a Python send
     int64_t losses
     int64_t probe_due
     int64_t probe_psn
@@ -844,7 +846,7 @@ cdef class Device:
     cdef int64_t wire_rate, rto, rtt_hint, ack_delay, reorder_budget
     cdef public object rng
     cdef int nplanes
-    # What a send and a step scan, kept apart from the planes (a plane is 184 bytes; these are two or three
+    # What a send and a step scan, kept apart from the planes (a plane is 200 bytes; these are two or three
     # lines for all of them): when each is next free, and a bit for each that is healthy and has weight (_mark).
     # At thousands of devices the planes are not in the cache, and a scan read two lines of each.
     cdef int64_t free_at[MAXP]
@@ -940,6 +942,13 @@ cdef class Device:
             self._mark(p)
         self.all_ready = self.ready
         self.sends = list(io.send)
+        for i in range(self.nplanes):
+            target = self.sends[i]
+            if type(target) is FromHost:
+                self.planes_c[i].sw = <PyObject*>(<FromHost>target).sw
+                self.planes_c[i].sw_port = (<FromHost>target).port
+            else:
+                self.planes_c[i].sw = NULL
         self.qps = {}
         self.by_qpn = Table(True)
         self.qp_list = []
@@ -1199,10 +1208,10 @@ cdef class Device:
         f[60] = 0
         f[61] = 0
         pkt.flags = PENDING
-        target = self.sends[plane.index]
-        if type(target) is FromHost:
-            (<FromHost>target).sw.c_from_host((<FromHost>target).port, self.sched.now, pkt)
+        if plane.sw != NULL:
+            (<SwitchBase>plane.sw).c_from_host(plane.sw_port, self.sched.now, pkt)
         else:
+            target = self.sends[plane.index]
             frame = packet_bytes(pkt)
             packet_free(pkt)
             target(frame)
