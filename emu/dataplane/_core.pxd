@@ -132,8 +132,8 @@ cdef class Transmitter:
     # What every frame reads comes first, then its priority's queue, then what statistics and PFC's
     # accounting read: a link is visited once a hop among thousands, so its state is a few cache lines.
     cdef Schedule sched
-    cdef object dv              # where frames land (deliver); a flight holds it borrowed
-    cdef SwitchBase dv_sw       # dv as a switch's port (a Target, read once here): what a flight lands on
+    cdef object dv              # where frames land (deliver); a flight holds it, or its switch, borrowed
+    cdef SwitchBase dv_sw       # dv as a switch's port (a Target, read when deliver is set): what a flight holds
     cdef SwitchBase dq_sw       # on_dequeue as a switch's port (a Target): its buffer's release, no Python
     cdef int dv_port, dq_port
     cdef object dequeue
@@ -162,7 +162,7 @@ cdef class Transmitter:
     cdef public int64_t drops, lost
     cdef int64_t base_rate, base_delay
     cdef bint c_enqueue(self, int64_t t, int prio, Packet* p, int64_t meta) except -1
-    cdef void _deliver_to(self, object value)
+    cdef void _deliver_to(self, object value) noexcept
     cdef int _fly(self, int64_t arrive, Packet* p) except -1
     cdef int _grow_fly(self) except -1
     cdef int _land(self, int64_t t) except -1

@@ -883,9 +883,11 @@ cdef class Transmitter:
         self._deliver_to(deliver)
         self.retired = None
         self.dequeue = on_dequeue
-        if type(on_dequeue) is Target:
+        if type(on_dequeue) is Target and (<Target>on_dequeue).port >= 0:
             self.dq_sw = (<Target>on_dequeue).sw
             self.dq_port = (<Target>on_dequeue).port
+        else:
+            self.dq_sw = None
         for q in range(NQ):
             self.qs[q].head = NULL
             self.qs[q].tail = NULL
@@ -949,12 +951,12 @@ cdef class Transmitter:
             self.retired.append(self.dv)
         self._deliver_to(value)
 
-    cdef void _deliver_to(self, object value):
+    cdef void _deliver_to(self, object value) noexcept:
         """Where frames land from now on; a switch's port is kept as the switch and its index, so that a
         landing frame goes to the switch without reading the Target (a cache miss a hop at thousands of
         links)."""
         self.dv = value
-        if type(value) is Target:
+        if type(value) is Target and (<Target>value).port >= 0:
             self.dv_sw = (<Target>value).sw
             self.dv_port = (<Target>value).port
         else:
@@ -1134,7 +1136,8 @@ cdef class Transmitter:
         f.h = h
         f.c = c
         f.p = p
-        if self.dv_sw is not None:  # borrowed: the link keeps what it delivered to (deliver's setter)
+        if self.dv_sw is not None:  # borrowed: the link keeps what it delivered to (deliver's setter), and a
+            # Target its switch
             f.target = <PyObject*>self.dv_sw
             f.port = self.dv_port
         else:
@@ -1554,7 +1557,8 @@ cdef class Lpm:
 
 cdef class GroupState:
     """emu.dataplane.tables.GroupState, compiled: its slot table in C arrays for the hot path; the
-    reference object computes the slots (weights, members gone down) and this copies them."""
+    reference object computes the slots (weights, members gone down) and this copies them, one 16-byte
+    Slot (MACs and port) each."""
 
     def __init__(self, group, list port_macs):
         from emu.dataplane.tables import GroupState as Reference
@@ -1576,9 +1580,13 @@ cdef class GroupState:
         cdef Slot* a = <Slot*>malloc(max(1, n) * sizeof(Slot))  # 16-byte aligned: a slot in one line
         if a == NULL:
             raise MemoryError()
-        for i in range(n):
-            a[i].port = slots[i][0]
-            memcpy(a[i].l2, <char*>(<bytes>slots[i][1]), 12)
+        try:
+            for i in range(n):
+                a[i].port = slots[i][0]
+                memcpy(a[i].l2, <char*>(<bytes>slots[i][1]), 12)
+        except BaseException:
+            free(a)
+            raise
         free(self.slot)
         self.slot = a
         self.nslots = n

@@ -867,7 +867,7 @@ cdef class Device:
     cdef list _plane_trace
     cdef Late* c_send_late
     cdef Late* c_recv_late
-    cdef Plane planes_c[MAXP]  # last: 2.9 KB, which a step's scans do not read while every plane is usable
+    cdef Plane planes_c[MAXP]  # last: 3.2 KB, which a step's scans do not read while every plane is usable
 
     def __cinit__(self):
         self.c_send_late = <Late*>malloc(sizeof(Late))
