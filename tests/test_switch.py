@@ -277,6 +277,33 @@ def test_frames_in_flight_land_where_the_link_delivered_when_they_left(both_core
     assert all(t >= 10 * PS_PER_US for t, _ in old)
 
 
+def test_frames_in_flight_to_a_switch_port_enter_by_it_after_the_link_is_pointed_elsewhere(both_cores):
+    """A frame in flight to a switch's port enters by that port even when the link's deliver is set to
+    another port meanwhile and nothing else holds the old target. On the compiled core that is its fast
+    path: the flight holds the switch (borrowed) and the port's index, not the Target."""
+    import gc
+
+    from emu.dataplane.pipe import Transmitter
+
+    if both_cores == "native":
+        from emu.dataplane._core import Transmitter  # noqa: F811
+    tb = VirtualFabric(star(3))
+    sw = tb.switches["s0"]
+    tx = Transmitter(tb.loop, name="t", rate_bps=1e9, delay_ps=10 * PS_PER_US, deliver=sw.wire_target(1))
+    for i in range(3):
+        tx.enqueue(0, 0, udp4(1, 0, sport=i))
+    tb.run(until=5 * PS_PER_US)  # all three have left (1.3 us each at 1 Gb/s), none landed
+    assert sw.ports[1].rx_packets == 0
+    tx.deliver = sw.wire_target(2)
+    gc.collect()
+    tx.enqueue(tb.loop.clock(), 0, udp4(2, 0, sport=9))
+    tb.run()
+    assert (sw.ports[1].rx_packets, sw.ports[2].rx_packets) == (3, 1)
+    got = [(t, Ether(f)) for t, f in tb.received[("s0", "s0-eth0")]]
+    assert [(f[IP].src, f[UDP].sport) for _, f in got] == [("10.0.1.2", i) for i in range(3)] + [("10.0.2.2", 9)]
+    assert all(t >= 10 * PS_PER_US for t, _ in got)
+
+
 def test_a_degrade_that_cannot_be_leaves_the_link_as_it_was(both_cores):
     """A seed random.Random refuses fails the whole degrade on either core's link: not a rate changed, nor
     a loss without its stream (the compiled link's stream is made before anything changes)."""
