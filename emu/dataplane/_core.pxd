@@ -61,6 +61,9 @@ cdef struct HeapKey:         # what a sift moves: an event's order (time, tie ke
     uint32_t c
     int32_t slot
 
+cdef class Transmitter
+
+
 cdef class Schedule:
     cdef HeapKey* heap
     cdef Event* pool
@@ -83,6 +86,8 @@ cdef class Schedule:
     cdef int push_key(self, int64_t t, uint64_t h, uint32_t c, EventFn fn, object obj, object parg, void* varg,
                       int64_t iarg, int held=*) except -1
     cdef int push_held(self, int64_t t, EventFn fn, object obj) except -1
+    cdef int push_land(self, Transmitter tx, Flight* f) except -1
+    cdef Event* _place(self, int64_t t, uint64_t h, uint32_t c) except NULL
     cdef int _grow(self) except -1
     cdef int64_t mapped_at(self, double wall) except? -1
     cdef int64_t cclock(self) except? -1
@@ -165,7 +170,7 @@ cdef class Transmitter:
     cdef void _deliver_to(self, object value) noexcept
     cdef int _fly(self, int64_t arrive, Packet* p) except -1
     cdef int _grow_fly(self) except -1
-    cdef int _land(self, int64_t t) except -1
+    cdef int _land(self) except -1
     cdef int _pick(self, int64_t t) except? -2
     cdef int _start(self, int64_t t) except -1
     cdef int64_t _send(self, int64_t t, int q, Packet* p, int64_t meta) except? -2

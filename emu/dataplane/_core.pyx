@@ -338,6 +338,38 @@ cdef class Schedule:
                       int64_t iarg, int held=0) except -1:
         """An event whose key was taken earlier: a frame in flight on a link, parked in the link's FIFO until
         the frames ahead of it have landed (Transmitter._fly), or one a peer worker scheduled."""
+        cdef Event* e = self._place(t, h, c)
+        if e == NULL:
+            return -1
+        e.fn = fn
+        e.held = held
+        e.obj = <PyObject*>obj
+        e.parg = <PyObject*>parg
+        if fn == NULL:  # a Python callback holds its objects; a compiled one's live as long as the fabric
+            Py_INCREF(obj)
+            Py_INCREF(parg)
+        elif held:
+            Py_INCREF(obj)
+        e.varg = varg
+        e.iarg = iarg
+        return 0
+
+    cdef int push_land(self, Transmitter tx, Flight* f) except -1:
+        """The landing of flight f, tx's first in flight: the event carries where it lands (borrowed, as the
+        flight holds it), so the landing enters the switch without reading the link's FIFO first."""
+        cdef Event* e = self._place(f.t, f.h, f.c)
+        if e == NULL:
+            return -1
+        e.fn = _ev_land
+        e.held = 0
+        e.obj = <PyObject*>tx
+        e.parg = f.target
+        e.varg = f.p
+        e.iarg = f.port
+        return 0
+
+    cdef Event* _place(self, int64_t t, uint64_t h, uint32_t c) except NULL:
+        """A pool slot for an event of key (t, h, c), its key in the heap; the caller fills the rest."""
         if self.n == self.cap or (self.nspare == 0 and self.used == self.cap):
             self._grow()
         cdef int32_t slot
@@ -351,17 +383,6 @@ cdef class Schedule:
         e.t = t
         e.h = h
         e.c = c
-        e.fn = fn
-        e.held = held
-        e.obj = <PyObject*>obj
-        e.parg = <PyObject*>parg
-        if fn == NULL:  # a Python callback holds its objects; a compiled one's live as long as the fabric
-            Py_INCREF(obj)
-            Py_INCREF(parg)
-        elif held:
-            Py_INCREF(obj)
-        e.varg = varg
-        e.iarg = iarg
         cdef HeapKey k
         k.t = t
         k.h = h
@@ -378,7 +399,7 @@ cdef class Schedule:
             else:
                 break
         heap[i] = k
-        return 0
+        return e
 
     cdef inline void _pop(self, Event* out) noexcept:
         cdef HeapKey* heap = self.heap
@@ -486,6 +507,8 @@ cdef class Schedule:
 
     cdef inline int _run(self, Event* e) except -1:
         """Run a popped event (a Python callback's objects are let go of after it)."""
+        if e.fn == _ev_land:  # the commonest: its objects borrowed, as a compiled event's (nothing counted)
+            return _landing(e)
         if e.fn != NULL:
             if not e.held:
                 return e.fn(<object>e.obj, e.t, <object>e.parg, e.varg, e.iarg)
@@ -657,7 +680,21 @@ cdef int _ev_wake(object obj, int64_t t, object parg, void* varg, int64_t iarg) 
 
 
 cdef int _ev_land(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
-    return (<Transmitter>obj)._land(t)
+    """A link's first frame in flight lands (Schedule.push_land): obj is the link; parg, varg and iarg
+    are its flight's target, frame and port. Schedule._run calls _landing for it."""
+    (<Transmitter>obj)._land()
+    if iarg >= 0:
+        return (<SwitchBase>parg).c_ingress(<int>iarg, t, <Packet*>varg)
+    return deliver_now(parg, t, <Packet*>varg)
+
+
+cdef inline int _landing(Event* e) except -1:
+    """_ev_land on the event's borrowed pointers: the link and the switch are not counted and uncounted
+    (two writes to lines among thousands), as a flight holds its target."""
+    (<Transmitter>e.obj)._land()
+    if e.iarg >= 0:
+        return (<SwitchBase>e.parg).c_ingress(<int>e.iarg, e.t, <Packet*>e.varg)
+    return deliver_now(<object>e.parg, e.t, <Packet*>e.varg)
 
 
 cdef int _ev_to_switch(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
@@ -1155,7 +1192,7 @@ cdef class Transmitter:
             f.port = -1
         self.nfly += 1
         if self.nfly == 1:
-            sched.push_key(arrive, h, c, _ev_land, self, None, NULL, 0)
+            sched.push_land(self, f)
         return 0
 
     cdef int _grow_fly(self) except -1:
@@ -1171,18 +1208,14 @@ cdef class Transmitter:
         self.fly_head = 0
         return 0
 
-    cdef int _land(self, int64_t t) except -1:
-        """The first frame in flight lands; the next one takes its place in the heap."""
-        cdef Flight f = self.fly[self.fly_head]
+    cdef int _land(self) except -1:
+        """The first frame in flight leaves the FIFO (its event carries it: _ev_land delivers it); the next
+        one takes its place in the heap."""
         self.fly_head = (self.fly_head + 1) & (self.fly_cap - 1)
         self.nfly -= 1
-        cdef Flight* nxt
         if self.nfly:
-            nxt = &self.fly[self.fly_head]
-            self.sched.push_key(nxt.t, nxt.h, nxt.c, _ev_land, self, None, NULL, 0)
-        if f.port >= 0:
-            return (<SwitchBase>f.target).c_ingress(f.port, t, f.p)
-        return deliver_now(<object>f.target, t, f.p)
+            self.sched.push_land(self, &self.fly[self.fly_head])
+        return 0
 
     def degrade(self, *, double loss, double rate_bps, int64_t extra_delay_ps, seed):
         """The reference's degrade; what can fail (the seed, the rate, memory) fails before anything changes."""
