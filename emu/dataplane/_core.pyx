@@ -681,11 +681,14 @@ cdef int _ev_wake(object obj, int64_t t, object parg, void* varg, int64_t iarg) 
 
 cdef int _ev_land(object obj, int64_t t, object parg, void* varg, int64_t iarg) except -1:
     """A link's first frame in flight lands (Schedule.push_land): obj is the link; parg, varg and iarg
-    are its flight's target, frame and port. Schedule._run calls _landing for it."""
-    (<Transmitter>obj)._land()
-    if iarg >= 0:
-        return (<SwitchBase>parg).c_ingress(<int>iarg, t, <Packet*>varg)
-    return deliver_now(parg, t, <Packet*>varg)
+    are its flight's target, frame and port. Schedule._run calls _landing on the event instead."""
+    cdef Event e
+    e.obj = <PyObject*>obj
+    e.t = t
+    e.parg = <PyObject*>parg
+    e.varg = varg
+    e.iarg = iarg
+    return _landing(&e)
 
 
 cdef inline int _landing(Event* e) except -1:
