@@ -336,11 +336,9 @@ cdef class Schedule:
 
     cdef int push_key(self, int64_t t, uint64_t h, uint32_t c, EventFn fn, object obj, object parg, void* varg,
                       int64_t iarg, int held=0) except -1:
-        """An event whose key was taken earlier: a frame in flight on a link, parked in the link's FIFO until
-        the frames ahead of it have landed (Transmitter._fly), or one a peer worker scheduled."""
+        """An event whose key was taken earlier: a frame that overtakes the link's FIFO (Transmitter._fly), or
+        one a peer worker scheduled. A link's first frame in flight goes in by push_land."""
         cdef Event* e = self._place(t, h, c)
-        if e == NULL:
-            return -1
         e.fn = fn
         e.held = held
         e.obj = <PyObject*>obj
@@ -358,8 +356,6 @@ cdef class Schedule:
         """The landing of flight f, tx's first in flight: the event carries where it lands (borrowed, as the
         flight holds it), so the landing enters the switch without reading the link's FIFO first."""
         cdef Event* e = self._place(f.t, f.h, f.c)
-        if e == NULL:
-            return -1
         e.fn = _ev_land
         e.held = 0
         e.obj = <PyObject*>tx
@@ -692,8 +688,8 @@ cdef int _ev_land(object obj, int64_t t, object parg, void* varg, int64_t iarg) 
 
 
 cdef inline int _landing(Event* e) except -1:
-    """_ev_land on the event's borrowed pointers: the link and the switch are not counted and uncounted
-    (two writes to lines among thousands), as a flight holds its target."""
+    """_ev_land on the event's borrowed pointers: the link is not counted and uncounted (two writes to a
+    line among thousands), and the target is borrowed as its flight holds it."""
     (<Transmitter>e.obj)._land()
     if e.iarg >= 0:
         return (<SwitchBase>e.parg).c_ingress(<int>e.iarg, e.t, <Packet*>e.varg)
