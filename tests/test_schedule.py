@@ -104,6 +104,22 @@ def test_a_key_taken_for_elsewhere_puts_the_event_where_at_would_have(sched):
     assert ran == did and sorted(ran) == list(range(6))
 
 
+def test_keys_that_tie_in_time_and_in_their_identity_s_high_half_run_in_full_key_order(sched):
+    """The compiled heap compares a key's time and its identity's high 32 bits, and reads the rest from the
+    event only on a tie there: identities equal above bit 32 and differing below it, or only in the child,
+    still run in (time, identity, child) order, handed in shuffled."""
+    rnd = random.Random(11)
+    high = [0x12345678 << 32, 0x12345679 << 32, 0xFFFFFFFF << 32]
+    keys = [(t * PS_PER_US, hi | lo, c) for t in (1, 2) for hi in high
+            for lo in (0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF) for c in (0, 1, 5)]
+    rnd.shuffle(keys)
+    ran = []
+    for t, h, c in keys:
+        sched.at_key(t, h, c, lambda t, key: ran.append(key), (t, h, c))
+    run_all(sched)
+    assert ran == sorted(keys)
+
+
 def _contest(s, t0: int, instants: int = 400) -> list[str]:
     """Two symmetric senders, each an event every microsecond from t0, always at the same instant as the
     other's: who runs first at each instant."""

@@ -55,17 +55,17 @@ cdef uint32_t crc32(const uint8_t* data, int n, uint32_t start) noexcept nogil
 cdef int deliver_now(object target, int64_t t, Packet* p) except -1
 cdef int deliver_at(Schedule sched, object target, int64_t t, Packet* p) except -1
 
-cdef struct HeapKey:         # what a sift moves: an event's order (time, tie key) and its slot in the pool
+cdef struct HeapKey:         # what a sift moves: an event's time, its tie key's high half, its slot in the pool
     int64_t t
-    uint64_t h
-    uint32_t c
+    uint32_t hh         # the tie key's high 32 bits: the rest of the key read from the pool only when these tie
     int32_t slot
 
 cdef class Transmitter
 
 
 cdef class Schedule:
-    cdef HeapKey* heap
+    cdef HeapKey* heap          # heap[1] starts a cache line, so a node's two children share one
+    cdef void* heap_mem
     cdef Event* pool
     cdef int32_t* spare         # free slots of the pool
     cdef Py_ssize_t n, cap, used, nspare

@@ -257,13 +257,27 @@ cdef inline uint64_t c_identity(uint64_t h, uint32_t c) noexcept nogil:
     return c_mix64(h + (<uint64_t>c + 1) * GOLDEN)
 
 
-cdef inline bint before(HeapKey* a, HeapKey* b) noexcept nogil:
-    """Key a runs before key b: (time, scheduler's identity, child) in order."""
+cdef inline bint before(Event* pool, HeapKey* a, HeapKey* b) noexcept nogil:
+    """Key a runs before key b: (time, scheduler's identity, child) in order; the pool's entries are read
+    only for keys whose time and identity's high half tie."""
     if a.t != b.t:
         return a.t < b.t
-    if a.h != b.h:
-        return a.h < b.h
-    return a.c < b.c
+    if a.hh != b.hh:
+        return a.hh < b.hh
+    cdef Event* x = &pool[a.slot]
+    cdef Event* y = &pool[b.slot]
+    if x.h != y.h:
+        return x.h < y.h
+    return x.c < y.c
+
+
+cdef HeapKey* heap_alloc(Py_ssize_t cap, void** mem) noexcept:
+    """Room for cap keys placed so that heap[1] starts a cache line: the children of node i, 2i + 1 and
+    2i + 2, then lie in one line (16-byte keys), the line a sift reads to compare them."""
+    mem[0] = aligned_alloc(64, (cap + 4) * sizeof(HeapKey))
+    if mem[0] == NULL:
+        return NULL
+    return <HeapKey*>(<char*>mem[0] + 64 - sizeof(HeapKey))
 
 
 cdef class Schedule:
@@ -275,7 +289,7 @@ cdef class Schedule:
 
     def __cinit__(self, mode: str = "virtual", idle_dilation: float = 1.0):
         self.cap = HEAP0
-        self.heap = <HeapKey*>malloc(self.cap * sizeof(HeapKey))
+        self.heap = heap_alloc(self.cap, &self.heap_mem)
         self.pool = <Event*>aligned_alloc(64, self.cap * sizeof(Event))  # an event in one cache line
         self.spare = <int32_t*>malloc(self.cap * sizeof(int32_t))
         if not (self.heap and self.pool and self.spare):
@@ -306,7 +320,7 @@ cdef class Schedule:
                 _release(e)
             elif e.held:
                 Py_XDECREF(e.obj)
-        free(self.heap)
+        free(self.heap_mem)
         free(self.pool)
         free(self.spare)
 
@@ -323,10 +337,14 @@ cdef class Schedule:
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t cap = 2 * self.cap
-        cdef HeapKey* heap = <HeapKey*>realloc(self.heap, cap * sizeof(HeapKey))
+        cdef void* mem
+        cdef HeapKey* heap = heap_alloc(cap, &mem)
         if heap == NULL:
             raise MemoryError()
+        memcpy(heap, self.heap, self.n * sizeof(HeapKey))
+        free(self.heap_mem)
         self.heap = heap
+        self.heap_mem = mem
         cdef Event* pool = <Event*>aligned_alloc(64, cap * sizeof(Event))
         if pool == NULL:
             raise MemoryError()
@@ -387,15 +405,15 @@ cdef class Schedule:
         e.c = c
         cdef HeapKey k
         k.t = t
-        k.h = h
-        k.c = c
+        k.hh = <uint32_t>(h >> 32)
         k.slot = slot
         cdef HeapKey* heap = self.heap
+        cdef Event* pool = self.pool
         cdef Py_ssize_t i = self.n, up
         self.n += 1
         while i > 0:
             up = (i - 1) >> 1
-            if before(&k, &heap[up]):
+            if before(pool, &k, &heap[up]):
                 heap[i] = heap[up]
                 i = up
             else:
@@ -414,14 +432,15 @@ cdef class Schedule:
         if n == 0:
             return
         cdef HeapKey last = heap[n]
+        cdef Event* pool = self.pool
         cdef Py_ssize_t i = 0, c
         while True:
             c = 2 * i + 1
             if c >= n:
                 break
-            if c + 1 < n and before(&heap[c + 1], &heap[c]):
+            if c + 1 < n and before(pool, &heap[c + 1], &heap[c]):
                 c += 1
-            if before(&heap[c], &last):
+            if before(pool, &heap[c], &last):
                 heap[i] = heap[c]
                 i = c
             else:
