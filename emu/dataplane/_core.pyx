@@ -282,8 +282,9 @@ cdef HeapKey* heap_alloc(Py_ssize_t cap, void** mem) noexcept:
 
 cdef class Schedule:
     """emu.dataplane.schedule.Schedule, compiled: events ordered by (time, tie key), the keys computed as the
-    reference computes them. The heap holds only each event's key and its slot (what a sift moves: 24
-    bytes, one cache line for a node and its sibling, not the event); the events stay in a pool. An event
+    reference computes them. The heap holds each event's time, its identity's high half and its slot (what a
+    sift moves: 16 bytes, a node's two children in one cache line, not the event); the events stay in a
+    pool, where a comparison reads the rest of a key only when time and high half tie. An event
     is a C function on a core object (a link's end of transmission, a frame's arrival) or a Python
     callback fn(t, arg), run where the reference runs it."""
 
