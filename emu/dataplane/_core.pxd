@@ -290,6 +290,7 @@ cdef class SwitchBase:
     cpdef int compile(self) except -1
     cpdef int compile_tables(self) except -1
     cdef int c_from_host(self, int port, int64_t t, Packet* pkt) except -1
+    cdef int c_host_frame(self, Port p, int64_t t, Packet* pkt) except -1
     cdef int _slow(self, str method, Port p, int64_t t, Packet* pkt, int l3, int depth) except -1
     cdef int c_ingress(self, int port, int64_t t, Packet* pkt) except -1
     cdef uint32_t flow_hash(self, const uint8_t* f, int src_off, int l4, int proto, int src_len) noexcept

@@ -1956,7 +1956,10 @@ cdef class SwitchBase:
     # -- the hot path -------------------------------------------------------------------------------
 
     cdef int c_from_host(self, int port, int64_t t, Packet* pkt) except -1:
-        cdef Port p = <Port>self.ports[port]
+        return self.c_host_frame(<Port>self.ports[port], t, pkt)
+
+    cdef int c_host_frame(self, Port p, int64_t t, Packet* pkt) except -1:
+        """A host's frame into port p's NIC model (c_from_host, the port already in hand)."""
         if p.nic is None or not p.up:
             packet_free(pkt)
             p.c_drop("link_down", -1)

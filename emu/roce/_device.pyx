@@ -22,9 +22,13 @@ from libc.string cimport memcpy, memset
 from libc.math cimport frexp, rint
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 
-from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, FromHost, Sink, Table, packet_new, packet_free,
+from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, Port, FromHost, Sink, Table, packet_new, packet_free,
                                   packet_from, packet_bytes, PENDING, crc32, c_to_ps, c_to_s, c_ser_ps,
                                   c_rate_of, ps_of)
+
+
+cdef extern from *:
+    void __builtin_prefetch(const void* p) nogil
 
 from collections import deque
 
@@ -560,8 +564,10 @@ cdef struct Plane:      # when it is next free is the device's free_at, apart: e
     uint8_t addr_b[16]
     uint8_t head[14]    # Ethernet: the switch port's MAC, the host's, IPv6
     bint healthy        # with weight, its bit in the device's ready (_mark): set both through _mark
-    int sw_port         # the switch port a frame enters (sends' FromHost, read once), when sw is not NULL
-    PyObject* sw        # that switch, borrowed (the FromHost in sends holds it); NULL: a Python send
+    PyObject* sw        # the switch a frame enters (sends' FromHost, read once), borrowed (the FromHost in
+                        # sends holds it); NULL: a Python send
+    PyObject* sw_port   # the switch's Port it enters by, borrowed (the switch's ports hold it): not read by
+                        # way of the switch and its list of ports, two more lines a frame
     int64_t losses
     int64_t probe_due
     int64_t probe_psn
@@ -946,7 +952,7 @@ cdef class Device:
             target = self.sends[i]
             if type(target) is FromHost:
                 self.planes_c[i].sw = <PyObject*>(<FromHost>target).sw
-                self.planes_c[i].sw_port = (<FromHost>target).port
+                self.planes_c[i].sw_port = <PyObject*>(<FromHost>target).sw.ports[(<FromHost>target).port]
             else:
                 self.planes_c[i].sw = NULL
         self.qps = {}
@@ -1209,7 +1215,7 @@ cdef class Device:
         f[61] = 0
         pkt.flags = PENDING
         if plane.sw != NULL:
-            (<SwitchBase>plane.sw).c_from_host(plane.sw_port, self.sched.now, pkt)
+            (<SwitchBase>plane.sw).c_host_frame(<Port>plane.sw_port, self.sched.now, pkt)
         else:
             target = self.sends[plane.index]
             frame = packet_bytes(pkt)
@@ -1252,6 +1258,9 @@ cdef class Device:
         return (self.ready & ~((<uint32_t>1) << index)) != 0 if 0 <= index < MAXP else self.ready != 0
 
     cdef bint _transmit(self, QueuePair qp, Seg* seg, Plane* plane, int64_t now) except -1:
+        if plane.sw != NULL:  # the switch port's lines, asked for while the frame is built
+            __builtin_prefetch(plane.sw_port)
+            __builtin_prefetch(<char*>plane.sw_port + 64)
         cdef int64_t psn = seg.psn if seg.psn >= 0 else qp.next_psn
         cdef int k = psn % ENTROPY
         cdef Packet* pkt = self._data_packet(qp, plane, FABRIC_TX_PORT + k, psn, seg.va, seg.rkey, seg.data,
