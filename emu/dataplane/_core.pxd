@@ -239,18 +239,18 @@ cdef class GroupState:
     cdef inline int c_pick(self, uint32_t flow_hash) noexcept
 
 cdef class Port:
-    # What every frame reads or counts first, next to the object's header (a frame's ingress reads index, up
-    # and the rx counters; its egress tx and a priority's enqueue count): at thousands of ports each line a
+    # What every frame reads or counts first, next to the object's header (a frame's ingress reads index, up,
+    # the MAC and the rx counters; its egress tx and a priority's enqueue count): at thousands of ports each line a
     # hop touches can miss, and an object is aligned to 16 bytes, so these span two or three lines.
     cdef public int index
     cdef public bint up
+    cdef uint8_t cmac[6]        # a frame's destination MAC is checked against it: in the same lines
     cdef public Transmitter tx
     cdef public int64_t rx_packets, rx_bytes
     cdef public object nic
     cdef int64_t c_q_enq[8]
     cdef public str name
     cdef public bytes mac
-    cdef uint8_t cmac[6]
     cdef public str peer_kind
     cdef public bytes peer_mac
     cdef public dict ip4, ip6
