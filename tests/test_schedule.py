@@ -120,6 +120,28 @@ def test_keys_that_tie_in_time_and_in_their_identity_s_high_half_run_in_full_key
     assert ran == sorted(keys)
 
 
+def test_thousands_pending_grow_the_heap_and_reuse_its_slots_in_key_order(sched):
+    """More events pending than the compiled heap's first allocation (1024), handed in shuffled with
+    runs between them: the heap grows with keys in it, freed slots are taken again, and every event still
+    runs in (time, identity, child) order, ties on the identity's high half among them."""
+    rnd = random.Random(5)
+    keys = list({(rnd.randrange(1, 4) * PS_PER_US, rnd.choice([7 << 32, 9 << 32]) | rnd.randrange(4),
+                  rnd.randrange(3000)) for _ in range(6000)})
+    rnd.shuffle(keys)
+    early, later = keys[:2500], [(t + 3 * PS_PER_US, h, c) for t, h, c in keys[2500:]]
+    ran = []
+    for key in early:
+        sched.at_key(*key, lambda t, key: ran.append(key), key)
+    first = sorted(k for k in early if k[0] < 2 * PS_PER_US)  # those at the first microsecond
+    while len(ran) < len(first):
+        sched.run_paced(Lateness(), 2 * PS_PER_US) if sched.paced else sched.run_job(len(first) - len(ran))
+    assert ran == first
+    for key in later:  # into the slots the first ones freed, and more
+        sched.at_key(*key, lambda t, key: ran.append(key), key)
+    run_all(sched)
+    assert ran == sorted(early) + sorted(later)
+
+
 def _contest(s, t0: int, instants: int = 400) -> list[str]:
     """Two symmetric senders, each an event every microsecond from t0, always at the same instant as the
     other's: who runs first at each instant."""

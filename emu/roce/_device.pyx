@@ -566,8 +566,8 @@ cdef struct Plane:      # when it is next free is the device's free_at, apart: e
     bint healthy        # with weight, its bit in the device's ready (_mark): set both through _mark
     PyObject* sw        # the switch a frame enters (sends' FromHost, read once), borrowed (the FromHost in
                         # sends holds it); NULL: a Python send
-    PyObject* sw_port   # the switch's Port it enters by, borrowed (the switch's ports hold it): not read by
-                        # way of the switch and its list of ports, two more lines a frame
+    PyObject* sw_port   # the switch's Port it enters by, borrowed (the device's sw_ports holds it): not read
+                        # by way of the switch and its list of ports, two more lines a frame
     int64_t losses
     int64_t probe_due
     int64_t probe_psn
@@ -859,6 +859,7 @@ cdef class Device:
     cdef uint32_t ready, all_ready
     cdef readonly list planes
     cdef list sends          # per plane: a FromHost (the switch port's NIC, compiled) or a Python send(frame)
+    cdef list sw_ports       # the Ports the planes hold borrowed, held here too (a list of ports set anew)
     cdef readonly dict qps
     cdef Table by_qpn        # the same queue pairs by number, for a frame's look-up (no int made, no dict);
                              # borrowed: qp_list, which only grows, holds every one
@@ -948,11 +949,17 @@ cdef class Device:
             self._mark(p)
         self.all_ready = self.ready
         self.sends = list(io.send)
+        self.sw_ports = []
         for i in range(self.nplanes):
             target = self.sends[i]
             if type(target) is FromHost:
+                ports = (<FromHost>target).sw.ports
+                if not 0 <= (<FromHost>target).port < len(ports):
+                    raise ValueError(f"plane {i}: switch port {(<FromHost>target).port} does not exist")
+                port = ports[(<FromHost>target).port]
+                self.sw_ports.append(port)
                 self.planes_c[i].sw = <PyObject*>(<FromHost>target).sw
-                self.planes_c[i].sw_port = <PyObject*>(<FromHost>target).sw.ports[(<FromHost>target).port]
+                self.planes_c[i].sw_port = <PyObject*>port
             else:
                 self.planes_c[i].sw = NULL
         self.qps = {}
