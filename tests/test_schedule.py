@@ -204,6 +204,52 @@ def test_both_cores_break_every_tie_alike():
     assert len(runs[0]) > 1000 and runs[0] == runs[1]
 
 
+def _links_at_ties(core: str, seed: int) -> list[tuple[int, int, bytes]]:
+    """Frames from several origins onto four links, at instants on the grid their ends of transmission
+    fall on (8 Gb/s: 100 and 200 ns frames, sent every 100 ns), each forwarded at once to another link up
+    to five times: many frames arrive at a link exactly when its frame on the wire ends, before or after
+    that end in the order of keys. (time, link, frame) as each landed."""
+    from emu.dataplane.loop import Loop
+    from emu.dataplane.pipe import Transmitter
+
+    loop = Loop(core=core)
+    s = loop.sched
+    cls = Transmitter if core == "python" else native().Transmitter
+    rnd = random.Random(seed)
+    landed: list[tuple[int, int, bytes]] = []
+    links: list = []
+
+    def deliver_to(i: int):
+        def deliver(t: int, frame: bytes) -> None:
+            landed.append((t, i, frame[:5]))
+            if frame[4]:
+                links[(i + frame[4]) % 4].enqueue(t, 0, frame[:4] + bytes([frame[4] - 1]) + frame[5:])
+        return deliver
+
+    for i, delay in enumerate([0, 100_000, 0, 100_000]):
+        links.append(cls(loop, name=f"l{i}", rate_bps=8e9, delay_ps=delay, deliver=deliver_to(i)))
+    for k in range(400):
+        frame = k.to_bytes(4, "big") + bytes([rnd.randrange(6)]) + bytes(rnd.choice([71, 171]))
+        was = s.enter(origin("host", f"h{rnd.randrange(6)}", k))  # each its own key (enter restarts the count)
+        s.at(rnd.randrange(400) * 100_000, lambda t, a: links[a[0]].enqueue(t, 0, a[1]), (rnd.randrange(4), frame))
+        s.leave(was)
+    loop.run()
+    assert not len(s)
+    return landed
+
+
+def test_both_cores_send_frames_that_meet_a_link_s_end_of_transmission_alike():
+    """A link whose frame on the wire has nothing queued behind it keeps its end of transmission out of the
+    compiled core's heap (the Python core schedules it): a frame arriving at that end's instant, before or
+    after it in the order of keys, is sent as the Python core sends it, so every frame lands at the same
+    instant and in the same order on both."""
+    if len(CORES) < 2:
+        pytest.skip("the compiled core is not built")
+    for seed in range(4):
+        runs = [_links_at_ties(core, seed) for core in CORES]
+        assert len(runs[0]) > 1000 and runs[0] == runs[1], seed
+
+
 def test_both_cores_run_events_near_far_and_stamped_late_alike():
     """Events a picosecond apart, tens of microseconds and milliseconds ahead, alone after a long gap, and
     earlier than the running event (outside input stamped late) run in the reference's order, on the

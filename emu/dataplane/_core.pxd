@@ -73,6 +73,9 @@ cdef class Schedule:
     cdef uint32_t cur_n
     cdef uint64_t run_h          # the running event's own key
     cdef uint32_t run_c
+    cdef int64_t top_t           # the greatest key run so far (a link's kept end of transmission has had its turn
+    cdef uint64_t top_h          # once this passes its key: Transmitter._settle)
+    cdef uint32_t top_c
     cdef public int64_t now
     cdef public int mode
     cdef public int busy
@@ -143,7 +146,7 @@ cdef class Transmitter:
     cdef int dv_port, dq_port
     cdef object dequeue
     cdef public int64_t rate_bps, delay_ps
-    cdef public bint busy
+    cdef bint busy              # read through _settle: an end of transmission kept out of the heap may have passed
     cdef public int mask
     cdef public bint up
     cdef int nstrict
@@ -159,6 +162,10 @@ cdef class Transmitter:
     cdef int strict[8]
     cdef TxQueue qs[8]
     cdef int64_t wake_at
+    cdef bint kept              # the end of the frame on the wire, kept out of the heap: nothing was queued behind it
+    cdef uint32_t end_c
+    cdef uint64_t end_h         # its key, taken when the frame was sent
+    cdef int64_t end_t
     cdef public object loop
     cdef list retired           # where frames landed before deliver was set again: kept for their flights
     cdef public str name
@@ -175,6 +182,7 @@ cdef class Transmitter:
     cdef int _start(self, int64_t t) except -1
     cdef int64_t _send(self, int64_t t, int q, Packet* p, int64_t meta) except? -2
     cdef int _arm_wake(self, int64_t t) except -1
+    cdef inline bint _settle(self, int64_t t) noexcept
     cdef int _wake(self, int64_t t) except -1
     cdef int c_pause(self, int64_t t, int vector, const uint16_t* quanta) except -1
 

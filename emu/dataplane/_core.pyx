@@ -302,6 +302,9 @@ cdef class Schedule:
         self.cur_n = 0
         self.run_h = OUTSIDE
         self.run_c = 0
+        self.top_t = -1
+        self.top_h = 0
+        self.top_c = 0
         self.now = 0
         self.mode = MODES[mode]
         self.busy = 0
@@ -564,6 +567,10 @@ cdef class Schedule:
                 __builtin_prefetch(nxt + 128)
         if not keep or e.t > self.now:
             self.now = e.t
+        if e.t > self.top_t or (e.t == self.top_t and (e.h > self.top_h or (e.h == self.top_h and e.c > self.top_c))):
+            self.top_t = e.t
+            self.top_h = e.h
+            self.top_c = e.c
         cdef uint64_t was_h = self.cur_h
         cdef uint32_t was_n = self.cur_n
         self._take(&e)
@@ -580,6 +587,10 @@ cdef class Schedule:
             n += 1
         if until != NEVER and until > self.now:
             self.now = until
+        if until != NEVER and not (self.n and self.heap[0].t <= until) and until >= self.top_t:
+            self.top_t = until  # every key up to `until` has had its turn
+            self.top_h = <uint64_t>-1
+            self.top_c = <uint32_t>-1
         return n
 
     def run_due(self, f_):
@@ -979,6 +990,7 @@ cdef class Transmitter:
             self.qs[q].deficit = 0
             self.qs[q].qtx = 0
         self.busy = False
+        self.kept = False
         order = sorted(strict, reverse=True)
         self.nstrict = len(order)
         for q in range(self.nstrict):
@@ -1077,6 +1089,8 @@ cdef class Transmitter:
             self.drops += 1
             packet_free(p)
             return False
+        if self.kept:
+            self._settle(t)
         if not self.busy and not self.mask and self.qs[prio].pause_until <= t:
             end = self._send(t, prio, p, meta)
             if end >= 0:
@@ -1096,6 +1110,9 @@ cdef class Transmitter:
             self.qs[prio].hwm = b
         if not self.busy:
             self._start(t)
+        elif self.kept:  # its turn not come: in the heap now, in its place, to send what waits
+            self.kept = False
+            self.sched.push_key(self.end_t, self.end_h, self.end_c, _ev_done, self, None, NULL, 0)
         return True
 
     def enqueue(self, t_, int prio, frame, meta=None):
@@ -1188,7 +1205,14 @@ cdef class Transmitter:
                 self.busy = False
                 return -1
             return end
-        sched.push(end, _ev_done, self, None, NULL, 0)
+        if self.mask or end == t:
+            sched.push(end, _ev_done, self, None, NULL, 0)
+        else:  # nothing queued behind it: its end's key is taken, the event made only if a frame comes first
+            self.kept = True
+            self.end_t = end
+            self.end_h = sched.cur_h
+            self.end_c = sched.cur_n
+            sched.cur_n += 1
         if up:
             self._fly(arrive, p)
         else:
@@ -1286,9 +1310,24 @@ cdef class Transmitter:
             self.sched.push(wake, _ev_wake, self, None, NULL, 0)
         return 0
 
+    cdef inline bint _settle(self, int64_t t) noexcept:
+        """The link's kept end of transmission, at t: if its turn has come (the event would have run, found
+        nothing queued and left the link idle), the link is idle. Its turn has come once t is past it, or at
+        its time once a greater key has run (the schedule's top): the reference's end, in its heap all along,
+        runs before any greater key."""
+        cdef Schedule s = self.sched
+        if t > self.end_t or (t == self.end_t and (
+                s.top_t > self.end_t or (s.top_t == self.end_t and (
+                    s.top_h > self.end_h or (s.top_h == self.end_h and s.top_c > self.end_c))))):
+            self.kept = False
+            self.busy = False
+        return self.busy
+
     cdef int _wake(self, int64_t t) except -1:
         if t >= self.wake_at:
             self.wake_at = -1
+        if self.kept:
+            self._settle(t)
         if not self.busy:
             self._start(t)
         return 0
@@ -1315,6 +1354,8 @@ cdef class Transmitter:
                     since = -1
                 self.qs[prio].pause_until = 0
             self.pause_since[prio] = since
+        if self.kept:
+            self._settle(t)
         if not self.busy:
             self._start(t)
         return 0
