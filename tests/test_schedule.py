@@ -208,7 +208,9 @@ def _links_at_ties(core: str, seed: int) -> list[tuple[int, int, bytes]]:
     """Frames from several origins onto four links, at instants on the grid their ends of transmission
     fall on (8 Gb/s: 100 and 200 ns frames, sent every 100 ns), each forwarded at once to another link up
     to five times: many frames arrive at a link exactly when its frame on the wire ends, before or after
-    that end in the order of keys. (time, link, frame) as each landed."""
+    that end in the order of keys. The run goes by steps of 250 ns, some frames given from outside between
+    two (at the instant the last step ended, after every event due by it), and PFC pauses and resumes the
+    links now and then. (time, link, frame) as each landed."""
     from emu.dataplane.loop import Loop
     from emu.dataplane.pipe import Transmitter
 
@@ -232,7 +234,16 @@ def _links_at_ties(core: str, seed: int) -> list[tuple[int, int, bytes]]:
         frame = k.to_bytes(4, "big") + bytes([rnd.randrange(6)]) + bytes(rnd.choice([71, 171]))
         was = s.enter(origin("host", f"h{rnd.randrange(6)}", k))  # each its own key (enter restarts the count)
         s.at(rnd.randrange(400) * 100_000, lambda t, a: links[a[0]].enqueue(t, 0, a[1]), (rnd.randrange(4), frame))
+        if k % 8 == 0:  # a pause of 0 (resume), 1 or 3 quanta (64 ns each at 8 Gb/s)
+            s.at(rnd.randrange(400) * 100_000, lambda t, a: links[a[0]].pause(t, {0: a[1]}),
+                 (rnd.randrange(4), rnd.choice([0, 1, 3])))
         s.leave(was)
+    for k, until in enumerate(range(0, 400 * 100_000, 250_000)):
+        loop.run(until)
+        if k % 3 == 0:
+            was = s.enter(origin("outside", k))
+            links[k % 4].enqueue(until, 0, (1000 + k).to_bytes(4, "big") + bytes([k % 6]) + bytes(71))
+            s.leave(was)
     loop.run()
     assert not len(s)
     return landed

@@ -98,6 +98,8 @@ cdef class Schedule:
     cdef inline void _pop(self, Event* out) noexcept
     cdef inline int _run(self, Event* e) except -1
     cdef inline void _take(self, Event* e) noexcept
+    cdef inline void _ran_to(self, int64_t t) noexcept
+    cdef inline bint own_time(self) noexcept
     cdef inline int _fire(self, bint keep) except -1
 
 cdef class Target:

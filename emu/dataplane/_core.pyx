@@ -587,11 +587,23 @@ cdef class Schedule:
             n += 1
         if until != NEVER and until > self.now:
             self.now = until
-        if until != NEVER and not (self.n and self.heap[0].t <= until) and until >= self.top_t:
-            self.top_t = until  # every key up to `until` has had its turn
+        if until != NEVER and not (self.n and self.heap[0].t <= until):
+            self._ran_to(until)
+        return n
+
+    cdef inline void _ran_to(self, int64_t t) noexcept:
+        """Every key up to time t has had its turn (a run stopped with nothing due by t left)."""
+        if t >= self.top_t:
+            self.top_t = t
             self.top_h = <uint64_t>-1
             self.top_c = <uint32_t>-1
-        return n
+
+    cdef inline bint own_time(self) noexcept:
+        """The schedule is the time (the fabric clock: a job or a window runs, unpaced), so input comes
+        only from its events and the order of keys is the whole story: a link may keep an idle end of
+        transmission out of the heap. Paced, or idle on the wall, input is stamped from the wall and the
+        wall waits for every event."""
+        return self.mode == VIRTUAL or (not self.paced and (self.busy or self.windowed))
 
     def run_due(self, f_):
         cdef int64_t f = ps_of(f_)
@@ -599,6 +611,8 @@ cdef class Schedule:
         while self.n and self.heap[0].t <= f and not self.busy:
             self._fire(True)
             n += 1
+        if not (self.n and self.heap[0].t <= f):
+            self._ran_to(f)
         return n
 
     def run_window(self, limit_, long long max_events):
@@ -1205,7 +1219,7 @@ cdef class Transmitter:
                 self.busy = False
                 return -1
             return end
-        if self.mask or end == t:
+        if self.mask or end <= sched.top_t or not sched.own_time():
             sched.push(end, _ev_done, self, None, NULL, 0)
         else:  # nothing queued behind it: its end's key is taken, the event made only if a frame comes first
             self.kept = True
