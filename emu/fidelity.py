@@ -213,7 +213,7 @@ def log_for_study(fid: dict[str, Any]) -> None:
 # What a result says of the run rather than of the fabric: wall and CPU time, the core that ran it and its
 # speed, whether the hosts' kernels were built, and how many windows a split fabric's workers synchronized
 # in (the compiled core's heap lacks the idle ends of transmission the reference's holds, so its workers
-# see their next events later and agree on fewer windows). Two runs of the same fabric-clock job differ
+# may see their next events later and agree on fewer windows). Two runs of the same fabric-clock job differ
 # only in these (tests/test_cores.py).
 RUN_FIELDS = frozenset({"wall_s", "run_wall_s", "engine_cpu_s", "wall_s_per_fabric_ms", "engine_cpu_s_per_packet_hop",
                         "hops_per_wall_s", "cpu_ns_per_hop", "speed", "core", "peak_rss_bytes", "bringup_wall_s",

@@ -184,7 +184,7 @@ cdef class Transmitter:
     cdef int _start(self, int64_t t) except -1
     cdef int64_t _send(self, int64_t t, int q, Packet* p, int64_t meta) except? -2
     cdef int _arm_wake(self, int64_t t) except -1
-    cdef inline bint _settle(self, int64_t t) noexcept
+    cdef inline void _settle(self, int64_t t) noexcept
     cdef int _wake(self, int64_t t) except -1
     cdef int c_pause(self, int64_t t, int vector, const uint16_t* quanta) except -1
 

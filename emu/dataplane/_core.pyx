@@ -1103,8 +1103,7 @@ cdef class Transmitter:
             self.drops += 1
             packet_free(p)
             return False
-        if self.kept:
-            self._settle(t)
+        self._settle(t)
         if not self.busy and not self.mask and self.qs[prio].pause_until <= t:
             end = self._send(t, prio, p, meta)
             if end >= 0:
@@ -1324,24 +1323,24 @@ cdef class Transmitter:
             self.sched.push(wake, _ev_wake, self, None, NULL, 0)
         return 0
 
-    cdef inline bint _settle(self, int64_t t) noexcept:
+    cdef inline void _settle(self, int64_t t) noexcept:
         """The link's kept end of transmission, at t: if its turn has come (the event would have run, found
         nothing queued and left the link idle), the link is idle. Its turn has come once t is past it, or at
         its time once a greater key has run (the schedule's top): the reference's end, in its heap all along,
         runs before any greater key."""
+        if not self.kept:
+            return
         cdef Schedule s = self.sched
         if t > self.end_t or (t == self.end_t and (
                 s.top_t > self.end_t or (s.top_t == self.end_t and (
                     s.top_h > self.end_h or (s.top_h == self.end_h and s.top_c > self.end_c))))):
             self.kept = False
             self.busy = False
-        return self.busy
 
     cdef int _wake(self, int64_t t) except -1:
         if t >= self.wake_at:
             self.wake_at = -1
-        if self.kept:
-            self._settle(t)
+        self._settle(t)
         if not self.busy:
             self._start(t)
         return 0
@@ -1368,8 +1367,7 @@ cdef class Transmitter:
                     since = -1
                 self.qs[prio].pause_until = 0
             self.pause_since[prio] = since
-        if self.kept:
-            self._settle(t)
+        self._settle(t)
         if not self.busy:
             self._start(t)
         return 0
