@@ -1332,7 +1332,7 @@ cdef class Device:
         cdef int64_t highest, reorder
         cdef Py_ssize_t i
         cdef Seg* seg
-        cdef bint overtaken, timer, others, usable, was_first
+        cdef bint overtaken, timer, usable, was_first
         cdef Plane* lost_on
         cdef Plane* plane
         cdef Plane* p
@@ -1370,11 +1370,6 @@ cdef class Device:
             was_first = overtaken and seg.sends == 1
             if was_first or timer:
                 lost_on = &self.planes_c[seg.plane]
-                others = False
-                for j in range(self.nplanes):
-                    if self.planes_c[j].healthy and self.planes_c[j].index != seg.plane:
-                        others = True
-                        break
                 usable = self._usable_besides(seg.plane)
                 plane = self._pick_plane(now, seg.plane if usable else -1)
                 first_sent = seg.sent_at if seg.sends == 1 else -1
@@ -1393,7 +1388,7 @@ cdef class Device:
                 lost_on.losses += 1
                 lost_on.loss_rate += (1.0 - lost_on.loss_rate) * LOSS_GAIN
                 lost_on.retransmits += 1
-                if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and others:
+                if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and usable:  # the reference's rule
                     lost_on.healthy = False
                     self._mark(lost_on)
                     lost_on.downs += 1

@@ -719,7 +719,6 @@ class Device:
                 return
             if (overtaken and seg.sends == 1) or timer:
                 lost_on = self.planes[seg.plane]
-                others = any(p.healthy and p.index != seg.plane for p in self.planes)
                 # Never back onto the plane that lost it while another one carries data: wait for a free one.
                 usable = self._usable_besides(seg.plane)
                 plane = self._pick_plane(qp, now, avoid=seg.plane if usable else -1)
@@ -741,7 +740,10 @@ class Device:
                 lost_on.losses += 1
                 lost_on.loss_rate += (1.0 - lost_on.loss_rate) * LOSS_GAIN
                 lost_on.stats["retransmits"] += 1
-                if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and others:
+                # Only while another plane carries data: one that is merely healthy may be excluded for its
+                # lateness (weight 0), and with the last plane in use down nothing could carry a
+                # retransmission (an alltoall over 128 x 8 ranks woke at one instant until it failed).
+                if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and usable:
                     lost_on.healthy = False
                     lost_on.stats["downs"] += 1
                     lost_on.probe_due = now + self._probe_interval()
