@@ -1335,7 +1335,6 @@ cdef class Device:
         cdef bint overtaken, timer, usable, was_first
         cdef Plane* lost_on
         cdef Plane* plane
-        cdef Plane* p
         cdef int j
         cdef int64_t srtt_p
         if not qp.inflight.n or (not qp.sacked_since and now < qp.rto_check):
@@ -1388,7 +1387,7 @@ cdef class Device:
                 lost_on.losses += 1
                 lost_on.loss_rate += (1.0 - lost_on.loss_rate) * LOSS_GAIN
                 lost_on.retransmits += 1
-                if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and usable:  # the reference's rule
+                if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and usable:  # never the last plane in use
                     lost_on.healthy = False
                     self._mark(lost_on)
                     lost_on.downs += 1

@@ -740,9 +740,7 @@ class Device:
                 lost_on.losses += 1
                 lost_on.loss_rate += (1.0 - lost_on.loss_rate) * LOSS_GAIN
                 lost_on.stats["retransmits"] += 1
-                # Only while another plane carries data: one that is merely healthy may be excluded for its
-                # lateness (weight 0), and with the last plane in use down nothing could carry a
-                # retransmission (an alltoall over 128 x 8 ranks woke at one instant until it failed).
+                # Never the last plane in use (`usable`, not just healthy: tests/test_cores.py's fpf-8x8-alltoall).
                 if lost_on.healthy and lost_on.losses >= LOSS_TO_DOWN and usable:
                     lost_on.healthy = False
                     lost_on.stats["downs"] += 1
