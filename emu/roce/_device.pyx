@@ -1153,8 +1153,10 @@ cdef class Device:
                 qp.cc.tick(now)
             if qp.resend.n:
                 self._resend(qp, now)
-            self._recover(qp, now)
-            self._send_data(qp, now)
+            if qp.inflight.n and (qp.sacked_since or now >= qp.rto_check):  # else _recover has nothing to do
+                self._recover(qp, now)
+            if qp.pending.n or qp.window_full:  # else neither has _send_data
+                self._send_data(qp, now)
         self._probe_planes(now)
         due = NEVER
         cdef bint known = False  # the earliest free plane, the same for every queue pair: found once
