@@ -1153,7 +1153,7 @@ cdef class Device:
                 qp.cc.tick(now)
             if qp.resend.n:
                 self._resend(qp, now)
-            if qp.inflight.n and (qp.sacked_since or now >= qp.rto_check):  # else _recover has nothing to do
+            if qp.inflight.n and (qp.sacked_since or now >= qp.rto_check):  # the reference's _recover returns else
                 self._recover(qp, now)
             if qp.pending.n or qp.window_full:  # else neither has _send_data
                 self._send_data(qp, now)
@@ -1339,9 +1339,7 @@ cdef class Device:
         cdef Plane* plane
         cdef int j
         cdef int64_t srtt_p
-        if not qp.inflight.n or (not qp.sacked_since and now < qp.rto_check):
-            return 0
-        qp.sacked_since = False
+        qp.sacked_since = False  # the step calls this only with packets in flight and new SACKs or the check due
         rto = imax(self.rto, 4 * (qp.srtt if qp.srtt != 0 else self.rtt_hint) + self.ack_delay)
         qp.rto_check = now + rto // 4
         highest = qp.highest_sacked
