@@ -10,7 +10,8 @@ events as fast as the CPU allows, so nothing can be late and a result cannot
 depend on the machine's speed or load) or paced at D (the wall clock).
 `ProcessClock` is fabric time for a part that drives itself in its own process (an
 endpoint on BMv2, which sleeps in select() rather than on a schedule): the
-machine's monotonic seconds / D in picoseconds, converted back to wall seconds only where the
+machine's monotonic seconds since an epoch / D in picoseconds (the epoch shared by the processes whose
+instants are compared), converted back to wall seconds only where the
 process waits (its select()) and where it reports how late it was.
 
 `ClockKind` is which of the two a run keeps: a type, decided once where the
@@ -57,24 +58,28 @@ class Clock(Protocol):
 
 
 class ProcessClock:
-    """Fabric time in a process of its own on the wall clock: monotonic() / D, in whole picoseconds, the
+    """Fabric time in a process of its own on the wall clock: (monotonic() - epoch) / D, in whole picoseconds, the
     clock the harness (emu.net.timebase) reads the endpoints' traces on. The part keeps fabric time like any
     other; D is here, where it sleeps and where its lateness is reported (the wall's seconds), and nowhere
     in it."""
 
-    def __init__(self, dilation: float) -> None:
+    def __init__(self, dilation: float, epoch_s: float | None = None) -> None:
+        """`epoch_s`: the monotonic instant fabric time 0 is at. Processes whose instants are compared (a
+        harness and its endpoints' traces) are given the same one; by default a clock counts from when it
+        was made, so its picoseconds stay small: absolute monotonic() / D overflowed an int64 on a machine up
+        more than 106 days at D = 1."""
         if not dilation >= 1.0:
             raise ValueError(f"dilation must be a number >= 1, got {dilation!r}")
         self.d = float(dilation)
+        self.epoch = time.monotonic() if epoch_s is None else float(epoch_s)
 
     def clock(self) -> int:
-        """monotonic() / D, absolute: an int64 holds 106 days of it at D = 1 (a machine up longer gets an
-        OverflowError here), 290 years at D = 1000."""
-        return to_ps(time.monotonic() / self.d)
+        """(monotonic() - epoch) / D: an int64 holds 106 days of it at D = 1, 290 years at D = 1000."""
+        return self.at_wall(time.monotonic())
 
     def at_wall(self, monotonic_s: float) -> int:
         """The fabric instant of monotonic instant `monotonic_s` (a start agreed between processes)."""
-        return to_ps(monotonic_s / self.d)
+        return to_ps((monotonic_s - self.epoch) / self.d)
 
     def fabric_ps_of_wall(self, wall_s: float) -> int:
         """The fabric picoseconds during which `wall_s` wall seconds pass."""

@@ -211,3 +211,38 @@ def test_the_d_check_finds_a_conversion_where_there_is_one(tmp_path):
     (tmp_path / "emu" / "dataplane").mkdir(parents=True)
     (tmp_path / "emu" / "dataplane" / "pipe.py").write_text("rate = spec.rate_bps / self.dilation\n")
     assert converting_with_d(tmp_path) == {"emu/dataplane/pipe.py"}
+
+
+# A process's fabric time counts from an epoch: absolute monotonic() / D in int64 picoseconds overflowed on a
+# machine up more than 106 days at D = 1. Processes whose instants are compared share the harness's epoch.
+def test_a_process_clock_counts_from_its_epoch_on_a_machine_up_for_months(monkeypatch):
+    from emu.clock import ProcessClock
+    from emu.simtime import to_ps
+
+    up = 200 * 86400.0  # 200 days, past what an int64 holds at D = 1
+    monkeypatch.setattr("emu.clock.time.monotonic", lambda: up)
+    with pytest.raises(OverflowError):
+        to_ps(up / 1.0)  # what the clock read before it had an epoch
+    own = ProcessClock(1.0)
+    assert own.epoch == up and own.clock() == 0
+    shared = ProcessClock(4.0, epoch_s=up - 8.0)
+    assert shared.clock() == 2 * 10**12  # 8 wall seconds at D = 4
+    assert shared.at_wall(up - 8.0) == 0 and shared.at_wall(up + 4.0) == 3 * 10**12
+
+
+def test_the_endpoints_processes_are_given_the_harness_epoch(monkeypatch):
+    import shutil
+
+    from emu.roce import perf
+    from emu.roce.run import PerfRun
+
+    cmds: list[list[str]] = []
+    run = PerfRun([cmds.append, cmds.append], cmds.append, nbytes=4096, dilation=1000.0)  # type: ignore[arg-type]
+    shutil.rmtree(run.dir)
+    assert len(cmds) == 3
+    for cmd in cmds:  # repr gives the same float back
+        assert float(cmd[cmd.index("--epoch") + 1]) == run.clock.epoch
+    seen = {}
+    monkeypatch.setattr(perf, "server", lambda a: seen.setdefault("epoch", a.epoch) and {})
+    perf.main(cmds[0][cmds[0].index("emu.roce.perf") + 1:])
+    assert seen["epoch"] == run.clock.epoch

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from emu.clock import ClockKind, check_clock
 from emu.fidelity import add_speeds, fabric_clock_verdict, fabric_fidelity, packet_time_s
 from emu.net.flows import EngineFlows, Flow, KernelFlows
+from emu.simtime import to_s
 
 if TYPE_CHECKING:
     from emu.collectives.run import Tenant
@@ -373,7 +374,7 @@ class WallTime(Timebase):
         if fail_after is not None:
             net.wait_forwarded(net.host_planes(srcs[0])[fail_after[0]][0], fail_after[1])
             net.fail(plane=fail_after[0])
-            failed_at = time.monotonic() / self.dilation  # the endpoints' traces' clock
+            failed_at = to_s(run.clock.at_wall(time.monotonic()))  # the endpoints' traces' clock
         try:
             clients, server = run.wait()
         finally:

@@ -100,7 +100,7 @@ def server_result(dev: Device, ends: list[tuple[MemoryRegion, QueuePair]], nbyte
 def server(args: argparse.Namespace) -> dict[str, Any]:
     """One queue pair and one region per client; client i writes pattern(seed + i)."""
     dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc, mtu=args.mtu,
-                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp, spray=args.spray)
+                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp, spray=args.spray, epoch_s=args.epoch)
     ends = []
     for i in range(args.clients):
         mr, qp = dev.reg_mr(args.bytes), dev.create_qp()
@@ -116,7 +116,7 @@ def server(args: argparse.Namespace) -> dict[str, Any]:
 
 def client(args: argparse.Namespace) -> dict[str, Any]:
     dev = Device(host_plane_addresses(), dilation=args.dilation, cc=args.cc, mtu=args.mtu,
-                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp, spray=args.spray)
+                 plane_rate_bps=args.plane_rate, trim_dscp=args.trim_dscp, spray=args.spray, epoch_s=args.epoch)
     mr = dev.reg_mr(args.bytes)
     mr.buf[:] = pattern(args.bytes, args.seed + args.index)
     qp = dev.create_qp()
@@ -270,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bytes", type=int, default=1 << 20)
     ap.add_argument("--message", type=int, default=1 << 20)
     ap.add_argument("--dilation", type=float, default=1000.0)
+    ap.add_argument("--epoch", type=float, default=None,
+                    help="the monotonic instant fabric time 0 is at, shared with the harness (default: start-up)")
     ap.add_argument("--cc", default="none")
     ap.add_argument("--trim-dscp", type=int, default=None, help="the fabric trims: trimmed packets carry this DSCP")
     ap.add_argument("--spray", choices=SPRAYS, default="weighted", help="how packets spread over the planes")

@@ -36,9 +36,12 @@ class PerfRun:
         falls behind must say so in its verdict, not time out)."""
         self.dir = scratch_dir("roce")
         srcs = src if isinstance(src, list) else [src]
+        # The endpoints' clock, its epoch given to each: their traces and the harness's instants (a plane
+        # failed at) are on one time line.
+        self.clock = clock = ProcessClock(dilation)
         if timeout is None:
-            timeout = 120.0 + ProcessClock(dilation).wall_s(nbytes * len(srcs) * 8 / 1e9 + lat_iters * 1e-4)
-        args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--cc", cc, "--message", str(message),
+            timeout = 120.0 + clock.wall_s(nbytes * len(srcs) * 8 / 1e9 + lat_iters * 1e-4)
+        args = ["--bytes", str(nbytes), "--dilation", str(dilation), "--epoch", repr(clock.epoch), "--cc", cc, "--message", str(message),
                 "--timeout", str(timeout), "--lat-iters", str(lat_iters), "--mtu", str(mtu),
                 "--plane-rate", str(plane_rate_bps), "--spray", spray] + ([] if trim_dscp is None else ["--trim-dscp", str(trim_dscp)])
         py = python_module("emu.roce.perf")

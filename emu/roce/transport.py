@@ -413,8 +413,9 @@ class Device:
                  cc: str = "none", window: int = WINDOW, rto_fabric_s: float = RTO_S, seed: int | None = None,
                  clock: Clock | None = None, io: KernelIO | FabricIO | None = None, trim_dscp: int | None = None,
                  spray: str = "weighted", retry_limit: int | None = None, rtt_hint_fabric_s: float = 0.0,
-                 payload: bool = True) -> None:
-        """`clock` and `io`: a ProcessClock at `dilation` and KernelIO (the default: kernel sockets bound to
+                 payload: bool = True, epoch_s: float | None = None) -> None:
+        """`clock` and `io`: a ProcessClock at `dilation` counting from monotonic instant `epoch_s` (by
+        default from now; emu.clock.ProcessClock) and KernelIO (the default: kernel sockets bound to
         `addrs`, in this namespace, fabric time = monotonic() / D), or the engine's loop and the FabricIO
         of the host's switch ports (`dilation` unused). Every time inside is whole picoseconds of fabric time
         (emu.simtime): the settings in seconds are rounded once, here. `trim_dscp`:
@@ -439,7 +440,7 @@ class Device:
         self.alarm_at = NEVER  # the user's own wake-up (Device.alarm)
         self.trim_dscp = trim_dscp
         self.tc_data = TC_DATA if trim_dscp is None else TC_DATA_TRIMMABLE
-        self.clock = clock = clock if clock is not None else ProcessClock(dilation)
+        self.clock = clock = clock if clock is not None else ProcessClock(dilation, epoch_s)
         # In a process of its own, the clock says how long the wall's waits and lateness are in fabric time.
         self.process = clock if isinstance(clock, ProcessClock) else None
         self.io = io = io if io is not None else KernelIO()
