@@ -16,6 +16,7 @@ capture, a Python endpoint) and a frame that arrives owing them is valid by cons
 """
 
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.list cimport PyList_GET_ITEM
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memset
@@ -29,6 +30,7 @@ from emu.dataplane._core cimport (Schedule, Packet, SwitchBase, Port, FromHost, 
 
 cdef extern from *:
     void __builtin_prefetch(const void* p) nogil
+    int __builtin_ctzll(unsigned long long x) nogil
 
 from collections import deque
 
@@ -604,6 +606,7 @@ cdef class QueuePair:
     # (the planes' addresses between them). At thousands of devices a step finds none of them in the cache.
     cdef bint ack_due, window_full, sacked_since
     cdef bint ticks             # its congestion control has a clock (DCQCN): a step ticks it
+    cdef Py_ssize_t slot        # its place in the device's qp_list, and its bit in `active`
     cdef int64_t ack_deadline, rto_check, next_send, ready_at, sacked
     cdef SegQ pending
     cdef Window inflight
@@ -738,6 +741,7 @@ cdef class QueuePair:
         still reports, as ibverbs' do."""
         if not self.pending.n:
             self.ready_at = self.dev.sched.cclock()
+        self.dev._activate(self)
         cdef int mtu = self.dev.mtu
         cdef bint first = True
         cdef int64_t pos = 0
@@ -864,6 +868,11 @@ cdef class Device:
     cdef Table by_qpn        # the same queue pairs by number, for a frame's look-up (no int made, no dict);
                              # borrowed: qp_list, which only grows, holds every one
     cdef list qp_list
+    # A bit for each queue pair of qp_list that may have work (set where it gets some, cleared by the step
+    # that finds it has none): a step and c_busy read those alone, in list order. A device of a direct
+    # alltoall holds a queue pair for every other rank, most of them idle at any instant.
+    cdef uint64_t* active
+    cdef Py_ssize_t active_words
     cdef readonly dict mrs
     cdef MR* mr_c
     cdef int nmr
@@ -978,6 +987,7 @@ cdef class Device:
         free(self.c_send_late)
         free(self.c_recv_late)
         free(self.mr_c)
+        free(self.active)
 
     # -- what Python reads ----------------------------------------------------------------------------
 
@@ -1074,13 +1084,25 @@ cdef class Device:
         return mr
 
     def create_qp(self):
+        cdef QueuePair qp
+        cdef uint64_t* words
         qpn = self.rng.randrange(0x100, 0xFFFFFF)
         while qpn in self.qps:  # a number taken would take the other's frames (the reference draws alike)
             qpn = self.rng.randrange(0x100, 0xFFFFFF)
         qp = QueuePair(self, qpn, Cc(self.cc_name, self.plane_rate * self.nplanes))
         self.by_qpn.put(0, qpn, qp)
         self.qps[qpn] = qp
+        qp.slot = len(self.qp_list)
+        if qp.slot == self.active_words * 64:
+            words = <uint64_t*>realloc(self.active, (self.active_words + 1) * sizeof(uint64_t))
+            if words == NULL:
+                raise MemoryError()
+            words[self.active_words] = 0
+            self.active = words
+            self.active_words += 1
         self.qp_list.append(qp)
+        if qp.ticks:  # a clock ticks at every step, as the reference's, from its first: never idle
+            self._activate(qp)
         return qp
 
     def close(self):
@@ -1112,10 +1134,20 @@ cdef class Device:
 
     cdef bint c_busy(self) noexcept:
         cdef QueuePair qp
-        for qp in self.qp_list:
-            if qp.c_busy():
-                return True
+        cdef Py_ssize_t w
+        cdef uint64_t bits
+        for w in range(self.active_words):
+            bits = self.active[w]
+            while bits:
+                qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, w * 64 + __builtin_ctzll(bits))
+                if qp.c_busy():
+                    return True
+                bits &= bits - 1
         return False
+
+    cdef inline void _activate(self, QueuePair qp) noexcept:
+        """qp may have work: the next step visits it."""
+        self.active[qp.slot >> 6] |= (<uint64_t>1) << (qp.slot & 63)
 
     # -- the crank -------------------------------------------------------------------------------------
 
@@ -1127,8 +1159,11 @@ cdef class Device:
         cdef QueuePair qp
         cdef Plane* p
         cdef int i
-        cdef bint any_sent
-        cdef int64_t due, free_
+        cdef bint any_sent, sends = False
+        cdef int64_t due = NEVER, first_send = NEVER
+        cdef Py_ssize_t w
+        cdef uint64_t bits
+        cdef int b
         if now >= self.alarm_at:
             self.alarm_at = NEVER
         if now >= self.next_sample:
@@ -1146,31 +1181,42 @@ cdef class Device:
                 sent = [self.planes_c[i].tx_bytes for i in range(self.nplanes)]
                 if not self._plane_trace or self._plane_trace[len(self._plane_trace) - 1][1] != sent:
                     self._plane_trace.append((c_to_s(now), sent))
-        for qp in self.qp_list:
-            if qp.ack_due and now >= qp.ack_deadline:
-                self._send_ack(qp, SYNDROME_ACK, -1, False, -1, False)
-            if qp.ticks:
-                qp.cc.tick(now)
-            if qp.resend.n:
-                self._resend(qp, now)
-            if qp.inflight.n and (qp.sacked_since or now >= qp.rto_check):  # the reference's _recover returns else
-                self._recover(qp, now)
-            if qp.pending.n or qp.window_full:  # else neither has _send_data
-                self._send_data(qp, now)
+        # One pass over the queue pairs that may have work (`active`, in list order, as the reference visits
+        # all: an idle one does nothing in either of its passes): each acts, then gives what it waits for.
+        # The reference finds the latter in a second pass, after _probe_planes; the same values, as nothing
+        # later in the step writes a queue pair's fields read here (another's actions, a probe and a failure
+        # write its own, the planes, or its SACK record). Sends wait for the earliest free plane, the same
+        # for all: max(first, free_at).
+        for w in range(self.active_words):
+            bits = self.active[w]
+            while bits:
+                b = __builtin_ctzll(bits)
+                qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, w * 64 + b)
+                if qp.ack_due and now >= qp.ack_deadline:
+                    self._send_ack(qp, SYNDROME_ACK, -1, False, -1, False)
+                if qp.ticks:
+                    qp.cc.tick(now)
+                if qp.resend.n:
+                    self._resend(qp, now)
+                if qp.inflight.n and (qp.sacked_since or now >= qp.rto_check):  # the reference's _recover returns else
+                    self._recover(qp, now)
+                if qp.pending.n or qp.window_full:  # else neither has _send_data
+                    self._send_data(qp, now)
+                if (qp.pending.n and qp.inflight.n - qp.sacked < self.window) or qp.resend.n:
+                    sends = True
+                    first_send = imin(first_send, qp.next_send)
+                if qp.ack_due:
+                    due = imin(due, qp.ack_deadline)
+                if qp.inflight.n:
+                    due = imin(due, qp.rto_check)
+                if not (qp.ack_due or qp.ticks or qp.resend.n or qp.inflight.n or qp.pending.n or qp.window_full):
+                    self.active[w] &= ~((<uint64_t>1) << b)
+                # the bits after b as they are now (one this step set would be visited, as in the reference's loop)
+                bits = self.active[w] & ~((<uint64_t>2 << b) - 1) if b < 63 else 0
         self._probe_planes(now)
-        due = NEVER
-        cdef bint known = False  # the earliest free plane, the same for every queue pair: found once
-        for qp in self.qp_list:
-            if (qp.pending.n and qp.inflight.n - qp.sacked < self.window) or qp.resend.n:
-                if not known:
-                    known = True
-                    i = self._earliest(-1)
-                    free_ = self.free_at[i] if i >= 0 else now
-                due = imin(due, imax(qp.next_send, free_))
-            if qp.ack_due:
-                due = imin(due, qp.ack_deadline)
-            if qp.inflight.n:
-                due = imin(due, qp.rto_check)
+        if sends:
+            i = self._earliest(-1)
+            due = imin(due, imax(first_send, self.free_at[i] if i >= 0 else now))
         if self.ready != self.all_ready:
             for i in range(self.nplanes):
                 if not self.ready >> i & 1:
@@ -1427,6 +1473,7 @@ cdef class Device:
         qp.trim_nacks += 1
         self.planes_c[seg.plane].trims += 1
         psnq_push(&qp.resend, psn)
+        self._activate(qp)
         if self.cc_name != "none" and (qp.last_trim_cut < 0 or now - qp.last_trim_cut >= qp.cc.cnp_interval):
             qp.last_trim_cut = now
             qp.cc.tick(now)
@@ -1597,6 +1644,7 @@ cdef class Device:
             if not qp.ack_due:
                 qp.ack_due = True
                 qp.ack_deadline = now + self.ack_delay
+                self._activate(qp)
             qp.ack_unsent += 1
             if qp.ack_unsent >= ACK_EVERY:
                 self._send_ack(qp, SYNDROME_ACK, -1, False, -1, False)
