@@ -95,8 +95,9 @@ class ProcessClock:
         return fabric_s * self.d
 
     def fabric_s(self, wall_s: float) -> float:
-        """The fabric seconds of `wall_s` wall seconds, or of a monotonic instant: what such a process
-        reports in wall seconds, read as fabric time."""
+        """The fabric seconds of `wall_s` wall seconds: what such a process reports in wall seconds (a
+        duration, or two instants compared with each other alone), read as fabric time. Not from the epoch:
+        an instant on the endpoints' time line is `at_wall`."""
         return wall_s / self.d
 
     def wall_bps(self, fabric_bps: float) -> float:

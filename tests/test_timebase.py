@@ -216,11 +216,13 @@ def test_the_d_check_finds_a_conversion_where_there_is_one(tmp_path):
 # A process's fabric time counts from an epoch: absolute monotonic() / D in int64 picoseconds overflowed on a
 # machine up more than 106 days at D = 1. Processes whose instants are compared share the harness's epoch.
 def test_a_process_clock_counts_from_its_epoch_on_a_machine_up_for_months(monkeypatch):
+    from types import SimpleNamespace
+
     from emu.clock import ProcessClock
     from emu.simtime import to_ps
 
     up = 200 * 86400.0  # 200 days, past what an int64 holds at D = 1
-    monkeypatch.setattr("emu.clock.time.monotonic", lambda: up)
+    monkeypatch.setattr("emu.clock.time", SimpleNamespace(monotonic=lambda: up))
     with pytest.raises(OverflowError):
         to_ps(up / 1.0)  # what the clock read before it had an epoch
     own = ProcessClock(1.0)
@@ -230,15 +232,13 @@ def test_a_process_clock_counts_from_its_epoch_on_a_machine_up_for_months(monkey
     assert shared.at_wall(up - 8.0) == 0 and shared.at_wall(up + 4.0) == 3 * 10**12
 
 
-def test_the_endpoints_processes_are_given_the_harness_epoch(monkeypatch):
-    import shutil
-
+def test_the_endpoints_processes_are_given_the_harness_epoch(monkeypatch, tmp_path):
     from emu.roce import perf
     from emu.roce.run import PerfRun
 
+    monkeypatch.setattr("emu.roce.run.scratch_dir", lambda prefix: str(tmp_path))  # no root needed
     cmds: list[list[str]] = []
     run = PerfRun([cmds.append, cmds.append], cmds.append, nbytes=4096, dilation=1000.0)  # type: ignore[arg-type]
-    shutil.rmtree(run.dir)
     assert len(cmds) == 3
     for cmd in cmds:  # repr gives the same float back
         assert float(cmd[cmd.index("--epoch") + 1]) == run.clock.epoch

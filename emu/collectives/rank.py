@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         ring.fill(size)
         t0 = me.start_together(f"start{k}")
         wrong = drive_wall(ring.run_op(size), ring.dev, a.timeout, f"rank {a.rank}, {a.op} of {size} B")
-        # The device's clock is fabric time (monotonic() / D, picoseconds); the agreed start, on the wall, is
+        # The device's clock is fabric time ((monotonic() - its epoch) / D, picoseconds); the agreed start, on the wall, is
         # mapped to it. The check of the result is not the collective's time.
         rows.append({"size": size, "time_fabric_s": to_s(ring.done_at - ring.dev.clock.at_wall(t0)), "wrong": wrong})
         me.barrier(f"end{k}")

@@ -1090,16 +1090,16 @@ cdef class Device:
         while qpn in self.qps:  # a number taken would take the other's frames (the reference draws alike)
             qpn = self.rng.randrange(0x100, 0xFFFFFF)
         qp = QueuePair(self, qpn, Cc(self.cc_name, self.plane_rate * self.nplanes))
-        self.by_qpn.put(0, qpn, qp)
-        self.qps[qpn] = qp
         qp.slot = len(self.qp_list)
-        if qp.slot == self.active_words * 64:
+        if qp.slot == self.active_words * 64:  # first, so that a failure leaves nothing half made
             words = <uint64_t*>realloc(self.active, (self.active_words + 1) * sizeof(uint64_t))
             if words == NULL:
                 raise MemoryError()
             words[self.active_words] = 0
             self.active = words
             self.active_words += 1
+        self.by_qpn.put(0, qpn, qp)
+        self.qps[qpn] = qp
         self.qp_list.append(qp)
         if qp.ticks:  # a clock ticks at every step, as the reference's, from its first: never idle
             self._activate(qp)
@@ -1211,8 +1211,9 @@ cdef class Device:
                     due = imin(due, qp.rto_check)
                 if not (qp.ack_due or qp.ticks or qp.resend.n or qp.inflight.n or qp.pending.n or qp.window_full):
                     self.active[w] &= ~((<uint64_t>1) << b)
-                # the bits after b as they are now (one this step set would be visited, as in the reference's loop)
-                bits = self.active[w] & ~((<uint64_t>2 << b) - 1) if b < 63 else 0
+                # the bits after b as they are now (none is set during a step today; one that were would
+                # still be visited in list order, as in the reference's loop); past b = 63 none: 2 << 63 is 0
+                bits = self.active[w] & ~((<uint64_t>2 << b) - 1)
         self._probe_planes(now)
         if sends:
             i = self._earliest(-1)

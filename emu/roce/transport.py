@@ -40,7 +40,7 @@ Time comes from one clock (emu.clock), and it is fabric seconds either way:
 inside the engine, the engine's loop, frames going to and from the switch
 port as whole Ethernet/IPv6/UDP frames (`FabricIO`), with `step(now)` saying
 when the device next has something to do; in its own process in a host's
-namespace (BMv2, kernel UDP sockets), a `ProcessClock` (monotonic() / D),
+namespace (BMv2, kernel UDP sockets), a `ProcessClock` ((monotonic() - epoch) / D),
 `progress()` sleeping in select(). D is applied by that clock where the
 process sleeps and where it reports its lateness, never in the logic, which
 is the same code either way.
@@ -416,7 +416,7 @@ class Device:
                  payload: bool = True, epoch_s: float | None = None) -> None:
         """`clock` and `io`: a ProcessClock at `dilation` counting from monotonic instant `epoch_s` (by
         default from now; emu.clock.ProcessClock) and KernelIO (the default: kernel sockets bound to
-        `addrs`, in this namespace, fabric time = monotonic() / D), or the engine's loop and the FabricIO
+        `addrs`, in this namespace), or the engine's loop and the FabricIO
         of the host's switch ports (`dilation` unused). Every time inside is whole picoseconds of fabric time
         (emu.simtime): the settings in seconds are rounded once, here. `trim_dscp`:
         trimming mode (the fabric's switches cut instead of dropping): data goes out trimmable, and a

@@ -64,7 +64,7 @@ class RocePlaneDown(Scenario):
             "data_packets_on_failed_plane_after_detection": p["tx_after_down"],
             "probes_on_failed_plane": p["probes"],
             "bytes_by_plane": [q["tx_bytes"] for q in client["planes"]],
-            "failed_at_fabric_s": failed_at,  # on the sender's trace's clock (monotonic / D)
+            "failed_at_fabric_s": failed_at,  # on the sender's trace's clock ((monotonic - epoch) / D)
             "plane_trace": client["plane_trace"],  # (fabric s, bytes sent per plane so far)
             "fidelity": fidelity,
         }
