@@ -107,20 +107,28 @@ def test_a_compiled_headers_only_device_sends_zeros_whatever_the_region_holds():
     page of zeros on each first read of 4 KiB: what made FPF 8 x 8's headers-only run slower than it needed
     to be); its frames carry zeros where a real device's carry the region's bytes, at the same length."""
 
-    def payloads(payload: bool) -> list[bytes]:
+    def payloads(payload: bool, imm: int | None) -> list[bytes]:
         sent: list[bytes] = []
         dev = _device("native", sent.append, payload=payload)
         mr = dev.reg_mr(4096)
         memoryview(mr.buf)[:] = b"\xab" * 4096
         qp = dev.create_qp()
         qp.connect(0x123, ["fd00::2"])
-        qp.post_write(1, mr, 0, 4096, 0, mr.rkey)
-        dev.step(0)
+        qp.post_write(1, mr, 0, 4096, 0, mr.rkey, imm=imm)
+        for t in range(10):  # a microsecond each: all four segments go, none yet due again
+            dev.step(t * 1_000_000)
+        assert len(sent) == 4
+        assert all(wire.check(f[22:38], f[38:54], int.from_bytes(f[54:56], "big"), f[62:]) for f in sent)  # ICRC
+        if imm is not None:  # the last segment carries the immediate, after the BTH and RETH, kept
+            assert [f[62] for f in sent][-1] == 0x0B and int.from_bytes(sent[-1][90:94], "big") == imm
         return [f[-4 - 1024:-4] for f in sent]  # a full segment's payload, before the ICRC
 
-    real, none = payloads(True), payloads(False)
-    assert real and len(real) == len(none)
-    assert all(p == b"\xab" * 1024 for p in real) and all(p == bytes(1024) for p in none)
+    # The frames of the real run go back to the pool with the region's bytes in them, and the headers-only
+    # run's frames are made from the same buffers: its zeros are written only as a frame leaves the core.
+    for imm in (None, 0x5A5A5A5A):
+        real, none = payloads(True, imm), payloads(False, imm)
+        assert real and len(real) == len(none)
+        assert all(p == b"\xab" * 1024 for p in real) and all(p == bytes(1024) for p in none)
 
 
 @pytest.mark.parametrize("core", ["native", "python"])
