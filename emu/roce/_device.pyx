@@ -870,7 +870,8 @@ cdef class Device:
     cdef list qp_list
     # A bit for each queue pair of qp_list that may have work (set where it gets some, cleared by the step
     # that finds it has none): a step and c_busy read those alone, in list order. A device of a direct
-    # alltoall holds a queue pair for every other rank, most of them idle at any instant.
+    # alltoall holds a queue pair for every other rank, each idle once its share is acknowledged; other
+    # plans' devices hold some that are idle for whole steps of the plan.
     cdef uint64_t* active
     cdef Py_ssize_t active_words
     cdef readonly dict mrs
