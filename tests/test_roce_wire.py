@@ -194,10 +194,11 @@ def test_a_finished_compiled_device_and_its_queue_pairs_are_freed():
     assert live() == before
 
 
-def _many_queue_pairs(core: str) -> tuple[list, list, list]:
+def _many_queue_pairs(core: str, rounds_run: int = 400, lose: int = 0) -> tuple[list, list, list]:
     """Two devices back to back with 150 queue pairs each (three words of the compiled device's bitmap of
     queue pairs with work), written on a few at a time: some across word boundaries, some again after they
-    went idle, some while others are busy. What each step returned, every frame in order, and the
+    went idle, some while others are busy. `lose`: every lose-th frame on the wire is lost, so that queue
+    pairs wait on their recovery checks. What each step returned, every frame in order, and the
     completions."""
     wire: dict[str, list[bytes]] = {"a": [], "b": []}
     a = _device(core, wire["a"].append, "fd00::1", 1)
@@ -209,8 +210,8 @@ def _many_queue_pairs(core: str) -> tuple[list, list, list]:
         qb.connect(qa.qpn, ["fd00::1"])
     rounds = {0: [0, 63, 64, 149], 3: [1, 64, 127], 40: [0, 63, 128, 149], 41: [2, 65, 100]}
     steps, frames = [], []
-    t, wr = 0, 0
-    for r in range(400):
+    t, wr, sent = 0, 0, 0
+    for r in range(rounds_run):
         for i in rounds.get(r, []):
             wr += 1
             pairs[i][0].post_write(wr, mra, 0, 3000 + 100 * i, mrb.va, mrb.rkey)
@@ -220,7 +221,9 @@ def _many_queue_pairs(core: str) -> tuple[list, list, list]:
             while wire[me]:
                 frame = wire[me].pop(0)
                 frames.append((t, me, bytes(frame)))
-                peer.on_frame(0, frame, t)
+                sent += 1
+                if not (lose and sent % lose == 0):
+                    peer.on_frame(0, frame, t)
         t += 250_000  # a quarter of a microsecond a round
     done = [(c.wr_id, c.status) for c in a.poll_cq()] + [(c.wr_id, c.status) for c in b.poll_cq()]
     assert all(qa.idle() and qb.idle() for qa, qb in pairs)
@@ -233,4 +236,15 @@ def test_a_device_with_many_queue_pairs_steps_as_the_reference():
     the same completions."""
     native, python = _many_queue_pairs("native"), _many_queue_pairs("python")
     assert len(native[2]) == 2 * 14 and len(native[1]) > 100
+    assert native == python
+
+
+def test_queue_pairs_waiting_on_their_timers_recover_as_the_reference():
+    """A compiled queue pair whose only work is a time (its ACK's deadline, its recovery check) is parked on
+    the device's timers, off the step's pass, until that time or a frame for it; the reference visits it
+    at every step. With frames lost, parked queue pairs resend on their recovery checks alone: the same
+    frames, wake-ups and completions."""
+    native, python = _many_queue_pairs("native", 4000, 11), _many_queue_pairs("python", 4000, 11)
+    resent = {(me, f[-60:]) for _, me, f in native[1] if sum(1 for _, m2, g in native[1] if g == f) > 1}
+    assert len(native[2]) == 2 * 14 and resent
     assert native == python

@@ -561,6 +561,10 @@ cdef class Cc:
 
 # -- the device --------------------------------------------------------------------------------------------
 
+cdef struct Timer:      # a parked queue pair's time (Device.timers)
+    int64_t t
+    Py_ssize_t slot
+
 cdef struct Plane:      # when it is next free is the device's free_at, apart: every send scans all planes'
     int index
     uint8_t addr_b[16]
@@ -606,7 +610,9 @@ cdef class QueuePair:
     # (the planes' addresses between them). At thousands of devices a step finds none of them in the cache.
     cdef bint ack_due, window_full, sacked_since
     cdef bint ticks             # its congestion control has a clock (DCQCN): a step ticks it
+    cdef bint has_entry         # an entry of the device's timers stands for it: the one at park_t
     cdef Py_ssize_t slot        # its place in the device's qp_list, and its bit in `active`
+    cdef int64_t park_t
     cdef int64_t ack_deadline, rto_check, next_send, ready_at, sacked
     cdef SegQ pending
     cdef Window inflight
@@ -681,6 +687,8 @@ cdef class QueuePair:
         self.ack_unsent = 0
         self.ack_deadline = 0
         self.ack_plane = 0
+        self.has_entry = False
+        self.park_t = 0
         self.last_cnp = -1
         self.cnps_sent = 0
         self.bad = 0
@@ -804,6 +812,7 @@ cdef class QueuePair:
         win_clear(&self.inflight)
         self.resend.n = 0
         self.sacked = 0
+        self.dev._activate(self)  # not waiting on its timers any more: the next step finds it idle
 
     def describe_oldest(self):
         """(PSN, sends, plane, sent_at, acked) of the oldest segment in flight, or None."""
@@ -874,6 +883,15 @@ cdef class Device:
     # plans' devices hold some that are idle for whole steps of the plan.
     cdef uint64_t* active
     cdef Py_ssize_t active_words
+    # A queue pair whose only work is a time it waits for (its ACK's deadline, its recovery check) is parked
+    # instead: its bit in `parked`, and that time in `timers` (a heap of (time, slot), some entries stale:
+    # the queue pair is not parked any more, or was parked again at another time). A step makes the ones
+    # due active again and takes the earliest other time into its wake-up, as the reference's pass over every
+    # queue pair finds it; a frame for a queue pair makes it active (what it carries may change either time).
+    # In a direct alltoall most queue pairs have packets in flight and nothing to do for most steps.
+    cdef uint64_t* parked
+    cdef Timer* timers
+    cdef Py_ssize_t ntimers, timers_cap
     cdef readonly dict mrs
     cdef MR* mr_c
     cdef int nmr
@@ -989,6 +1007,8 @@ cdef class Device:
         free(self.c_recv_late)
         free(self.mr_c)
         free(self.active)
+        free(self.parked)
+        free(self.timers)
 
     # -- what Python reads ----------------------------------------------------------------------------
 
@@ -1098,6 +1118,11 @@ cdef class Device:
                 raise MemoryError()
             words[self.active_words] = 0
             self.active = words
+            words = <uint64_t*>realloc(self.parked, (self.active_words + 1) * sizeof(uint64_t))
+            if words == NULL:
+                raise MemoryError()
+            words[self.active_words] = 0
+            self.parked = words
             self.active_words += 1
         self.by_qpn.put(0, qpn, qp)
         self.qps[qpn] = qp
@@ -1138,7 +1163,7 @@ cdef class Device:
         cdef Py_ssize_t w
         cdef uint64_t bits
         for w in range(self.active_words):
-            bits = self.active[w]
+            bits = self.active[w] | self.parked[w]
             while bits:
                 qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, w * 64 + __builtin_ctzll(bits))
                 if qp.c_busy():
@@ -1149,6 +1174,84 @@ cdef class Device:
     cdef inline void _activate(self, QueuePair qp) noexcept:
         """qp may have work: the next step visits it."""
         self.active[qp.slot >> 6] |= (<uint64_t>1) << (qp.slot & 63)
+        self.parked[qp.slot >> 6] &= ~((<uint64_t>1) << (qp.slot & 63))
+
+    cdef inline bint _is_parked(self, Py_ssize_t slot) noexcept:
+        return (self.parked[slot >> 6] >> (slot & 63)) & 1
+
+    cdef int _park(self, QueuePair qp, int64_t t) except -1:
+        """qp waits only for time t: off the step's pass till then (or till a frame for it)."""
+        cdef Py_ssize_t i, up
+        cdef Timer* a
+        self.active[qp.slot >> 6] &= ~((<uint64_t>1) << (qp.slot & 63))
+        self.parked[qp.slot >> 6] |= (<uint64_t>1) << (qp.slot & 63)
+        if qp.has_entry and qp.park_t == t:
+            return 0
+        if self.ntimers == self.timers_cap:
+            a = <Timer*>realloc(self.timers, (2 * self.timers_cap + 16) * sizeof(Timer))
+            if a == NULL:
+                raise MemoryError()
+            self.timers = a
+            self.timers_cap = 2 * self.timers_cap + 16
+        qp.park_t = t
+        qp.has_entry = True
+        a = self.timers
+        i = self.ntimers
+        self.ntimers += 1
+        while i > 0:
+            up = (i - 1) >> 1
+            if a[up].t <= t:
+                break
+            a[i] = a[up]
+            i = up
+        a[i].t = t
+        a[i].slot = qp.slot
+        return 0
+
+    cdef void _timers_pop(self) noexcept:
+        """The earliest entry out of the timers; the caller has read it."""
+        cdef Timer* a = self.timers
+        self.ntimers -= 1
+        cdef Py_ssize_t n = self.ntimers, i = 0, c
+        if n == 0:
+            return
+        cdef Timer last = a[n]
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and a[c + 1].t < a[c].t:
+                c += 1
+            if a[c].t < last.t:
+                a[i] = a[c]
+                i = c
+            else:
+                break
+        a[i] = last
+
+    cdef bint _timers_head(self) noexcept:
+        """Drops stale entries from the front of the timers: true if one is left, the earliest then a parked
+        queue pair's own time."""
+        cdef QueuePair qp
+        cdef Timer* e
+        while self.ntimers:
+            e = &self.timers[0]
+            qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, e.slot)
+            if qp.has_entry and qp.park_t == e.t:
+                if self._is_parked(e.slot):
+                    return True
+                qp.has_entry = False
+            self._timers_pop()
+        return False
+
+    cdef void _unpark_due(self, int64_t now) noexcept:
+        """The parked queue pairs whose time is at or before `now` active again, for the step's pass."""
+        cdef QueuePair qp
+        while self._timers_head() and self.timers[0].t <= now:
+            qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, self.timers[0].slot)
+            qp.has_entry = False
+            self._activate(qp)
+            self._timers_pop()
 
     # -- the crank -------------------------------------------------------------------------------------
 
@@ -1182,6 +1285,7 @@ cdef class Device:
                 sent = [self.planes_c[i].tx_bytes for i in range(self.nplanes)]
                 if not self._plane_trace or self._plane_trace[len(self._plane_trace) - 1][1] != sent:
                     self._plane_trace.append((c_to_s(now), sent))
+        self._unpark_due(now)  # the parked ones due now join the pass
         # One pass over the queue pairs that may have work (`active`, in list order, as the reference visits
         # all: an idle one does nothing in either of its passes): each acts, then gives what it waits for.
         # The reference finds the latter in a second pass, after _probe_planes; the same values, as nothing
@@ -1212,9 +1316,14 @@ cdef class Device:
                     due = imin(due, qp.rto_check)
                 if not (qp.ack_due or qp.ticks or qp.resend.n or qp.inflight.n or qp.pending.n or qp.window_full):
                     self.active[w] &= ~((<uint64_t>1) << b)
+                elif not (qp.ticks or qp.resend.n or qp.pending.n or qp.window_full or qp.sacked_since):
+                    self._park(qp, imin(qp.ack_deadline if qp.ack_due else NEVER,
+                                        qp.rto_check if qp.inflight.n else NEVER))
                 # the bits after b as they are now (none is set during a step today; one that were would
                 # still be visited in list order, as in the reference's loop); past b = 63 none: 2 << 63 is 0
                 bits = self.active[w] & ~((<uint64_t>2 << b) - 1)
+        if self._timers_head():  # the parked ones' earliest time, as the pass over them would take it
+            due = imin(due, self.timers[0].t)
         self._probe_planes(now)
         if sends:
             i = self._earliest(-1)
@@ -1557,6 +1666,7 @@ cdef class Device:
             self.c_unknown_qp += 1
             return 0
         qp = <QueuePair>found
+        self._activate(<QueuePair>qp)  # what it carries may end a wait a parked queue pair has
         if op == OP_WRITE_ONLY:
             return self._on_data(<QueuePair>qp, plane, data, n, psn, ack_req, tclass, now, False, 0, False)
         if op == OP_WRITE_ONLY_IMM:
@@ -1590,6 +1700,7 @@ cdef class Device:
                 self.c_truncated += 1
             return 0
         cdef QueuePair q = <QueuePair>qp
+        self._activate(q)
         cdef int64_t psn = unwrap(wpsn, q.expected)
         if psn < q.expected or beyond_has(&q.beyond, q.expected, psn):
             return 0
