@@ -20,6 +20,7 @@ Sizes are bytes, whole int32 elements.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class Plan:
     # All-to-all(v): the bytes rank r sends rank p (its own included), and where each lands.
     matrix: tuple[tuple[int, ...], ...] = ()
     _peers: list[set[int]] | None = field(default=None, repr=False, compare=False)
+    _received: list[int] | None = field(default=None, repr=False, compare=False)
 
     def steps(self, rank: int) -> list[Step]:
         return [step for lane in self.lanes[rank] for step in lane]
@@ -109,6 +111,20 @@ class Plan:
                         table[s.peer].add(r)
             self._peers = table
         return set(self._peers[rank])
+
+    def received(self, rank: int) -> int:
+        """The bytes the plan writes into this rank (what headers only checks was delivered once). Every
+        rank's are summed in one pass, the first time one is asked: a pass over the whole plan per rank grows
+        with the cube of the ranks for an all-to-all (5.6 s of a 256-rank job)."""
+        if self._received is None:
+            table = [0] * len(self.lanes)
+            for lanes in self.lanes:
+                for lane in lanes:
+                    for step in lane:
+                        for s in step.sends:
+                            table[s.peer] += s.nbytes
+            self._received = table
+        return self._received[rank]
 
 
 class _Builder:
@@ -528,8 +544,9 @@ def _alltoall(pairwise: bool, matrix: Callable[[int, int], tuple[tuple[int, ...]
     def build(n: int, size: int, slice_bytes: int) -> Plan:
         b = _Builder(n)
         m = matrix(n, size)
-        send_off = [[sum(m[r][:p]) for p in range(n)] for r in range(n)]
-        recv_off = [[sum(m[q][p] for q in range(r)) for r in range(n)] for p in range(n)]  # [p][r]: r's slot in p
+        # sum(m[r][:p]) for each p, and [p][r]: r's slot in p, sum(m[q][p] for q < r), as running sums
+        send_off = [list(itertools.accumulate(m[r][:n - 1], initial=0)) for r in range(n)]
+        recv_off = [list(itertools.accumulate((m[q][p] for q in range(n - 1)), initial=0)) for p in range(n)]
         steps = [[b.step(r)] * (n - 1) if not pairwise else [b.step(r) for _ in range(n - 1)] for r in range(n)]
         msg = {(r, (r + s) % n): b.send(steps[r][s - 1], (r + s) % n, "data", send_off[r][(r + s) % n],
                                         m[r][(r + s) % n], "stage", recv_off[(r + s) % n][r])

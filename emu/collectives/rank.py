@@ -272,8 +272,7 @@ class Ring:
             if self.algo != "ring":
                 p = algorithms.plan(self.algo, op, n, size, self.slice, self.groups)
                 yield from self.run_plan(size)
-                return self.delivered(sum(w.nbytes for lanes in p.lanes for lane in lanes for step in lane
-                                          for w in step.sends if w.peer == r), before)
+                return self.delivered(p.received(r), before)
             steps = {"allreduce": 2 * (n - 1), "reducescatter": n - 1, "allgather": n - 1, "sendrecv": 1}[op]
             unit = size if op in ("allgather", "sendrecv") else chunk
             if op == "allreduce":
