@@ -75,8 +75,12 @@ def test_alltoall_plans_put_every_chunk_in_its_slot(algo, n):
 
 
 def test_every_message_is_waited_for_once_by_its_receiver():
-    for algo, op, n in [("rhd", "allreduce", 8), ("tree", "allreduce", 7), ("pairwise", "alltoall", 5)]:
-        p = alg.plan(algo, op, n, 4 * n * 64, 64)
+    """Once: a rank's run of its plan reads on from the waits of a step it found here (Ring.run_plan)."""
+    for algo, op, n, groups in [("rhd", "allreduce", 8, None), ("tree", "allreduce", 7, None),
+                                ("pairwise", "alltoall", 5, None), ("direct", "alltoall", 6, None),
+                                ("direct", "alltoallv", 5, None), ("rhd", "allgather", 4, None),
+                                ("hier", "allreduce", 6, (0, 0, 1, 1, 2, 2))]:
+        p = alg.plan(algo, op, n, 4 * n * 64, 64, groups)
         sent = {s.msg: s.peer for r in range(n) for step in p.steps(r) for s in step.sends}
         waited = [(w, r) for r in range(n) for step in p.steps(r) for w in step.waits]
         assert sorted(w for w, _ in waited) == sorted(sent) == list(range(p.messages))

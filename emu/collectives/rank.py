@@ -233,12 +233,24 @@ class Ring:
             self.stage.buf[dst:dst + nbytes] = self.data.buf[src:src + nbytes]
         lanes = p.lanes[self.r]
         at = [0] * len(lanes)
-        while any(at[i] < len(lane) for i, lane in enumerate(lanes)):
+        # How many of each lane's next step's waits are here, in order: a message is waited for by one step
+        # alone, so one found stays till its step runs, and a wake-up reads on from there (an all-to-all's
+        # last step waits for every other rank: read whole at each message, that grew with the square).
+        here = [0] * len(lanes)
+        left = sum(1 for lane in lanes if lane)
+        while left:
             self.got.update(c.wr_id for c in self.dev.poll_recv())
             moved = posted = False
             for i, lane in enumerate(lanes):
-                while at[i] < len(lane) and all(base + m in self.got for m in lane[at[i]].waits):
+                while at[i] < len(lane):
                     step = lane[at[i]]
+                    k = here[i]
+                    while k < len(step.waits) and base + step.waits[k] in self.got:
+                        k += 1
+                    here[i] = k
+                    if k < len(step.waits):
+                        break
+                    here[i] = 0
                     self.got.difference_update(base + m for m in step.waits)
                     for red in step.reduces if self.payload else ():
                         t = time.monotonic()
@@ -254,6 +266,7 @@ class Ring:
                                                      signaled=False)
                     posted = posted or bool(step.sends)
                     at[i] += 1
+                    left -= at[i] == len(lane)
                     moved = True
             if posted:
                 yield None  # start the writes now, not after the next wait
