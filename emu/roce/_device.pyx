@@ -561,9 +561,58 @@ cdef class Cc:
 
 # -- the device --------------------------------------------------------------------------------------------
 
-cdef struct Timer:      # a parked queue pair's time (Device.timers)
+cdef struct Timer:      # a parked queue pair's time (Device.timers, Device.sends_at)
     int64_t t
     Py_ssize_t slot
+
+cdef struct Times:      # a heap of Timers, earliest first
+    Timer* a
+    Py_ssize_t n, cap
+
+
+cdef int times_push(Times* h, int64_t t, Py_ssize_t slot) except -1:
+    cdef Timer* a
+    cdef Py_ssize_t i, up
+    if h.n == h.cap:
+        a = <Timer*>realloc(h.a, (2 * h.cap + 16) * sizeof(Timer))
+        if a == NULL:
+            raise MemoryError()
+        h.a = a
+        h.cap = 2 * h.cap + 16
+    a = h.a
+    i = h.n
+    h.n += 1
+    while i > 0:
+        up = (i - 1) >> 1
+        if a[up].t <= t:
+            break
+        a[i] = a[up]
+        i = up
+    a[i].t = t
+    a[i].slot = slot
+    return 0
+
+
+cdef void times_pop(Times* h) noexcept:
+    """The earliest entry out; the caller has read it."""
+    cdef Timer* a = h.a
+    h.n -= 1
+    cdef Py_ssize_t n = h.n, i = 0, c
+    if n == 0:
+        return
+    cdef Timer last = a[n]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and a[c + 1].t < a[c].t:
+            c += 1
+        if a[c].t < last.t:
+            a[i] = a[c]
+            i = c
+        else:
+            break
+    a[i] = last
 
 cdef struct Plane:      # when it is next free is the device's free_at, apart: every send scans all planes'
     int index
@@ -611,8 +660,9 @@ cdef class QueuePair:
     cdef bint ack_due, window_full, sacked_since
     cdef bint ticks             # its congestion control has a clock (DCQCN): a step ticks it
     cdef bint has_entry         # an entry of the device's timers stands for it: the one at park_t
+    cdef bint has_send          # an entry of the device's sends_at stands for it: the one at send_t
     cdef Py_ssize_t slot        # its place in the device's qp_list, and its bit in `active`
-    cdef int64_t park_t
+    cdef int64_t park_t, send_t
     cdef int64_t ack_deadline, rto_check, next_send, ready_at, sacked
     cdef SegQ pending
     cdef Window inflight
@@ -689,6 +739,8 @@ cdef class QueuePair:
         self.ack_plane = 0
         self.has_entry = False
         self.park_t = 0
+        self.has_send = False
+        self.send_t = 0
         self.last_cnp = -1
         self.cnps_sent = 0
         self.bad = 0
@@ -883,15 +935,18 @@ cdef class Device:
     # plans' devices hold some that are idle for whole steps of the plan.
     cdef uint64_t* active
     cdef Py_ssize_t active_words
-    # A queue pair whose only work is a time it waits for (its ACK's deadline, its recovery check) is parked
-    # instead: its bit in `parked`, and that time in `timers` (a heap of (time, slot), some entries stale:
-    # the queue pair is not parked any more, or was parked again at another time). A step makes the ones
-    # due active again and takes the earliest other time into its wake-up, as the reference's pass over every
-    # queue pair finds it; a frame for a queue pair makes it active (what it carries may change either time).
-    # In a direct alltoall most queue pairs have packets in flight and nothing to do for most steps.
+    # A queue pair whose only work is a time it waits for (its ACK's deadline, its recovery check) or a
+    # plane (data to send, its window open) is parked instead: its bit in `parked`, its time in `timers`,
+    # and if it has data to send, its bit in `wanting` and its next send's instant in `sends_at` (heaps of
+    # (time, slot), some entries stale: the queue pair is not parked any more, or was parked again at
+    # another time). A step makes the ones whose time is due active again, visits the wanting ones in list
+    # order while a plane is free (the reference's visit of one finds none free and does nothing), and takes
+    # the earliest of the others' times into its wake-up, as the reference's pass over every queue pair
+    # does; a frame for a queue pair makes it active (what it carries may change any of them). In a direct
+    # alltoall most queue pairs have packets in flight, or data waiting for a plane, most of the run.
     cdef uint64_t* parked
-    cdef Timer* timers
-    cdef Py_ssize_t ntimers, timers_cap
+    cdef uint64_t* wanting
+    cdef Times timers, sends_at
     cdef readonly dict mrs
     cdef MR* mr_c
     cdef int nmr
@@ -1008,7 +1063,9 @@ cdef class Device:
         free(self.mr_c)
         free(self.active)
         free(self.parked)
-        free(self.timers)
+        free(self.wanting)
+        free(self.timers.a)
+        free(self.sends_at.a)
 
     # -- what Python reads ----------------------------------------------------------------------------
 
@@ -1123,6 +1180,11 @@ cdef class Device:
                 raise MemoryError()
             words[self.active_words] = 0
             self.parked = words
+            words = <uint64_t*>realloc(self.wanting, (self.active_words + 1) * sizeof(uint64_t))
+            if words == NULL:
+                raise MemoryError()
+            words[self.active_words] = 0
+            self.wanting = words
             self.active_words += 1
         self.by_qpn.put(0, qpn, qp)
         self.qps[qpn] = qp
@@ -1173,85 +1235,88 @@ cdef class Device:
 
     cdef inline void _activate(self, QueuePair qp) noexcept:
         """qp may have work: the next step visits it."""
-        self.active[qp.slot >> 6] |= (<uint64_t>1) << (qp.slot & 63)
-        self.parked[qp.slot >> 6] &= ~((<uint64_t>1) << (qp.slot & 63))
+        cdef uint64_t bit = (<uint64_t>1) << (qp.slot & 63)
+        self.active[qp.slot >> 6] |= bit
+        self.parked[qp.slot >> 6] &= ~bit
+        self.wanting[qp.slot >> 6] &= ~bit
 
     cdef inline bint _is_parked(self, Py_ssize_t slot) noexcept:
         return (self.parked[slot >> 6] >> (slot & 63)) & 1
 
-    cdef int _park(self, QueuePair qp, int64_t t) except -1:
-        """qp waits only for time t: off the step's pass till then (or till a frame for it)."""
-        cdef Py_ssize_t i, up
-        cdef Timer* a
-        self.active[qp.slot >> 6] &= ~((<uint64_t>1) << (qp.slot & 63))
-        self.parked[qp.slot >> 6] |= (<uint64_t>1) << (qp.slot & 63)
-        if qp.has_entry and qp.park_t == t:
+    cdef int _settle(self, QueuePair qp) except -1:
+        """After the step's visit: qp idle (no bit), parked on its times (and wanting a plane), or active."""
+        cdef Py_ssize_t w = qp.slot >> 6
+        cdef uint64_t bit = (<uint64_t>1) << (qp.slot & 63)
+        cdef int64_t t
+        if not (qp.ack_due or qp.ticks or qp.resend.n or qp.inflight.n or qp.pending.n or qp.window_full):
+            self.active[w] &= ~bit
+            self.parked[w] &= ~bit
+            self.wanting[w] &= ~bit
             return 0
-        if self.ntimers == self.timers_cap:
-            a = <Timer*>realloc(self.timers, (2 * self.timers_cap + 16) * sizeof(Timer))
-            if a == NULL:
-                raise MemoryError()
-            self.timers = a
-            self.timers_cap = 2 * self.timers_cap + 16
-        qp.park_t = t
-        qp.has_entry = True
-        a = self.timers
-        i = self.ntimers
-        self.ntimers += 1
-        while i > 0:
-            up = (i - 1) >> 1
-            if a[up].t <= t:
-                break
-            a[i] = a[up]
-            i = up
-        a[i].t = t
-        a[i].slot = qp.slot
+        # a closed window not yet marked full stays active: the visit that marks it is the reference's
+        if (qp.ticks or qp.resend.n or qp.sacked_since
+                or (qp.pending.n and not qp.window_full and qp.inflight.n - qp.sacked >= self.window)):
+            self.active[w] |= bit
+            self.parked[w] &= ~bit
+            self.wanting[w] &= ~bit
+            return 0
+        self.active[w] &= ~bit
+        self.parked[w] |= bit
+        t = imin(qp.ack_deadline if qp.ack_due else NEVER, qp.rto_check if qp.inflight.n else NEVER)
+        if t == NEVER:  # no time to wait for (data waiting for a plane alone): an entry left is stale
+            qp.has_entry = False
+        elif not (qp.has_entry and qp.park_t == t):
+            times_push(&self.timers, t, qp.slot)
+            qp.park_t = t
+            qp.has_entry = True
+        if qp.pending.n and not qp.window_full:
+            self.wanting[w] |= bit
+            if not (qp.has_send and qp.send_t == qp.next_send):
+                times_push(&self.sends_at, qp.next_send, qp.slot)
+                qp.send_t = qp.next_send
+                qp.has_send = True
+        else:
+            self.wanting[w] &= ~bit
         return 0
-
-    cdef void _timers_pop(self) noexcept:
-        """The earliest entry out of the timers; the caller has read it."""
-        cdef Timer* a = self.timers
-        self.ntimers -= 1
-        cdef Py_ssize_t n = self.ntimers, i = 0, c
-        if n == 0:
-            return
-        cdef Timer last = a[n]
-        while True:
-            c = 2 * i + 1
-            if c >= n:
-                break
-            if c + 1 < n and a[c + 1].t < a[c].t:
-                c += 1
-            if a[c].t < last.t:
-                a[i] = a[c]
-                i = c
-            else:
-                break
-        a[i] = last
 
     cdef bint _timers_head(self) noexcept:
         """Drops stale entries from the front of the timers: true if one is left, the earliest then a parked
         queue pair's own time."""
         cdef QueuePair qp
         cdef Timer* e
-        while self.ntimers:
-            e = &self.timers[0]
+        while self.timers.n:
+            e = &self.timers.a[0]
             qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, e.slot)
             if qp.has_entry and qp.park_t == e.t:
                 if self._is_parked(e.slot):
                     return True
                 qp.has_entry = False
-            self._timers_pop()
+            times_pop(&self.timers)
+        return False
+
+    cdef bint _sends_head(self) noexcept:
+        """Drops stale entries from the front of sends_at: true if one is left, the earliest then a wanting
+        queue pair's next send."""
+        cdef QueuePair qp
+        cdef Timer* e
+        while self.sends_at.n:
+            e = &self.sends_at.a[0]
+            qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, e.slot)
+            if qp.has_send and qp.send_t == e.t:
+                if (self.wanting[e.slot >> 6] >> (e.slot & 63)) & 1:
+                    return True
+                qp.has_send = False
+            times_pop(&self.sends_at)
         return False
 
     cdef void _unpark_due(self, int64_t now) noexcept:
         """The parked queue pairs whose time is at or before `now` active again, for the step's pass."""
         cdef QueuePair qp
-        while self._timers_head() and self.timers[0].t <= now:
-            qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, self.timers[0].slot)
+        while self._timers_head() and self.timers.a[0].t <= now:
+            qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, self.timers.a[0].slot)
             qp.has_entry = False
             self._activate(qp)
-            self._timers_pop()
+            times_pop(&self.timers)
 
     # -- the crank -------------------------------------------------------------------------------------
 
@@ -1293,7 +1358,7 @@ cdef class Device:
         # write its own, the planes, or its SACK record). Sends wait for the earliest free plane, the same
         # for all: max(first, free_at).
         for w in range(self.active_words):
-            bits = self.active[w]
+            bits = self.active[w] | (self.wanting[w] if self._pick_plane(now, -1) != NULL else 0)
             while bits:
                 b = __builtin_ctzll(bits)
                 qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, w * 64 + b)
@@ -1314,16 +1379,16 @@ cdef class Device:
                     due = imin(due, qp.ack_deadline)
                 if qp.inflight.n:
                     due = imin(due, qp.rto_check)
-                if not (qp.ack_due or qp.ticks or qp.resend.n or qp.inflight.n or qp.pending.n or qp.window_full):
-                    self.active[w] &= ~((<uint64_t>1) << b)
-                elif not (qp.ticks or qp.resend.n or qp.pending.n or qp.window_full or qp.sacked_since):
-                    self._park(qp, imin(qp.ack_deadline if qp.ack_due else NEVER,
-                                        qp.rto_check if qp.inflight.n else NEVER))
+                self._settle(qp)
                 # the bits after b as they are now (none is set during a step today; one that were would
                 # still be visited in list order, as in the reference's loop); past b = 63 none: 2 << 63 is 0
-                bits = self.active[w] & ~((<uint64_t>2 << b) - 1)
+                bits = ((self.active[w] | (self.wanting[w] if self._pick_plane(now, -1) != NULL else 0))
+                        & ~((<uint64_t>2 << b) - 1))
         if self._timers_head():  # the parked ones' earliest time, as the pass over them would take it
-            due = imin(due, self.timers[0].t)
+            due = imin(due, self.timers.a[0].t)
+        if self._sends_head():  # and the wanting ones' earliest next send
+            sends = True
+            first_send = imin(first_send, self.sends_at.a[0].t)
         self._probe_planes(now)
         if sends:
             i = self._earliest(-1)
