@@ -659,10 +659,7 @@ cdef class QueuePair:
     # (the planes' addresses between them). At thousands of devices a step finds none of them in the cache.
     cdef bint ack_due, window_full, sacked_since
     cdef bint ticks             # its congestion control has a clock (DCQCN): a step ticks it
-    cdef bint has_entry         # an entry of the device's timers stands for it: the one at park_t
-    cdef bint has_send          # an entry of the device's sends_at stands for it: the one at send_t
     cdef Py_ssize_t slot        # its place in the device's qp_list, and its bit in `active`
-    cdef int64_t park_t, send_t
     cdef int64_t ack_deadline, rto_check, next_send, ready_at, sacked
     cdef SegQ pending
     cdef Window inflight
@@ -693,6 +690,10 @@ cdef class QueuePair:
     cdef public int64_t cnps_sent, bad, rx_bytes
     cdef dict imm_wait
     cdef list _rx_trace
+    # Parked (Device.parked), last: a ring's queue pairs never are, and what a step reads stays where it was
+    cdef bint has_entry         # an entry of the device's timers stands for it: the one at park_t
+    cdef bint has_send          # an entry of the device's sends_at stands for it: the one at send_t
+    cdef int64_t park_t, send_t
 
     def __cinit__(self):
         memset(&self.pending, 0, sizeof(SegQ))
@@ -935,6 +936,18 @@ cdef class Device:
     # plans' devices hold some that are idle for whole steps of the plan.
     cdef uint64_t* active
     cdef Py_ssize_t active_words
+    cdef readonly dict mrs
+    cdef MR* mr_c
+    cdef int nmr
+    cdef bint parks
+    cdef list buffers        # the regions' buffers, held while the device points into them
+    cdef public object cq, recv_cq
+    cdef int64_t c_bad_icrc, c_truncated, c_unknown_qp, c_nak_sent, c_ce_marked, c_duplicates, c_trimmed
+    cdef int64_t next_sample
+    cdef list _plane_trace
+    cdef Late* c_send_late
+    cdef Late* c_recv_late
+    cdef Plane planes_c[MAXP]  # 3.2 KB, which a step's scans do not read while every plane is usable
     # A queue pair whose only work is a time it waits for (its ACK's deadline, its recovery check) or a
     # plane (data to send, its window open) is parked instead: its bit in `parked`, its time in `timers`,
     # and if it has data to send, its bit in `wanting` and its next send's instant in `sends_at` (heaps of
@@ -944,20 +957,11 @@ cdef class Device:
     # the earliest of the others' times into its wake-up, as the reference's pass over every queue pair
     # does; a frame for a queue pair makes it active (what it carries may change any of them). In a direct
     # alltoall most queue pairs have packets in flight, or data waiting for a plane, most of the run.
+    # Only a device with more than a word of queue pairs parks them (`parks`, beside nmr: in its padding, so
+    # that nothing a frame or a step reads moves): a ring's device has two.
     cdef uint64_t* parked
     cdef uint64_t* wanting
     cdef Times timers, sends_at
-    cdef readonly dict mrs
-    cdef MR* mr_c
-    cdef int nmr
-    cdef list buffers        # the regions' buffers, held while the device points into them
-    cdef public object cq, recv_cq
-    cdef int64_t c_bad_icrc, c_truncated, c_unknown_qp, c_nak_sent, c_ce_marked, c_duplicates, c_trimmed
-    cdef int64_t next_sample
-    cdef list _plane_trace
-    cdef Late* c_send_late
-    cdef Late* c_recv_late
-    cdef Plane planes_c[MAXP]  # last: 3.2 KB, which a step's scans do not read while every plane is usable
 
     def __cinit__(self):
         self.c_send_late = <Late*>malloc(sizeof(Late))
@@ -1169,6 +1173,7 @@ cdef class Device:
             qpn = self.rng.randrange(0x100, 0xFFFFFF)
         qp = QueuePair(self, qpn, Cc(self.cc_name, self.plane_rate * self.nplanes))
         qp.slot = len(self.qp_list)
+        self.parks = qp.slot >= 64
         if qp.slot == self.active_words * 64:  # first, so that a failure leaves nothing half made
             words = <uint64_t*>realloc(self.active, (self.active_words + 1) * sizeof(uint64_t))
             if words == NULL:
@@ -1225,7 +1230,7 @@ cdef class Device:
         cdef Py_ssize_t w
         cdef uint64_t bits
         for w in range(self.active_words):
-            bits = self.active[w] | self.parked[w]
+            bits = self.active[w] | (self.parked[w] if self.parks else 0)
             while bits:
                 qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, w * 64 + __builtin_ctzll(bits))
                 if qp.c_busy():
@@ -1237,8 +1242,9 @@ cdef class Device:
         """qp may have work: the next step visits it."""
         cdef uint64_t bit = (<uint64_t>1) << (qp.slot & 63)
         self.active[qp.slot >> 6] |= bit
-        self.parked[qp.slot >> 6] &= ~bit
-        self.wanting[qp.slot >> 6] &= ~bit
+        if self.parks:
+            self.parked[qp.slot >> 6] &= ~bit
+            self.wanting[qp.slot >> 6] &= ~bit
 
     cdef inline bint _is_parked(self, Py_ssize_t slot) noexcept:
         return (self.parked[slot >> 6] >> (slot & 63)) & 1
@@ -1250,9 +1256,12 @@ cdef class Device:
         cdef int64_t t
         if not (qp.ack_due or qp.ticks or qp.resend.n or qp.inflight.n or qp.pending.n or qp.window_full):
             self.active[w] &= ~bit
-            self.parked[w] &= ~bit
-            self.wanting[w] &= ~bit
+            if self.parks:
+                self.parked[w] &= ~bit
+                self.wanting[w] &= ~bit
             return 0
+        if not self.parks:
+            return 0  # it stays active
         # a closed window not yet marked full stays active: the visit that marks it is the reference's
         if (qp.ticks or qp.resend.n or qp.sacked_since
                 or (qp.pending.n and not qp.window_full and qp.inflight.n - qp.sacked >= self.window)):
@@ -1350,7 +1359,8 @@ cdef class Device:
                 sent = [self.planes_c[i].tx_bytes for i in range(self.nplanes)]
                 if not self._plane_trace or self._plane_trace[len(self._plane_trace) - 1][1] != sent:
                     self._plane_trace.append((c_to_s(now), sent))
-        self._unpark_due(now)  # the parked ones due now join the pass
+        if self.parks:
+            self._unpark_due(now)  # the parked ones due now join the pass
         # One pass over the queue pairs that may have work (`active`, in list order, as the reference visits
         # all: an idle one does nothing in either of its passes): each acts, then gives what it waits for.
         # The reference finds the latter in a second pass, after _probe_planes; the same values, as nothing
@@ -1358,7 +1368,9 @@ cdef class Device:
         # write its own, the planes, or its SACK record). Sends wait for the earliest free plane, the same
         # for all: max(first, free_at).
         for w in range(self.active_words):
-            bits = self.active[w] | (self.wanting[w] if self._pick_plane(now, -1) != NULL else 0)
+            bits = self.active[w]
+            if self.parks and self.wanting[w] and self._pick_plane(now, -1) != NULL:
+                bits |= self.wanting[w]
             while bits:
                 b = __builtin_ctzll(bits)
                 qp = <QueuePair><object>PyList_GET_ITEM(self.qp_list, w * 64 + b)
@@ -1382,13 +1394,16 @@ cdef class Device:
                 self._settle(qp)
                 # the bits after b as they are now (none is set during a step today; one that were would
                 # still be visited in list order, as in the reference's loop); past b = 63 none: 2 << 63 is 0
-                bits = ((self.active[w] | (self.wanting[w] if self._pick_plane(now, -1) != NULL else 0))
-                        & ~((<uint64_t>2 << b) - 1))
-        if self._timers_head():  # the parked ones' earliest time, as the pass over them would take it
-            due = imin(due, self.timers.a[0].t)
-        if self._sends_head():  # and the wanting ones' earliest next send
-            sends = True
-            first_send = imin(first_send, self.sends_at.a[0].t)
+                bits = self.active[w]
+                if self.parks and self.wanting[w] and self._pick_plane(now, -1) != NULL:
+                    bits |= self.wanting[w]
+                bits &= ~((<uint64_t>2 << b) - 1)
+        if self.parks:
+            if self._timers_head():  # the parked ones' earliest time, as the pass over them would take it
+                due = imin(due, self.timers.a[0].t)
+            if self._sends_head():  # and the wanting ones' earliest next send
+                sends = True
+                first_send = imin(first_send, self.sends_at.a[0].t)
         self._probe_planes(now)
         if sends:
             i = self._earliest(-1)
@@ -1731,7 +1746,8 @@ cdef class Device:
             self.c_unknown_qp += 1
             return 0
         qp = <QueuePair>found
-        self._activate(<QueuePair>qp)  # what it carries may end a wait a parked queue pair has
+        if self.parks:  # what it carries may end a wait a parked queue pair has
+            self._activate(<QueuePair>qp)
         if op == OP_WRITE_ONLY:
             return self._on_data(<QueuePair>qp, plane, data, n, psn, ack_req, tclass, now, False, 0, False)
         if op == OP_WRITE_ONLY_IMM:
@@ -1765,7 +1781,8 @@ cdef class Device:
                 self.c_truncated += 1
             return 0
         cdef QueuePair q = <QueuePair>qp
-        self._activate(q)
+        if self.parks:
+            self._activate(q)
         cdef int64_t psn = unwrap(wpsn, q.expected)
         if psn < q.expected or beyond_has(&q.beyond, q.expected, psn):
             return 0
