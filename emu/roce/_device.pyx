@@ -847,6 +847,7 @@ cdef class QueuePair:
     def cancel(self):
         segq_clear(&self.pending)
         self._clear_wrs()
+        self.dev._activate(self)  # no data waiting for a plane any more: the next step finds what it has left
 
     cdef void _clear_wrs(self) noexcept:
         while self.wrs.n:
@@ -1263,7 +1264,7 @@ cdef class Device:
         if not self.parks:
             return 0  # it stays active
         # a closed window not yet marked full stays active: the visit that marks it is the reference's
-        if (qp.ticks or qp.resend.n or qp.sacked_since
+        if (qp.ticks or qp.resend.n or (qp.sacked_since and qp.inflight.n)  # SACKs are read with packets in flight
                 or (qp.pending.n and not qp.window_full and qp.inflight.n - qp.sacked >= self.window)):
             self.active[w] |= bit
             self.parked[w] &= ~bit
